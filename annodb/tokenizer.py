@@ -1,0 +1,80 @@
+"""The tokenizer: text -> folded tokens, one address each (DESIGN §3).
+
+A token is a maximal run of Unicode letters, marks and digits (categories L*, M*, Nd, Nl,
+No); each symbol of category So (emoji and the like) and each CJK or Tangut ideograph is a
+token of one character; everything else separates. Case is folded per code point with simple
+(one-to-one) folding, so a token's characters keep their offsets in the original text.
+
+The character classes and the folding come from committed tables (unicode_tables.py), so the
+tokenizer is the same whatever Unicode version the running Python has. Change anything here
+and bump VERSION: the version is recorded in every database, which refuses another one.
+
+The bulk path is one C-level `str.translate`/`str.lower` and one `re.findall` per call, so
+tokenizing a batch of documents never loops per character in Python.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .unicode_tables import FOLD, SINGLE_RANGES, UNICODE_VERSION, WORD_RANGES
+
+VERSION = 1
+NAME = f"annodb-{VERSION} (unicode {UNICODE_VERSION}, simple case folding)"
+
+
+def _char_class(ranges) -> str:
+    parts = []
+    for lo, hi in ranges:
+        parts.append(re.escape(chr(lo)) if lo == hi else f"{re.escape(chr(lo))}-{re.escape(chr(hi))}")
+    return "[" + "".join(parts) + "]"
+
+
+def _class_pattern(ranges) -> str:
+    """A character class that `re` tests fast: the BMP part compiles to a bitmap; the
+    astral ranges (a list `re` scans one by one) are tried only for astral characters."""
+    bmp = [(lo, min(hi, 0xFFFF)) for lo, hi in ranges if lo <= 0xFFFF]
+    astral = [(max(lo, 0x10000), hi) for lo, hi in ranges if hi > 0xFFFF]
+    return f"(?:{_char_class(bmp)}|(?=[\U00010000-\U0010FFFF]){_char_class(astral)})"
+
+
+_TOKEN = re.compile(f"{_class_pattern(WORD_RANGES)}+|{_class_pattern(SINGLE_RANGES)}")
+
+# str.lower() is C-fast and agrees with simple folding except on the few characters that
+# lower() leaves alone but folding changes (final sigma, long s, Cherokee, ...) and on the
+# one character whose lowercase is two code points (U+0130).
+_FOLD_AFTER_LOWER = re.compile(
+    "[" + "".join(re.escape(chr(k)) for k in sorted(FOLD) if chr(k).lower() == chr(k)) + "]")
+
+
+def fold(text: str) -> str:
+    """Simple case folding, one code point to one code point (offsets are preserved)."""
+    lowered = text.lower()
+    if text.isascii():
+        return lowered
+    if len(lowered) != len(text):
+        return text.translate(FOLD)
+    if _FOLD_AFTER_LOWER.search(lowered):
+        return lowered.translate(FOLD)
+    return lowered
+
+
+def tokens(text: str) -> list[str]:
+    """The folded tokens of `text`, in order."""
+    return _TOKEN.findall(fold(text))
+
+
+def tokens_with_offsets(text: str) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Tokens with their character offsets: token i is original text[starts[i]:ends[i]]."""
+    words, starts, ends = [], [], []
+    for m in _TOKEN.finditer(fold(text)):
+        words.append(m.group())
+        starts.append(m.start())
+        ends.append(m.end())
+    return words, np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+
+
+def token_count(text: str) -> int:
+    return len(_TOKEN.findall(fold(text)))
