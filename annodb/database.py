@@ -1,0 +1,529 @@
+"""The public API: open a database, then read snapshots and write transactions.
+
+    db = annodb.open("memory.db")
+    with db.write() as w:                      # commits on a clean exit, aborts on an exception
+        added = w.add("The goth rock scene...", docno="n1")
+        w.annotate("judgment:t1", added.start, added.end, 3)
+    with db.read() as r:                       # one snapshot for the whole block
+        for hit in r.search('(^ goth rock)', k=10):
+            print(hit.docno, hit.score, hit.snippet)
+
+Writes are buffered inside the transaction and written to LMDB at commit (or when the
+buffer grows large), so nothing is visible to anyone else before commit and an abort or a
+crash leaves the last committed state. Reads inside a write see the transaction's own work.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from . import kernels, storage, tokenizer
+from .errors import AnnodbError, NotFoundError, StorageError
+from .records import prepare
+from .storage import Document, DocField
+
+DEFAULT_PATH = "annodb.db"
+FLUSH_TOKENS = 4_000_000  # buffered tokens that trigger a write to LMDB inside the transaction
+DOCUMENT = ":"
+
+EMPTY_I = np.empty(0, dtype=np.int64)
+EMPTY_F = np.empty(0, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Intervals:
+    """An annotation list: parallel arrays sorted by start, no interval nested in another."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    values: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __iter__(self):
+        return zip(self.starts.tolist(), self.ends.tolist(), self.values.tolist())
+
+    @staticmethod
+    def empty() -> "Intervals":
+        return Intervals(EMPTY_I, EMPTY_I, EMPTY_F)
+
+
+@dataclass(frozen=True)
+class Added:
+    docno: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Stats:
+    documents: int
+    tokens: int
+    features: int
+    addresses: int
+    erased_ranges: int
+    path: str
+    size_bytes: int
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def open(path: str | os.PathLike | None = None, *, readonly: bool = False,
+         create: bool = True, timeout: float = 30.0) -> "Database":
+    """Open the database at `path` (default: $ANNODB_DB or ./annodb.db), creating it unless
+    `readonly` or `create=False`. `timeout` bounds how long a writer waits for another."""
+    if path is None:
+        path = os.environ.get("ANNODB_DB") or DEFAULT_PATH
+    return Database(os.fspath(path), readonly=readonly, create=create, timeout=timeout)
+
+
+class Database:
+    def __init__(self, path: str, *, readonly: bool = False, create: bool = True,
+                 timeout: float = 30.0):
+        self.path = path
+        self.readonly = readonly
+        self.timeout = timeout
+        self._env = storage.open_environment(path, readonly=readonly, create=create)
+        self._closed = False
+
+    def read(self) -> "Snapshot":
+        """A read snapshot: a context manager that sees one committed state for its life."""
+        self._check_open()
+        return Snapshot(self, storage.Txn(self._env, write=False))
+
+    def write(self, timeout: float | None = None) -> "Writer":
+        """A write transaction: a context manager that commits on a clean exit and aborts on
+        an exception. Waits up to `timeout` seconds for another writer, then raises
+        WriterBusyError."""
+        self._check_open()
+        if self.readonly:
+            raise StorageError(f"{self.path}: opened read-only")
+        lock = storage.WriterLock(self._env, self.timeout if timeout is None else timeout)
+        lock.acquire()
+        try:
+            return Writer(self, storage.Txn(self._env, write=True), lock)
+        except BaseException:
+            lock.release()
+            raise
+
+    def stats(self) -> Stats:
+        with self.read() as r:
+            return r.stats()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            storage.close_environment(self._env)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError(f"{self.path}: database is closed")
+
+    def __enter__(self) -> "Database":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"annodb.Database({self.path!r})"
+
+
+class Snapshot:
+    """Read access to one committed state of the database."""
+
+    def __init__(self, db: Database, txn: storage.Txn):
+        self.db = db
+        self._txn = txn
+        self._lists: dict[str, Intervals] = {}
+        self._erased = None
+        self._done = False
+
+    # context manager
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if not self._done:
+            self._done = True
+            self._txn.abort()
+
+    def _check(self) -> None:
+        if self._done:
+            raise StorageError("this transaction has ended")
+
+    def _before_read(self) -> None:
+        self._check()
+
+    # annotation lists
+    def erased(self) -> tuple[np.ndarray, np.ndarray]:
+        """The erased ranges: sorted, disjoint."""
+        self._before_read()
+        if self._erased is None:
+            self._erased = self._txn.erased()
+        return self._erased
+
+    def intervals(self, feature: str) -> Intervals:
+        """The annotation list of `feature` as it stands in this snapshot (erased content
+        removed): starts, ends, values."""
+        self._before_read()
+        found = self._lists.get(feature)
+        if found is not None:
+            return found
+        fid = self._txn.feature_id(feature)
+        if fid is None:
+            result = Intervals.empty()
+        else:
+            s, e, v = self._txn.read_list(fid)
+            es, ee = self.erased()
+            if len(es) and len(s):
+                keep = kernels.drop_erased(s, e, es, ee)
+                if len(keep) != len(s):
+                    s, e, v = s[keep], e[keep], v[keep]
+            result = Intervals(s, e, v)
+        self._lists[feature] = result
+        return result
+
+    def term(self, token: str) -> Intervals:
+        """The postings of a word (folded the way the tokenizer folds)."""
+        return self.intervals(tokenizer.fold(token))
+
+    # documents
+    def has(self, docno: str) -> bool:
+        self._before_read()
+        return self._txn.doc_start(docno) is not None
+
+    def document(self, docno: str) -> Document:
+        """The document with this docno; NotFoundError when there is none."""
+        self._before_read()
+        start = self._txn.doc_start(docno)
+        doc = None if start is None else self._txn.doc_at_start(start)
+        if doc is None:
+            raise NotFoundError(f"no document with docno {docno!r}")
+        return doc
+
+    def document_at(self, address: int) -> Document | None:
+        """The document whose address range holds `address`, or None."""
+        self._before_read()
+        doc = self._txn.doc_containing(int(address))
+        return doc
+
+    def documents(self):
+        """Every document, in address order."""
+        self._before_read()
+        return self._txn.docs()
+
+    def text(self, p: int, q: int) -> str:
+        """The text of addresses p..q: from the start of the token at p to the end of the
+        token at q, documents joined by newlines, erased addresses left out."""
+        self._before_read()
+        es, ee = self.erased()
+        pieces = []
+        for doc in self._txn.docs_overlapping(int(p), int(q)):
+            starts, ends = token_offsets(doc.text)
+            lo, hi = max(p, doc.start) - doc.start, min(q, doc.end) - doc.start
+            hi = min(hi, len(starts) - 1)
+            if lo > hi:
+                continue
+            addrs = np.arange(lo, hi + 1, dtype=np.int64) + doc.start
+            if len(es):
+                keep = kernels.drop_erased(addrs, addrs, es, ee)
+                addrs = addrs[keep]
+            if not len(addrs):
+                continue
+            # runs of consecutive live addresses, joined by a space
+            idx = addrs - doc.start
+            breaks = np.flatnonzero(np.diff(idx) != 1)
+            runs = np.split(idx, breaks + 1)
+            pieces.append(" ".join(doc.text[starts[r[0]]:ends[r[-1]]] for r in runs))
+        return "\n".join(pieces)
+
+    def address_space(self) -> int:
+        """The first unused address: content lives in [0, address_space())."""
+        self._before_read()
+        if isinstance(self, Writer):
+            return self._next_address
+        return self._txn.meta("next_address", 0)
+
+    def document_count(self) -> int:
+        self._before_read()
+        if isinstance(self, Writer):
+            return self._documents
+        return self._txn.meta("documents", 0)
+
+    def stats(self) -> Stats:
+        self._before_read()
+        txn = self._txn
+        return Stats(documents=txn.meta("documents", 0), tokens=txn.meta("tokens", 0),
+                     features=txn.feature_count(), addresses=txn.meta("next_address", 0),
+                     erased_ranges=len(self.erased()[0]), path=self.db.path,
+                     size_bytes=storage.disk_size(self.db._env.path))
+
+    # queries (the evaluator lives in gcl, ranking in ranking)
+    def query(self, gcl, *, lenient: bool = False) -> Intervals:
+        """The intervals (and values) that a GCL query denotes."""
+        from . import gcl as _gcl
+        self._before_read()
+        return _gcl.evaluate(self, gcl, lenient=lenient)
+
+    def count(self, gcl, *, lenient: bool = False) -> int:
+        return len(self.query(gcl, lenient=lenient))
+
+    def search(self, gcl, k: int = 10, *, container: str = DOCUMENT, lenient: bool = False,
+               snippets: bool = True):
+        """Rank the containers (documents by default) by shortest-substring ranking."""
+        from . import ranking
+        self._before_read()
+        return ranking.search(self, gcl, k=k, container=container, lenient=lenient,
+                              snippets=snippets)
+
+    def search_text(self, text: str, k: int = 10, *, container: str = DOCUMENT):
+        """Free-text search: Boolean tiers built from the words, ranked by SSR."""
+        from . import ranking
+        self._before_read()
+        return ranking.search_text(self, text, k=k, container=container)
+
+
+@lru_cache(maxsize=256)
+def token_offsets(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """Character offsets of the tokens of a document's text (cached: snippets reuse them)."""
+    _, starts, ends = tokenizer.tokens_with_offsets(text)
+    return starts, ends
+
+
+class Writer(Snapshot):
+    """A write transaction. Everything it does is invisible to others until commit."""
+
+    def __init__(self, db: Database, txn: storage.Txn, lock: storage.WriterLock):
+        super().__init__(db, txn)
+        self._lock = lock
+        self._vocab: dict[str, int] = db._env.vocab
+        self._new_names: list[str] = []
+        self._next_feature = txn.meta("next_feature", 1)
+        self._next_address = txn.meta("next_address", 0)
+        self._documents = txn.meta("documents", 0)
+        self._tokens = txn.meta("tokens", 0)
+        self._tok_ids: list[list[int]] = []
+        self._tok_starts: list[int] = []
+        self._tok_pending = 0
+        self._ann: dict[int, tuple[list, list, list]] = {}
+        self._dirty = False
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+    def commit(self) -> None:
+        """Write everything and make it visible, atomically."""
+        self._check()
+        try:
+            self._flush()
+            txn = self._txn
+            txn.set_meta("next_feature", self._next_feature)
+            txn.set_meta("next_address", self._next_address)
+            txn.set_meta("documents", self._documents)
+            txn.set_meta("tokens", self._tokens)
+            txn.commit()
+        except BaseException as err:
+            self._abort()
+            if isinstance(err, AnnodbError) or not isinstance(err, Exception):
+                raise
+            raise StorageError(f"{self.db.path}: commit failed, nothing written: {err}") from err
+        self._new_names.clear()
+        self._done = True
+        self._lock.release()
+
+    def abort(self) -> None:
+        """Throw the transaction away."""
+        if not self._done:
+            self._abort()
+
+    def _abort(self) -> None:
+        for name in self._new_names:
+            self._vocab.pop(name, None)
+        self._new_names.clear()
+        self._done = True
+        try:
+            self._txn.abort()
+        finally:
+            self._lock.release()
+
+    def close(self) -> None:
+        self.abort()
+
+    def _before_read(self) -> None:
+        self._check()
+        if self._dirty:
+            self._flush()
+
+    # features
+    def _intern(self, name: str) -> int:
+        fid = self._vocab.get(name)
+        if fid is not None:
+            return fid
+        fid = self._txn.feature_id(name)
+        if fid is None:
+            fid = self._next_feature
+            self._next_feature += 1
+            self._txn.add_feature(name, fid)
+            self._new_names.append(name)
+        self._vocab[name] = fid
+        return fid
+
+    def _token_ids(self, toks: list[str]) -> list[int]:
+        get = self._vocab.get
+        ids = [get(t) for t in toks]
+        if None in ids:
+            ids = [i if i is not None else self._intern(t) for i, t in zip(ids, toks)]
+        return ids
+
+    # writes
+    def add(self, content, docno: str | None = None, *, id_field: str | None = None,
+            text_fields: list[str] | None = None, replace: bool = False) -> Added:
+        """Append a document: plain text (give a docno, or one is made from its address) or a
+        JSON record (docno from its id field; see records.prepare). A docno already present
+        raises unless replace=True, which deletes the old document first."""
+        self._check()
+        if isinstance(content, str):
+            if docno is None:
+                docno = f"d{self._next_address}"
+            texts = [("", "", content)]
+            values, meta = [], {}
+        elif isinstance(content, dict):
+            prepared = prepare(content, id_field=id_field, text_fields=text_fields, docno=docno)
+            docno, texts, values, meta = (prepared.docno, prepared.texts, prepared.values,
+                                          prepared.meta)
+        else:
+            raise TypeError("add() takes a string or a dict record")
+        docno = str(docno)
+        if not docno:
+            raise AnnodbError("a docno cannot be empty")
+        if self._txn.doc_start(docno) is not None:
+            if not replace:
+                raise AnnodbError(f"docno {docno!r} already exists (use replace=True)")
+            self.delete(docno)
+        start = self._next_address
+        address = start
+        fields, pieces, char = [], [], 0
+        all_ids: list[int] = []
+        for short, path, text in texts:
+            if pieces:
+                char += 1  # the newline between fields
+            toks = tokenizer.tokens(text)
+            ids = self._token_ids(toks)
+            all_ids.extend(ids)
+            fields.append(DocField(short, path, char, char + len(text), address,
+                                   address + len(ids) - 1))
+            if ids and path:
+                self._annotate_id(self._intern(short + ":"), address, address + len(ids) - 1, 0.0)
+                self._annotate_id(self._intern(path), address, address + len(ids) - 1, 0.0)
+            address += len(ids)
+            pieces.append(text)
+            char += len(text)
+        n = len(all_ids)
+        end = start + max(n, 1) - 1
+        if all_ids:
+            self._tok_ids.append(all_ids)
+            self._tok_starts.append(start)
+            self._tok_pending += n
+        self._annotate_id(self._intern(DOCUMENT), start, end, 0.0)
+        for path, value in values:
+            self._annotate_id(self._intern(path), start, end, value)
+        self._next_address = end + 1
+        self._txn.put_doc(Document(docno, start, end, "\n".join(pieces), fields, meta, n))
+        self._documents += 1
+        self._tokens += n
+        self._dirty = True
+        if self._tok_pending >= FLUSH_TOKENS:
+            self._flush()
+        return Added(docno, start, end)
+
+    def annotate(self, feature: str, p: int, q: int, value: float = 0.0) -> None:
+        """Annotate addresses p..q with `feature` carrying `value`. An exact duplicate (p, q)
+        replaces the value; if it would nest with an interval of the same feature, the inner
+        one is kept."""
+        self._check()
+        p, q = int(p), int(q)
+        if not feature:
+            raise AnnodbError("a feature name cannot be empty")
+        if p < 0 or q < p:
+            raise AnnodbError(f"bad interval [{p}, {q}]: need 0 <= p <= q")
+        self._annotate_id(self._intern(feature), p, q, float(value))
+        self._dirty = True
+
+    def _annotate_id(self, fid: int, p: int, q: int, value: float) -> None:
+        lists = self._ann.get(fid)
+        if lists is None:
+            lists = self._ann[fid] = ([], [], [])
+        lists[0].append(p)
+        lists[1].append(q)
+        lists[2].append(value)
+
+    def erase(self, p: int, q: int) -> None:
+        """Erase addresses p..q: content and annotations inside disappear from every read at
+        commit (documents wholly inside are deleted). Erased addresses are never reused."""
+        self._check()
+        p, q = int(p), int(q)
+        if p < 0 or q < p:
+            raise AnnodbError(f"bad range [{p}, {q}]: need 0 <= p <= q")
+        for doc in list(self._txn.docs_overlapping(p, q)):
+            if p <= doc.start and doc.end <= q:
+                self._txn.delete_doc(doc)
+                self._documents -= 1
+                self._tokens -= doc.tokens
+        es, ee = self._txn.erased()
+        es, ee = kernels.merge_ranges(np.append(es, p), np.append(ee, q))
+        self._txn.set_erased(es, ee)
+        self._erased = None
+        self._lists.clear()
+
+    def delete(self, docno: str) -> bool:
+        """Delete the document with this docno (erasing its addresses). False if absent."""
+        self._check()
+        start = self._txn.doc_start(docno)
+        if start is None:
+            return False
+        doc = self._txn.doc_at_start(start)
+        self.erase(doc.start, doc.end)
+        return True
+
+    def _flush(self) -> None:
+        """Write the buffered annotations into the LMDB transaction."""
+        txn = self._txn
+        if self._tok_ids:
+            ids = np.fromiter((i for chunk in self._tok_ids for i in chunk), dtype=np.int64,
+                              count=self._tok_pending)
+            addrs = np.concatenate([np.arange(s, s + len(c), dtype=np.int64)
+                                    for s, c in zip(self._tok_starts, self._tok_ids)])
+            order = np.argsort(ids, kind="stable")
+            sorted_ids = ids[order]
+            sorted_addrs = addrs[order]
+            cuts = np.flatnonzero(np.diff(sorted_ids)) + 1
+            bounds = np.concatenate(([0], cuts, [len(ids)]))
+            for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+                fid = int(sorted_ids[a])
+                s = sorted_addrs[a:b]
+                v = np.zeros(len(s), dtype=np.float64)
+                if not txn.append_to_list(fid, s, s, v):
+                    txn.merge_into_list(fid, s, s, v, kernels.normalize)
+            self._tok_ids, self._tok_starts, self._tok_pending = [], [], 0
+        for fid, (ps, qs, vs) in self._ann.items():
+            s, e, v = kernels.normalize(np.asarray(ps, dtype=np.int64),
+                                        np.asarray(qs, dtype=np.int64),
+                                        np.asarray(vs, dtype=np.float64))
+            if not txn.append_to_list(fid, s, e, v):
+                txn.merge_into_list(fid, s, e, v, kernels.normalize)
+        self._ann = {}
+        self._lists.clear()
+        self._dirty = False

@@ -1,0 +1,292 @@
+"""The query parser: query text -> a plain AST, and an AST -> canonical query text (DESIGN §4).
+
+Queries are S-expressions in Cottontail's notation. An atom is a quoted string `"..."` (no
+escapes: the next `"` ends it) or a raw term (a maximal run of characters other than
+whitespace, `(`, `)` and `"`). An operator is recognised only as the first item after `(`;
+one table (OPERATORS) gives each operator its AST node and its arity.
+
+Terms: a quoted term is tokenized like text (0 tokens match nothing, 1 is a term, n a
+phrase). A raw term containing a structural character (`: < > # @ =`) names a feature
+verbatim; any other raw term is tokenized like a quoted one (`covid-19` is "covid 19").
+
+`parse(text)` is strict: anything malformed raises one QueryError naming the offset and what
+was expected there. `parse(text, lenient=True)` makes the two repairs that are unambiguous —
+it closes parentheses left open at the end, and unwraps a lone parenthesised term `("x y")` —
+and reports each in `Parsed.warnings`; everything else raises as in strict mode.
+
+The parser is iterative (an explicit stack), so nesting depth is a checked limit
+(MAX_DEPTH), never a RecursionError. `format(node)` prints canonical text:
+`parse(format(node)).node == node`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import msgspec
+
+from .errors import QueryError
+from .tokenizer import tokens
+
+
+class Term(msgspec.Struct, frozen=True):
+    """A text term, quoted or raw, tokenized: 0 tokens matches nothing; 1 a term; n a phrase."""
+    tokens: tuple[str, ...]
+
+
+class Feature(msgspec.Struct, frozen=True):
+    """A raw term naming a feature verbatim (`title:`, `:`, `judgment:2024-152259`)."""
+    name: str
+
+
+class Combine(msgspec.Struct, frozen=True):
+    """`(op A B ...)`, n-ary kept flat (the evaluator folds left); always >= 2 args."""
+    op: str
+    args: tuple["Node", ...]
+
+
+class Window(msgspec.Struct, frozen=True):
+    """`(# n)`: every window of n addresses."""
+    size: int
+
+
+class Link(msgspec.Struct, frozen=True):
+    """`(@ A)`: the addresses stored as A's values."""
+    arg: "Node"
+
+
+class Compare(msgspec.Struct, frozen=True):
+    """`(op A x)`: the intervals of A whose value compares so with x."""
+    op: str
+    arg: "Node"
+    value: float
+
+
+Node = Term | Feature | Combine | Window | Link | Compare
+
+
+class Parsed(msgspec.Struct):
+    node: Node
+    warnings: list[str]          # each repair made in lenient mode, with its offset
+
+
+# op: (AST node, operand kinds, fewest, most (None: any)). Operand kinds, one letter per
+# position, the last one repeating: e an expression, i a positive integer, x a number.
+OPERATORS = {
+    "^": (Combine, "e", 1, None),
+    "+": (Combine, "e", 1, None),
+    "...": (Combine, "e", 1, None),
+    "<<": (Combine, "e", 2, None),
+    ">>": (Combine, "e", 2, None),
+    "!<": (Combine, "e", 2, None),
+    "!>": (Combine, "e", 2, None),
+    "#": (Window, "i", 1, 1),
+    "@": (Link, "e", 1, 1),
+    "=": (Compare, "ex", 2, 2),
+    "!=": (Compare, "ex", 2, 2),
+    "<": (Compare, "ex", 2, 2),
+    "<=": (Compare, "ex", 2, 2),
+    ">": (Compare, "ex", 2, 2),
+    ">=": (Compare, "ex", 2, 2),
+}
+_EXPECTED = {"e": "a term, phrase or '('", "i": "a positive integer", "x": "a number"}
+_AN_OPERATOR = "an operator (" + " ".join(OPERATORS) + ")"
+
+STRUCTURAL = frozenset(":<>#@=")
+MAX_DEPTH = 200                  # nested parentheses
+_MAX_WINDOW = 2**63 - 1          # addresses are int64
+
+# One lexeme per match: whitespace | ( | ) | "quoted" (group 4 empty: unterminated) | raw.
+_LEXEME = re.compile(r'\s+|(\()|(\))|"([^"]*)("?)|([^\s()"]+)')
+_RAW = re.compile(r'[^\s()"]+')
+_INTEGER = re.compile(r"[0-9]+")
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def _lex(text: str) -> list[tuple[str, str, int, int]]:
+    """(kind, value, start, end) per lexeme; kind is '(' ')' 'q' (quoted) or 'r' (raw)."""
+    out = []
+    for m in _LEXEME.finditer(text):
+        if m.group(1):
+            out.append(("(", "(", m.start(), m.end()))
+        elif m.group(2):
+            out.append((")", ")", m.start(), m.end()))
+        elif m.group(5):
+            out.append(("r", m.group(5), m.start(), m.end()))
+        elif m.group(3) is not None:
+            if not m.group(4):
+                raise QueryError("unterminated quoted term", m.start(), "a closing '\"'")
+            out.append(("q", m.group(3), m.start(), m.end()))
+    return out
+
+
+def _atom(kind: str, value: str) -> Term | Feature:
+    if kind == "r" and not STRUCTURAL.isdisjoint(value):
+        return Feature(value)
+    return Term(tuple(tokens(value)))
+
+
+def _number(kind: str, value: str, slot: str, offset: int) -> int | float:
+    """The integer (slot 'i') or number (slot 'x') written as `value`, or a QueryError."""
+    if kind == "r" and slot == "i" and _INTEGER.fullmatch(value) and len(value) <= 19:
+        if 1 <= int(value) <= _MAX_WINDOW:
+            return int(value)
+    elif kind == "r" and slot == "x" and _NUMBER.fullmatch(value):
+        if math.isfinite(float(value)):
+            return float(value)
+    found = {"(": "'('", "q": "a quoted term"}.get(kind) or _shown(value)
+    raise QueryError(f"expected {_EXPECTED[slot]}, found {found}", offset, _EXPECTED[slot])
+
+
+def _shown(found: str) -> str:
+    return found if len(found) <= 40 else found[:37] + "..."
+
+
+def _arity(op: str) -> str:
+    _, _, fewest, most = OPERATORS[op]
+    operands = "operand" if fewest == 1 else "operands"
+    return f"'{op}' takes {'exactly' if fewest == most else 'at least'} {fewest} {operands}"
+
+
+class _Frame:
+    """An open `(op ...`: its operands so far (nodes, or numbers in number slots)."""
+    __slots__ = ("op", "items")
+
+    def __init__(self, op: str):
+        self.op = op
+        self.items: list = []
+
+    def slot(self, offset: int) -> str:
+        """The kind of the next operand, starting at `offset`, or a QueryError if none fits."""
+        _, kinds, _, most = OPERATORS[self.op]
+        n = len(self.items)
+        if most is not None and n >= most:
+            raise QueryError(f"too many operands: {_arity(self.op)}", offset, "')'")
+        return kinds[min(n, len(kinds) - 1)]
+
+    def close(self, offset: int) -> Node:
+        """The node for this frame, closed by the ')' at `offset`."""
+        cls, kinds, fewest, _ = OPERATORS[self.op]
+        n, args = len(self.items), self.items
+        if n < fewest:
+            raise QueryError(f"too few operands: {_arity(self.op)}", offset,
+                             _EXPECTED[kinds[min(n, len(kinds) - 1)]])
+        if cls is Combine:
+            return args[0] if n == 1 else Combine(self.op, tuple(args))
+        if cls is Compare:
+            return Compare(self.op, args[0], args[1])
+        return cls(args[0])
+
+
+def parse(text: str, *, lenient: bool = False) -> Parsed:
+    """Parse a query; strict by default. Raises QueryError (and only that) if malformed."""
+    lexemes = _lex(text)
+    warnings: list[str] = []      # lenient mode's repairs; strict mode raises instead
+    depth = lowest = 0
+    for kind, *_ in lexemes:
+        depth += (kind == "(") - (kind == ")")
+        lowest = min(lowest, depth)
+    if lenient and depth > 0 and lowest >= 0:    # else strict mode raises at the end
+        warnings.append(f"offset {len(text)}: added {depth} missing ')' at the end of the query")
+        lexemes += [(")", ")", len(text), len(text))] * depth
+
+    stack: list[_Frame] = []
+    top: list[Node] = []          # the query's one expression, once parsed
+    i = 0
+    while i < len(lexemes):
+        kind, value, start, end = lexemes[i]
+        items = stack[-1].items if stack else top
+        if kind == ")":
+            if not stack:
+                raise QueryError("unbalanced ')'", start, "end of query")
+            node = stack.pop().close(start)
+            (stack[-1].items if stack else top).append(node)
+            i += 1
+            continue
+        # An operand starts here: does one fit?
+        if not stack and top:
+            raise QueryError("trailing input after a complete query", start, "end of query")
+        slot = stack[-1].slot(start) if stack else "e"
+        if slot != "e":
+            items.append(_number(kind, value, slot, start))
+            i += 1
+        elif kind != "(":
+            items.append(_atom(kind, value))
+            i += 1
+        else:
+            if len(stack) >= MAX_DEPTH:
+                raise QueryError(f"parentheses nested deeper than {MAX_DEPTH} levels", start)
+            if i + 1 == len(lexemes):
+                raise QueryError("'(' at the end of the query", len(text), _AN_OPERATOR)
+            kind, value, start, end = lexemes[i + 1]
+            if kind == "r" and value in OPERATORS:
+                stack.append(_Frame(value))
+                i += 2
+            elif kind == ")":
+                raise QueryError("empty parentheses '()'", start, _AN_OPERATOR)
+            elif kind in ("r", "q") and i + 2 < len(lexemes) and lexemes[i + 2][0] == ")":
+                shown = _shown(text[start:end])
+                if not lenient:
+                    raise QueryError(f"expected an operator, found the lone term {shown} in "
+                                     "parentheses; write it without them", start, _AN_OPERATOR)
+                warnings.append(f"offset {start}: unwrapped the lone parenthesised term {shown}")
+                items.append(_atom(kind, value))
+                i += 3
+            else:
+                found = "'('" if kind == "(" else _shown(text[start:end])
+                raise QueryError(f"expected an operator after '(', found {found}", start,
+                                 _AN_OPERATOR)
+    if stack:
+        raise QueryError(f"missing ')': {len(stack)} '(' left open", len(text), "')'")
+    if not top:
+        raise QueryError("empty query", len(text), "a term, phrase or '('")
+    return Parsed(top[0], warnings)
+
+
+def _raw_ok(word: str) -> bool:
+    return _RAW.fullmatch(word) is not None
+
+
+def _format_atom(node: Term | Feature) -> str:
+    if isinstance(node, Feature):
+        if not _raw_ok(node.name) or STRUCTURAL.isdisjoint(node.name):
+            raise ValueError(f"feature name {node.name!r} cannot be written in a query")
+        return node.name
+    if len(node.tokens) == 1 and _raw_ok(node.tokens[0]) and _atom("r", node.tokens[0]) == node:
+        return node.tokens[0]
+    return '"' + " ".join(node.tokens) + '"'
+
+
+def _format_number(value: float) -> str:
+    if not math.isfinite(value):
+        raise ValueError(f"{value!r} cannot be written in a query")
+    return str(int(value)) if value.is_integer() and abs(value) < 1e16 else repr(float(value))
+
+
+def format(node: Node) -> str:
+    """Canonical query text for `node`: single spaces, `parse(format(n)).node == n`."""
+    out: list[str] = []
+    todo: list = [node]           # nodes to print, and literal text between them
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, (Term, Feature)):
+            out.append(_format_atom(item))
+        elif isinstance(item, Window):
+            out.append(f"(# {item.size})")
+        else:
+            if isinstance(item, Combine):
+                head, args, tail = item.op, item.args, ")"
+            elif isinstance(item, Link):
+                head, args, tail = "@", (item.arg,), ")"
+            elif isinstance(item, Compare):
+                head, args, tail = item.op, (item.arg,), f" {_format_number(item.value)})"
+            else:
+                raise TypeError(f"not a query node: {item!r}")
+            out.append("(" + head)
+            todo.append(tail)
+            for arg in reversed(args):
+                todo += [arg, " "]
+    return "".join(out)

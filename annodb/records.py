@@ -1,0 +1,91 @@
+"""Records: how a JSON record becomes a document's text fields and value annotations.
+
+The docno is the id field (chosen, or the first of docid, docno, id, _id present). The text
+is the chosen text fields in the order given, or else every string in the record but the
+id, in record order; nested objects and arrays give paths like `:a:b:` and
+`:authors:[0]:`. Numbers and booleans become values on their full-path feature over the
+whole record (`:chapter:` = 2), so `(>> : (= :chapter: 2))` selects records of chapter 2.
+Whatever is not text stays with the document as metadata.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .errors import IngestError
+
+ID_FIELDS = ("docid", "docno", "id", "_id")
+
+
+@dataclass
+class Prepared:
+    docno: str
+    texts: list[tuple[str, str, str]] = field(default_factory=list)   # (short name, path, text)
+    values: list[tuple[str, float]] = field(default_factory=list)     # (path feature, value)
+    meta: dict = field(default_factory=dict)
+
+
+def _docno(record: dict, id_field: str | None) -> tuple[str, str]:
+    if id_field is not None:
+        if id_field not in record:
+            raise IngestError(f"record has no id field {id_field!r}")
+        key = id_field
+    else:
+        key = next((k for k in ID_FIELDS if k in record), None)
+        if key is None:
+            raise IngestError(f"record has none of the id fields {', '.join(ID_FIELDS)} "
+                              "(choose one with --id-field)")
+    value = record[key]
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+        raise IngestError(f"id field {key!r} must be a non-empty string or integer")
+    return key, str(value)
+
+
+def _number(value) -> float | None:
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, (int, float)):
+        f = float(value)
+        return f if math.isfinite(f) else None
+    return None
+
+
+def _walk(value, path: str, short: str, out: Prepared, text: bool) -> None:
+    if isinstance(value, str):
+        if text:
+            out.texts.append((short, path, value))
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _walk(v, f"{path}{k}:", str(k), out, text)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _walk(v, f"{path}[{i}]:", short, out, text)
+    else:
+        number = _number(value)
+        if number is not None:
+            out.values.append((path, number))
+
+
+def prepare(record: dict, *, id_field: str | None = None,
+            text_fields: list[str] | None = None, docno: str | None = None) -> Prepared:
+    """Split a JSON record into docno, text fields, value annotations and metadata."""
+    if not isinstance(record, dict):
+        raise IngestError(f"a record must be a JSON object, not {type(record).__name__}")
+    key = None
+    if docno is None:
+        key, docno = _docno(record, id_field)
+    elif id_field is not None:
+        key = id_field
+    out = Prepared(docno)
+    if text_fields:
+        for name in text_fields:
+            if name in record:
+                _walk(record[name], f":{name}:", name, out, True)
+    for k, v in record.items():
+        if k == key or (text_fields and k in text_fields):
+            continue
+        _walk(v, f":{k}:", str(k), out, text_fields is None)
+        if text_fields and isinstance(v, (str, int, float, bool)):
+            out.meta[k] = v
+    return out

@@ -1,0 +1,579 @@
+"""Storage: the on-disk layout of an annodb database, on LMDB. The only module importing lmdb.
+
+A database is one LMDB environment (a directory holding data.mdb and lock.mdb) and a file
+writer.lock that writers take (with a timeout) before LMDB's own writer mutex, so a second
+writer waits for a bounded time and then gets a clear error instead of hanging.
+
+Format version 1. Sub-databases and their keys (integers are unsigned 64-bit big-endian,
+so LMDB's byte order is numeric order; addresses are >= 0):
+
+    meta      utf-8 name -> msgpack value. "format": 1; "tokenizer": tokenizer.VERSION;
+              "next_address": first unused address; "documents", "tokens": live counts;
+              "next_feature": next feature id to hand out.
+    features  feature name (utf-8) -> feature id (u64)
+    names     feature id (u64) -> feature name (utf-8)
+    blocks    feature id (u64) + first start in the block (u64) -> one block of that
+              feature's annotation list (see below). A feature's blocks are consecutive keys
+              and together hold its whole list, sorted by start with no interval nested in
+              another (a GC-list: starts and ends both strictly increase).
+    docs      first address (u64) -> msgpack Document (docno, address range, text, fields,
+              metadata)
+    docnos    docno (utf-8) -> first address (u64)
+    erased    first address (u64) -> last address (u64): erased ranges, disjoint and merged.
+              Annotations lying inside an erased range are invisible to every read.
+
+A block (at most BLOCK_SIZE intervals) is a 16-byte header then up to three arrays:
+
+    header    u8 flags, u8 start width, u8 length width, u8 unused, u32 n, i64 first start
+    values    n float64               absent when flag ZERO (all values are 0)
+    deltas    n-1 unsigned ints of the start width: start[i+1] - start[i]
+    lengths   n unsigned ints of the length width: end[i] - start[i]; absent when flag POINTS
+
+Widths are 1, 2, 4 or 8 bytes, the smallest that holds the block's largest number, so a
+common word's postings (small gaps, all points, zero values) cost one or two bytes each.
+Reads decode a block with numpy (cumsum of the deltas); appends touch only the last block
+of a feature; an insert rewrites the blocks around the interval it lands in.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+
+import lmdb
+import msgspec
+import numpy as np
+
+from . import tokenizer
+from .errors import FormatVersionError, StorageError, WriterBusyError
+
+FORMAT_VERSION = 1
+BLOCK_SIZE = 2048
+MAP_SIZE = 1 << 40  # 1 TiB of address space: sparse on disk, so the map never fills in use
+MAX_READERS = 1024
+
+FLAG_POINTS = 1
+FLAG_ZERO = 2
+_HEADER = struct.Struct("<BBBxIq")
+_U64 = struct.Struct(">Q")
+_KEY = struct.Struct(">QQ")
+_WIDTH_DTYPE = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+_SUBDBS = ("meta", "features", "names", "blocks", "docs", "docnos", "erased")
+
+
+def u64(n: int) -> bytes:
+    return _U64.pack(n)
+
+
+def from_u64(b) -> int:
+    return _U64.unpack(bytes(b))[0]
+
+
+def _width(maximum: int) -> int:
+    if maximum < 1 << 8:
+        return 1
+    if maximum < 1 << 16:
+        return 2
+    if maximum < 1 << 32:
+        return 4
+    return 8
+
+
+def encode_block(starts: np.ndarray, ends: np.ndarray, values: np.ndarray) -> bytes:
+    n = len(starts)
+    lengths = ends - starts
+    deltas = np.diff(starts)
+    flags = 0
+    parts = []
+    if not values.any():
+        flags |= FLAG_ZERO
+    else:
+        parts.append(values.astype("<f8").tobytes())
+    sw = _width(int(deltas.max())) if n > 1 else 1
+    parts.append(deltas.astype(_WIDTH_DTYPE[sw]).tobytes())
+    lw = 1
+    if not lengths.any():
+        flags |= FLAG_POINTS
+    else:
+        lw = _width(int(lengths.max()))
+        parts.append(lengths.astype(_WIDTH_DTYPE[lw]).tobytes())
+    return _HEADER.pack(flags, sw, lw, n, int(starts[0])) + b"".join(parts)
+
+
+def decode_block(buf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    flags, sw, lw, n, first = _HEADER.unpack_from(buf, 0)
+    pos = _HEADER.size
+    if flags & FLAG_ZERO:
+        values = np.zeros(n, dtype=np.float64)
+    else:
+        values = np.frombuffer(buf, dtype="<f8", count=n, offset=pos).astype(np.float64)
+        pos += 8 * n
+    starts = np.empty(n, dtype=np.int64)
+    starts[0] = first
+    if n > 1:
+        deltas = np.frombuffer(buf, dtype=_WIDTH_DTYPE[sw], count=n - 1, offset=pos)
+        np.cumsum(deltas, dtype=np.int64, out=starts[1:])
+        starts[1:] += first
+        pos += sw * (n - 1)
+    if flags & FLAG_POINTS:
+        ends = starts.copy()
+    else:
+        ends = starts + np.frombuffer(buf, dtype=_WIDTH_DTYPE[lw], count=n, offset=pos)
+    return starts, ends, values
+
+
+def block_last(buf) -> tuple[int, int]:
+    """(last start, last end) of an encoded block."""
+    s, e, _ = decode_block(buf)
+    return int(s[-1]), int(e[-1])
+
+
+class DocField(msgspec.Struct, array_like=True):
+    name: str          # short name ("title"); "" for the text of a plain document
+    path: str          # full path (":title:", ":authors:[0]:"); "" for plain text
+    char_start: int    # the field's text is Document.text[char_start:char_end]
+    char_end: int
+    start: int         # address of its first token; start > end when it has no token
+    end: int
+
+
+class Document(msgspec.Struct):
+    """A stored document: its docno, address range [start, end], text and fields."""
+
+    docno: str
+    start: int
+    end: int
+    text: str
+    fields: list[DocField]
+    meta: dict = {}
+    tokens: int = 0
+
+    def field_text(self, name: str) -> str | None:
+        """The text of the first field called `name` (short name or full path), or None."""
+        for f in self.fields:
+            if name in (f.name, f.path, f.name + ":"):
+                return self.text[f.char_start:f.char_end]
+        return None
+
+
+_doc_encoder = msgspec.msgpack.Encoder()
+_doc_decoder = msgspec.msgpack.Decoder(Document)
+_meta_encoder = msgspec.msgpack.Encoder()
+_meta_decoder = msgspec.msgpack.Decoder()
+
+
+def encode_doc(doc: Document) -> bytes:
+    return _doc_encoder.encode(doc)
+
+
+def decode_doc(buf) -> Document:
+    return _doc_decoder.decode(buf)
+
+
+@dataclass
+class Environment:
+    """One open LMDB environment and its named sub-databases (one per process and path)."""
+
+    path: str
+    env: lmdb.Environment
+    dbs: dict
+    readonly: bool
+    lock_path: str
+    thread_lock: threading.Lock
+    users: int = 0
+    vocab: dict = field(default_factory=dict)  # feature name -> id, shared by this process's writers
+
+
+_open_envs: dict[str, Environment] = {}
+_open_envs_lock = threading.Lock()
+
+
+def open_environment(path: str, *, readonly: bool = False, create: bool = True) -> Environment:
+    """Open (or share, within this process) the environment at `path`."""
+    real = os.path.realpath(path)
+    with _open_envs_lock:
+        found = _open_envs.get(real)
+        if found is not None and (found.readonly and not readonly):
+            raise StorageError(f"{path}: already open read-only in this process")
+        if found is not None:
+            found.users += 1
+            return found
+        exists = os.path.exists(os.path.join(real, "data.mdb"))
+        if not exists and (readonly or not create):
+            raise StorageError(f"{path}: no annodb database here (create one with `annodb ingest`)")
+        if os.path.exists(real) and not os.path.isdir(real):
+            raise StorageError(f"{path}: not a database directory")
+        try:
+            if not readonly:
+                os.makedirs(real, exist_ok=True)
+            env = lmdb.open(real, map_size=MAP_SIZE, max_dbs=len(_SUBDBS) + 2,
+                            max_readers=MAX_READERS, readonly=readonly, subdir=True,
+                            readahead=False, create=not readonly)
+        except lmdb.Error as err:
+            raise StorageError(f"{path}: cannot open database: {err}") from None
+        except OSError as err:
+            raise StorageError(f"{path}: cannot open database: {err.strerror}") from None
+        try:
+            if readonly:
+                dbs = {name: env.open_db(name.encode(), create=False) for name in _SUBDBS}
+            else:
+                with env.begin(write=True) as txn:
+                    dbs = {name: env.open_db(name.encode(), txn=txn) for name in _SUBDBS}
+                    _init_meta(txn, dbs["meta"])
+            with env.begin() as txn:
+                _check_meta(path, txn, dbs["meta"])
+        except lmdb.Error as err:
+            env.close()
+            raise StorageError(f"{path}: not an annodb database or damaged: {err}") from None
+        except StorageError:
+            env.close()
+            raise
+        found = Environment(real, env, dbs, readonly, os.path.join(real, "writer.lock"),
+                            threading.Lock(), 1)
+        _open_envs[real] = found
+        return found
+
+
+def close_environment(e: Environment) -> None:
+    with _open_envs_lock:
+        e.users -= 1
+        if e.users <= 0:
+            _open_envs.pop(e.path, None)
+            e.env.close()
+
+
+def _init_meta(txn, meta_db) -> None:
+    if txn.get(b"format", db=meta_db) is None:
+        for key, value in (("format", FORMAT_VERSION), ("tokenizer", tokenizer.VERSION),
+                           ("next_address", 0), ("documents", 0), ("tokens", 0),
+                           ("next_feature", 1)):
+            txn.put(key.encode(), _meta_encoder.encode(value), db=meta_db)
+
+
+def _check_meta(path, txn, meta_db) -> None:
+    raw = txn.get(b"format", db=meta_db)
+    if raw is None:
+        raise StorageError(f"{path}: not an annodb database (no format version)")
+    version = _meta_decoder.decode(raw)
+    if version != FORMAT_VERSION:
+        raise FormatVersionError(
+            f"{path}: database format {version}, this annodb reads format {FORMAT_VERSION}; "
+            "re-ingest with a matching version")
+    tok = _meta_decoder.decode(txn.get(b"tokenizer", db=meta_db))
+    if tok != tokenizer.VERSION:
+        raise FormatVersionError(
+            f"{path}: database uses tokenizer {tok}, this annodb has tokenizer "
+            f"{tokenizer.VERSION}; re-ingest with a matching version")
+
+
+class WriterLock:
+    """Exclusive writer lock: a thread lock (this process) plus flock (other processes)."""
+
+    def __init__(self, env: Environment, timeout: float):
+        self.env = env
+        self.timeout = timeout
+        self.fd = None
+
+    def acquire(self) -> None:
+        deadline = time.monotonic() + self.timeout
+        if not self.env.thread_lock.acquire(timeout=max(self.timeout, 0)):
+            raise WriterBusyError(
+                f"{self.env.path}: another writer in this process held the database for "
+                f"{self.timeout:g}s; retry, or raise the timeout")
+        try:
+            self.fd = os.open(self.env.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            delay = 0.001
+            while True:
+                try:
+                    fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise WriterBusyError(
+                            f"{self.env.path}: another process has been writing for "
+                            f"{self.timeout:g}s; retry when it finishes, or raise the "
+                            "timeout") from None
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.05)
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        if self.fd is not None:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+            finally:
+                os.close(self.fd)
+                self.fd = None
+        if self.env.thread_lock.locked():
+            self.env.thread_lock.release()
+
+
+class Txn:
+    """Typed access to one LMDB transaction (read or write)."""
+
+    def __init__(self, env: Environment, write: bool):
+        self.env = env
+        self.write = write
+        self.dbs = env.dbs
+        self.txn = env.env.begin(write=write, buffers=not write)
+
+    def commit(self) -> None:
+        self.txn.commit()
+
+    def abort(self) -> None:
+        self.txn.abort()
+
+    # meta
+    def meta(self, key: str, default=None):
+        raw = self.txn.get(key.encode(), db=self.dbs["meta"])
+        return default if raw is None else _meta_decoder.decode(raw)
+
+    def set_meta(self, key: str, value) -> None:
+        self.txn.put(key.encode(), _meta_encoder.encode(value), db=self.dbs["meta"])
+
+    # features
+    def feature_id(self, name: str) -> int | None:
+        raw = self.txn.get(name.encode(), db=self.dbs["features"])
+        return None if raw is None else from_u64(raw)
+
+    def add_feature(self, name: str, fid: int) -> None:
+        self.txn.put(name.encode(), u64(fid), db=self.dbs["features"])
+        self.txn.put(u64(fid), name.encode(), db=self.dbs["names"])
+
+    def feature_name(self, fid: int) -> str | None:
+        raw = self.txn.get(u64(fid), db=self.dbs["names"])
+        return None if raw is None else bytes(raw).decode()
+
+    def features(self):
+        """(name, id) of every feature, in name order."""
+        with self.txn.cursor(db=self.dbs["features"]) as cur:
+            for k, v in cur:
+                yield bytes(k).decode(), from_u64(v)
+
+    def feature_count(self) -> int:
+        return self.txn.stat(self.dbs["features"])["entries"]
+
+    # annotation lists
+    def read_list(self, fid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The whole annotation list of a feature (empty arrays when it has none)."""
+        parts = list(self.iter_blocks(fid))
+        if not parts:
+            return (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64))
+        if len(parts) == 1:
+            return parts[0][1]
+        return tuple(np.concatenate([p[1][i] for p in parts]) for i in range(3))
+
+    def iter_blocks(self, fid: int, first: int = 0):
+        """(key start, (starts, ends, values)) of each block of `fid` from the block holding
+        address `first` on."""
+        prefix = u64(fid)
+        with self.txn.cursor(db=self.dbs["blocks"]) as cur:
+            if first > 0:
+                if cur.set_range(_KEY.pack(fid, first + 1)):
+                    if not cur.prev() or bytes(cur.key()[:8]) != prefix:
+                        cur.set_range(prefix)
+                elif cur.last():
+                    if bytes(cur.key()[:8]) != prefix:
+                        return
+            elif not cur.set_range(prefix):
+                return
+            while True:
+                key = cur.key()
+                if bytes(key[:8]) != prefix:
+                    return
+                yield from_u64(key[8:]), decode_block(cur.value())
+                if not cur.next():
+                    return
+
+    def list_length(self, fid: int) -> int:
+        n = 0
+        prefix = u64(fid)
+        with self.txn.cursor(db=self.dbs["blocks"]) as cur:
+            if not cur.set_range(prefix):
+                return 0
+            for key, value in cur:
+                if bytes(key[:8]) != prefix:
+                    break
+                n += _HEADER.unpack_from(value, 0)[3]
+        return n
+
+    def merge_into_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray,
+                        normalize) -> None:
+        """Merge the GC-list (s, e, v) into feature `fid`'s list. New intervals win exact
+        duplicates; where two would nest, the inner one stays (normalize's rule)."""
+        if len(s) == 0:
+            return
+        blocks = self.dbs["blocks"]
+        txn = self.txn
+        lo, hi = int(s[0]), int(e[-1])
+        prefix = u64(fid)
+        # The existing intervals that can interact with the new ones have end >= lo and
+        # start <= hi: a contiguous run. Find its blocks: back from the block holding lo
+        # while the previous block ends at or after lo, then forward while blocks start <= hi.
+        keys, parts = [], []
+        with txn.cursor(db=blocks) as cur:
+            found = cur.set_range(_KEY.pack(fid, lo + 1))
+            found = cur.prev() if found else cur.last()
+            if found and bytes(cur.key()[:8]) == prefix:
+                # walk back
+                while True:
+                    ks, ke, kv = decode_block(cur.value())
+                    keys.insert(0, bytes(cur.key()))
+                    parts.insert(0, (ks, ke, kv))
+                    if ke[0] < lo or not cur.prev() or bytes(cur.key()[:8]) != prefix:
+                        break
+                cur.set_key(keys[-1])
+            else:
+                found = cur.set_range(prefix)
+                if found and bytes(cur.key()[:8]) != prefix:
+                    found = False
+                if found:
+                    ks, ke, kv = decode_block(cur.value())
+                    if ks[0] <= hi:
+                        keys.append(bytes(cur.key()))
+                        parts.append((ks, ke, kv))
+                if keys:
+                    cur.set_key(keys[-1])
+            if keys:
+                while cur.next() and bytes(cur.key()[:8]) == prefix:
+                    if from_u64(cur.key()[8:]) > hi:
+                        break
+                    keys.append(bytes(cur.key()))
+                    parts.append(decode_block(cur.value()))
+        if parts:
+            old_s = np.concatenate([p[0] for p in parts])
+            old_e = np.concatenate([p[1] for p in parts])
+            old_v = np.concatenate([p[2] for p in parts])
+            if old_s[-1] < s[0] and old_e[-1] < e[0]:
+                ms, me, mv = (np.concatenate((old_s, s)), np.concatenate((old_e, e)),
+                              np.concatenate((old_v, v)))
+            else:
+                ms, me, mv = normalize(np.concatenate((old_s, s)), np.concatenate((old_e, e)),
+                                       np.concatenate((old_v, v)))
+            for key in keys:
+                txn.delete(key, db=blocks)
+        else:
+            ms, me, mv = s, e, v
+        for i in range(0, len(ms), BLOCK_SIZE):
+            j = i + BLOCK_SIZE
+            txn.put(_KEY.pack(fid, int(ms[i])), encode_block(ms[i:j], me[i:j], mv[i:j]),
+                    db=blocks)
+
+    def append_to_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray) -> bool:
+        """Append a GC-list that lies wholly after the feature's list. Touches only the last
+        block. Returns False (and writes nothing) when the new intervals do not come after."""
+        blocks = self.dbs["blocks"]
+        prefix = u64(fid)
+        with self.txn.cursor(db=blocks) as cur:
+            found = cur.set_range(_KEY.pack(fid + 1, 0))
+            found = cur.prev() if found else cur.last()
+            if found and bytes(cur.key()[:8]) == prefix:
+                buf = cur.value()
+                n = _HEADER.unpack_from(buf, 0)[3]
+                ls, le, lv = decode_block(buf)
+                if not (ls[-1] < s[0] and le[-1] < e[0]):
+                    return False
+                if n < BLOCK_SIZE:
+                    take = BLOCK_SIZE - n
+                    cur.put(cur.key(), encode_block(np.concatenate((ls, s[:take])),
+                                                    np.concatenate((le, e[:take])),
+                                                    np.concatenate((lv, v[:take]))))
+                    s, e, v = s[take:], e[take:], v[take:]
+        for i in range(0, len(s), BLOCK_SIZE):
+            j = i + BLOCK_SIZE
+            self.txn.put(_KEY.pack(fid, int(s[i])), encode_block(s[i:j], e[i:j], v[i:j]),
+                         db=blocks)
+        return True
+
+    # documents
+    def put_doc(self, doc: Document) -> None:
+        self.txn.put(u64(doc.start), encode_doc(doc), db=self.dbs["docs"])
+        self.txn.put(doc.docno.encode(), u64(doc.start), db=self.dbs["docnos"])
+
+    def delete_doc(self, doc: Document) -> None:
+        self.txn.delete(u64(doc.start), db=self.dbs["docs"])
+        self.txn.delete(doc.docno.encode(), db=self.dbs["docnos"])
+
+    def doc_start(self, docno: str) -> int | None:
+        raw = self.txn.get(docno.encode(), db=self.dbs["docnos"])
+        return None if raw is None else from_u64(raw)
+
+    def doc_at_start(self, start: int) -> Document | None:
+        raw = self.txn.get(u64(start), db=self.dbs["docs"])
+        return None if raw is None else decode_doc(raw)
+
+    def doc_containing(self, address: int) -> Document | None:
+        """The document whose address range holds `address`."""
+        with self.txn.cursor(db=self.dbs["docs"]) as cur:
+            found = cur.set_range(u64(address + 1))
+            found = cur.prev() if found else cur.last()
+            if not found:
+                return None
+            doc = decode_doc(cur.value())
+        return doc if doc.start <= address <= doc.end else None
+
+    def docs_overlapping(self, p: int, q: int):
+        """Documents whose range overlaps [p, q], in address order."""
+        with self.txn.cursor(db=self.dbs["docs"]) as cur:
+            found = cur.set_range(u64(p + 1))
+            found = cur.prev() if found else cur.last()
+            if not found:
+                found = cur.first()
+            while found:
+                doc = decode_doc(cur.value())
+                if doc.start > q:
+                    return
+                if doc.end >= p:
+                    yield doc
+                found = cur.next()
+
+    def docs(self):
+        with self.txn.cursor(db=self.dbs["docs"]) as cur:
+            for _, value in cur:
+                yield decode_doc(value)
+
+    def docnos(self):
+        with self.txn.cursor(db=self.dbs["docnos"]) as cur:
+            for key, value in cur:
+                yield bytes(key).decode(), from_u64(value)
+
+    def doc_count(self) -> int:
+        return self.txn.stat(self.dbs["docs"])["entries"]
+
+    # erased ranges
+    def erased(self) -> tuple[np.ndarray, np.ndarray]:
+        starts, ends = [], []
+        with self.txn.cursor(db=self.dbs["erased"]) as cur:
+            for k, v in cur:
+                starts.append(from_u64(k))
+                ends.append(from_u64(v))
+        return np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+
+    def set_erased(self, starts, ends) -> None:
+        db = self.dbs["erased"]
+        self.txn.drop(db, delete=False)
+        for p, q in zip(starts, ends):
+            self.txn.put(u64(int(p)), u64(int(q)), db=db)
+
+    def all_blocks(self):
+        """(feature id, key start, raw block) of every block, in key order (for check)."""
+        with self.txn.cursor(db=self.dbs["blocks"]) as cur:
+            for k, v in cur:
+                fid, start = _KEY.unpack(bytes(k))
+                yield fid, start, v
+
+
+def disk_size(path: str) -> int:
+    """Bytes the database occupies on disk (allocated blocks, not the sparse map size)."""
+    total = 0
+    for name in os.listdir(path):
+        st = os.stat(os.path.join(path, name))
+        total += st.st_blocks * 512
+    return total
