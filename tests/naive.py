@@ -1,0 +1,257 @@
+"""Brute-force reference semantics: the definition every fast path is tested against.
+
+Plain Python over lists of (p, q) tuples (closed intervals of int addresses), written by
+enumeration rather than by clever algorithms. Slow on purpose; keep it obviously right.
+A GC-list here is a sorted list of (p, q) in which no interval contains another.
+"""
+
+from __future__ import annotations
+
+
+def _inside(x, y):
+    """True when interval x lies inside interval y (y.p <= x.p and x.q <= y.q)."""
+    return y[0] <= x[0] and x[1] <= y[1]
+
+
+def _minimal(intervals):
+    """The intervals that contain no other interval of the collection, sorted, once each."""
+    pool = set(intervals)
+    return sorted(x for x in pool if not any(y != x and _inside(y, x) for y in pool))
+
+
+def _minimal_solutions(lists, holds):
+    """The minimal intervals [i, j] for which holds(contained) is true, where contained is
+    the list of intervals of ``lists`` (each a list of (p, q)) lying inside [i, j].
+
+    Enumerates candidates [i, j] with i a start and j an end of some interval: a minimal
+    solution starts and ends there, since moving an endpoint inward past a point that is
+    no interval's endpoint leaves the same intervals inside. For each i only the first
+    (shortest) solution [i, j] is kept: every longer [i, j'] contains it.
+    """
+    everything = [x for lst in lists for x in lst]
+    starts = sorted({p for p, _ in everything})
+    ends = sorted({q for _, q in everything})
+    kept = []
+    for i in starts:
+        for j in ends:
+            if i <= j and holds([[x for x in lst if _inside(x, (i, j))] for lst in lists]):
+                kept.append((i, j))
+                break
+    return _minimal(kept)
+
+
+def normalize(triples):
+    """Any (p, q, v) triples in write order -> a GC-list of (p, q, v).
+
+    An exact duplicate (p, q) keeps the value of its last write; an interval that
+    contains another distinct interval is dropped.
+    """
+    latest = {}
+    for p, q, v in triples:
+        assert p <= q
+        latest[(p, q)] = v
+    return [(p, q, latest[(p, q)]) for p, q in _minimal(latest)]
+
+
+def both_of(a, b):
+    """``(^ A B)``: minimal intervals containing an A-interval and a B-interval."""
+    return _minimal_solutions([a, b], lambda inner: bool(inner[0]) and bool(inner[1]))
+
+
+def one_of(a, b):
+    """``(+ A B)``: minimal intervals containing an A-interval or a B-interval."""
+    return _minimal_solutions([a, b], lambda inner: bool(inner[0]) or bool(inner[1]))
+
+
+def followed_by(a, b):
+    """``(... A B)``: minimal intervals containing an A-interval x and a B-interval y
+    with x.q < y.p."""
+    return _minimal_solutions(
+        [a, b], lambda inner: any(x[1] < y[0] for x in inner[0] for y in inner[1])
+    )
+
+
+def contained_in(a, b):
+    """``(<< A B)``: indices of the A-intervals lying inside some B-interval."""
+    return [i for i, x in enumerate(a) if any(_inside(x, y) for y in b)]
+
+
+def containing(a, b):
+    """``(>> A B)``: indices of the A-intervals containing some B-interval."""
+    return [i for i, x in enumerate(a) if any(_inside(y, x) for y in b)]
+
+
+def not_contained_in(a, b):
+    """``(!< A B)``: indices of the A-intervals lying inside no B-interval."""
+    return [i for i, x in enumerate(a) if not any(_inside(x, y) for y in b)]
+
+
+def not_containing(a, b):
+    """``(!> A B)``: indices of the A-intervals containing no B-interval."""
+    return [i for i, x in enumerate(a) if not any(_inside(y, x) for y in b)]
+
+
+def phrase(lists):
+    """Sorted p such that p + i is in lists[i] for every i (lists of addresses)."""
+    sets = [set(lst) for lst in lists]
+    return sorted(p for p in sets[0] if all(p + i in s for i, s in enumerate(sets)))
+
+
+def ssr(covers, containers, k=42.0):
+    """Shortest-substring ranking: (scores, best), one entry per container.
+
+    scores[d] sums 1 / (k + (q - p)) over the covers (p, q) inside container d, in cover
+    order; best[d] is the index of the shortest of those covers (the first on ties), or
+    -1 when there is none.
+    """
+    scores, best = [], []
+    for d in containers:
+        total, shortest = 0.0, -1
+        for c, (p, q) in enumerate(covers):
+            if _inside((p, q), d):
+                total += 1.0 / (k + (q - p))
+                if shortest == -1 or q - p < covers[shortest][1] - covers[shortest][0]:
+                    shortest = c
+        scores.append(total)
+        best.append(shortest)
+    return scores, best
+
+
+def top(scores, n):
+    """Indices of the scores > 0, by score descending then index ascending, at most n."""
+    ranked = sorted((i for i, s in enumerate(scores) if s > 0), key=lambda i: (-scores[i], i))
+    return ranked[:n]
+
+
+def drop_erased(intervals, erased):
+    """Indices of the intervals (any order) lying inside no erased range."""
+    return [i for i, x in enumerate(intervals) if not any(_inside(x, r) for r in erased)]
+
+
+def merge_ranges(ranges):
+    """The covered addresses of closed ranges, as sorted maximal runs (p, q)."""
+    covered = sorted({a for p, q in ranges for a in range(p, q + 1)})
+    runs = []
+    for a in covered:
+        if runs and runs[-1][1] == a - 1:
+            runs[-1] = (runs[-1][0], a)
+        else:
+            runs.append((a, a))
+    return runs
+
+
+# ---------------------------------------------------------------------------------------
+# Whole queries over a whole (tiny) database: the definition of a query's meaning.
+
+class Model:
+    """A database as plain data: feature -> GC-list of (p, q, v), the address space size,
+    the erased ranges, and the documents (docno, start, end, tokens)."""
+
+    def __init__(self):
+        self.lists = {}        # feature -> {(p, q): v} in write order
+        self.size = 0
+        self.erased = []
+        self.docs = []         # (docno, start, end, tokens)
+
+    def add(self, docno, toks):
+        start = self.size
+        for i, t in enumerate(toks):
+            self._write(t, start + i, start + i, 0.0)
+        end = start + max(len(toks), 1) - 1
+        self._write(":", start, end, 0.0)
+        self.docs.append((docno, start, end, list(toks)))
+        self.size = end + 1
+        return start, end
+
+    def _write(self, feature, p, q, v):
+        self.lists.setdefault(feature, []).append((p, q, v))
+
+    def annotate(self, feature, p, q, v):
+        self._write(feature, p, q, v)
+
+    def erase(self, p, q):
+        self.erased = merge_ranges(self.erased + [(p, q)])
+        self.docs = [d for d in self.docs if not (p <= d[1] and d[2] <= q)]
+
+    def feature(self, name):
+        triples = normalize(self.lists.get(name, []))
+        return [t for t in triples if not any(_inside(t[:2], r) for r in self.erased)]
+
+
+def evaluate(model, node):
+    """The (p, q, v) triples a query AST denotes (see annodb.query for the node types)."""
+    from annodb.query import Combine, Compare, Feature, Link, Term, Window
+    if isinstance(node, Feature):
+        return model.feature(node.name)
+    if isinstance(node, Term):
+        if not node.tokens:
+            return []
+        lists = [[p for p, _, _ in model.feature(t)] for t in node.tokens]
+        n = len(node.tokens)
+        if n == 1:
+            return model.feature(node.tokens[0])
+        return [(p, p + n - 1, 0.0) for p in phrase(lists)]
+    if isinstance(node, Window):
+        n = node.size
+        wins = [(k, k + n - 1) for k in range(0, model.size - n + 1)]
+        return [(p, q, 0.0) for p, q in wins if not any(_inside((p, q), r) for r in model.erased)]
+    if isinstance(node, Link):
+        a = evaluate(model, node.arg)
+        addrs = sorted({int(v) for _, _, v in a if v >= 0 and v == int(v)})
+        return [(x, x, 0.0) for x in addrs if not any(_inside((x, x), r) for r in model.erased)]
+    if isinstance(node, Compare):
+        ops = {"=": lambda v, x: v == x, "!=": lambda v, x: v != x, "<": lambda v, x: v < x,
+               "<=": lambda v, x: v <= x, ">": lambda v, x: v > x, ">=": lambda v, x: v >= x}
+        return [t for t in evaluate(model, node.arg) if ops[node.op](t[2], node.value)]
+    if isinstance(node, Combine):
+        acc = evaluate(model, node.args[0])
+        for arg in node.args[1:]:
+            b = evaluate(model, arg)
+            pa, pb = [t[:2] for t in acc], [t[:2] for t in b]
+            if node.op in ("^", "+", "..."):
+                fn = {"^": both_of, "+": one_of, "...": followed_by}[node.op]
+                acc = [(p, q, 0.0) for p, q in fn(pa, pb)]
+            else:
+                fn = {"<<": contained_in, ">>": containing, "!<": not_contained_in,
+                      "!>": not_containing}[node.op]
+                acc = [acc[i] for i in fn(pa, pb)]
+        return acc
+    raise TypeError(node)
+
+
+def search(model, node, container_node, k):
+    """SSR ranking: [(docno, score, cover)] of the top k containers (documents only)."""
+    covers = [t[:2] for t in evaluate(model, node)]
+    boxes = [t[:2] for t in evaluate(model, container_node)]
+    scores, best = ssr(covers, boxes)
+    out = []
+    for i in top(scores, k):
+        start = boxes[i][0]
+        doc = next((d for d in model.docs if d[1] <= start <= d[2]), None)
+        out.append((doc[0] if doc else None, scores[i], covers[best[i]]))
+    return out
+
+
+def snippet(toks, a, b, width=200):
+    """The snippet of a document of tokens `toks` (joined by single spaces) for the cover of
+    token indices a..b: `width` tokens centred on the cover, clipped to the document; a
+    cover longer than `width` shows its first `width` tokens, all inside the tags."""
+    n = len(toks)
+    if b - a + 1 >= width:
+        lo, hi, hb = a, a + width - 1, a + width - 1
+    else:
+        best = None
+        for lo in range(0, max(n - width, 0) + 1):
+            hi = min(lo + width - 1, n - 1)
+            if lo <= a and b <= hi:
+                # centred: the left margin is (width - cover length) // 2 when it fits
+                want = a - (width - (b - a + 1)) // 2
+                key = abs(lo - want)
+                if best is None or key < best[0]:
+                    best = (key, lo, hi)
+        _, lo, hi = best
+        hb = b
+    left = " ".join(toks[lo:a])
+    mid = " ".join(toks[a:hb + 1])
+    right = " ".join(toks[hb + 1:hi + 1])
+    return " ".join(x for x in (left, "<cover>" + mid + "</cover>", right) if x)

@@ -1,0 +1,166 @@
+"""Whole queries on real databases agree exactly with the brute-force reference (naive.py).
+
+Hypothesis draws tiny databases (few words, so terms collide), annotations with values,
+erased ranges, and random query trees; the engine's intervals, values, SSR scores, covers
+and snippets must equal the reference's exactly.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import annodb
+from annodb import snippets
+from annodb.query import Combine, Compare, Feature, Link, Term, Window, format, parse
+
+import naive
+
+WORDS = ["a", "b", "c", "d"]
+FEATURES = ["x:", "y:"]
+SETTINGS = settings(max_examples=int(os.environ.get("ENGINE_EXAMPLES", "150")),
+                    deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+leaves = st.one_of(
+    st.sampled_from(WORDS).map(lambda w: Term((w,))),
+    st.lists(st.sampled_from(WORDS), min_size=2, max_size=3).map(lambda ws: Term(tuple(ws))),
+    st.sampled_from(FEATURES + [":"]).map(Feature),
+    st.integers(1, 4).map(Window),
+)
+
+
+def _branches(children):
+    return st.one_of(
+        st.builds(lambda op, args: Combine(op, tuple(args)),
+                  st.sampled_from(["^", "+", "...", "<<", ">>", "!<", "!>"]),
+                  st.lists(children, min_size=2, max_size=3)),
+        st.builds(Compare, st.sampled_from(["=", "!=", "<", "<=", ">", ">="]), children,
+                  st.sampled_from([0.0, 1.0, 2.0, 2.5])),
+        st.builds(Link, children),
+    )
+
+
+queries = st.recursive(leaves, _branches, max_leaves=6)
+
+
+@st.composite
+def databases(draw):
+    docs = draw(st.lists(st.lists(st.sampled_from(WORDS), max_size=10), min_size=1, max_size=5))
+    size = sum(max(len(d), 1) for d in docs)
+    address = st.integers(0, size - 1)
+    notes = draw(st.lists(st.tuples(st.sampled_from(FEATURES), address, st.integers(0, 3),
+                                    st.sampled_from([0.0, 1.0, 2.0, 3.0])), max_size=8))
+    erased = draw(st.lists(st.tuples(address, st.integers(0, 2)), max_size=2))
+    return docs, [(f, p, min(p + d, size - 1), v) for f, p, d, v in notes], \
+        [(p, min(p + d, size - 1)) for p, d in erased]
+
+
+def build(path, docs, notes, erased):
+    model = naive.Model()
+    db = annodb.open(path)
+    with db.write() as w:
+        for i, toks in enumerate(docs):
+            added = w.add(" ".join(toks), docno=f"doc{i}")
+            assert (added.start, added.end) == model.add(f"doc{i}", toks)
+    with db.write() as w:
+        for f, p, q, v in notes:
+            w.annotate(f, p, q, v)
+            model.annotate(f, p, q, v)
+        for p, q in erased:
+            w.erase(p, q)
+            model.erase(p, q)
+    return db, model
+
+
+def triples(intervals):
+    return list(intervals)
+
+
+@SETTINGS
+@given(databases(), st.lists(queries, min_size=1, max_size=4))
+def test_queries_agree_with_reference(database, nodes):
+    docs, notes, erased = database
+    with tempfile.TemporaryDirectory() as tmp:
+        db, model = build(os.path.join(tmp, "db"), docs, notes, erased)
+        try:
+            with db.read() as r:
+                for node in nodes:
+                    assert parse(format(node)).node == node
+                    assert triples(r.query(node)) == naive.evaluate(model, node), format(node)
+                    got = [(h.docno, h.score, h.cover) for h in r.search(node, k=3,
+                                                                        snippets=False)]
+                    assert got == naive.search(model, node, Feature(":"), 3), format(node)
+        finally:
+            db.close()
+
+
+@SETTINGS
+@given(st.integers(1, 450), st.data())
+def test_snippets_agree_with_reference(n, data):
+    toks = [f"w{i}" for i in range(n)]
+    a = data.draw(st.integers(0, n - 1))
+    b = data.draw(st.integers(a, n - 1))
+    width = data.draw(st.sampled_from([5, 200]))
+    doc = annodb.Document("d", 100, 100 + n - 1, " ".join(toks), [], {}, n)
+    got = snippets.make(doc, 100 + a, 100 + b, width=width).marked()
+    assert got == naive.snippet(toks, a, b, width)
+
+
+def test_scores_are_exact(tmp_path):
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        w.add("hello world hello", docno="d")
+    with db.read() as r:
+        assert r.search("(^ hello world)")[0].score == 2 / 43
+        assert r.search("hello")[0].score == 1 / 42 + 1 / 42
+        assert r.search('"hello world"')[0].score == 1 / 43
+    db.close()
+
+
+def test_snippet_newlines_and_cover(tmp_path):
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        w.add({"id": "r", "title": "Goth rock", "body": "line one\nline two goth"})
+    with db.read() as r:
+        hit = r.search("(^ two goth)")[0]
+        assert hit.snippet == "Goth rock line one line <cover>two goth</cover>"
+    db.close()
+
+
+def test_identical_subexpressions_are_solved_once(tmp_path, monkeypatch):
+    from annodb import gcl, kernels
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        w.add("the cat sat on the mat of the cat", docno="d")
+    calls = []
+    real = kernels.phrase
+    monkeypatch.setattr(gcl.kernels, "phrase", lambda *a: calls.append(1) or real(*a))
+    with db.read() as r:
+        r.count('(+ (^ "the cat" sat) (^ "the cat" mat) (^ "the cat" of))')
+    assert len(calls) == 1
+    db.close()
+
+
+def test_window_inside_containment_needs_no_materialising(tmp_path):
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        w.add("a x x x b a b", docno="d")
+    with db.read() as r:
+        assert list(r.query("(<< (^ a b) (# 2))")) == [(4, 5, 0.0), (5, 6, 0.0)]
+        assert list(r.query("(!< (^ a b) (# 2))")) == [(0, 4, 0.0)]
+    db.close()
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1", reason="already interpreted")
+def test_engine_agrees_without_jit():
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1", ENGINE_EXAMPLES="25")
+    here = os.path.dirname(__file__)
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          os.path.join(here, "test_engine.py"), "-k", "agree"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
