@@ -61,11 +61,12 @@ class Ranking:
     def __len__(self) -> int:
         return len(self.starts)
 
-    def hit(self, i: int, snippet: bool = True) -> Hit:
-        """The hit at rank i + 1."""
+    def hit(self, i: int, snippet: bool = True, snapshot=None) -> Hit:
+        """The hit at rank i + 1, its document read from `snapshot` (default: the one the
+        ranking was made in; a server passes a fresh one so no read stays open)."""
         s, e = int(self.starts[i]), int(self.ends[i])
         p, q = int(self.cover_starts[i]), int(self.cover_ends[i])
-        doc = self.snapshot.document_at(s)
+        doc = (snapshot or self.snapshot).document_at(s)
         docno = doc.docno if doc is not None else f"@{s}"
         text = None
         if snippet and doc is not None:
