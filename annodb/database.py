@@ -306,17 +306,20 @@ class Writer(Snapshot):
     def __init__(self, db: Database, txn: storage.Txn, lock: storage.WriterLock):
         super().__init__(db, txn)
         self._lock = lock
-        self._vocab: dict[str, int] = db._env.vocab
-        self._new_names: list[str] = []
+        self._vocab: storage.Vocab = db._env.vocab
+        self._new_names: list[str] = []  # interned by this transaction (the cache drops them on abort)
+        self._named = 0  # how many of them are written
         self._next_feature = txn.meta("next_feature", 1)
+        self._first_new_feature = self._next_feature  # ids from here have no blocks yet
         self._next_address = txn.meta("next_address", 0)
         self._documents = txn.meta("documents", 0)
         self._tokens = txn.meta("tokens", 0)
-        self._tok_ids: list[list[int]] = []
-        self._tok_starts: list[int] = []
-        self._tok_pending = 0
-        self._ann: dict[int, tuple[list, list, list]] = {}
+        self._tok_ids: list[int] = []        # feature ids of buffered tokens, in address order
+        self._tok_runs: list[tuple[int, int]] = []  # (first address, count) of each run
+        self._ann: list[tuple[int, int, int, float]] = []  # (feature id, p, q, value), in write order
+        self._new_docnos: dict[str, int] = {}  # docno -> start, not yet written
         self._dirty = False
+        self._docs: list[Document] = []  # added, not yet written (compressed at flush)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
@@ -367,26 +370,26 @@ class Writer(Snapshot):
         if self._dirty:
             self._flush()
 
+    def has(self, docno: str) -> bool:
+        self._check()
+        return docno in self._new_docnos or self._txn.doc_start(docno) is not None
+
     # features
     def _intern(self, name: str) -> int:
         fid = self._vocab.get(name)
         if fid is not None:
             return fid
+        return self._intern_missing(name)
+
+    def _intern_missing(self, name: str) -> int:
+        """A name not in the process's cache: look it up, or give it the next id."""
         fid = self._txn.feature_id(name)
         if fid is None:
             fid = self._next_feature
             self._next_feature += 1
-            self._txn.add_feature(name, fid)
             self._new_names.append(name)
         self._vocab[name] = fid
         return fid
-
-    def _token_ids(self, toks: list[str]) -> list[int]:
-        get = self._vocab.get
-        ids = [get(t) for t in toks]
-        if None in ids:
-            ids = [i if i is not None else self._intern(t) for i, t in zip(ids, toks)]
-        return ids
 
     # writes
     def add(self, content, docno: str | None = None, *, id_field: str | None = None,
@@ -409,43 +412,46 @@ class Writer(Snapshot):
         docno = str(docno)
         if not docno:
             raise AnnodbError("a docno cannot be empty")
-        if self._txn.doc_start(docno) is not None:
+        if docno in self._new_docnos or self._txn.doc_start(docno) is not None:
             if not replace:
                 raise AnnodbError(f"docno {docno!r} already exists (use replace=True)")
             self.delete(docno)
-        start = self._next_address
-        address = start
+        vocab = self._vocab
+        vocab.writer = self  # a new name calls back into this writer (Vocab.__missing__)
+        ann = self._ann
+        all_ids = self._tok_ids
+        first = len(all_ids)
+        start = address = self._next_address
         fields, pieces, char = [], [], 0
-        all_ids: list[int] = []
         for short, path, text in texts:
             if pieces:
                 char += 1  # the newline between fields
             toks = tokenizer.tokens(text)
-            ids = self._token_ids(toks)
-            all_ids.extend(ids)
-            fields.append(DocField(short, path, char, char + len(text), address,
-                                   address + len(ids) - 1))
-            if ids and path:
-                self._annotate_id(self._intern(short + ":"), address, address + len(ids) - 1, 0.0)
-                self._annotate_id(self._intern(path), address, address + len(ids) - 1, 0.0)
-            address += len(ids)
+            n = len(toks)
+            if n:
+                all_ids.extend([vocab[t] for t in toks])
+                if path:
+                    last = address + n - 1
+                    ann.append((vocab[short + ":"], address, last, 0.0))
+                    ann.append((vocab[path], address, last, 0.0))
+            fields.append(DocField(short, path, char, char + len(text), address, address + n - 1))
+            address += n
             pieces.append(text)
             char += len(text)
-        n = len(all_ids)
+        n = len(all_ids) - first
         end = start + max(n, 1) - 1
-        if all_ids:
-            self._tok_ids.append(all_ids)
-            self._tok_starts.append(start)
-            self._tok_pending += n
-        self._annotate_id(self._intern(DOCUMENT), start, end, 0.0)
+        if n:
+            self._tok_runs.append((start, n))
+        ann.append((vocab[DOCUMENT], start, end, 0.0))
         for path, value in values:
-            self._annotate_id(self._intern(path), start, end, value)
+            ann.append((vocab[path], start, end, value))
         self._next_address = end + 1
-        self._txn.put_doc(Document(docno, start, end, "\n".join(pieces), fields, meta, n))
+        self._docs.append(Document(docno, start, end, "\n".join(pieces), fields, meta, n))
+        self._new_docnos[docno] = start
         self._documents += 1
         self._tokens += n
         self._dirty = True
-        if self._tok_pending >= FLUSH_TOKENS:
+        if len(all_ids) >= FLUSH_TOKENS:
             self._flush()
         return Added(docno, start, end)
 
@@ -463,17 +469,13 @@ class Writer(Snapshot):
         self._dirty = True
 
     def _annotate_id(self, fid: int, p: int, q: int, value: float) -> None:
-        lists = self._ann.get(fid)
-        if lists is None:
-            lists = self._ann[fid] = ([], [], [])
-        lists[0].append(p)
-        lists[1].append(q)
-        lists[2].append(value)
+        self._ann.append((fid, p, q, value))
 
     def erase(self, p: int, q: int) -> None:
         """Erase addresses p..q: content and annotations inside disappear from every read at
         commit (documents wholly inside are deleted). Erased addresses are never reused."""
         self._check()
+        self._flush_docs()
         p, q = int(p), int(q)
         if p < 0 or q < p:
             raise AnnodbError(f"bad range [{p}, {q}]: need 0 <= p <= q")
@@ -491,6 +493,7 @@ class Writer(Snapshot):
     def delete(self, docno: str) -> bool:
         """Delete the document with this docno (erasing its addresses). False if absent."""
         self._check()
+        self._flush_docs()
         start = self._txn.doc_start(docno)
         if start is None:
             return False
@@ -498,32 +501,83 @@ class Writer(Snapshot):
         self.erase(doc.start, doc.end)
         return True
 
+    def _flush_docs(self) -> None:
+        if self._docs:
+            self._txn.put_docs(self._docs)
+            self._docs = []
+        if self._new_docnos:
+            self._txn.put_docnos(sorted(self._new_docnos.items()))
+            self._new_docnos = {}
+
     def _flush(self) -> None:
-        """Write the buffered annotations into the LMDB transaction."""
+        """Write the buffered documents and annotations into the LMDB transaction.
+
+        Features first interned since the last flush have no blocks yet and ids above every
+        stored block's: their lists (token postings encoded by one kernel call, other
+        annotations list by list) go to LMDB as one sorted append, which fills pages. The
+        other features add to their existing lists (append to, or merge into, the last
+        blocks)."""
         txn = self._txn
+        self._flush_docs()
+        if self._new_names:
+            vocab = self._vocab
+            txn.add_features([(name, vocab[name]) for name in self._new_names[self._named:]])
+            self._named = len(self._new_names)
+        fresh = self._first_new_feature
+        new_blocks = []  # (fids, firsts, buf, offsets) of new features' lists
+        token_fids = set()
         if self._tok_ids:
-            ids = np.fromiter((i for chunk in self._tok_ids for i in chunk), dtype=np.int64,
-                              count=self._tok_pending)
-            addrs = np.concatenate([np.arange(s, s + len(c), dtype=np.int64)
-                                    for s, c in zip(self._tok_starts, self._tok_ids)])
+            ids = np.array(self._tok_ids, dtype=np.int64)
+            runs = np.array(self._tok_runs, dtype=np.int64).reshape(-1, 2)
+            offsets = np.cumsum(runs[:, 1]) - runs[:, 1]
+            addrs = np.arange(len(ids), dtype=np.int64) + np.repeat(runs[:, 0] - offsets,
+                                                                    runs[:, 1])
             order = np.argsort(ids, kind="stable")
             sorted_ids = ids[order]
             sorted_addrs = addrs[order]
             cuts = np.flatnonzero(np.diff(sorted_ids)) + 1
             bounds = np.concatenate(([0], cuts, [len(ids)]))
-            for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-                fid = int(sorted_ids[a])
-                s = sorted_addrs[a:b]
-                v = np.zeros(len(s), dtype=np.float64)
-                if not txn.append_to_list(fid, s, s, v):
-                    txn.merge_into_list(fid, s, s, v, kernels.normalize)
-            self._tok_ids, self._tok_starts, self._tok_pending = [], [], 0
-        for fid, (ps, qs, vs) in self._ann.items():
-            s, e, v = kernels.normalize(np.asarray(ps, dtype=np.int64),
-                                        np.asarray(qs, dtype=np.int64),
-                                        np.asarray(vs, dtype=np.float64))
-            if not txn.append_to_list(fid, s, e, v):
-                txn.merge_into_list(fid, s, e, v, kernels.normalize)
-        self._ann = {}
+            fids = sorted_ids[bounds[:-1]]
+            new = fids >= fresh
+            for g in np.flatnonzero(~new).tolist():
+                txn.add_points(int(fids[g]), sorted_addrs[bounds[g]:bounds[g + 1]])
+            if new.any():
+                groups = np.flatnonzero(new)
+                if len(groups) == len(fids):
+                    sel, gb = sorted_addrs, bounds
+                else:
+                    lo, hi = bounds[groups], bounds[groups + 1]
+                    sel = np.concatenate([sorted_addrs[a:b] for a, b in zip(lo.tolist(),
+                                                                               hi.tolist())])
+                    gb = np.concatenate(([0], np.cumsum(hi - lo)))
+                buf, offs, grp, first = kernels.encode_point_groups(
+                    sel, gb, storage.BLOCK_BYTES, storage.BLOCK_SIZE)
+                new_blocks.append((fids[groups][grp], first, buf, offs))
+                token_fids = set(fids[groups].tolist())
+            self._tok_ids, self._tok_runs = [], []
+        later = []
+        if self._ann:
+            fids, ps, qs, vs = zip(*self._ann)
+            fids = np.array(fids, dtype=np.int64)
+            order = np.argsort(fids, kind="stable")  # by feature, in write order within one
+            fids = fids[order]
+            ps = np.array(ps, dtype=np.int64)[order]
+            qs = np.array(qs, dtype=np.int64)[order]
+            vs = np.array(vs, dtype=np.float64)[order]
+            cuts = (np.flatnonzero(np.diff(fids)) + 1).tolist()
+            for a, b in zip([0] + cuts, cuts + [len(fids)]):
+                fid = int(fids[a])
+                lst = kernels.normalize(ps[a:b], qs[a:b], vs[a:b])
+                if fid >= fresh and fid not in token_fids:
+                    new_blocks.append(txn.encode_list(fid, *lst))
+                else:
+                    later.append((fid, lst))
+            self._ann = []
+        if new_blocks:
+            fids, firsts, bufs, offsets = zip(*new_blocks)
+            txn.put_blocks(np.concatenate(fids), np.concatenate(firsts), bufs, offsets)
+        for fid, lst in later:  # old features, or new ones with tokens too: after the append
+            txn.add_to_list(fid, *lst)
+        self._first_new_feature = self._next_feature
         self._lists.clear()
         self._dirty = False

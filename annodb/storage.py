@@ -16,8 +16,8 @@ so LMDB's byte order is numeric order; addresses are >= 0):
               feature's annotation list (see below). A feature's blocks are consecutive keys
               and together hold its whole list, sorted by start with no interval nested in
               another (a GC-list: starts and ends both strictly increase).
-    docs      first address (u64) -> msgpack Document (docno, address range, text, fields,
-              metadata)
+    docs      first address (u64) -> one byte 0 + msgpack Document (docno, address range,
+              text, fields, metadata), or one byte 1 + the same zlib-compressed
     docnos    docno (utf-8) -> first address (u64)
     erased    first address (u64) -> last address (u64): erased ranges, disjoint and merged.
               Annotations lying inside an erased range are invisible to every read.
@@ -42,26 +42,32 @@ import os
 import struct
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 
 import lmdb
 import msgspec
 import numpy as np
 
-from . import tokenizer
+from . import kernels, tokenizer
 from .errors import FormatVersionError, StorageError, WriterBusyError
 
 FORMAT_VERSION = 1
+# A block holds at most BLOCK_SIZE intervals and encodes to at most BLOCK_BYTES, so that it
+# is stored inside an LMDB leaf page (LMDB moves values over ~2014 bytes to overflow pages
+# of their own, which would waste half of each) and two fill a page.
 BLOCK_SIZE = 2048
+BLOCK_BYTES = 2000
 MAP_SIZE = 1 << 40  # 1 TiB of address space: sparse on disk, so the map never fills in use
 MAX_READERS = 1024
+COMPRESS_OVER = 1024  # documents whose msgpack is at least this long are zlib-compressed
 
 FLAG_POINTS = 1
 FLAG_ZERO = 2
 _HEADER = struct.Struct("<BBBxIq")
 _U64 = struct.Struct(">Q")
 _KEY = struct.Struct(">QQ")
-_WIDTH_DTYPE = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_ZEROS = np.zeros(BLOCK_SIZE, dtype=np.float64)
 
 _SUBDBS = ("meta", "features", "names", "blocks", "docs", "docnos", "erased")
 
@@ -74,57 +80,12 @@ def from_u64(b) -> int:
     return _U64.unpack(bytes(b))[0]
 
 
-def _width(maximum: int) -> int:
-    if maximum < 1 << 8:
-        return 1
-    if maximum < 1 << 16:
-        return 2
-    if maximum < 1 << 32:
-        return 4
-    return 8
-
-
 def encode_block(starts: np.ndarray, ends: np.ndarray, values: np.ndarray) -> bytes:
-    n = len(starts)
-    lengths = ends - starts
-    deltas = np.diff(starts)
-    flags = 0
-    parts = []
-    if not values.any():
-        flags |= FLAG_ZERO
-    else:
-        parts.append(values.astype("<f8").tobytes())
-    sw = _width(int(deltas.max())) if n > 1 else 1
-    parts.append(deltas.astype(_WIDTH_DTYPE[sw]).tobytes())
-    lw = 1
-    if not lengths.any():
-        flags |= FLAG_POINTS
-    else:
-        lw = _width(int(lengths.max()))
-        parts.append(lengths.astype(_WIDTH_DTYPE[lw]).tobytes())
-    return _HEADER.pack(flags, sw, lw, n, int(starts[0])) + b"".join(parts)
+    return kernels.encode_block(starts, ends, values)
 
 
 def decode_block(buf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    flags, sw, lw, n, first = _HEADER.unpack_from(buf, 0)
-    pos = _HEADER.size
-    if flags & FLAG_ZERO:
-        values = np.zeros(n, dtype=np.float64)
-    else:
-        values = np.frombuffer(buf, dtype="<f8", count=n, offset=pos).astype(np.float64)
-        pos += 8 * n
-    starts = np.empty(n, dtype=np.int64)
-    starts[0] = first
-    if n > 1:
-        deltas = np.frombuffer(buf, dtype=_WIDTH_DTYPE[sw], count=n - 1, offset=pos)
-        np.cumsum(deltas, dtype=np.int64, out=starts[1:])
-        starts[1:] += first
-        pos += sw * (n - 1)
-    if flags & FLAG_POINTS:
-        ends = starts.copy()
-    else:
-        ends = starts + np.frombuffer(buf, dtype=_WIDTH_DTYPE[lw], count=n, offset=pos)
-    return starts, ends, values
+    return kernels.decode_block(buf)
 
 
 def block_last(buf) -> tuple[int, int]:
@@ -142,8 +103,9 @@ class DocField(msgspec.Struct, array_like=True):
     end: int
 
 
-class Document(msgspec.Struct):
-    """A stored document: its docno, address range [start, end], text and fields."""
+class Document(msgspec.Struct, array_like=True, omit_defaults=True):
+    """A stored document: its docno, address range [start, end], text and fields. (Stored as
+    a msgpack array: add fields only at the end, with defaults.)"""
 
     docno: str
     start: int
@@ -168,11 +130,43 @@ _meta_decoder = msgspec.msgpack.Decoder()
 
 
 def encode_doc(doc: Document) -> bytes:
-    return _doc_encoder.encode(doc)
+    raw = _doc_encoder.encode(doc)
+    if len(raw) < COMPRESS_OVER:
+        return b"\x00" + raw
+    return b"\x01" + zlib.compress(raw, 6)
+
+
+_executor = None
+
+
+def _encode_docs(docs: list[Document]) -> list[bytes]:
+    return [encode_doc(d) for d in docs]
+
+
+def _pool():
+    global _executor
+    if _executor is None:
+        from concurrent.futures import ThreadPoolExecutor
+        _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="annodb-compress")
+    return _executor
 
 
 def decode_doc(buf) -> Document:
-    return _doc_decoder.decode(buf)
+    kind = buf[0]
+    if kind == 0:
+        return _doc_decoder.decode(memoryview(buf)[1:])
+    return _doc_decoder.decode(zlib.decompress(memoryview(buf)[1:]))
+
+
+class Vocab(dict):
+    """Feature name -> id for this process's writers (ids never change once committed; a
+    writer that aborts removes the names it added). A miss asks the current writer, so the
+    common case, a known word, is one C-level dict lookup."""
+
+    writer = None
+
+    def __missing__(self, name: str) -> int:
+        return self.writer._intern_missing(name)
 
 
 @dataclass
@@ -186,7 +180,7 @@ class Environment:
     lock_path: str
     thread_lock: threading.Lock
     users: int = 0
-    vocab: dict = field(default_factory=dict)  # feature name -> id, shared by this process's writers
+    vocab: "Vocab" = field(default_factory=lambda: Vocab())
 
 
 _open_envs: dict[str, Environment] = {}
@@ -219,9 +213,17 @@ def open_environment(path: str, *, readonly: bool = False, create: bool = True) 
         except OSError as err:
             raise StorageError(f"{path}: cannot open database: {err.strerror}") from None
         try:
-            if readonly:
-                dbs = {name: env.open_db(name.encode(), create=False) for name in _SUBDBS}
-            else:
+            dbs = None
+            if readonly or exists:
+                # a read transaction: opening never waits for another process's writer
+                try:
+                    with env.begin() as txn:
+                        dbs = {name: env.open_db(name.encode(), txn=txn, create=False)
+                               for name in _SUBDBS}
+                except lmdb.NotFoundError:
+                    if readonly:
+                        raise
+            if dbs is None:
                 with env.begin(write=True) as txn:
                     dbs = {name: env.open_db(name.encode(), txn=txn) for name in _SUBDBS}
                     _init_meta(txn, dbs["meta"])
@@ -323,12 +325,20 @@ class Txn:
         self.write = write
         self.dbs = env.dbs
         self.txn = env.env.begin(write=write, buffers=not write)
+        self._append_cursor = None
 
     def commit(self) -> None:
+        self._close_cursors()
         self.txn.commit()
 
     def abort(self) -> None:
+        self._close_cursors()
         self.txn.abort()
+
+    def _close_cursors(self) -> None:
+        if self._append_cursor is not None:
+            self._append_cursor.close()
+            self._append_cursor = None
 
     # meta
     def meta(self, key: str, default=None):
@@ -343,9 +353,12 @@ class Txn:
         raw = self.txn.get(name.encode(), db=self.dbs["features"])
         return None if raw is None else from_u64(raw)
 
-    def add_feature(self, name: str, fid: int) -> None:
-        self.txn.put(name.encode(), u64(fid), db=self.dbs["features"])
-        self.txn.put(u64(fid), name.encode(), db=self.dbs["names"])
+    def add_features(self, items: list[tuple[str, int]]) -> None:
+        """Intern new features: (name, id) pairs with ids above every stored one."""
+        with self.txn.cursor(db=self.dbs["features"]) as cur:
+            cur.putmulti(sorted((name.encode(), u64(fid)) for name, fid in items))
+        with self.txn.cursor(db=self.dbs["names"]) as cur:
+            cur.putmulti(sorted((u64(fid), name.encode()) for name, fid in items), append=True)
 
     def feature_name(self, fid: int) -> str | None:
         raw = self.txn.get(u64(fid), db=self.dbs["names"])
@@ -404,8 +417,7 @@ class Txn:
                 n += _HEADER.unpack_from(value, 0)[3]
         return n
 
-    def merge_into_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray,
-                        normalize) -> None:
+    def merge_into_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray) -> None:
         """Merge the GC-list (s, e, v) into feature `fid`'s list. New intervals win exact
         duplicates; where two would nest, the inner one stays (normalize's rule)."""
         if len(s) == 0:
@@ -455,23 +467,35 @@ class Txn:
                 ms, me, mv = (np.concatenate((old_s, s)), np.concatenate((old_e, e)),
                               np.concatenate((old_v, v)))
             else:
-                ms, me, mv = normalize(np.concatenate((old_s, s)), np.concatenate((old_e, e)),
-                                       np.concatenate((old_v, v)))
+                ms, me, mv = kernels.normalize(np.concatenate((old_s, s)),
+                                               np.concatenate((old_e, e)),
+                                               np.concatenate((old_v, v)))
             for key in keys:
                 txn.delete(key, db=blocks)
         else:
             ms, me, mv = s, e, v
-        for i in range(0, len(ms), BLOCK_SIZE):
-            j = i + BLOCK_SIZE
-            txn.put(_KEY.pack(fid, int(ms[i])), encode_block(ms[i:j], me[i:j], mv[i:j]),
-                    db=blocks)
+        self._put_list(fid, ms, me, mv)
+
+    def add_to_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray) -> None:
+        """Add a GC-list to a feature's list: appended when it comes after, else merged."""
+        if not self.append_to_list(fid, s, e, v):
+            self.merge_into_list(fid, s, e, v)
+
+    def add_points(self, fid: int, addresses: np.ndarray) -> None:
+        """Add token postings (points, value 0) to a feature's list."""
+        v = _ZEROS[:len(addresses)] if len(addresses) <= BLOCK_SIZE else \
+            np.zeros(len(addresses), dtype=np.float64)
+        self.add_to_list(fid, addresses, addresses, v)
 
     def append_to_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray) -> bool:
         """Append a GC-list that lies wholly after the feature's list. Touches only the last
         block. Returns False (and writes nothing) when the new intervals do not come after."""
         blocks = self.dbs["blocks"]
         prefix = u64(fid)
-        with self.txn.cursor(db=blocks) as cur:
+        if self._append_cursor is None:
+            self._append_cursor = self.txn.cursor(db=blocks)
+        cur = self._append_cursor
+        if True:
             found = cur.set_range(_KEY.pack(fid + 1, 0))
             found = cur.prev() if found else cur.last()
             if found and bytes(cur.key()[:8]) == prefix:
@@ -480,22 +504,66 @@ class Txn:
                 ls, le, lv = decode_block(buf)
                 if not (ls[-1] < s[0] and le[-1] < e[0]):
                     return False
-                if n < BLOCK_SIZE:
-                    take = BLOCK_SIZE - n
-                    cur.put(cur.key(), encode_block(np.concatenate((ls, s[:take])),
-                                                    np.concatenate((le, e[:take])),
-                                                    np.concatenate((lv, v[:take]))))
-                    s, e, v = s[take:], e[take:], v[take:]
-        for i in range(0, len(s), BLOCK_SIZE):
-            j = i + BLOCK_SIZE
-            self.txn.put(_KEY.pack(fid, int(s[i])), encode_block(s[i:j], e[i:j], v[i:j]),
-                         db=blocks)
+                if n < BLOCK_SIZE and len(buf) < BLOCK_BYTES:
+                    # refill the last block (and go on in new blocks past it)
+                    cur.delete()
+                    s, e, v = (np.concatenate((ls, s)), np.concatenate((le, e)),
+                               np.concatenate((lv, v)))
+        self._put_list(fid, s, e, v)
         return True
 
+    def _put_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray) -> None:
+        """Write a GC-list as new blocks (cut so each fits BLOCK_BYTES)."""
+        cuts = kernels.block_bounds(s, e, v, BLOCK_BYTES, BLOCK_SIZE).tolist()
+        blocks = self.dbs["blocks"]
+        put = self.txn.put
+        for i, j in zip(cuts[:-1], cuts[1:]):
+            put(_KEY.pack(fid, int(s[i])), encode_block(s[i:j], e[i:j], v[i:j]), db=blocks)
+
+    def encode_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray):
+        """A GC-list as blocks, in put_blocks' form (fids, firsts, buf, offsets)."""
+        cuts = kernels.block_bounds(s, e, v, BLOCK_BYTES, BLOCK_SIZE).tolist()
+        parts = [encode_block(s[i:j], e[i:j], v[i:j]) for i, j in zip(cuts[:-1], cuts[1:])]
+        offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+        offsets[1:] = np.cumsum([len(p) for p in parts])
+        return (np.full(len(parts), fid, dtype=np.int64), s[cuts[:-1]],
+                np.frombuffer(b"".join(parts), dtype=np.uint8), offsets)
+
+    def put_blocks(self, fids, firsts, bufs, offsets) -> None:
+        """Store the blocks of new features, whose ids are above every stored block's. Block
+        i of part k is bufs[k][offsets[k][i]:offsets[k][i+1]]; fids and firsts run over all
+        blocks. They are written in key order, so LMDB appends them, filling pages instead
+        of splitting them."""
+        pack = _KEY.pack
+        values = []
+        for buf, offs in zip(bufs, offsets):
+            mv = memoryview(buf)
+            offs = offs.tolist()
+            values.extend(mv[a:b] for a, b in zip(offs[:-1], offs[1:]))
+        keys = [pack(f, a) for f, a in zip(fids.tolist(), firsts.tolist())]
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        with self.txn.cursor(db=self.dbs["blocks"]) as cur:
+            cur.putmulti([(keys[i], values[i]) for i in order], append=True)
+
     # documents
-    def put_doc(self, doc: Document) -> None:
-        self.txn.put(u64(doc.start), encode_doc(doc), db=self.dbs["docs"])
-        self.txn.put(doc.docno.encode(), u64(doc.start), db=self.dbs["docnos"])
+    def put_docs(self, docs: list[Document]) -> None:
+        """Store new documents, each starting past every stored one (so LMDB appends, filling
+        pages instead of splitting them). Compression runs on a second core (zlib releases
+        the GIL) while this thread goes on."""
+        if len(docs) >= 512:
+            half = len(docs) // 2
+            other = _pool().submit(_encode_docs, docs[half:])
+            values = _encode_docs(docs[:half]) + other.result()
+        else:
+            values = _encode_docs(docs)
+        items = [(u64(d.start), v) for d, v in zip(docs, values)]
+        with self.txn.cursor(db=self.dbs["docs"]) as cur:
+            cur.putmulti(items, append=True)
+
+    def put_docnos(self, items: list[tuple[str, int]]) -> None:
+        """Map docnos to document starts (sorted items insert into fuller pages)."""
+        with self.txn.cursor(db=self.dbs["docnos"]) as cur:
+            cur.putmulti([(d.encode(), u64(s)) for d, s in items])
 
     def delete_doc(self, doc: Document) -> None:
         self.txn.delete(u64(doc.start), db=self.dbs["docs"])

@@ -1,0 +1,389 @@
+"""Every kernel of annodb.kernels equals its brute-force twin in tests/naive.py, exactly.
+
+The same file also runs under NUMBA_DISABLE_JIT=1 (see test_pure_python_run), so the
+kernels are checked as plain Python too (coverage, and the interpreter's bounds checks).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from annodb import kernels as K
+import naive
+
+settings.register_profile("kernels", derandomize=True, database=None, deadline=None)
+settings.load_profile("kernels")
+
+NOJIT_CHILD = "ANNODB_KERNELS_NOJIT_CHILD"
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def cols(intervals):
+    """[(p, q), ...] -> (starts, ends) as int64 arrays."""
+    return (
+        np.array([p for p, _ in intervals], dtype=np.int64),
+        np.array([q for _, q in intervals], dtype=np.int64),
+    )
+
+
+def pairs(s, e):
+    return list(zip(s.tolist(), e.tolist()))
+
+
+def gc(raw):
+    """Raw (p, q) pairs -> a GC-list by the naive normalize."""
+    return [(p, q) for p, q, _ in naive.normalize([(p, q, 0.0) for p, q in raw])]
+
+
+def raw_intervals(max_addr, max_len=5, min_size=0, max_size=8):
+    """Random (p, q) with 0 <= p <= max_addr and q - p < max_len (may nest, repeat)."""
+    one = st.tuples(st.integers(0, max_addr), st.integers(0, max_len - 1))
+    return st.lists(one, min_size=min_size, max_size=max_size).map(
+        lambda xs: [(p, p + d) for p, d in xs]
+    )
+
+
+def gc_lists(max_addr=40, max_len=6, min_size=0, max_size=8):
+    """GC-lists of intervals of 1..max_len addresses over 0..max_addr (+ length)."""
+    return raw_intervals(max_addr, max_len, min_size, max_size).map(gc)
+
+
+def point_lists(max_addr=40, min_size=0, max_size=8):
+    return st.lists(st.integers(0, max_addr), min_size=min_size, max_size=max_size).map(
+        lambda xs: [(p, p) for p in sorted(set(xs))]
+    )
+
+
+def dense_lists(max_size=40):
+    """Runs of short intervals with small gaps: dense in count, placed anywhere in 0..2000."""
+    return st.tuples(
+        st.integers(0, 1800),
+        st.lists(st.tuples(st.integers(1, 3), st.integers(0, 2)), max_size=max_size),
+    ).map(lambda t: gc(_run(*t)))
+
+
+def _run(start, steps):
+    out, p = [], start
+    for gap, d in steps:
+        p += gap
+        out.append((p, p + d))
+    return out
+
+
+small = st.one_of(gc_lists(), point_lists(), gc_lists(max_addr=8, max_len=3))
+# one list of 1-3 intervals over 0..2000 against a dense one: exercises the galloping
+sparse = st.one_of(gc_lists(2000, 6, 1, 3), point_lists(2000, 1, 3))
+skewed = st.tuples(sparse, dense_lists()) | st.tuples(dense_lists(), sparse)
+two_lists = st.tuples(small, small) | skewed
+
+COMBINE = ["both_of", "one_of", "followed_by"]
+SELECT = ["contained_in", "containing", "not_contained_in", "not_containing"]
+
+
+def run_combine(name, a, b):
+    s, e = getattr(K, name)(*cols(a), *cols(b))
+    assert s.dtype == np.int64 and e.dtype == np.int64
+    assert K.is_gc_list(s, e)
+    return pairs(s, e)
+
+
+def run_select(name, a, b):
+    idx = getattr(K, name)(*cols(a), *cols(b))
+    assert idx.dtype == np.int64
+    return idx.tolist()
+
+
+def run_phrase(lists):
+    positions = np.array([p for lst in lists for p in lst], dtype=np.int64)
+    offsets = np.cumsum([0] + [len(lst) for lst in lists])
+    return K.phrase(positions, offsets).tolist()
+
+
+def run_ssr(covers, containers, k=42.0):
+    scores, best = K.ssr(*cols(covers), *cols(containers), k)
+    assert scores.dtype == np.float64 and best.dtype == np.int64
+    return scores.tolist(), best.tolist()
+
+
+# ---------------------------------------------------------------- normalize
+
+
+@settings(max_examples=300)
+@given(
+    raw_intervals(15, 5, 0, 12),
+    st.data(),
+)
+def test_normalize(raw, data):
+    values = data.draw(st.lists(st.integers(-3, 3), min_size=len(raw), max_size=len(raw)))
+    triples = [(p, q, float(v)) for (p, q), v in zip(raw, values)]
+    s, e, v = K.normalize(*cols(raw), np.array(values, dtype=np.float64))
+    assert list(zip(s.tolist(), e.tolist(), v.tolist())) == naive.normalize(triples)
+
+
+def test_normalize_examples():
+    # duplicates: the last write wins; nesting: the inner interval stays
+    s, e, v = K.normalize([5, 1, 5, 2], [9, 8, 9, 3], [1.0, 2.0, 3.0, 4.0])
+    assert (s.tolist(), e.tolist(), v.tolist()) == ([2, 5], [3, 9], [4.0, 3.0])
+    # an input that already is a GC-list comes back equal, as new arrays
+    a = np.array([1, 4, 7])
+    s, e, v = K.normalize(a, a + 1, [0.5, 1.5, 2.5])
+    assert (s.tolist(), e.tolist(), v.tolist()) == ([1, 4, 7], [2, 5, 8], [0.5, 1.5, 2.5])
+    assert s is not a and not np.shares_memory(s, a)
+    s, e, v = K.normalize([], [], [])
+    assert s.tolist() == e.tolist() == v.tolist() == []
+    assert s.dtype == e.dtype == np.int64 and v.dtype == np.float64
+
+
+# ---------------------------------------------------------------- combining operators
+
+
+@pytest.mark.parametrize("name", COMBINE)
+@settings(max_examples=250)
+@given(two_lists)
+def test_combine(name, ab):
+    a, b = ab
+    assert run_combine(name, a, b) == getattr(naive, name)(a, b)
+
+
+@settings(max_examples=100)
+@given(st.one_of(small, dense_lists()))
+def test_both_of_self_is_identity(a):
+    assert run_combine("both_of", a, a) == a
+    assert run_combine("one_of", a, a) == a
+
+
+@pytest.mark.parametrize("name", COMBINE)
+def test_combine_empty(name):
+    a = [(1, 2), (4, 4)]
+    assert run_combine(name, [], []) == []
+    assert run_combine(name, a, []) == (a if name == "one_of" else [])
+    assert run_combine(name, [], a) == (a if name == "one_of" else [])
+
+
+def test_combine_examples():
+    a, b = [(1, 1), (10, 10)], [(5, 5)]
+    assert run_combine("both_of", a, b) == [(1, 5), (5, 10)]
+    assert run_combine("one_of", a, b) == [(1, 1), (5, 5), (10, 10)]
+    assert run_combine("followed_by", a, b) == [(1, 5)]
+    assert run_combine("followed_by", b, a) == [(5, 10)]
+    # a B-interval over each A: the B-intervals themselves are the minimal ones
+    b = [(0, 1), (1, 2), (10, 12)]
+    assert run_combine("both_of", a, b) == naive.both_of(a, b) == [(0, 1), (1, 2), (10, 12)]
+
+
+# ---------------------------------------------------------------- containment filters
+
+
+@pytest.mark.parametrize("name", SELECT)
+@settings(max_examples=250)
+@given(two_lists)
+def test_select(name, ab):
+    a, b = ab
+    assert run_select(name, a, b) == getattr(naive, name)(a, b)
+
+
+@pytest.mark.parametrize("name", SELECT)
+@settings(max_examples=60)
+@given(st.tuples(gc_lists(300, 4, 0, 150), gc_lists(300, 30, 0, 12)))
+def test_select_many_against_few(name, ab):
+    # both sizes in both roles: the kernel drives from the shorter list
+    a, b = ab
+    assert run_select(name, a, b) == getattr(naive, name)(a, b)
+    assert run_select(name, b, a) == getattr(naive, name)(b, a)
+
+
+@pytest.mark.parametrize("name", SELECT)
+def test_select_empty(name):
+    a = [(1, 2), (4, 4)]
+    negated = name.startswith("not_")
+    assert run_select(name, [], []) == []
+    assert run_select(name, [], a) == []
+    assert run_select(name, a, []) == ([0, 1] if negated else [])
+
+
+# ---------------------------------------------------------------- phrase
+
+
+def phrase_lists(k_max=4, max_addr=30, max_size=20):
+    lst = st.lists(st.integers(0, max_addr), max_size=max_size).map(lambda xs: sorted(set(xs)))
+    return st.lists(lst, min_size=1, max_size=k_max)
+
+
+@settings(max_examples=300)
+@given(phrase_lists() | phrase_lists(k_max=3, max_addr=6, max_size=6))
+def test_phrase(lists):
+    assert run_phrase(lists) == naive.phrase(lists)
+
+
+@settings(max_examples=100)
+@given(
+    st.lists(st.integers(0, 2000), min_size=1, max_size=3).map(lambda xs: sorted(set(xs))),
+    st.lists(st.tuples(st.integers(0, 1900), st.integers(1, 300)), min_size=1, max_size=3),
+    st.integers(0, 3),
+)
+def test_phrase_rare_term(rare, runs, where):
+    # dense lists are runs of consecutive addresses, so that the rare term often matches
+    dense = [sorted({p for p in range(s, s + n)}) for s, n in runs]
+    lists = dense[:where] + [rare] + dense[where:]
+    assert run_phrase(lists) == naive.phrase(lists)
+
+
+def test_phrase_examples():
+    assert run_phrase([[1, 5, 9], [2, 6, 11]]) == [1, 5]
+    assert run_phrase([[3, 4]]) == [3, 4]
+    assert run_phrase([[], [1]]) == []
+    assert run_phrase([[7], [7]]) == []  # "the the" needs two adjacent addresses
+    assert run_phrase([[7, 8], [8, 9]]) == [7, 8]
+    with pytest.raises(ValueError):
+        K.phrase([1, 2], [0])
+    with pytest.raises(ValueError):
+        K.phrase([1, 2], [0, 1])
+
+
+# ---------------------------------------------------------------- ranking
+
+
+@settings(max_examples=250)
+@given(
+    st.one_of(small, dense_lists()),
+    st.one_of(gc_lists(40, 15), gc_lists(2000, 300, 0, 6), dense_lists()),
+    st.sampled_from([42.0, 1.0, 0.5, 3.25]),
+)
+def test_ssr(covers, containers, k):
+    assert run_ssr(covers, containers, k) == naive.ssr(covers, containers, k)
+
+
+def test_ssr_examples():
+    covers = [(1, 2), (5, 5), (9, 12)]
+    scores, best = run_ssr(covers, [(0, 6), (6, 8), (8, 20)])
+    assert scores == [1 / 43 + 1 / 42, 0.0, 1 / 45]
+    assert best == [1, -1, 2]
+    assert run_ssr([], [(0, 9)]) == ([0.0], [-1])
+    assert run_ssr(covers, []) == ([], [])
+    # ties: the first of the shortest covers
+    assert run_ssr([(1, 2), (4, 5)], [(0, 9)])[1] == [0]
+
+
+def test_regression_ssr_container_inside_previous():
+    # found while writing the examples: the end of the cover run was galloped from the
+    # previous container's, so a container inside the previous one (not a GC-list, but
+    # sorted by start) picked up a cover lying outside it; now each run end is searched
+    # from its own start
+    covers = [(1, 2), (5, 5), (9, 12)]
+    assert run_ssr(covers, [(0, 6), (3, 4), (8, 20)]) == naive.ssr(covers, [(0, 6), (3, 4), (8, 20)])
+
+
+scores_lists = st.lists(
+    st.sampled_from([0.0, -1.0, 0.5, 1.0, 2.0, 1 / 42, 1e-300, float("inf")]), max_size=30
+) | st.lists(st.floats(-1, 10, allow_nan=False), max_size=200)
+
+
+@settings(max_examples=300)
+@given(scores_lists, st.integers(0, 40))
+def test_top(scores, n):
+    got = K.top(np.array(scores, dtype=np.float64), n)
+    assert got.dtype == np.int64
+    assert got.tolist() == naive.top(scores, n)
+
+
+def test_top_examples():
+    assert K.top([0, 3, 1, 3, 0.5], 2).tolist() == [1, 3]
+    assert K.top([0, 3, 1, 3, 0.5], 100).tolist() == [1, 3, 2, 4]
+    assert K.top([], 5).tolist() == []
+    assert K.top([1.0, 1.0, 1.0, 1.0], 2).tolist() == [0, 1]
+    assert K.top([float("nan"), 1.0, -0.0], 3).tolist() == [1]
+    with pytest.raises(ValueError):
+        K.top([1.0], -1)
+
+
+# ---------------------------------------------------------------- erasure and ranges
+
+
+@settings(max_examples=250)
+@given(
+    raw_intervals(60, 8, 0, 12) | raw_intervals(2000, 100, 0, 40),
+    raw_intervals(60, 10, 0, 5) | raw_intervals(2000, 300, 0, 5),
+)
+def test_drop_erased(intervals, erase):
+    erased = naive.merge_ranges(erase)
+    assert K.drop_erased(*cols(intervals), *cols(erased)).tolist() == naive.drop_erased(
+        intervals, erased
+    )
+
+
+@settings(max_examples=250)
+@given(raw_intervals(60, 8, 0, 12) | raw_intervals(2000, 200, 0, 30))
+def test_merge_ranges(ranges):
+    assert pairs(*K.merge_ranges(*cols(ranges))) == naive.merge_ranges(ranges)
+
+
+def test_ranges_examples():
+    assert pairs(*K.merge_ranges([4, 1, 9], [5, 3, 10])) == [(1, 5), (9, 10)]
+    assert pairs(*K.merge_ranges([], [])) == []
+    # any order; an interval is dropped only when one erased range holds all of it
+    got = K.drop_erased([1, 5, 9, 4, 3], [2, 5, 12, 10, 6], [4, 12], [10, 20])
+    assert got.tolist() == [0, 2, 4]
+    with pytest.raises(ValueError):
+        K.merge_ranges([3], [2])
+
+
+# ---------------------------------------------------------------- wrappers
+
+
+def test_wrappers_validate_inputs():
+    with pytest.raises(ValueError):
+        K.both_of([1, 2], [1], [1], [1])
+    with pytest.raises(TypeError):
+        K.one_of(np.array([1.5]), np.array([2.0]), [1], [1])
+    with pytest.raises(ValueError):
+        K.contained_in(np.zeros((2, 2), np.int64), [1, 2], [1], [1])
+    with pytest.raises(ValueError):
+        K.normalize([1], [1], [1.0, 2.0])
+    with pytest.raises(ValueError):
+        K.normalize([3], [2], [0.0])
+
+
+def test_wrappers_accept_other_int_dtypes_and_readonly_arrays():
+    a = np.frombuffer(np.array([1, 10], dtype="<i8").tobytes(), dtype="<i8")
+    assert not a.flags.writeable
+    b = np.array([5], dtype=np.int32)
+    s, e = K.both_of(a, a, b, b)
+    assert pairs(s, e) == [(1, 5), (5, 10)]
+    assert K.contained_in(a, a, [], []).tolist() == []
+    assert pairs(*K.one_of([], [], np.array([3], np.uint8), np.array([4], np.uint8))) == [(3, 4)]
+
+
+def test_is_gc_list():
+    assert K.is_gc_list([], [])
+    assert K.is_gc_list([1, 2], [3, 4])
+    assert not K.is_gc_list([1, 1], [3, 4])
+    assert not K.is_gc_list([1, 2], [4, 3])
+    assert not K.is_gc_list([2], [1])
+
+
+# ---------------------------------------------------------------- the same tests without the JIT
+
+
+@pytest.mark.skipif(bool(os.environ.get(NOJIT_CHILD)), reason="already the pure-Python run")
+def test_pure_python_run():
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1", **{NOJIT_CHILD: "1"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", str(Path(__file__)), "-q", "-p", "no:cacheprovider"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
