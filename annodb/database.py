@@ -16,6 +16,8 @@ crash leaves the last committed state. Reads inside a write see the transaction'
 from __future__ import annotations
 
 import os
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -90,6 +92,9 @@ class Database:
         self.readonly = readonly
         self.timeout = timeout
         self._env = storage.open_environment(path, readonly=readonly, create=create)
+        if self._env.lists is None:
+            self._env.lists = ListCache()
+        self._lists = self._env.lists  # decoded lists shared by snapshots of one commit
         self._closed = False
 
     def read(self) -> "Snapshot":
@@ -179,6 +184,13 @@ class Snapshot:
         found = self._lists.get(feature)
         if found is not None:
             return found
+        shared = self.db._lists if not isinstance(self, Writer) else None
+        key = (self._txn.id, feature)
+        if shared is not None:
+            found = shared.get(key)
+            if found is not None:
+                self._lists[feature] = found
+                return found
         fid = self._txn.feature_id(feature)
         if fid is None:
             result = Intervals.empty()
@@ -191,6 +203,8 @@ class Snapshot:
                     s, e, v = s[keep], e[keep], v[keep]
             result = Intervals(s, e, v)
         self._lists[feature] = result
+        if shared is not None:
+            shared.put(key, result)
         return result
 
     def term(self, token: str) -> Intervals:
@@ -293,11 +307,42 @@ class Snapshot:
         return ranking.search_text(self, text, k=k, container=container)
 
 
+class ListCache:
+    """Decoded annotation lists shared by the snapshots of one committed state: keyed by
+    (LMDB transaction id, feature), least recently used dropped past `max_bytes`. A commit
+    changes the id, so a snapshot never sees another state's lists."""
+
+    def __init__(self, max_bytes: int = 256 << 20):
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._items: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+            return found
+
+    def put(self, key, value: Intervals) -> None:
+        size = value.starts.nbytes + value.ends.nbytes + value.values.nbytes + 100
+        if size > self.max_bytes // 4:
+            return
+        with self._lock:
+            if key in self._items:
+                return
+            self._items[key] = value
+            self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, old = self._items.popitem(last=False)
+                self.bytes -= old.starts.nbytes + old.ends.nbytes + old.values.nbytes + 100
+
+
 @lru_cache(maxsize=256)
 def token_offsets(text: str) -> tuple[np.ndarray, np.ndarray]:
     """Character offsets of the tokens of a document's text (cached: snippets reuse them)."""
-    _, starts, ends = tokenizer.tokens_with_offsets(text)
-    return starts, ends
+    return tokenizer.offsets(text)
 
 
 class Writer(Snapshot):

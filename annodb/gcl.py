@@ -13,6 +13,8 @@ which is refused (QueryError) past MAX_WINDOWS windows.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from . import kernels
@@ -35,11 +37,18 @@ _WINDOW_SELECT = {"<<": np.less_equal, "!<": np.greater, ">>": np.greater_equal,
                   "!>": np.less}
 
 
+@lru_cache(maxsize=4096)
+def _parse(text: str, lenient: bool) -> tuple[Node, tuple[str, ...]]:
+    parsed = parse(text, lenient=lenient)
+    return parsed.node, tuple(parsed.warnings)
+
+
 def as_node(gcl, *, lenient: bool = False) -> tuple[Node, list[str]]:
-    """Accept query text, a Parsed or an AST node; return (node, warnings)."""
+    """Accept query text, a Parsed or an AST node; return (node, warnings). Query text is
+    parsed once per process (the AST is immutable)."""
     if isinstance(gcl, str):
-        parsed = parse(gcl, lenient=lenient)
-        return parsed.node, parsed.warnings
+        node, warnings = _parse(gcl, lenient)
+        return node, list(warnings)
     if isinstance(gcl, Parsed):
         return gcl.node, list(gcl.warnings)
     if isinstance(gcl, (Term, Feature, Combine, Window, Link, Compare)):

@@ -181,6 +181,7 @@ class Environment:
     thread_lock: threading.Lock
     users: int = 0
     vocab: "Vocab" = field(default_factory=lambda: Vocab())
+    lists: object = None  # database.ListCache, shared by this process's snapshots
 
 
 _open_envs: dict[str, Environment] = {}
@@ -213,17 +214,9 @@ def open_environment(path: str, *, readonly: bool = False, create: bool = True) 
         except OSError as err:
             raise StorageError(f"{path}: cannot open database: {err.strerror}") from None
         try:
-            dbs = None
-            if readonly or exists:
-                # a read transaction: opening never waits for another process's writer
-                try:
-                    with env.begin() as txn:
-                        dbs = {name: env.open_db(name.encode(), txn=txn, create=False)
-                               for name in _SUBDBS}
-                except lmdb.NotFoundError:
-                    if readonly:
-                        raise
-            if dbs is None:
+            if readonly:
+                dbs = {name: env.open_db(name.encode(), create=False) for name in _SUBDBS}
+            else:
                 with env.begin(write=True) as txn:
                     dbs = {name: env.open_db(name.encode(), txn=txn) for name in _SUBDBS}
                     _init_meta(txn, dbs["meta"])
@@ -325,6 +318,7 @@ class Txn:
         self.write = write
         self.dbs = env.dbs
         self.txn = env.env.begin(write=write, buffers=not write)
+        self.id = self.txn.id()  # the committed state a read sees
         self._append_cursor = None
 
     def commit(self) -> None:

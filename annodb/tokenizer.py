@@ -68,12 +68,33 @@ def tokens(text: str) -> list[str]:
 
 def tokens_with_offsets(text: str) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Tokens with their character offsets: token i is original text[starts[i]:ends[i]]."""
-    words, starts, ends = [], [], []
-    for m in _TOKEN.finditer(fold(text)):
-        words.append(m.group())
-        starts.append(m.start())
-        ends.append(m.end())
-    return words, np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+    folded = fold(text)
+    starts, ends = offsets(text)
+    return [folded[a:b] for a, b in zip(starts.tolist(), ends.tolist())], starts, ends
+
+
+_classes = None
+
+
+def _class_table() -> np.ndarray:
+    """Code point -> 0 separator, 1 word character, 2 one-character token."""
+    global _classes
+    if _classes is None:
+        table = np.zeros(0x110000, dtype=np.uint8)
+        for lo, hi in WORD_RANGES:
+            table[lo:hi + 1] = 1
+        for lo, hi in SINGLE_RANGES:
+            table[lo:hi + 1] = 2
+        _classes = table
+    return _classes
+
+
+def offsets(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """Character offsets (starts, ends) of the tokens of `text`, without the strings: one
+    kernel pass, for snippets of long documents."""
+    from . import kernels
+    cps = np.frombuffer(fold(text).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    return kernels.token_spans(cps, _class_table())
 
 
 def token_count(text: str) -> int:

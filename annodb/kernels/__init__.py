@@ -1,13 +1,14 @@
 """The numba kernels (the only package that imports numba): the region algebra over
-GC-lists (algebra.py) and the storage block codec (codec.py)."""
+GC-lists (algebra.py), the storage block codec (codec.py) and token offsets (text.py)."""
 
 from .algebra import (both_of, contained_in, containing, drop_erased, followed_by,
                       is_gc_list, merge_ranges, normalize, not_contained_in, not_containing,
                       one_of, phrase, ssr, top)
+from .text import token_spans
 from .codec import block_bounds, decode_block, encode_block, encode_point_groups
 
 __all__ = [
     "normalize", "both_of", "one_of", "followed_by", "contained_in", "containing",
     "not_contained_in", "not_containing", "phrase", "ssr", "top", "drop_erased",
-    "merge_ranges", "is_gc_list", "encode_block", "decode_block", "encode_point_groups", "block_bounds",
+    "merge_ranges", "is_gc_list", "encode_block", "decode_block", "encode_point_groups", "block_bounds", "token_spans",
 ]

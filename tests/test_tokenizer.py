@@ -1,0 +1,63 @@
+"""The tokenizer (DESIGN §3): the issue's vectors, offsets, and the bulk path == the spans."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from annodb import tokenizer
+from annodb.tokenizer import fold, offsets, tokens, tokens_with_offsets
+
+VECTORS = [
+    ("HeLlO     wOrLd", ["hello", "world"]),
+    ("0.5000", ["0", "5000"]),
+    ("💙Blue Heart", ["💙", "blue", "heart"]),
+    ("hurlyburly’s", ["hurlyburly", "s"]),
+    ("제6차", ["제6차"]),
+    ("田中さんは", ["田", "中", "さんは"]),
+    ("ß", ["ß"]),
+    ("ΟΔΟΣ", ["οδοσ"]),            # final sigma folds to σ
+    ("οδος", ["οδοσ"]),
+    ("a_b-c'd’e", ["a", "b", "c", "d", "e"]),
+    ("", []),
+    ("...", []),
+    ("naïve café", ["naïve", "café"]),
+    ("e\u0301t\u0301e", ["e\u0301t\u0301e"]),   # combining marks stay in the token
+    ("x²+y³", ["x²", "y³"]),                   # No (other numbers) are word characters
+    ("Ⅻ chapters", ["ⅻ", "chapters"]),        # Nl
+]
+
+
+def test_vectors():
+    for text, want in VECTORS:
+        assert tokens(text) == want, text
+
+
+def test_offsets_point_into_the_original_text():
+    words, starts, ends = tokens_with_offsets("0.5000")
+    assert words == ["0", "5000"] and starts.tolist() == [0, 2] and ends.tolist() == [1, 6]
+    text = "  Hello, Wörld! 💙Blue"
+    words, starts, ends = tokens_with_offsets(text)
+    assert [text[a:b] for a, b in zip(starts, ends)] == ["Hello", "Wörld", "💙", "Blue"]
+
+
+def test_folding_is_simple_and_one_to_one():
+    assert fold("ẞ") == "ß"                  # capital sharp s: simple folding, not "ss"
+    assert fold("İ") == "İ"                  # no one-to-one folding: unchanged
+    assert fold("ſ") == "s" and fold("µ") == "μ"
+    assert len(fold("ΣΑΣ ﬁ İ ẞ")) == len("ΣΑΣ ﬁ İ ẞ")
+
+
+def test_version_is_recorded():
+    assert isinstance(tokenizer.VERSION, int) and tokenizer.VERSION >= 1
+
+
+ALPHABET = "aZ09 .,’'-_\n\t💙田中さんはΣςσ제ßİ\u0301\ufe0f\U0001D400\U00010400éẞ²Ⅻ\u200d🏻"
+
+
+@settings(max_examples=400, derandomize=True)
+@given(st.text(alphabet=ALPHABET, max_size=40) | st.text(max_size=40))
+def test_offsets_kernel_equals_the_regex(text):
+    folded = fold(text)
+    want = [(m.start(), m.end()) for m in tokenizer._TOKEN.finditer(folded)]
+    starts, ends = offsets(text)
+    assert list(zip(starts.tolist(), ends.tolist())) == want
+    assert tokens_with_offsets(text)[0] == tokens(text)
