@@ -207,6 +207,11 @@ class Snapshot:
             shared.put(key, result)
         return result
 
+    def features_with_prefix(self, prefix: str, limit: int = 100) -> list[str]:
+        """Feature names starting with `prefix` (at most `limit`), in name order."""
+        self._before_read()
+        return self._txn.features_with_prefix(prefix, limit)
+
     def term(self, token: str) -> Intervals:
         """The postings of a word (folded the way the tokenizer folds)."""
         return self.intervals(tokenizer.fold(token))

@@ -124,17 +124,43 @@ MAX_WORDS = 8
 MAX_SUBSETS = 12
 
 
+_stemmer = None
+
+
+def word_forms(snapshot, word: str, limit: int = 32) -> list[str]:
+    """The word and the words of the database that share its English (Snowball) stem, as
+    a stemming engine would conflate them: found by a prefix scan of the features."""
+    global _stemmer
+    if _stemmer is None:
+        import snowballstemmer
+        _stemmer = snowballstemmer.stemmer("english")
+    forms = [word]
+    if len(word) > 2 and word.isalpha():
+        stem = _stemmer.stemWord(word)
+        for f in snapshot.features_with_prefix(stem, 4 * limit):
+            if f != word and f.isalpha() and _stemmer.stemWord(f) == stem:
+                forms.append(f)
+                if len(forms) >= limit:
+                    break
+    return forms
+
+
 def text_tiers(snapshot, text: str) -> list[list[tuple[Combine | Term, float]]]:
     """Boolean tiers for free text: all the words together first, then smaller subsets, each
     subset weighted by the rarity (idf) of its words; at most MAX_SUBSETS per tier, the
-    rarest first. Words absent from the database are dropped."""
+    rarest first. A word stands for itself or any word of the database with the same
+    English stem; words absent from it are dropped."""
     words = list(dict.fromkeys(tokens(text)))
     n_docs = max(snapshot.document_count(), 1)
     weighted = []
     for w in words:
-        df = len(snapshot.intervals(w))
-        if df:
-            weighted.append((w, math.log(1 + n_docs / df)))
+        forms = [f for f in word_forms(snapshot, w) if len(snapshot.intervals(f))]
+        if not forms:
+            continue
+        df = sum(len(snapshot.intervals(f)) for f in forms)
+        node = Term((forms[0],)) if len(forms) == 1 else \
+            Combine("+", tuple(Term((f,)) for f in forms))
+        weighted.append((node, math.log(1 + n_docs / df)))
     weighted.sort(key=lambda x: -x[1])
     weighted = weighted[:MAX_WORDS]
     tiers = []
@@ -142,7 +168,7 @@ def text_tiers(snapshot, text: str) -> list[list[tuple[Combine | Term, float]]]:
         subsets = sorted(combinations(weighted, size), key=lambda s: -sum(w for _, w in s))
         tier = []
         for subset in subsets[:MAX_SUBSETS]:
-            terms = tuple(Term((w,)) for w, _ in subset)
+            terms = tuple(n for n, _ in subset)
             node = terms[0] if len(terms) == 1 else Combine("^", terms)
             tier.append((node, sum(w for _, w in subset)))
         tiers.append(tier)

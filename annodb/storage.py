@@ -364,6 +364,20 @@ class Txn:
             for k, v in cur:
                 yield bytes(k).decode(), from_u64(v)
 
+    def features_with_prefix(self, prefix: str, limit: int):
+        """Up to `limit` feature names starting with `prefix`, in name order."""
+        raw = prefix.encode()
+        out = []
+        with self.txn.cursor(db=self.dbs["features"]) as cur:
+            if not cur.set_range(raw):
+                return out
+            for key in cur.iternext(values=False):
+                key = bytes(key)
+                if not key.startswith(raw) or len(out) >= limit:
+                    break
+                out.append(key.decode())
+        return out
+
     def feature_count(self) -> int:
         return self.txn.stat(self.dbs["features"])["entries"]
 
