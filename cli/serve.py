@@ -1,0 +1,71 @@
+"""`annodb serve`: the SSR search server (annodb.server) on the command line."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from annodb.database import DEFAULT_PATH
+from annodb.errors import AnnodbError
+from annodb.ranking import DEPTH
+from annodb.server import QUERY_TIMEOUT, Server
+
+
+def _fields(ctx, param, value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    names = [name.strip() for name in value.split(",")]
+    if not all(names):
+        raise click.BadParameter(f"{value!r} has an empty field name (write e.g. "
+                                 "title:,headings:,segment:)")
+    return names
+
+
+@click.command()
+@click.option("--db", "db", metavar="PATH", envvar="ANNODB_DB", default=DEFAULT_PATH,
+              show_default=True, show_envvar=True, help="The database directory.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="The address to listen on; anything but loopback requires --token.")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,
+              help="The port; 0 picks a free one. The port is printed on stderr.")
+@click.option("--container", default=":", show_default=True, metavar="GCL",
+              help="What is ranked: the feature (or query) whose intervals are results.")
+@click.option("--fields", callback=_fields, metavar="NAMES",
+              help="Comma-separated fields a `document` request returns, joined with "
+                   "' ... ' (default: the whole document).")
+@click.option("--depth", type=click.IntRange(min=1), default=DEPTH, show_default=True,
+              help="Results kept per query (how far `next` can go).")
+@click.option("--token", envvar="ANNODB_TOKEN", show_envvar=True, metavar="T",
+              help="Require \"token\": T in every request.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=QUERY_TIMEOUT,
+              show_default=True, metavar="SECONDS",
+              help="Answer a query still running after this long with an error (0: no limit).")
+def serve(db, host, port, container, fields, depth, token, timeout):
+    """Serve the database to search agents: newline-delimited JSON over TCP.
+
+    Speaks the protocol of Cottontail's ssr-server, so the Vole runner works unchanged:
+    {"op":"query","query":G}, {"op":"next","qid":Q}, {"op":"document","docno":D}, plus
+    {"op":"count","query":G}, {"op":"stats"} and {"op":"annotate","docno":D,
+    "feature":F,"value":V}. Prints `listening on port N` on stderr once it accepts
+    connections; stops cleanly on Ctrl-C or SIGTERM. `annodb ingest` may run beside it:
+    new documents are seen by the next query.
+
+    \b
+    Example:
+      annodb serve --db msmarco.db --fields title:,headings:,segment:
+      printf '%s\\n' '{"op":"query","query":"(^ goth rock)"}' | nc 127.0.0.1 PORT
+    """
+    try:
+        server = Server(db, host=host, port=port, container=container, fields=fields,
+                        depth=depth, token=token, query_timeout=timeout or None)
+        server.serve_forever()
+    except AnnodbError as err:
+        click.echo(f"annodb: error: {err}", err=True)
+        sys.exit(1)
+    except OSError as err:
+        click.echo(f"annodb: error: {err.strerror or err}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:            # Ctrl-C before the server was listening
+        click.echo("annodb: error: interrupted", err=True)
+        sys.exit(130)

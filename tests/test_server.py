@@ -1,0 +1,568 @@
+"""`annodb serve`: real sockets against a real database (issue 4).
+
+A module-wide database is built in a temporary directory and kept open read-write by the
+test process (so in-process servers share its environment and the test can commit beside
+them); servers listen on port 0 on loopback. One test runs the server as a real subprocess,
+commits from this process while it runs, and stops it with SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from click.testing import CliRunner
+
+import annodb
+from annodb import server as server_module
+from annodb.ranking import rank
+from annodb.server import Server, ServerError
+from cli.serve import serve
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIELDS = ["title:", "headings:", "segment:"]
+
+TEXTS = {
+    "p1": "hello world, this is the first document",
+    "p2": "hello there, the wide world says hello back to the world",
+    "p3": "a world apart from any hello at all in this one",
+    "p4": "goodbye world",
+    "p5": "hello hello hello and then much later the world",
+}
+
+
+def _build(path):
+    db = annodb.open(path)
+    with db.write() as w:
+        for docno, text in TEXTS.items():
+            w.add(text, docno=docno)
+        for i in range(20):
+            filler = " ".join(["filler"] * i)
+            w.add(f"hello {filler} world number {i}", docno=f"n{i:02d}")
+        w.add({"docid": "m1", "title": "Hello title", "headings": "Greetings\nWorld",
+               "segment": "the world\nis big, hello", "url": "http://example.org/m1"})
+        w.add({"docid": "m2", "url": "http://example.org/m2", "body": "no named fields hello world"})
+        w.add({"docid": "m3", "title": "", "segment": "only a segment about the world"})
+    return db
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("server") / "test.db")
+    database = _build(path)
+    yield database
+    database.close()
+
+
+@pytest.fixture(scope="module")
+def server(db):
+    s = Server(db.path).start()
+    yield s
+    s.shutdown()
+
+
+@pytest.fixture(scope="module")
+def fields_server(db):
+    s = Server(db.path, fields=FIELDS).start()
+    yield s
+    s.shutdown()
+
+
+class Client:
+    """One connection speaking newline-delimited JSON."""
+
+    def __init__(self, port: int, timeout: float = 20.0):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.reader = self.sock.makefile("rb")
+
+    def send_line(self, line: bytes) -> dict:
+        self.sock.sendall(line + b"\n")
+        return self.read()
+
+    def read(self) -> dict:
+        line = self.reader.readline()
+        assert line.endswith(b"\n"), f"no reply line: {line!r}"
+        return json.loads(line)
+
+    def ask(self, request: dict) -> dict:
+        """The whole reply record."""
+        return self.send_line(json.dumps(request).encode())
+
+    def __call__(self, **request) -> dict:
+        """The reply's response object."""
+        record = self.ask(request)
+        assert set(record) == {"query", "response", "time"}
+        assert isinstance(record["time"], (int, float)) and record["time"] >= 0
+        return record["response"]
+
+    def close(self):
+        self.reader.close()
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def all_ranks(client: Client, query: str) -> list[str]:
+    """Docnos of every rank of `query` (query, then next until done)."""
+    r = client(op="query", query=query)
+    assert r["ok"], r
+    docnos = []
+    while not r.get("done"):
+        docnos.append(r["docno"])
+        r = client(op="next", qid=r["qid"])
+        assert r["ok"], r
+    return docnos
+
+
+def expected_ranks(db, query: str) -> list[str]:
+    with db.read() as snap:
+        ranking = rank(snap, query, lenient=True)
+        return [ranking.hit(i, snippet=False).docno for i in range(len(ranking))]
+
+
+# ---------------------------------------------------------------- the protocol
+
+
+def test_replay_sequence(server, db):
+    """The exact sequence a Vole client replays: query, next until done, document of the
+    first docno, next on an unknown qid."""
+    with Client(server.port) as c:
+        request = {"op": "query", "query": "(^ hello world)"}
+        record = c.ask(request)
+        assert record["query"] == request
+        r = record["response"]
+        assert list(r) == ["op", "ok", "qid", "rank", "docno", "snippet"]
+        assert r["op"] == "query" and r["ok"] is True and r["rank"] == 1
+        assert re.fullmatch(r"q\d+", r["qid"])
+        assert "<cover>" in r["snippet"] and "</cover>" in r["snippet"]
+        qid, first = r["qid"], r["docno"]
+        docnos, rank_no = [first], 1
+        while True:
+            r = c(op="next", qid=qid)
+            assert r["ok"] and r["op"] == "next" and r["qid"] == qid
+            if r.get("done"):
+                assert r == {"op": "next", "ok": True, "qid": qid, "done": True}
+                break
+            rank_no += 1
+            assert r["rank"] == rank_no
+            docnos.append(r["docno"])
+        assert docnos == expected_ranks(db, "(^ hello world)")
+        assert c(op="next", qid=qid)["done"] is True          # still done past the end
+        d = c(op="document", docno=first)
+        assert d == {"op": "document", "ok": True, "docno": first,
+                     "document": TEXTS.get(first) or d["document"]}
+        e = c(op="next", qid="q999999")
+        assert e["op"] == "next" and e["ok"] is False and "Unknown qid" in e["error"]
+        assert list(e) == ["op", "ok", "error"]
+
+
+def test_no_match_is_done(server):
+    with Client(server.port) as c:
+        r = c(op="query", query="(^ zebra unicorn)")
+        assert r["ok"] and r["done"] is True and re.fullmatch(r"q\d+", r["qid"])
+        assert "rank" not in r
+        assert c(op="next", qid=r["qid"]) == {"op": "next", "ok": True, "qid": r["qid"],
+                                               "done": True}
+
+
+def test_qids_count_up_for_the_life_of_the_process(server):
+    with Client(server.port) as a, Client(server.port) as b:
+        qids = [int(x(op="query", query="world")["qid"][1:]) for x in (a, b, a, b)]
+    assert qids == sorted(qids) and len(set(qids)) == 4
+    with Client(server.port) as c:                               # qids are global
+        assert c(op="next", qid=f"q{qids[0]}")["ok"]
+
+
+def test_lenient_repairs_appear_as_warnings(server, db):
+    with Client(server.port) as c:
+        r = c(op="query", query="(^ hello world")
+        assert r["ok"] and r["rank"] == 1
+        assert any("missing ')'" in w for w in r["warnings"])
+        assert r["docno"] == expected_ranks(db, "(^ hello world)")[0]
+        r = c(op="query", query='("hello")')
+        assert r["ok"] and any("unwrapped" in w for w in r["warnings"])
+        assert "warnings" not in c(op="query", query="(^ hello world)")
+
+
+def test_query_errors(server):
+    with Client(server.port) as c:
+        for request, wanted in [
+            ({"op": "query"}, "Missing query"),
+            ({"op": "query", "query": ""}, "Missing query"),
+            ({"op": "query", "query": 7}, "must be a string"),
+            ({"op": "query", "query": "(foo a)"}, "offset 1"),
+            ({"op": "query", "query": "(^ a b))"}, "offset 7"),
+            ({"op": "query", "query": "   "}, "empty query"),
+        ]:
+            r = c(**request)
+            assert r["op"] == "query" and r["ok"] is False, r
+            assert wanted in r["error"], (request, r)
+            assert list(r) == ["op", "ok", "error"]
+        assert c(op="query", query="hello")["ok"]                # connection still open
+
+
+def test_document_whole_text_and_quotes(server):
+    with Client(server.port) as c:
+        assert c(op="document", docno="p4")["document"] == "goodbye world"
+        r = c(op="document", docno='"p4"')                      # the Vole may quote docnos
+        assert r["ok"] and r["docno"] == "p4" and r["document"] == "goodbye world"
+        r = c(op="document", docno="m1")                        # newlines become spaces
+        assert r["ok"] and "\n" not in r["document"] and "Greetings World" in r["document"]
+        for request, wanted in [({"op": "document"}, "Missing docno"),
+                                ({"op": "document", "docno": ""}, "Missing docno"),
+                                ({"op": "document", "docno": 3}, "must be a string"),
+                                ({"op": "document", "docno": "nope"}, "Unknown docno"),
+                                ({"op": "document", "docno": '"nope"'}, "Unknown docno")]:
+            r = c(**request)
+            assert r["op"] == "document" and r["ok"] is False and wanted in r["error"], r
+
+
+def test_document_fields(fields_server):
+    with Client(fields_server.port) as c:
+        r = c(op="document", docno="m1")
+        assert r["document"] == "Hello title ... Greetings World ... the world is big, hello"
+        r = c(op="document", docno="m3")                        # empty title skipped
+        assert r["document"] == "only a segment about the world"
+        r = c(op="document", docno="m2")                        # no such field: whole text
+        assert "no named fields hello world" in r["document"]
+        assert c(op="document", docno="p1")["document"] == TEXTS["p1"]
+
+
+def test_unknown_and_missing_op(server):
+    with Client(server.port) as c:
+        r = c(op="frobnicate")
+        assert r == {"op": "frobnicate", "ok": False, "error": r["error"]}
+        assert "Unknown op" in r["error"]
+        r = c(qid="q0")
+        assert r["ok"] is False and r["op"] == "" and "Unknown op" in r["error"]
+        r = c(op=5)
+        assert r["ok"] is False and "Unknown op" in r["error"]
+        r = c(op="next")
+        assert r["ok"] is False and "Missing qid" in r["error"]
+
+
+@pytest.mark.parametrize("line", [
+    b"this is not json",
+    b"\x00\x01\x02\xfe\xff garbage \x80",
+    b'{"op":"query","query":"\xff\xfe"}',                     # invalid UTF-8
+    b"[1, 2, 3]",
+    b'"a string"',
+    b"null",
+    b"",
+    b'{"op": "query", "query": ',
+])
+def test_bad_lines_get_a_parse_error_and_the_connection_stays(server, line):
+    with Client(server.port) as c:
+        record = c.send_line(line)
+        assert record["query"] == {"op": "parse"}
+        r = record["response"]
+        assert r["op"] == "parse" and r["ok"] is False and r["error"], r
+        assert c(op="query", query="hello")["ok"]
+
+
+def test_carriage_returns_are_ignored(server):
+    with Client(server.port) as c:
+        c.sock.sendall(b'{"op":"query",\r"query":"hello"}\r\n{"op":"stats"}\r\n')
+        assert c.read()["response"]["rank"] == 1
+        assert c.read()["response"]["op"] == "stats"
+
+
+def test_pipelined_requests_are_answered_in_order(server):
+    with Client(server.port) as c:
+        lines = [json.dumps({"op": "document", "docno": d}).encode() for d in TEXTS]
+        c.sock.sendall(b"\n".join(lines) + b"\n")
+        assert [c.read()["response"]["docno"] for _ in lines] == list(TEXTS)
+
+
+def test_a_10mb_line_is_refused_and_the_connection_stays(server):
+    with Client(server.port) as c:
+        big = b'{"op":"query","query":"' + b"x" * (10 << 20) + b'"}'
+        c.sock.sendall(big + b"\n" + b'{"op":"document","docno":"p4"}\n')
+        record = c.read()
+        assert record["query"] == {"op": "parse"}
+        assert record["response"]["ok"] is False and "longer than" in record["response"]["error"]
+        r = c.read()["response"]                     # the rest of the long line was dropped
+        assert r["ok"] and r["document"] == "goodbye world"
+        assert c(op="query", query="hello")["ok"]
+
+
+def test_max_line_counts_bytes(db):
+    with Server(db.path, max_line=100) as s, Client(s.port) as c:
+        assert c(op="document", docno="p4")["ok"]
+        record = c.send_line(json.dumps({"op": "query", "query": "y" * 200}).encode())
+        assert record["response"]["op"] == "parse" and "longer than 100" in \
+            record["response"]["error"]
+        assert c(op="document", docno="p4")["ok"]
+
+
+def test_half_line_then_disconnect_and_garbage(server):
+    for payload in (b'{"op":"query","que', b"\xff\xfe\x00garbage", b"x" * 3_000_000):
+        s = socket.create_connection(("127.0.0.1", server.port))
+        try:
+            s.sendall(payload)
+        finally:
+            s.close()
+    s = socket.create_connection(("127.0.0.1", server.port))    # reset mid-request
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    s.sendall(b'{"op":"query","query":"hello"}\n{"op":"next"')
+    s.close()
+    with Client(server.port) as c:
+        assert c(op="query", query="(^ hello world)")["rank"] == 1
+    with Client(server.port) as c:                  # an unterminated last line is answered
+        c.sock.sendall(b'{"op":"document","docno":"p4"}')
+        c.sock.shutdown(socket.SHUT_WR)
+        assert c.read()["response"]["document"] == "goodbye world"
+
+
+def test_concurrent_clients_get_consistent_answers(server, db):
+    queries = ["(^ hello world)", "world", "hello", "(... hello world)", "(+ goodbye filler)",
+               "(^ hello (+ number filler))"]
+    expected = {q: expected_ranks(db, q) for q in queries}
+    assert all(expected.values())
+    errors: list = []
+    results: dict = {}
+
+    def client(k: int):
+        try:
+            with Client(server.port) as c:
+                order = queries[k % len(queries):] + queries[:k % len(queries)]
+                open_ = {}
+                got = {q: [] for q in order}
+                for q in order:                       # open every query, then interleave
+                    r = c(op="query", query=q)
+                    open_[q] = r["qid"]
+                    got[q].append(r["docno"])
+                while open_:
+                    for q in list(open_):
+                        r = c(op="next", qid=open_[q])
+                        assert r["ok"], r
+                        if r.get("done"):
+                            del open_[q]
+                        else:
+                            assert r["rank"] == len(got[q]) + 1
+                            got[q].append(r["docno"])
+                results[k] = got
+        except BaseException as err:  # reported by the main thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert len(results) == 12
+    for got in results.values():
+        assert got == expected
+
+
+def test_a_slow_query_times_out_and_does_not_stall_others(db, monkeypatch):
+    release = threading.Event()
+    real_rank = server_module.rank
+
+    def slow_rank(snapshot, gcl, **kw):
+        if "slowpoke" in gcl:
+            release.wait(10)
+        return real_rank(snapshot, gcl, **kw)
+
+    monkeypatch.setattr(server_module, "rank", slow_rank)
+    with Server(db.path, query_timeout=1.0) as s, Client(s.port) as slow, \
+            Client(s.port) as fast:
+        slow.sock.sendall(b'{"op":"query","query":"(+ slowpoke hello)"}\n')
+        started = time.monotonic()
+        r = fast(op="query", query="(^ hello world)")       # answered while the other runs
+        assert r["ok"] and r["rank"] == 1
+        assert time.monotonic() - started < 1.0
+        r = slow.read()["response"]
+        assert r["op"] == "query" and r["ok"] is False and "timed out" in r["error"]
+        assert slow(op="query", query="hello")["ok"]        # the connection stays usable
+        release.set()
+
+
+def test_query_states_are_evicted_least_recently_used(db):
+    with Server(db.path, max_queries=2) as s, Client(s.port) as c:
+        q = [c(op="query", query=w)["qid"] for w in ("hello", "world")]
+        assert c(op="next", qid=q[0])["ok"]                 # q0 is now the most recent
+        q.append(c(op="query", query="filler")["qid"])      # evicts q1
+        assert "Unknown qid" in c(op="next", qid=q[1])["error"]
+        assert c(op="next", qid=q[0])["ok"] and c(op="next", qid=q[2])["ok"]
+        stats = c(op="stats")["server"]
+        assert stats["queries_kept"] == 2 and stats["queries_issued"] == 3
+    with Server(db.path, max_query_bytes=1) as s, Client(s.port) as c:  # bytes bound too
+        q = [c(op="query", query=w)["qid"] for w in ("hello", "world")]
+        assert "Unknown qid" in c(op="next", qid=q[0])["error"]
+        assert c(op="next", qid=q[1])["ok"]
+
+
+# ---------------------------------------------------------------- extensions
+
+
+def test_count_and_stats(server):
+    with Client(server.port) as c:
+        r = c(op="count", query="hello")
+        assert r == {"op": "count", "ok": True, "count": r["count"]} and r["count"] > 20
+        r = c(op="count", query="(^ zebra")
+        assert r["count"] == 0 and r["warnings"]
+        assert "offset" in c(op="count", query="(bad x)")["error"]
+        assert "Missing query" in c(op="count")["error"]
+        r = c(op="stats")
+        assert r["ok"] and r["op"] == "stats" and r["documents"] >= 28
+        assert {"tokens", "features", "size_bytes", "server"} <= set(r)
+
+
+def test_annotate(server, db):
+    with Client(server.port) as c:
+        r = c(op="annotate", docno='"p2"', feature="judgment:t1", value=3)
+        assert r == {"op": "annotate", "ok": True, "docno": "p2", "feature": "judgment:t1",
+                     "value": 3}
+        assert c(op="count", query="(= judgment:t1 3)")["count"] == 1
+        r = c(op="query", query="(<< (^ hello world) judgment:t1)")
+        assert r["docno"] == "p2"
+        for request, wanted in [
+            ({"docno": "p2", "value": 1}, "Missing feature"),
+            ({"docno": "p2", "feature": "hello"}, "not a feature name"),
+            ({"docno": "p2", "feature": ":"}, "not a feature name"),
+            ({"docno": "p2", "feature": "j:x", "value": "high"}, "finite number"),
+            ({"docno": "p2", "feature": "j:x", "value": True}, "finite number"),
+            ({"docno": "nope", "feature": "j:x"}, "Unknown docno"),
+            ({"feature": "j:x"}, "Missing docno"),
+        ]:
+            r = c(op="annotate", **request)
+            assert r["op"] == "annotate" and r["ok"] is False and wanted in r["error"], r
+    with db.read() as snap:
+        assert len(snap.intervals("j:x")) == 0
+
+
+def test_commits_beside_the_server_are_seen_by_the_next_query(server, db):
+    with Client(server.port) as c:
+        assert c(op="query", query="kumquat")["done"]
+        with db.write() as w:
+            w.add("a fresh kumquat arrives", docno="fresh1")
+        r = c(op="query", query="kumquat")
+        assert r["docno"] == "fresh1"
+        assert c(op="document", docno="fresh1")["document"] == "a fresh kumquat arrives"
+
+
+# ---------------------------------------------------------------- security, limits, life cycle
+
+
+def test_token_mode(db):
+    with Server(db.path, token="s3cret") as s, Client(s.port) as c:
+        for request in ({"op": "query", "query": "hello"},
+                        {"op": "query", "query": "hello", "token": "wrong"},
+                        {"op": "stats", "token": 42}):
+            r = c(**request)
+            assert r["ok"] is False and r["error"] == "unauthorized" and \
+                r["op"] == request["op"]
+        record = c.ask({"op": "query", "query": "hello", "token": "s3cret"})
+        assert record["response"]["ok"] and "token" not in record["query"]
+        assert c(op="next", qid=record["response"]["qid"], token="s3cret")["ok"]
+        assert c.send_line(b"not json")["response"]["op"] == "parse"
+
+
+def test_non_loopback_needs_a_token(db):
+    for host in ("0.0.0.0", ""):
+        with pytest.raises(ServerError, match="token"):
+            Server(db.path, host=host)
+    with pytest.raises(ServerError, match="empty"):
+        Server(db.path, token="")
+    assert server_module.is_loopback("localhost") and server_module.is_loopback("::1")
+    assert not server_module.is_loopback("0.0.0.0")
+
+
+def test_bad_configuration_is_reported_before_listening(tmp_path, db):
+    with pytest.raises(annodb.StorageError):
+        Server(str(tmp_path / "missing.db"))
+    with pytest.raises(ServerError, match="container"):
+        Server(db.path, container="(bad")
+
+
+def test_too_many_clients(db):
+    with Server(db.path, max_clients=1) as s, Client(s.port) as first:
+        assert first(op="stats")["ok"]
+        with Client(s.port) as second:
+            r = second.read()["response"]
+            assert r["ok"] is False and "too many clients" in r["error"]
+            assert second.reader.readline() == b""
+        assert first(op="stats")["ok"]
+
+
+def test_shutdown_closes_idle_connections(db):
+    s = Server(db.path).start()
+    with Client(s.port) as c:
+        assert c(op="stats")["ok"]
+        started = time.monotonic()
+        s.shutdown()
+        assert time.monotonic() - started < 3
+        assert c.reader.readline() == b""
+    s.shutdown()                                               # twice is fine
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", s.port), timeout=2).close()
+
+
+def test_cli_errors(tmp_path, db):
+    runner = CliRunner()
+    result = runner.invoke(serve, ["--db", str(tmp_path / "missing.db")])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("annodb: error: ") and len(result.stderr.splitlines()) == 1
+    result = runner.invoke(serve, ["--db", db.path, "--host", "0.0.0.0"])
+    assert result.exit_code == 1 and "token" in result.stderr
+    result = runner.invoke(serve, ["--db", db.path, "--fields", "title:,,segment:"])
+    assert result.exit_code == 2
+    result = runner.invoke(serve, ["--help"])
+    assert result.exit_code == 0 and "Example:" in result.output
+
+
+def test_subprocess_server_with_sigterm(db):
+    """The real command: listening line on stderr, queries, a commit from this process seen
+    by the next query, an annotation (the read-only handle reopened read-write), SIGTERM."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from cli.serve import serve; serve()", "--db", db.path,
+         "--port", "0", "--fields", "title:,segment:"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": REPO})
+    try:
+        line = proc.stderr.readline().decode()
+        m = re.fullmatch(r"listening on port (\d+)\n", line)
+        assert m, line + proc.stderr.read().decode() if proc.poll() is not None else line
+        with Client(int(m.group(1))) as c:
+            assert all_ranks(c, "(^ hello world)") == expected_ranks(db, "(^ hello world)")
+            assert c(op="document", docno="m1")["document"].startswith("Hello title ... ")
+            assert c(op="query", query="persimmon")["done"]
+            with db.write() as w:
+                w.add("one persimmon, ripe", docno="fresh2")
+            assert c(op="query", query="persimmon")["docno"] == "fresh2"
+            r = c(op="annotate", docno="fresh2", feature="judgment:t2", value=2)
+            assert r["ok"], r
+            assert c(op="count", query="judgment:t2")["count"] == 1
+            assert c(op="query", query="(^ hello world)")["rank"] == 1
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+        err = proc.stderr.read().decode()
+        assert "Traceback" not in err and "shutting down" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    with db.read() as snap:                     # the subprocess's commit reached this process
+        assert len(snap.intervals("judgment:t2")) == 1
+
+
+def test_respond_without_sockets(server):
+    record = json.loads(server.respond('{"op":"document","docno":"p4"}'))
+    assert record["response"]["document"] == "goodbye world"
+    assert json.loads(server.respond(b"{"))["response"]["op"] == "parse"
