@@ -1,0 +1,247 @@
+"""Check: verify every invariant of a database's stored state (see storage.py's header).
+
+    problems = check(annodb.open("bible.db", readonly=True))   # [] when healthy
+
+What is verified, in one read snapshot:
+
+- meta: format and tokenizer versions present; counters are non-negative integers.
+- features <-> names: the two maps are exact inverses; every id is below next_feature.
+- blocks: every block decodes and is exactly as long as its header says; it holds 1 to
+  BLOCK_SIZE intervals; its key is its first start; its feature id is known. Within each
+  feature, across its blocks, 0 <= start <= end and both starts and ends strictly increase
+  (sorted, no nesting, no duplicates). (Annotations may lie past next_address: the API lets
+  a writer annotate addresses that hold no content yet.)
+- documents: each decodes, its key is its start, 0 <= start <= end < next_address; no two
+  overlap; docs and docnos agree exactly; meta's document and token counts match.
+- erased: each range has start <= end and they are sorted and disjoint.
+- the `:` list, with erased intervals dropped, is exactly the live documents' ranges.
+
+It reads everything, so it takes time proportional to the database's size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import kernels, storage
+from .database import DOCUMENT
+
+MAX_PROBLEMS = 1000  # stop collecting details after this many
+_WIDTHS = (1, 2, 4, 8)  # the integer widths a block may use (storage.py's header)
+
+
+class _Problems(list):
+    def add(self, message: str) -> None:
+        if len(self) < MAX_PROBLEMS:
+            self.append(message)
+        elif len(self) == MAX_PROBLEMS:
+            self.append("... more problems not listed")
+
+
+def check(db) -> list[str]:
+    """The problems found in `db` (an open Database): an empty list when it is healthy."""
+    problems = _Problems()
+    with db.read() as snapshot:
+        txn = snapshot._txn
+        next_address = _check_meta(txn, problems)
+        ids = _check_features(txn, problems)
+        _check_blocks(txn, ids, problems)
+        docs = _check_documents(txn, next_address, problems)
+        erased = _check_erased(txn, problems)
+        _check_document_list(txn, docs, erased, problems)
+    return list(problems)
+
+
+def _check_meta(txn, problems) -> int:
+    for key in ("format", "tokenizer"):
+        if txn.meta(key) is None:
+            problems.add(f"meta: no {key!r} entry")
+    values = {}
+    for key in ("next_address", "next_feature", "documents", "tokens"):
+        value = txn.meta(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            problems.add(f"meta: {key!r} is {value!r}, not a non-negative integer")
+            value = 0
+        values[key] = value
+    return values["next_address"]
+
+
+def _check_features(txn, problems) -> dict[int, str]:
+    """The id -> name map, after checking it against name -> id."""
+    by_name = {}
+    for name, fid in txn.features():
+        by_name[name] = fid
+    by_id = {}
+    with txn.txn.cursor(db=txn.dbs["names"]) as cur:
+        for key, value in cur:
+            if len(key) != 8:
+                problems.add(f"names: key of {len(key)} bytes, not 8")
+                continue
+            try:
+                by_id[storage.from_u64(key)] = bytes(value).decode()
+            except UnicodeDecodeError:
+                problems.add(f"names: id {storage.from_u64(key)} has a name that is not UTF-8")
+    next_feature = txn.meta("next_feature", 1)
+    for name, fid in by_name.items():
+        if by_id.get(fid) != name:
+            problems.add(f"features: {name!r} -> id {fid}, but names has id {fid} -> "
+                         f"{by_id.get(fid)!r}")
+        if isinstance(next_feature, int) and fid >= next_feature:
+            problems.add(f"features: {name!r} has id {fid}, not below next_feature "
+                         f"{next_feature}")
+    for fid, name in by_id.items():
+        if by_name.get(name) != fid:
+            problems.add(f"names: id {fid} -> {name!r}, but features has {name!r} -> "
+                         f"{by_name.get(name)!r}")
+    return by_id
+
+
+def _block_size(buf) -> tuple[int, str | None]:
+    """(interval count, a problem with the block's layout or None)."""
+    if len(buf) < storage._HEADER.size:
+        return 0, f"{len(buf)} bytes, shorter than a block header"
+    flags, sw, lw, n, _ = storage._HEADER.unpack_from(buf, 0)
+    if flags & ~(storage.FLAG_POINTS | storage.FLAG_ZERO):
+        return n, f"unknown flags {flags:#x}"
+    if sw not in _WIDTHS or lw not in _WIDTHS:
+        return n, f"bad widths {sw}/{lw}"
+    if n < 1 or n > storage.BLOCK_SIZE:
+        return n, f"holds {n} intervals (allowed 1 to {storage.BLOCK_SIZE})"
+    size = storage._HEADER.size + sw * (n - 1)
+    if not flags & storage.FLAG_ZERO:
+        size += 8 * n
+    if not flags & storage.FLAG_POINTS:
+        size += lw * n
+    if size != len(buf):
+        return n, f"is {len(buf)} bytes, its header says {size}"
+    return n, None
+
+
+def _check_blocks(txn, names, problems) -> None:
+    fid_prev = None
+    last_start = last_end = -1
+    name = ""
+    for fid, key_start, buf in txn.all_blocks():
+        if fid != fid_prev:
+            fid_prev = fid
+            last_start = last_end = -1
+            name = names.get(fid)
+            if name is None:
+                problems.add(f"blocks: feature id {fid} has blocks but no name")
+                name = f"#{fid}"
+        where = f"blocks: {name!r} block at {key_start}"
+        _, bad = _block_size(buf)
+        if bad:
+            problems.add(f"{where} {bad}")
+            continue
+        try:
+            starts, ends, _ = storage.decode_block(buf)
+        except Exception as err:  # any failure to decode is damage
+            problems.add(f"{where} does not decode: {err}")
+            continue
+        if int(starts[0]) != key_start:
+            problems.add(f"{where}: its first start is {int(starts[0])}")
+        if starts[0] < 0:
+            problems.add(f"{where}: negative start {int(starts[0])}")
+        if (ends < starts).any():
+            problems.add(f"{where}: an interval ends before it starts")
+        if len(starts) > 1 and (np.diff(starts) <= 0).any():
+            problems.add(f"{where}: starts do not strictly increase")
+        if len(ends) > 1 and (np.diff(ends) <= 0).any():
+            problems.add(f"{where}: ends do not strictly increase (nested intervals)")
+        if starts[0] <= last_start:
+            problems.add(f"{where}: starts at {int(starts[0])}, not after the previous "
+                         f"block's last start {last_start}")
+        if ends[0] <= last_end:
+            problems.add(f"{where}: first end {int(ends[0])} is not after the previous "
+                         f"block's last end {last_end} (nested or out of order)")
+        last_start, last_end = int(starts[-1]), int(ends[-1])
+
+
+def _check_documents(txn, next_address, problems) -> list[tuple[int, int, str]]:
+    """(start, end, docno) of every document that decodes, in address order."""
+    docs = []
+    tokens = 0
+    prev_end, prev_docno = -1, None
+    with txn.txn.cursor(db=txn.dbs["docs"]) as cur:
+        for key, value in cur:
+            key_start = storage.from_u64(key) if len(key) == 8 else None
+            try:
+                doc = storage.decode_doc(value)
+            except Exception as err:  # any failure to decode is damage
+                problems.add(f"docs: the document at {key_start} does not decode: {err}")
+                continue
+            where = f"docs: {doc.docno!r}"
+            if key_start != doc.start:
+                problems.add(f"{where} is stored under {key_start} but starts at {doc.start}")
+            if not 0 <= doc.start <= doc.end:
+                problems.add(f"{where} has the bad range [{doc.start}, {doc.end}]")
+            if doc.end >= next_address:
+                problems.add(f"{where} ends at {doc.end}, at or past next_address "
+                             f"{next_address}")
+            if doc.start <= prev_end:
+                problems.add(f"{where} [{doc.start}, {doc.end}] overlaps {prev_docno!r}")
+            prev_end, prev_docno = max(prev_end, doc.end), doc.docno
+            tokens += doc.tokens
+            docs.append((doc.start, doc.end, doc.docno))
+    by_docno = {}
+    for docno, start in txn.docnos():
+        by_docno[docno] = start
+    stored = {docno: start for start, _, docno in docs}
+    for docno, start in by_docno.items():
+        if stored.get(docno) != start:
+            found = stored.get(docno)
+            problems.add(f"docnos: {docno!r} -> {start}, but "
+                         + ("no document has that docno" if found is None
+                            else f"the document starts at {found}"))
+    for docno, start in stored.items():
+        if docno not in by_docno:
+            problems.add(f"docnos: {docno!r} (document at {start}) is missing")
+    if len(stored) != len(docs):
+        problems.add(f"docs: {len(docs) - len(stored)} documents share a docno")
+    count = txn.meta("documents", 0)
+    if count != len(docs):
+        problems.add(f"meta: 'documents' is {count}, but there are {len(docs)} documents")
+    meta_tokens = txn.meta("tokens", 0)
+    if meta_tokens != tokens:
+        problems.add(f"meta: 'tokens' is {meta_tokens}, but the documents hold {tokens}")
+    return docs
+
+
+def _check_erased(txn, problems) -> tuple[np.ndarray, np.ndarray]:
+    starts, ends = txn.erased()
+    if len(starts):
+        if (ends < starts).any():
+            problems.add("erased: a range ends before it starts")
+        if (starts[1:] <= ends[:-1]).any():
+            problems.add("erased: ranges overlap")
+    return starts, ends
+
+
+def _check_document_list(txn, docs, erased, problems) -> None:
+    fid = txn.feature_id(DOCUMENT)
+    if fid is None:
+        if docs:
+            problems.add(f"features: no {DOCUMENT!r} feature, but there are documents")
+        return
+    try:
+        s, e, _ = txn.read_list(fid)
+    except Exception as err:  # reported in detail by _check_blocks
+        problems.add(f"the {DOCUMENT!r} list cannot be read: {err}")
+        return
+    es, ee = erased
+    if len(es) and len(s):
+        keep = kernels.drop_erased(s, e, es, ee)
+        s, e = s[keep], e[keep]
+    live = set(zip(s.tolist(), e.tolist()))
+    ranges = {(start, end): docno for start, end, docno in docs}
+    for (start, end), docno in ranges.items():
+        if (start, end) not in live:
+            problems.add(f"documents: {docno!r} [{start}, {end}] has no {DOCUMENT!r} "
+                         "interval over its range")
+    extra = [pq for pq in live if pq not in ranges]
+    for p, q in sorted(extra)[:20]:
+        problems.add(f"documents: the {DOCUMENT!r} interval [{p}, {q}] is no document's range")
+    if len(extra) > 20:
+        problems.add(f"documents: {len(extra) - 20} more {DOCUMENT!r} intervals are no "
+                     "document's range")

@@ -1,0 +1,553 @@
+"""Ingest: read documents from files and add them to a database in batched commits.
+
+    summary = ingest("bible.db", ["docs.jsonl.gz"])
+
+Formats, chosen by the file name (`.gz` is read transparently) or by `format=`:
+
+    jsonl    `.jsonl`, `.json`, `.ndjson`: one JSON object per line. The docno is the id field
+             (chosen, or the first of docid, docno, id, _id); the text is the chosen text
+             fields in order, or every string but the id (see records.py). A record with
+             `docid` and `segment` is an MS MARCO V2.1 segment unless text fields are chosen.
+    msmarco  MS MARCO V2.1 segmented JSONL: docno `docid`, text fields title, headings,
+             segment (in that order, each annotated `title:` and so on); url and the other
+             scalars stay with the document, start_char and end_char also as values.
+    tsv      `.tsv`: `docno<TAB>text` per line (the text may hold further tabs).
+    trec     `.trec`, `.sgml`, or any file whose first non-blank line starts with `<DOC>`:
+             `<DOC><DOCNO>x</DOCNO> ... </DOC>`; the text is everything inside DOC but the
+             DOCNO element, tags removed, entities decoded, blank lines dropped.
+    text     any other file: the whole file is one document, its docno the file name
+             without its extension(s) (`notes/a.txt` and `a.txt.gz` -> `a`).
+
+Every batch is one write transaction, so an interrupted ingest leaves whole batches and
+never a half-written document. Ingest is idempotent by docno: a document whose docno is
+already in the database is skipped, so re-running an ingest changes nothing and resumes an
+interrupted one; `replace=True` replaces such documents instead. Inside one input a
+repeated docno keeps its first occurrence (later ones are reported and skipped), unless
+`replace=True`, where the later one replaces it.
+
+A malformed record (bad JSON, not an object, no id, invalid UTF-8, a TSV line without a
+tab, a DOC without DOCNO, a record the database refuses) is reported as "file:line: message"
+and skipped; with `strict=True` the first one raises IngestError and its batch is not
+written. Inputs that cannot be read at all (missing, a directory, unreadable, not gzip) raise
+IngestError before anything is written.
+"""
+
+from __future__ import annotations
+
+import gzip
+import html
+import io
+import os
+import re
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Callable, Iterator, NamedTuple
+
+import msgspec
+
+from . import database, records
+from .errors import AnnodbError, IngestError, WriterBusyError
+
+FORMATS = ("jsonl", "msmarco", "tsv", "trec", "text")
+DEFAULT_BATCH_BYTES = 16 << 20  # a batch ends after this much input (and at batch_size docs)
+MAX_DOCNO_BYTES = 511            # LMDB's largest key
+MAX_MESSAGES = 1000              # problems kept in the summary (all are counted)
+MSMARCO_TEXT_FIELDS = ("title", "headings", "segment")
+
+_EXTENSIONS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".tsv": "tsv",
+               ".trec": "trec", ".sgml": "trec"}
+_PEEK_BYTES = 1 << 16
+_PROGRESS_EVERY = 1024
+
+Progress = Callable[[int, int, int], None]   # (documents done, bytes read, bytes in all)
+
+
+class Summary(msgspec.Struct):
+    """What an ingest did. `errors` and `warnings` keep the first MAX_MESSAGES messages;
+    `error_count` counts them all. `tokens` counts the addresses the new documents took (an
+    empty document takes one)."""
+
+    files: int = 0
+    added: int = 0
+    skipped: int = 0          # docno already in the database
+    replaced: int = 0
+    duplicates: int = 0       # docno repeated inside this input (skipped unless replace)
+    error_count: int = 0
+    errors: list[str] = []
+    warnings: list[str] = []
+    tokens: int = 0
+    bytes: int = 0
+    batches: int = 0
+    seconds: float = 0.0
+
+    @property
+    def documents(self) -> int:
+        """Documents written (added or replaced)."""
+        return self.added + self.replaced
+
+    def line(self) -> str:
+        """A one-line human summary."""
+        rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
+        files = "file" if self.files == 1 else "files"
+        text = (f"{self.added} added, {self.replaced} replaced, {self.skipped} skipped, "
+                f"{self.duplicates} duplicates, {self.error_count} errors from {self.files} "
+                f"{files}; {self.tokens} tokens in {self.seconds:.1f} s "
+                f"({rate:,.0f} tokens/s)")
+        return text
+
+
+@dataclass(frozen=True)
+class Source:
+    """One checked input file."""
+
+    path: str
+    format: str
+    gzip: bool
+    size: int
+
+
+class _Doc(NamedTuple):
+    line: int
+    docno: str
+    content: object          # str, or a dict record
+    id_field: str | None
+    text_fields: list[str] | None
+    nbytes: int
+
+
+class _Problem(NamedTuple):
+    line: int
+    message: str
+
+
+class _Rejected(Exception):
+    """add() refused one document of a batch (the batch is redone without it)."""
+
+    def __init__(self, index: int, err: Exception):
+        super().__init__(str(err))
+        self.index = index
+        self.err = err
+
+
+# ---------------------------------------------------------------- checking the inputs
+
+
+def _strip_gz(name: str) -> tuple[str, bool]:
+    if name.lower().endswith(".gz"):
+        return name[:-3], True
+    return name, False
+
+
+def _open_binary(path: str, gz: bool) -> tuple[io.BufferedIOBase, io.BufferedIOBase]:
+    """(reader, raw file): the raw file's position tells how many bytes were consumed."""
+    raw = open(path, "rb")  # noqa: SIM115 - closed by the caller
+    if not gz:
+        return raw, raw
+    return gzip.GzipFile(fileobj=raw, mode="rb"), raw
+
+
+def _first_line(head: bytes) -> bytes:
+    for line in head.splitlines():
+        if line.strip():
+            return line.strip().lstrip(b"\xef\xbb\xbf")
+    return b""
+
+
+def check_inputs(paths, format: str | None = None) -> list[Source]:
+    """Check that every input can be read and decide its format; IngestError otherwise.
+    Nothing is written: call this before opening the database."""
+    if format is not None and format not in FORMATS:
+        raise IngestError(f"unknown format {format!r}: choose one of {', '.join(FORMATS)}")
+    paths = [os.fspath(p) for p in paths]
+    if not paths:
+        raise IngestError("no input files given")
+    sources = []
+    for path in paths:
+        if not os.path.exists(path):
+            raise IngestError(f"{path}: no such file")
+        if os.path.isdir(path):
+            raise IngestError(f"{path}: is a directory; give the files in it (e.g. {path}/*)")
+        name, gz = _strip_gz(os.path.basename(path))
+        try:
+            reader, raw = _open_binary(path, gz)
+            with raw, reader:
+                head = reader.read(_PEEK_BYTES)
+        except PermissionError:
+            raise IngestError(f"{path}: permission denied") from None
+        except (gzip.BadGzipFile, zlib.error, EOFError) as err:
+            raise IngestError(f"{path}: not a readable gzip file ({err})") from None
+        except OSError as err:
+            raise IngestError(f"{path}: cannot read: {err.strerror or err}") from None
+        fmt = format
+        if fmt is None:
+            fmt = _EXTENSIONS.get(os.path.splitext(name)[1].lower())
+        if fmt is None:
+            fmt = "trec" if _first_line(head).startswith(b"<DOC>") else "text"
+        sources.append(Source(path, fmt, gz, os.path.getsize(path)))
+    return sources
+
+
+# ---------------------------------------------------------------- format readers
+# Each reader yields _Doc or _Problem; `tell()` of the raw file gives the bytes consumed.
+
+
+def _check_docno(docno: str) -> str | None:
+    if not docno:
+        return "empty docno"
+    try:
+        size = len(docno.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "docno is not valid Unicode (a lone surrogate)"
+    if size > MAX_DOCNO_BYTES:
+        return f"docno longer than {MAX_DOCNO_BYTES} bytes"
+    return None
+
+
+def _read_jsonl(reader, source: Source, id_field, text_fields) -> Iterator:
+    decode = msgspec.json.Decoder().decode
+    msmarco = source.format == "msmarco"
+    resolve = records._docno
+    for lineno, line in enumerate(reader, 1):
+        if lineno == 1 and line.startswith(b"\xef\xbb\xbf"):
+            line = line[3:]
+        if not line.strip():
+            continue
+        try:
+            record = decode(line)
+        except msgspec.DecodeError as err:
+            yield _Problem(lineno, f"invalid JSON: {err}")
+            continue
+        if not isinstance(record, dict):
+            yield _Problem(lineno, f"not a JSON object but {_json_kind(record)}")
+            continue
+        fields, key = text_fields, id_field
+        if text_fields is None and (msmarco or ("segment" in record and "docid" in record)):
+            fields = list(MSMARCO_TEXT_FIELDS)
+            key = id_field or "docid"
+        try:
+            key, docno = resolve(record, key)
+        except IngestError as err:
+            yield _Problem(lineno, str(err))
+            continue
+        bad = _check_docno(docno)
+        if bad:
+            yield _Problem(lineno, bad)
+            continue
+        yield _Doc(lineno, docno, record, key, fields, len(line))
+
+
+def _json_kind(value) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if value is None:
+        return "null"
+    return f"a {type(value).__name__}"
+
+
+def _decode_line(line: bytes) -> tuple[str | None, str | None]:
+    try:
+        return line.decode("utf-8"), None
+    except UnicodeDecodeError as err:
+        return None, f"invalid UTF-8 at byte {err.start} of the line"
+
+
+def _read_tsv(reader, source: Source, id_field, text_fields) -> Iterator:
+    for lineno, raw in enumerate(reader, 1):
+        if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
+        line, bad = _decode_line(raw)
+        if bad:
+            yield _Problem(lineno, bad)
+            continue
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        docno, tab, text = line.partition("\t")
+        if not tab:
+            yield _Problem(lineno, "no tab: expected docno<TAB>text")
+            continue
+        docno = docno.strip()
+        bad = _check_docno(docno)
+        if bad:
+            yield _Problem(lineno, bad)
+            continue
+        yield _Doc(lineno, docno, text, None, None, len(raw))
+
+
+def _read_text(reader, source: Source, id_field, text_fields) -> Iterator:
+    data = reader.read()
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        yield _Problem(line, f"invalid UTF-8 at byte {err.start}")
+        return
+    name, _ = _strip_gz(os.path.basename(source.path))
+    docno = name.split(".", 1)[0] if not name.startswith(".") else name
+    bad = _check_docno(docno)
+    if bad:
+        yield _Problem(1, bad)
+        return
+    yield _Doc(1, docno, text, None, None, len(data))
+
+
+_DOCNO = re.compile(r"<DOCNO>\s*(.*?)\s*</DOCNO>", re.S)
+_TAG = re.compile(r"<[^<>]*>")
+
+
+def _trec_doc(body: str, line: int, nbytes: int):
+    m = _DOCNO.search(body)
+    if m is None:
+        return _Problem(line, "<DOC> without <DOCNO>")
+    docno = m.group(1)
+    bad = _check_docno(docno)
+    if bad:
+        return _Problem(line, bad)
+    text = html.unescape(_TAG.sub("\n", body[:m.start()] + body[m.end():]))
+    text = "\n".join(s for s in (part.strip() for part in text.splitlines()) if s)
+    return _Doc(line, docno, text, None, None, nbytes)
+
+
+def _read_trec(reader, source: Source, id_field, text_fields) -> Iterator:
+    inside, start_line, parts, nbytes, broken = False, 0, [], 0, None
+    lineno = 0
+    for lineno, raw in enumerate(reader, 1):
+        if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
+        line, bad = _decode_line(raw)
+        if bad:
+            if inside:
+                broken = broken or _Problem(lineno, bad)
+                nbytes += len(raw)
+            else:
+                yield _Problem(lineno, bad)
+            continue
+        pos = 0
+        while True:
+            if not inside:
+                i = line.find("<DOC>", pos)
+                if i < 0:
+                    if line[pos:].strip():
+                        yield _Problem(lineno, "text outside <DOC> ... </DOC>")
+                    break
+                if line[pos:i].strip():
+                    yield _Problem(lineno, "text outside <DOC> ... </DOC>")
+                inside, start_line, parts, nbytes, broken = True, lineno, [], 0, None
+                pos = i + 5
+            else:
+                j = line.find("</DOC>", pos)
+                k = line.find("<DOC>", pos)
+                if 0 <= k and (j < 0 or k < j):
+                    yield _Problem(start_line, "<DOC> not closed before the next <DOC>")
+                    inside = False
+                    pos = k
+                    continue
+                if j < 0:
+                    parts.append(line[pos:])
+                    break
+                parts.append(line[pos:j])
+                inside = False
+                pos = j + 6
+                yield broken or _trec_doc("".join(parts), start_line, nbytes + len(raw))
+        if inside:
+            nbytes += len(raw)
+    if inside:
+        yield _Problem(start_line, "<DOC> not closed at the end of the file")
+
+
+_READERS = {"jsonl": _read_jsonl, "msmarco": _read_jsonl, "tsv": _read_tsv,
+            "text": _read_text, "trec": _read_trec}
+
+
+# ---------------------------------------------------------------- the driver
+
+
+class _Run:
+    def __init__(self, db, *, replace, strict, timeout, batch_size, batch_bytes, progress,
+                 on_problem, total_bytes):
+        self.db = db
+        self.replace = replace
+        self.strict = strict
+        self.timeout = timeout
+        self.batch_size = max(1, int(batch_size)) if batch_size else None
+        self.batch_bytes = batch_bytes
+        self.progress = progress
+        self.on_problem = on_problem
+        self.total_bytes = total_bytes
+        self.summary = Summary()
+        self.bytes_before = 0       # bytes of the files already read
+        self.seen = set()           # hash(docno) of the docnos written by this run
+
+    # problems
+    def problem(self, path: str, line: int, message: str, pending: int = 0) -> None:
+        where = f"{path}:{line}" if line else path
+        text = f"{where}: {message}"
+        if self.strict:
+            s = self.summary
+            raise IngestError(
+                f"{text} (stopped by strict; {s.added + s.replaced} documents of earlier "
+                f"batches were committed, the {pending} of the current batch were not)")
+        s = self.summary
+        s.error_count += 1
+        if len(s.errors) < MAX_MESSAGES:
+            s.errors.append(text)
+        if self.on_problem is not None:
+            self.on_problem(text)
+
+    def warn(self, text: str) -> None:
+        if len(self.summary.warnings) < MAX_MESSAGES:
+            self.summary.warnings.append(text)
+
+    def report(self, done: int, read: int) -> None:
+        if self.progress is not None:
+            self.progress(done, self.bytes_before + read, self.total_bytes)
+
+    def done(self) -> int:
+        s = self.summary
+        return s.added + s.replaced + s.skipped + s.duplicates
+
+    # one file
+    def file(self, source: Source, id_field, text_fields) -> None:
+        try:
+            reader, raw = _open_binary(source.path, source.gzip)
+        except OSError as err:
+            raise IngestError(f"{source.path}: cannot read: {err.strerror or err}") from None
+        batch: list[_Doc] = []
+        size = 0
+        items = _READERS[source.format](reader, source, id_field, text_fields)
+        with raw, reader:
+            while True:
+                try:
+                    item = next(items, None)
+                except (gzip.BadGzipFile, zlib.error, EOFError, OSError) as err:
+                    # the file itself broke off (a truncated download): keep what came before
+                    self.problem(source.path, 0, f"cannot read further: {err}", len(batch))
+                    break
+                if item is None:
+                    break
+                if isinstance(item, _Problem):
+                    self.problem(source.path, item.line, item.message, len(batch))
+                    continue
+                batch.append(item)
+                size += item.nbytes
+                if len(batch) % _PROGRESS_EVERY == 0:
+                    self.report(self.done() + len(batch), raw.tell())
+                if size >= self.batch_bytes or (self.batch_size and
+                                                len(batch) >= self.batch_size):
+                    self.write(batch, source.path)
+                    self.report(self.done(), raw.tell())
+                    batch, size = [], 0
+            self.write(batch, source.path)
+            self.bytes_before += source.size
+            self.report(self.done(), 0)
+
+    # one batch = one transaction
+    def write(self, batch: list[_Doc], path: str) -> None:
+        while batch:
+            try:
+                counts, warnings = self._write_once(batch, path)
+            except _Rejected as rejected:
+                bad = batch[rejected.index]
+                message = f"not stored: {rejected.err}"
+                self.problem(path, bad.line, message, len(batch))
+                batch = batch[:rejected.index] + batch[rejected.index + 1:]
+                continue
+            except WriterBusyError:
+                raise
+            except AnnodbError as err:   # the commit itself failed: nothing of it was written
+                s = self.summary
+                raise IngestError(
+                    f"{path}:{batch[0].line}-{batch[-1].line}: the batch of {len(batch)} "
+                    f"documents could not be committed: {err} ({s.added + s.replaced} "
+                    "documents of earlier batches stay committed)") from err
+            s = self.summary
+            for name, n in counts.items():
+                setattr(s, name, getattr(s, name) + n)
+            s.batches += 1
+            for text in warnings:
+                self.warn(text)
+            return
+
+    def _write_once(self, batch: list[_Doc], path: str):
+        counts = dict(added=0, replaced=0, skipped=0, duplicates=0, tokens=0)
+        warnings = []
+        written = []
+        replace = self.replace
+        with self.db.write(self.timeout) as w:
+            present = {d.docno for d in batch if w.has(d.docno)}  # before any add: no flush
+            in_batch = set()
+            for index, d in enumerate(batch):
+                docno = d.docno
+                h = hash(docno)
+                repeated = docno in in_batch or (docno in present and h in self.seen)
+                if repeated:
+                    counts["duplicates"] += 1
+                    verb = "replaces the earlier one" if replace else "skipped (the first is kept)"
+                    warnings.append(f"{path}:{d.line}: duplicate docno {docno!r} {verb}")
+                    if not replace:
+                        continue
+                elif docno in present:
+                    if not replace:
+                        counts["skipped"] += 1
+                        continue
+                    counts["replaced"] += 1
+                else:
+                    counts["added"] += 1
+                try:
+                    added = w.add(d.content, docno, id_field=d.id_field,
+                                  text_fields=d.text_fields, replace=replace)
+                except Exception as err:  # the transaction is thrown away, redone without it
+                    raise _Rejected(index, err) from err
+                counts["tokens"] += added.end - added.start + 1
+                in_batch.add(docno)
+                written.append(h)
+        self.seen.update(written)
+        return counts, warnings
+
+
+def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
+           text_fields: list[str] | None = None, batch_size: int | None = None,
+           batch_bytes: int = DEFAULT_BATCH_BYTES, replace: bool = False,
+           strict: bool = False, progress: Progress | None = None,
+           on_problem: Callable[[str], None] | None = None,
+           timeout: float | None = None) -> Summary:
+    """Ingest the files `paths` into `db` (an open Database, or a path: then the inputs are
+    checked before the database is opened or created). Returns a Summary.
+
+    Each batch is one transaction: it ends after `batch_bytes` of input (16 MiB: a few
+    million tokens) or, when given, `batch_size` documents. Fewer, larger commits are faster
+    and leave a smaller file (every commit rewrites the last block of each feature it
+    touches, and LMDB keeps the replaced pages as free space); smaller ones lose less work
+    to a crash.
+
+    progress(documents done, bytes read, bytes in all) is called as the ingest goes;
+    on_problem("file:line: message") for each malformed record (also listed in the summary).
+    Raises IngestError for unreadable inputs (before writing anything) and, with strict,
+    at the first malformed record (earlier batches stay committed).
+    """
+    started = time.perf_counter()
+    sources = check_inputs(paths, format)
+    text_fields = list(text_fields) if text_fields else None
+    own = not isinstance(db, database.Database)
+    if own:
+        db = database.open(db)
+    try:
+        run = _Run(db, replace=replace, strict=strict, timeout=timeout, batch_size=batch_size,
+                   batch_bytes=batch_bytes, progress=progress, on_problem=on_problem,
+                   total_bytes=sum(s.size for s in sources))
+        try:
+            for source in sources:
+                run.file(source, id_field, text_fields)
+                run.summary.files += 1
+        finally:
+            run.summary.seconds = time.perf_counter() - started
+            run.summary.bytes = run.bytes_before
+        return run.summary
+    finally:
+        if own:
+            db.close()

@@ -1,0 +1,348 @@
+"""The `annodb` command line: a thin layer over the annodb package.
+
+This module defines the click group, the shared `--db` option and the error handling that
+every command gets; commands live here and in the modules listed in COMMAND_MODULES. To add
+commands in another file:
+
+    # cli/query.py
+    import click
+    from cli.main import db_option, open_db
+
+    @click.command()
+    @db_option
+    def query(db, ...):
+        '''... \\b Example: ...'''
+
+then add "cli.query" to COMMAND_MODULES below: every click command defined at the top level
+of a listed module joins the group (decorating with `@annodb.command()` works too).
+
+Commands raise AnnodbError (or OSError) for anything that goes wrong; the group prints it as
+one line `annodb: error: ...` and exits 1 (usage errors exit 2). No command prints a
+traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+
+import click
+import msgspec
+
+import annodb as _annodb
+from annodb import ingest as _ingest
+from annodb.check import check as _check
+from annodb.errors import AnnodbError, NotFoundError
+
+COMMAND_MODULES = ("cli.serve", "cli.query")   # more commands, one module each
+MAX_PROBLEMS_SHOWN = 20
+
+
+def fail(message: str, code: int = 1):
+    """Print `annodb: error: message` on stderr and exit with `code`."""
+    click.echo(f"annodb: error: {message}", err=True)
+    sys.exit(code)
+
+
+class Group(click.Group):
+    """A click group that turns every error into one line on stderr and an exit code:
+    2 for usage errors, 1 for everything else, 130 for Ctrl-C."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
+             **extra):
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.UsageError as err:
+            hint = ""
+            if err.ctx is not None:
+                hint = f" (see '{err.ctx.command_path} --help')"
+            fail(f"{err.format_message()}{hint}", 2)
+        except click.Abort:
+            fail("aborted", 1)
+        except click.ClickException as err:
+            fail(err.format_message(), err.exit_code)
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+        except AnnodbError as err:
+            fail(str(err), 1)
+        except BrokenPipeError:
+            # the reader of our output went away (e.g. `| head`): stop quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
+        except OSError as err:
+            where = f"{err.filename}: " if err.filename else ""
+            fail(f"{where}{err.strerror or err}", 1)
+        except Exception as err:
+            if os.environ.get("ANNODB_DEBUG"):
+                raise
+            fail(f"internal error: {type(err).__name__}: {err} (set ANNODB_DEBUG=1 for the "
+                 "traceback, and please report it)", 1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(_annodb.__version__, prog_name="annodb")
+def annodb():
+    """annodb: an embedded, transactional search database (an annotative index on LMDB).
+
+    Every command takes --db PATH (or the environment variable ANNODB_DB; default
+    ./annodb.db).
+
+    \b
+    Example:
+      annodb ingest --db bible.db examples/bible-sample.jsonl
+      annodb stats --db bible.db
+      annodb show --db bible.db Gen.1.1
+    """
+
+
+def db_option(f):
+    """The shared `--db PATH` option: passes `db` (a path string) to the command."""
+    return click.option(
+        "--db", "db", metavar="PATH", envvar="ANNODB_DB", default=_annodb.database.DEFAULT_PATH,
+        show_default=True, show_envvar=True, type=click.Path(dir_okay=True, file_okay=True),
+        help="The database directory.")(f)
+
+
+def open_db(path: str, *, readonly: bool = False) -> _annodb.Database:
+    """Open an existing database (commands other than ingest never create one)."""
+    return _annodb.open(path, readonly=readonly, create=False)
+
+
+def echo_json(value) -> None:
+    click.echo(msgspec.json.encode(value).decode())
+
+
+# ---------------------------------------------------------------- ingest
+
+
+class _Bar:
+    """A progress bar on stderr showing documents and documents/s (only on a terminal)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.bar = None
+        self.docs = 0
+        self.started = time.monotonic()
+
+    def __call__(self, docs: int, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            self.bar = click.progressbar(length=max(total, 1), label="ingesting", file=sys.stderr,
+                                         item_show_func=self._show, show_percent=True,
+                                         show_eta=True)
+            self.bar.__enter__()
+        self.docs = docs
+        self.bar.update(max(done - self.bar.pos, 0), docs)
+
+    def _show(self, _item) -> str:
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        return f"{self.docs:,} documents, {self.docs / elapsed:,.0f}/s"
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+            self.bar = None
+
+
+@annodb.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=True))
+@db_option
+@click.option("--id-field", metavar="NAME", help="The record field holding the docno "
+              "(default: the first of docid, docno, id, _id).")
+@click.option("--text-field", "text_fields", metavar="NAME", multiple=True,
+              help="A record field to index as text; repeat for several, in order "
+                   "(default: every string field but the id).")
+@click.option("--format", "fmt", type=click.Choice(_ingest.FORMATS),
+              help="The input format (default: from the file name; see above).")
+@click.option("--batch-size", type=click.IntRange(min=1), metavar="N",
+              help="Commit every N documents (default: every 16 MiB of input).")
+@click.option("--replace", is_flag=True, help="Replace documents whose docno is already "
+              "in the database (default: skip them).")
+@click.option("--strict", is_flag=True, help="Stop at the first malformed record instead of "
+              "reporting and skipping it.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no problem list.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
+def ingest(files, db, id_field, text_fields, fmt, batch_size, replace, strict, quiet,
+           as_json):
+    """Add documents from FILES (JSONL, TSV, TREC, MS MARCO segments or plain text; .gz too).
+
+    The format follows the file name: .jsonl/.json/.ndjson one JSON record per line,
+    .tsv docno<TAB>text, .trec/.sgml (or a first line <DOC>) TREC <DOC> files, any other
+    name one plain-text document per file whose docno is the file name without extension.
+    Records with docid and segment are MS MARCO V2.1 segments.
+
+    Ingest commits in batches and is idempotent by docno: documents already present are
+    skipped, so re-running an interrupted ingest resumes it.
+    Malformed records are reported (file:line) and skipped, or stop it with --strict.
+
+    \b
+    Example:
+      annodb ingest --db bible.db examples/bible-sample.jsonl
+      annodb ingest --db web.db --id-field url --text-field title --text-field body pages.jsonl.gz
+    """
+    bar = _Bar(enabled=not quiet and sys.stderr.isatty())
+    try:
+        summary = _ingest.ingest(db, files, format=fmt, id_field=id_field,
+                                 text_fields=list(text_fields) or None, batch_size=batch_size,
+                                 replace=replace, strict=strict, progress=bar)
+    finally:
+        bar.close()
+    if not quiet:
+        for text in summary.errors[:MAX_PROBLEMS_SHOWN]:
+            click.echo(f"annodb: skipped {text}", err=True)
+        if summary.error_count > MAX_PROBLEMS_SHOWN:
+            click.echo(f"annodb: ... and {summary.error_count - MAX_PROBLEMS_SHOWN} more "
+                       "malformed records (see --json)", err=True)
+        for text in summary.warnings[:MAX_PROBLEMS_SHOWN]:
+            click.echo(f"annodb: {text}", err=True)
+        if summary.duplicates > MAX_PROBLEMS_SHOWN:
+            click.echo(f"annodb: ... and {summary.duplicates - MAX_PROBLEMS_SHOWN} more "
+                       "duplicate docnos (see --json)", err=True)
+    click.echo(f"annodb: ingest: {summary.line()}", err=True)
+    if as_json:
+        echo_json(summary)
+
+
+# ---------------------------------------------------------------- reading
+
+
+@annodb.command()
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
+def stats(db, as_json):
+    """Print the database's counts: documents, tokens, features, size.
+
+    \b
+    Example:
+      annodb stats --db bible.db
+      annodb stats --db bible.db --json
+    """
+    with open_db(db, readonly=True) as database:
+        result = database.stats().as_dict()
+    if as_json:
+        echo_json(result)
+        return
+    width = max(len(k) for k in result)
+    for key, value in result.items():
+        click.echo(f"{key:<{width}}  {value}")
+
+
+def _document_dict(doc) -> dict:
+    return {
+        "docno": doc.docno, "start": doc.start, "end": doc.end, "tokens": doc.tokens,
+        "text": doc.text,
+        "fields": [{"name": f.name, "path": f.path, "start": f.start, "end": f.end,
+                    "text": doc.text[f.char_start:f.char_end]} for f in doc.fields],
+        "meta": doc.meta,
+    }
+
+
+@annodb.command()
+@click.argument("docno")
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Print the whole document as JSON.")
+def show(docno, db, as_json):
+    """Print the document DOCNO: its address range, fields and metadata.
+
+    \b
+    Example:
+      annodb show --db bible.db Gen.1.1
+      annodb show --db bible.db Gen.1.1 --json
+    """
+    with open_db(db, readonly=True) as database, database.read() as snapshot:
+        doc = snapshot.document(docno)
+    if as_json:
+        echo_json(_document_dict(doc))
+        return
+    click.echo(f"docno: {doc.docno}")
+    click.echo(f"range: {doc.start}..{doc.end} ({doc.tokens} tokens)")
+    for key, value in doc.meta.items():
+        click.echo(f"{key}: {json.dumps(value, ensure_ascii=False)}")
+    named = [f for f in doc.fields if f.name or f.path]
+    if named:
+        for f in named:
+            click.echo(f"{f.path or f.name}: {doc.text[f.char_start:f.char_end]}")
+    else:
+        click.echo("")
+        click.echo(doc.text)
+
+
+# ---------------------------------------------------------------- writing
+
+
+@annodb.command()
+@click.argument("feature")
+@click.argument("docno")
+@db_option
+@click.option("--value", type=float, default=0.0, show_default=True,
+              help="The number the annotation carries.")
+def annotate(feature, docno, db, value):
+    """Annotate the whole of document DOCNO with FEATURE (and a value).
+
+    \b
+    Example:
+      annodb annotate --db bible.db judgment:creation Gen.1.1 --value 3
+    """
+    with open_db(db) as database, database.write() as w:
+        doc = w.document(docno)
+        w.annotate(feature, doc.start, doc.end, value)
+    click.echo(f"annotated {docno} [{doc.start}, {doc.end}] with {feature} = {value:g}",
+               err=True)
+
+
+@annodb.command()
+@click.argument("docno")
+@db_option
+def delete(docno, db):
+    """Delete document DOCNO (its text and every annotation inside it).
+
+    \b
+    Example:
+      annodb delete --db bible.db Gen.1.1
+    """
+    with open_db(db) as database, database.write() as w:
+        if not w.delete(docno):
+            raise NotFoundError(f"no document with docno {docno!r}")
+    click.echo(f"deleted {docno}", err=True)
+
+
+@annodb.command("check")
+@db_option
+def check_command(db):
+    """Verify every invariant of the database; exit 1 if it is damaged.
+
+    Prints each problem found, or "ok".
+
+    \b
+    Example:
+      annodb check --db bible.db
+    """
+    with open_db(db, readonly=True) as database:
+        problems = _check(database)
+    for problem in problems:
+        click.echo(problem)
+    if problems:
+        fail(f"{db}: {len(problems)} problem{'s' if len(problems) != 1 else ''} found")
+    click.echo("ok")
+
+
+def _add_commands(names) -> None:
+    for name in names:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name == name:   # not written yet
+                continue
+            raise
+        for value in list(vars(module).values()):
+            if isinstance(value, click.Command) and value is not annodb \
+                    and value.name not in annodb.commands:
+                annodb.add_command(value)
+
+
+_add_commands(COMMAND_MODULES)

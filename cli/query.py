@@ -1,0 +1,141 @@
+"""`annodb query`, `annodb search` and `annodb count`: ranked and counted retrieval."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from annodb import ranking
+from annodb.errors import QueryError
+from cli.main import db_option, echo_json, fail, open_db
+
+
+def _show(hits, as_json: bool) -> None:
+    tty = sys.stdout.isatty()
+    for hit in hits:
+        if as_json:
+            echo_json(hit.as_dict())
+            continue
+        snippet = hit.snippet or ""
+        if tty:
+            snippet = snippet.replace("<cover>", "\x1b[1m").replace("</cover>", "\x1b[0m")
+        click.echo(f"{hit.rank}\t{hit.docno}\t{hit.score:.6f}\t{snippet}")
+
+
+def _warn(warnings) -> None:
+    for w in warnings:
+        click.echo(f"annodb: warning: {w}", err=True)
+
+
+@click.command()
+@db_option
+@click.argument("gcl")
+@click.option("-k", "k", default=10, show_default=True, type=click.IntRange(0),
+              help="How many results.")
+@click.option("--container", default=":", show_default=True,
+              help="What to rank: a GCL expression for the regions that are results.")
+@click.option("--strict", is_flag=True,
+              help="Reject queries that lenient parsing would repair.")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object per result: rank, docno, score, cover [p, q], snippet.")
+def query(db, gcl, k, container, strict, as_json):
+    """Rank documents for a GCL query by shortest-substring ranking.
+
+    GCL is Cottontail's S-expression notation: (^ A B) all of, (+ A B) one of,
+    "a b" a phrase, (<< A B) A inside B, (>> A B) A containing B, (... A B) A
+    then B, (>= F 2) F with value >= 2. Give - to read one query per line from
+    stdin (with --json, one line per query; a bad query does not stop the batch).
+
+    \b
+    Example:
+      annodb query --db bible.db '(^ "living water" (+ well spring))'
+      annodb query --db bible.db -k 3 --json '(<< god title:)'
+      printf 'light\\n(^ day night)\\n' | annodb query --db bible.db --json -
+    """
+    database = open_db(db, readonly=True)
+    lenient = not strict
+    if gcl == "-":
+        failed = False
+        for line in sys.stdin:
+            text = line.strip()
+            if not text:
+                continue
+            with database.read() as r:
+                try:
+                    results = r.search(text, k=k, container=container, lenient=lenient)
+                except QueryError as err:
+                    failed = True
+                    if as_json:
+                        echo_json({"query": text, "results": [], "warnings": [],
+                                   "error": str(err)})
+                    else:
+                        click.echo(f"annodb: error: {text}: {err}", err=True)
+                    continue
+            if as_json:
+                echo_json({"query": text, "results": [h.as_dict() for h in results],
+                           "warnings": results.warnings, "error": None})
+            else:
+                _warn(results.warnings)
+                click.echo(f"# {text}")
+                _show(results, False)
+        sys.exit(2 if failed else 0)
+    with database.read() as r:
+        try:
+            results = r.search(gcl, k=k, container=container, lenient=lenient)
+        except QueryError as err:
+            fail(str(err), 2)
+        _warn(results.warnings)
+        _show(results, as_json)
+
+
+@click.command()
+@db_option
+@click.argument("text")
+@click.option("-k", "k", default=10, show_default=True, type=click.IntRange(0),
+              help="How many results.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per result.")
+def search(db, text, k, as_json):
+    """Free-text search, for when you would rather not write GCL.
+
+    The words are combined into Boolean tiers, all of them together first, then
+    smaller subsets (rarer words weigh more); each tier is ranked by SSR. The
+    queries that ran are printed to stderr.
+
+    \b
+    Example:
+      annodb search --db bible.db 'living water well'
+    """
+    database = open_db(db, readonly=True)
+    with database.read() as r:
+        results = r.search_text(text, k=k)
+    click.echo(f"annodb: ran {results.query or '(nothing: no word is in the database)'}",
+               err=True)
+    _show(results, as_json)
+
+
+@click.command()
+@db_option
+@click.argument("gcl")
+@click.option("--strict", is_flag=True, help="Reject queries that lenient parsing would repair.")
+@click.option("--json", "as_json", is_flag=True, help='Print {"query": ..., "count": N}.')
+def count(db, gcl, strict, as_json):
+    """Count the intervals a GCL query denotes (its minimal matches).
+
+    \b
+    Example:
+      annodb count --db bible.db '"living water"'
+      annodb count --db bible.db '(>> : (= :chapter: 2))'
+    """
+    database = open_db(db, readonly=True)
+    with database.read() as r:
+        try:
+            node, warnings = ranking.as_node(gcl, lenient=not strict)
+        except QueryError as err:
+            fail(str(err), 2)
+        _warn(warnings)
+        n = r.count(node)
+    if as_json:
+        echo_json({"query": gcl, "count": n})
+    else:
+        click.echo(n)

@@ -1,0 +1,219 @@
+"""The `annodb` command line: every command through click's runner, and the installed
+console script in a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import annodb
+from annodb import storage
+from cli.main import _Bar, annodb as cli
+
+DATA = Path(__file__).parent / "data"
+EXAMPLE = Path(__file__).parent.parent / "examples" / "bible-sample.jsonl"
+
+
+def invoke(*args, env=None):
+    return CliRunner().invoke(cli, [str(a) for a in args], env=env, catch_exceptions=False)
+
+
+@pytest.fixture
+def db(tmp_path):
+    path = tmp_path / "cli.db"
+    result = invoke("ingest", "--db", path, DATA / "sample.jsonl")
+    assert result.exit_code == 0, result.output
+    return path
+
+
+def one_error_line(result, code: int) -> str:
+    assert result.exit_code == code, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("annodb: error: ")
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+# ---------------------------------------------------------------- commands
+
+
+def test_ingest_prints_a_summary_line_and_json(tmp_path):
+    path = tmp_path / "i.db"
+    result = invoke("ingest", "--db", path, "--json", DATA / "sample.jsonl", DATA / "sample.tsv")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert (summary["files"], summary["added"], summary["error_count"]) == (2, 7, 0)
+    assert result.stderr.splitlines()[-1].startswith("annodb: ingest: 7 added")
+    again = invoke("ingest", "--db", path, "--json", DATA / "sample.jsonl")
+    assert json.loads(again.stdout)["skipped"] == 4
+
+
+def test_ingest_options(tmp_path):
+    path = tmp_path / "o.db"
+    result = invoke("ingest", "--db", path, "--id-field", "key", "--text-field", "body",
+                    "--text-field", "title", "--batch-size", "1", DATA / "records.jsonl")
+    assert result.exit_code == 0, result.output
+    with annodb.open(path) as db, db.read() as r:
+        assert r.document("r2").text == "Bats catch moths above the pond.\nBats at dusk"
+    result = invoke("ingest", "--db", path, "--format", "tsv", DATA / "sample.tsv")
+    assert result.exit_code == 0 and "3 added" in result.stderr
+
+
+def test_ingest_replace(db, tmp_path):
+    changed = tmp_path / "c.jsonl"
+    changed.write_text('{"docid": "ch1-v1", "text": "replaced"}\n')
+    result = invoke("ingest", "--db", db, "--replace", changed)
+    assert "1 replaced" in result.stderr
+    assert json.loads(invoke("show", "--db", db, "--json", "ch1-v1").stdout)["text"] == "replaced"
+
+
+def test_ingest_reports_malformed_lines_and_strict_stops(tmp_path):
+    path = tmp_path / "m.db"
+    bad = DATA / "malformed.jsonl"
+    result = invoke("ingest", "--db", path, bad)
+    assert result.exit_code == 0
+    assert f"annodb: skipped {bad}:2: invalid JSON" in result.stderr
+    assert "4 errors" in result.stderr.splitlines()[-1]
+    quiet = invoke("ingest", "--db", tmp_path / "q.db", "--quiet", bad)
+    assert len(quiet.stderr.splitlines()) == 1
+    strict = invoke("ingest", "--db", tmp_path / "s.db", "--strict", bad)
+    assert f"{bad}:2: invalid JSON" in one_error_line(strict, 1)
+
+
+def test_stats(db):
+    result = invoke("stats", "--db", db, "--json")
+    assert result.exit_code == 0
+    stats = json.loads(result.stdout)
+    assert stats["documents"] == 4 and stats["features"] > 10
+    assert stats["tokens"] == 4 + 28 + 2 and stats["size_bytes"] > 0   # Notes, texts, tags
+    text = invoke("stats", "--db", db).stdout
+    assert "documents" in text and "4" in text
+
+
+def test_show(db):
+    result = invoke("show", "--db", db, "ch2-v1")
+    assert result.exit_code == 0
+    assert "docno: ch2-v1" in result.stdout
+    assert ":text:: Foxes are quick; dogs are loyal." in result.stdout
+    doc = json.loads(invoke("show", "--db", db, "--json", "ch2-v1").stdout)
+    assert doc["docno"] == "ch2-v1" and doc["text"] == "Notes\nFoxes are quick; dogs are loyal."
+    assert [f["name"] for f in doc["fields"]] == ["book", "text"]
+    assert doc["fields"][1]["text"] == "Foxes are quick; dogs are loyal."
+
+
+def test_show_plain_text_document(tmp_path):
+    path = tmp_path / "p.db"
+    invoke("ingest", "--db", path, DATA / "note.txt")
+    result = invoke("show", "--db", path, "note")
+    assert result.stdout.endswith((DATA / "note.txt").read_text() + "\n")
+
+
+def test_annotate_and_delete(db):
+    result = invoke("annotate", "--db", db, "judgment:t1", "ch1-v2", "--value", "3")
+    assert result.exit_code == 0, result.output
+    with annodb.open(db) as database, database.read() as r:
+        doc = r.document("ch1-v2")
+        assert list(r.intervals("judgment:t1")) == [(doc.start, doc.end, 3.0)]
+    assert invoke("delete", "--db", db, "ch1-v2").exit_code == 0
+    with annodb.open(db) as database, database.read() as r:
+        assert not r.has("ch1-v2")
+        assert len(r.intervals("judgment:t1")) == 0
+    assert invoke("check", "--db", db).stdout == "ok\n"
+
+
+def test_check_ok_and_damaged(db):
+    result = invoke("check", "--db", db)
+    assert (result.exit_code, result.stdout) == (0, "ok\n")
+    with annodb.open(db) as database:      # damage it: drop one docno -> start entry
+        txn = storage.Txn(database._env, write=True)
+        txn.txn.delete(b"ch1-v1", db=txn.dbs["docnos"])
+        txn.commit()
+    result = invoke("check", "--db", db)
+    assert result.exit_code == 1
+    assert "docnos: 'ch1-v1' (document at 0) is missing" in result.stdout
+    assert one_error_line(result, 1).endswith("1 problem found")
+
+
+def test_db_from_environment_and_default(db, tmp_path, monkeypatch):
+    result = invoke("stats", "--json", env={"ANNODB_DB": str(db)})
+    assert json.loads(result.stdout)["documents"] == 4
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(db, tmp_path / "annodb.db")
+    result = invoke("stats", "--json", env={"ANNODB_DB": None})
+    assert json.loads(result.stdout)["documents"] == 4
+
+
+# ---------------------------------------------------------------- errors and help
+
+
+def test_errors_are_one_line_with_exit_codes(db, tmp_path):
+    assert "no document with docno 'nope'" in one_error_line(invoke("show", "--db", db, "nope"), 1)
+    assert "nope" in one_error_line(invoke("delete", "--db", db, "nope"), 1)
+    assert "nope" in one_error_line(invoke("annotate", "--db", db, "f", "nope"), 1)
+    line = one_error_line(invoke("stats", "--db", tmp_path / "none.db"), 1)
+    assert "no annodb database here" in line
+    assert not (tmp_path / "none.db").exists()          # reading never creates one
+    line = one_error_line(invoke("ingest", "--db", tmp_path / "x.db", tmp_path / "no.jsonl"), 1)
+    assert "no.jsonl: no such file" in line
+    assert not (tmp_path / "x.db").exists()
+    assert "Missing argument" in one_error_line(invoke("show", "--db", db), 2)
+    assert "No such option" in one_error_line(invoke("stats", "--bogus"), 2)
+    assert "No such command" in one_error_line(invoke("bogus"), 2)
+    assert "--value" in one_error_line(invoke("annotate", "f", "d", "--value", "x"), 2)
+
+
+def test_every_command_has_an_example_in_its_help():
+    assert "Example" in invoke("--help").stdout
+    assert set(cli.commands) >= {"ingest", "stats", "show", "annotate", "delete", "check"}
+    for name in cli.commands:
+        result = invoke(name, "--help")
+        assert result.exit_code == 0
+        assert "Example" in result.stdout, name
+        assert f"annodb {name}" in result.stdout.split("Example", 1)[1], name
+        assert "--db" in result.stdout, name
+
+
+def test_progress_bar_draws_on_stderr(capsys):
+    bar = _Bar(enabled=True)
+    bar(10, 50, 100)
+    bar(20, 100, 100)
+    bar.close()
+    assert "ingesting" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the real console script
+
+
+def console_script() -> list[str]:
+    script = Path(sys.executable).parent / "annodb"
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("annodb")
+    if found:
+        return [found]
+    pytest.skip("the annodb console script is not installed (pip install -e .)")
+
+
+def test_console_script_in_a_subprocess(tmp_path):
+    path = tmp_path / "bible.db"
+    env = dict(os.environ, ANNODB_DB=str(path))
+    done = subprocess.run(console_script() + ["ingest", str(EXAMPLE)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[-1].startswith("annodb: ingest: 398 added")
+    done = subprocess.run(console_script() + ["stats", "--json"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    stats = json.loads(done.stdout)
+    assert stats["documents"] == 398 and stats["tokens"] > 5_000
+    done = subprocess.run(console_script() + ["show", "Gen.99.1"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr == "annodb: error: no document with docno 'Gen.99.1'\n"

@@ -1,0 +1,365 @@
+"""Ingest of every format into real databases: options, idempotence, malformed input."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import annodb
+from annodb.check import check
+from annodb.ingest import Summary, check_inputs, ingest
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture
+def db(tmp_path):
+    database = annodb.open(tmp_path / "t.db")
+    yield database
+    database.close()
+
+
+def docnos(db) -> list[str]:
+    with db.read() as r:
+        return [d.docno for d in r.documents()]
+
+
+def field_text(db, docno, name):
+    with db.read() as r:
+        return r.document(docno).field_text(name)
+
+
+def run(db, *paths, **options) -> Summary:
+    summary = ingest(db, [str(p) for p in paths], **options)
+    assert check(db) == []
+    return summary
+
+
+# ---------------------------------------------------------------- formats
+
+
+def test_jsonl(db):
+    s = run(db, DATA / "sample.jsonl")
+    assert (s.files, s.added, s.skipped, s.error_count) == (1, 4, 0, 0)
+    assert docnos(db) == ["ch1-v1", "ch1-v2", "ch2-v1", "ch2-v2"]
+    with db.read() as r:
+        doc = r.document("ch1-v1")
+        assert doc.field_text("text") == "The quick brown fox jumps over the lazy dog."
+        assert doc.field_text("book") == "Notes"
+        assert s.tokens == r.stats().tokens
+        assert len(r.term("fox")) == 1 and len(r.term("lazy")) == 2
+        # every string but the id is text, in record order: book, text, then tags
+        assert [f.path for f in r.document("ch2-v2").fields] == [
+            ":book:", ":text:", ":tags:[0]:", ":tags:[1]:"]
+
+
+def test_numbers_and_booleans_become_values_over_the_record(db):
+    run(db, DATA / "sample.jsonl")
+    with db.read() as r:
+        chapter = r.intervals(":chapter:")
+        records = r.intervals(":")
+        assert list(chapter.starts) == list(records.starts)
+        assert list(chapter.ends) == list(records.ends)
+        assert list(chapter.values) == [1, 1, 2, 2]
+        draft = list(r.intervals(":draft:"))
+        doc = r.document("ch2-v1")
+        assert draft == [(doc.start, doc.end, 1.0)]
+
+
+def test_values_select_chapter_with_query(db):
+    run(db, DATA / "sample.jsonl")
+    with db.read() as r:
+        found = r.query("(>> : (= :chapter: 2))")
+        assert [r.document_at(p).docno for p in found.starts] == ["ch2-v1", "ch2-v2"]
+
+
+def test_gzip_is_read_transparently(db, tmp_path):
+    gz = tmp_path / "sample.jsonl.gz"
+    gz.write_bytes(gzip.compress((DATA / "sample.jsonl").read_bytes()))
+    s = run(db, gz)
+    assert s.added == 4
+    assert docnos(db) == ["ch1-v1", "ch1-v2", "ch2-v1", "ch2-v2"]
+
+
+def test_id_and_text_field_options(db):
+    s = run(db, DATA / "records.jsonl", id_field="key", text_fields=["body", "title"])
+    assert s.added == 2
+    with db.read() as r:
+        doc = r.document("r1")
+        assert doc.text == "Owls hunt mice in the dark.\nOwls at night"   # the order given
+        assert [f.name for f in doc.fields] == ["body", "title"]
+        assert doc.meta["extra"] == "ignored text"                      # not text: metadata
+        assert len(r.term("ignored")) == 0
+        assert list(r.intervals(":rating:").values) == [4.5, 3.0]
+        title = r.intervals("title:")
+        assert r.text(title.starts[0], title.ends[0]) == "Owls at night"
+
+
+def test_missing_id_field_is_reported(db):
+    s = run(db, DATA / "records.jsonl")   # no docid/docno/id/_id: every line is malformed
+    assert s.added == 0 and s.error_count == 2
+    assert "records.jsonl:1:" in s.errors[0] and "--id-field" in s.errors[0]
+
+
+def test_msmarco_segments(db):
+    s = run(db, DATA / "msmarco.jsonl")
+    assert s.added == 3
+    with db.read() as r:
+        doc = r.document("msmarco_v2.1_doc_00_0#0_0")
+        assert [f.name for f in doc.fields] == ["title", "headings", "segment"]
+        assert doc.field_text("segment").startswith("Owls of the northern woods nest")
+        assert doc.meta["url"] == "https://example.org/owls"
+        assert "example" not in doc.text                               # the url is no text
+        assert len(r.intervals("title:")) == 3 and len(r.intervals("segment:")) == 3
+        assert list(r.intervals(":start_char:").values) == [0, 85, 0]
+        assert list(r.intervals(":end_char:").values) == [84, 138, 32]
+        segment = r.intervals("segment:")
+        assert r.text(segment.starts[2], segment.ends[2]) == "Bats find moths by echolocation"
+
+
+def test_msmarco_format_option_and_text_fields_override(db, tmp_path):
+    run(db, DATA / "msmarco.jsonl", format="msmarco")
+    assert len(docnos(db)) == 3
+    other = annodb.open(tmp_path / "other.db")
+    try:
+        ingest(other, [DATA / "msmarco.jsonl"], text_fields=["segment"])
+        with other.read() as r:
+            assert [f.name for f in r.document("msmarco_v2.1_doc_01_7#0_0").fields] == ["segment"]
+    finally:
+        other.close()
+
+
+def test_tsv(db):
+    s = run(db, DATA / "sample.tsv")
+    assert s.added == 3 and s.error_count == 0   # the blank line is no document
+    with db.read() as r:
+        assert r.document("q2").text == "Second: tabs\tinside the text stay."
+        assert r.document("q1").text == "The first line of a tab-separated file."
+
+
+def test_trec(db):
+    s = run(db, DATA / "sample.trec")
+    assert s.added == 2
+    with db.read() as r:
+        assert r.document("FT911-1").text == "Markets rally\nShares rose & bonds fell on Monday."
+        assert r.document("FT911-2").text == "Second story: rain in Spain."
+        assert len(r.term("docno")) == 0 and len(r.term("ft911")) == 0
+
+
+def test_trec_detected_by_first_line(db, tmp_path):
+    other = tmp_path / "fr94-0001"
+    shutil.copy(DATA / "sample.trec", other)
+    assert check_inputs([other])[0].format == "trec"
+    assert run(db, other).added == 2
+
+
+def test_plain_text_file_docno_is_its_stem(db, tmp_path):
+    gz = tmp_path / "heron.txt.gz"
+    gz.write_bytes(gzip.compress("Herons wait.\n".encode()))
+    s = run(db, DATA / "note.txt", gz)
+    assert (s.files, s.added) == (2, 2)
+    with db.read() as r:
+        assert r.document("note").text == (DATA / "note.txt").read_text()
+        assert r.document("heron").text == "Herons wait.\n"
+
+
+def test_format_detection():
+    found = {Path(s.path).name: s.format for s in check_inputs(
+        [DATA / n for n in ("sample.jsonl", "sample.tsv", "sample.trec", "note.txt")])}
+    assert found == {"sample.jsonl": "jsonl", "sample.tsv": "tsv", "sample.trec": "trec",
+                     "note.txt": "text"}
+    assert check_inputs([DATA / "note.txt"], format="tsv")[0].format == "tsv"
+
+
+# ---------------------------------------------------------------- idempotence, replace
+
+
+def test_reingest_changes_nothing(db):
+    run(db, DATA / "sample.jsonl")
+    before = db.stats()
+    s = run(db, DATA / "sample.jsonl")
+    assert (s.added, s.skipped, s.tokens) == (0, 4, 0)
+    after = db.stats()
+    assert (after.documents, after.tokens, after.addresses) == (
+        before.documents, before.tokens, before.addresses)
+
+
+def test_interrupted_ingest_resumes(db, tmp_path):
+    lines = (DATA / "sample.jsonl").read_text().splitlines(keepends=True)
+    part = tmp_path / "part.jsonl"
+    part.write_text("".join(lines[:2]))
+    run(db, part)
+    s = run(db, DATA / "sample.jsonl", batch_size=1)
+    assert (s.added, s.skipped) == (2, 2)
+    assert docnos(db) == ["ch1-v1", "ch1-v2", "ch2-v1", "ch2-v2"]
+
+
+def test_replace(db, tmp_path):
+    run(db, DATA / "sample.jsonl")
+    changed = tmp_path / "changed.jsonl"
+    changed.write_text('{"docid": "ch1-v2", "text": "A busy morning."}\n'
+                       '{"docid": "new", "text": "brand new"}\n')
+    s = run(db, changed, replace=True)
+    assert (s.added, s.replaced, s.skipped) == (1, 1, 0)
+    with db.read() as r:
+        assert r.document("ch1-v2").text == "A busy morning."
+        assert len(r.term("afternoon")) == 0 and len(r.term("busy")) == 1
+        assert r.stats().documents == 5
+    assert docnos(db)[-2:] == ["ch1-v2", "new"]   # the replacement is appended
+
+
+def test_duplicates_first_wins(db, tmp_path):
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text('{"docid": "a", "text": "first"}\n{"docid": "b", "text": "other"}\n'
+                   '{"docid": "a", "text": "second"}\n')
+    for batch_size in (10, 1):   # inside one batch, and across batches
+        db_path = tmp_path / f"dup{batch_size}.db"
+        s = ingest(db_path, [dup], batch_size=batch_size)
+        assert (s.added, s.duplicates, s.skipped) == (2, 1, 0)
+        assert s.warnings == [f"{dup}:3: duplicate docno 'a' skipped (the first is kept)"]
+        with annodb.open(db_path) as other, other.read() as r:
+            assert r.document("a").text == "first"
+
+
+def test_duplicates_with_replace_last_wins(db, tmp_path):
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text('{"docid": "a", "text": "first"}\n{"docid": "a", "text": "second"}\n')
+    s = run(db, dup, replace=True)
+    assert (s.added, s.duplicates) == (1, 1)
+    with db.read() as r:
+        assert r.document("a").text == "second"
+        assert r.stats().documents == 1
+
+
+# ---------------------------------------------------------------- malformed input
+
+
+def test_malformed_lines_are_reported_and_skipped(db):
+    path = DATA / "malformed.jsonl"
+    problems = []
+    s = run(db, path, on_problem=problems.append)
+    assert docnos(db) == ["g1", "g4"]
+    assert s.duplicates == 1 and s.error_count == 4
+    assert problems == s.errors
+    assert s.errors[0].startswith(f"{path}:2: invalid JSON")
+    assert s.errors[1] == f"{path}:3: not a JSON object but an array"
+    assert s.errors[2].startswith(f"{path}:4: record has none of the id fields")
+    assert s.errors[3].startswith(f"{path}:5: invalid JSON") and "UTF-8" in s.errors[3]
+
+
+def test_malformed_tsv(db):
+    path = DATA / "malformed.tsv"
+    s = run(db, path)
+    assert docnos(db) == ["m1", "m3"]
+    assert s.errors == [f"{path}:2: no tab: expected docno<TAB>text",
+                        f"{path}:3: invalid UTF-8 at byte 7 of the line"]
+
+
+def test_malformed_trec(db, tmp_path):
+    path = tmp_path / "bad.trec"
+    path.write_text("<DOC>\n<TEXT>no docno</TEXT>\n</DOC>\n<DOC><DOCNO>ok</DOCNO>fine</DOC>\n"
+                    "<DOC><DOCNO>open</DOCNO>\nnever closed\n")
+    s = run(db, path)
+    assert docnos(db) == ["ok"]
+    assert s.errors == [f"{path}:1: <DOC> without <DOCNO>",
+                        f"{path}:5: <DOC> not closed at the end of the file"]
+
+
+def test_strict_stops_at_the_first_problem_keeping_earlier_batches(db):
+    path = DATA / "malformed.jsonl"
+    with pytest.raises(annodb.IngestError) as info:
+        ingest(db, [path], strict=True, batch_size=1)
+    message = str(info.value)
+    assert message.startswith(f"{path}:2: invalid JSON")
+    assert "1 documents of earlier batches were committed" in message
+    assert docnos(db) == ["g1"]
+    assert check(db) == []
+
+
+def test_strict_does_not_commit_the_current_batch(db):
+    with pytest.raises(annodb.IngestError, match="the 1 of the current batch were not"):
+        ingest(db, [DATA / "malformed.jsonl"], strict=True)
+    assert docnos(db) == []
+
+
+def test_a_record_the_database_refuses_is_never_half_written(db, tmp_path):
+    """A 601-character token is longer than LMDB's largest key. Whatever the store does
+    with it -- refuse the record at add (reported, skipped), fail the batch's commit
+    (IngestError naming the lines), or store it -- no document is ever half written."""
+    path = tmp_path / "long.jsonl"
+    path.write_text('{"docid": "a", "text": "short"}\n'
+                    '{"docid": "b", "text": "x' + "y" * 600 + '"}\n'
+                    '{"docid": "c", "text": "fine"}\n')
+    try:
+        s = ingest(db, [path])
+    except annodb.IngestError as err:
+        assert str(err).startswith(f"{path}:1-3: the batch of 3 documents could not be "
+                                   "committed")
+        assert docnos(db) == []
+    else:
+        if s.error_count:
+            assert s.errors[0].startswith(f"{path}:2: not stored")
+            assert docnos(db) == ["a", "c"]
+        else:
+            assert docnos(db) == ["a", "b", "c"]
+    assert check(db) == []
+
+
+def test_over_long_docno_is_reported(db, tmp_path):
+    path = tmp_path / "docno.tsv"
+    path.write_text("x" * 600 + "\ttext\nok\ttext\n")
+    s = run(db, path)
+    assert docnos(db) == ["ok"]
+    assert s.errors == [f"{path}:1: docno longer than 511 bytes"]
+
+
+def test_missing_file_directory_and_bad_gzip_fail_before_writing(tmp_path):
+    target = tmp_path / "never.db"
+    bad_gz = tmp_path / "bad.jsonl.gz"
+    bad_gz.write_bytes(b"not gzip at all")
+    cases = [([tmp_path / "missing.jsonl"], "no such file"),
+             ([DATA / "sample.jsonl", tmp_path], "is a directory"),
+             ([bad_gz], "not a readable gzip file"),
+             ([], "no input files")]
+    for paths, message in cases:
+        with pytest.raises(annodb.IngestError, match=message):
+            ingest(target, paths)
+        assert not target.exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads unreadable files")
+def test_unreadable_file(tmp_path):
+    path = tmp_path / "secret.jsonl"
+    path.write_text('{"docid": "a", "text": "x"}\n')
+    path.chmod(0)
+    with pytest.raises(annodb.IngestError, match="permission denied"):
+        ingest(tmp_path / "never.db", [path])
+
+
+def test_truncated_gzip_keeps_what_came_before(db, tmp_path):
+    lines = "".join(f'{{"docid": "d{i}", "text": "line {i} of many"}}\n' for i in range(3000))
+    data = gzip.compress(lines.encode())
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(data[: len(data) // 2])
+    s = run(db, path, batch_size=100)
+    assert s.error_count == 1 and "cannot read further" in s.errors[0]
+    found = docnos(db)
+    assert 0 < len(found) < 3000
+    assert found == [f"d{i}" for i in range(len(found))]
+
+
+def test_unknown_format():
+    with pytest.raises(annodb.IngestError, match="unknown format"):
+        check_inputs([DATA / "sample.jsonl"], format="xml")
+
+
+def test_progress_callback(db):
+    calls = []
+    run(db, DATA / "sample.jsonl", DATA / "sample.tsv", progress=lambda *a: calls.append(a))
+    total = os.path.getsize(DATA / "sample.jsonl") + os.path.getsize(DATA / "sample.tsv")
+    assert calls[-1] == (7, total, total)
+    assert all(c[2] == total for c in calls)

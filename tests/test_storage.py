@@ -1,0 +1,502 @@
+"""Storage and transactions on real LMDB files: the block codec, writes through the API,
+visibility, atomicity, two processes, reopening, format versions, and the golden database."""
+
+from __future__ import annotations
+
+import bisect
+import random
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import annodb
+import naive
+from annodb import storage
+from annodb.check import check
+
+GOLDEN = Path(__file__).parent / "data" / "golden-v1"
+
+
+@pytest.fixture
+def db(tmp_path):
+    database = annodb.open(tmp_path / "s.db", timeout=5)
+    yield database
+    database.close()
+
+
+def intervals(db, feature):
+    with db.read() as r:
+        return list(r.intervals(feature))
+
+
+# ---------------------------------------------------------------- block codec
+
+
+def header(buf):
+    flags, sw, lw, n, first = storage._HEADER.unpack_from(buf, 0)
+    return flags, sw, lw, n, first
+
+
+@pytest.mark.parametrize("width", [1, 2, 4, 8])
+def test_block_round_trip_start_widths(width):
+    gap = {1: 200, 2: 60_000, 4: 4_000_000_000, 8: 5_000_000_000}[width]
+    starts = np.array([7, 7 + gap, 8 + gap, 8 + 2 * gap], dtype=np.int64)
+    buf = storage.encode_block(starts, starts, np.zeros(4))
+    flags, sw, _, n, first = header(buf)
+    assert (sw, n, first) == (width, 4, 7)
+    assert flags == storage.FLAG_POINTS | storage.FLAG_ZERO
+    s, e, v = storage.decode_block(buf)
+    assert s.tolist() == starts.tolist() and e.tolist() == starts.tolist()
+    assert v.tolist() == [0.0] * 4
+
+
+@pytest.mark.parametrize("width", [1, 2, 4, 8])
+def test_block_round_trip_length_widths_and_values(width):
+    length = {1: 255, 2: 65_535, 4: 1 << 31, 8: 1 << 40}[width]
+    starts = np.array([0, 10, 20], dtype=np.int64)
+    ends = starts + np.array([length, length + 1, length + 2])
+    values = np.array([1.5, -2.0, 0.0])
+    buf = storage.encode_block(starts, ends, values)
+    flags, _, lw, n, _ = header(buf)
+    assert lw >= width and flags == 0 and n == 3
+    s, e, v = storage.decode_block(buf)
+    assert (s.tolist(), e.tolist(), v.tolist()) == (starts.tolist(), ends.tolist(),
+                                                    values.tolist())
+
+
+def test_block_flags_points_with_values_and_single_interval():
+    starts = np.array([42], dtype=np.int64)
+    buf = storage.encode_block(starts, starts, np.array([3.0]))
+    flags, _, _, n, first = header(buf)
+    assert flags == storage.FLAG_POINTS and (n, first) == (1, 42)
+    assert [a.tolist() for a in storage.decode_block(buf)] == [[42], [42], [3.0]]
+    ends = np.array([50], dtype=np.int64)
+    buf = storage.encode_block(starts, ends, np.zeros(1))
+    assert header(buf)[0] == storage.FLAG_ZERO
+    assert [a.tolist() for a in storage.decode_block(buf)] == [[42], [50], [0.0]]
+
+
+def test_block_round_trip_random():
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        n = int(rng.integers(1, storage.BLOCK_SIZE + 1))
+        starts = np.cumsum(rng.integers(1, 1 << int(rng.integers(1, 40)), n)).astype(np.int64)
+        ends = starts + rng.integers(0, 3, n)
+        ends = np.maximum.accumulate(ends)   # keep ends strictly increasing
+        ends[1:] = np.maximum(ends[1:], ends[:-1] + 1)
+        values = rng.normal(size=n) * rng.integers(0, 2)
+        s, e, v = storage.decode_block(storage.encode_block(starts, ends, values))
+        assert np.array_equal(s, starts) and np.array_equal(e, ends)
+        assert np.array_equal(v, values)
+
+
+# ---------------------------------------------------------------- writes through the API
+
+
+def test_add_annotate_erase_delete(db):
+    with db.write() as w:
+        a = w.add("The goth rock scene grew out of post-punk.", docno="n1")
+        b = w.add({"docid": "n2", "title": "Goth", "text": "Goth rock again", "year": 1982})
+        w.annotate("judgment:t1", a.start, a.end, 3)
+    assert (a.docno, a.start, a.end) == ("n1", 0, 8)
+    assert (b.docno, b.start) == ("n2", 9)
+    with db.read() as r:
+        assert r.term("goth").starts.tolist() == [1, 9, 10]
+        assert r.text(a.start, a.end) == "The goth rock scene grew out of post-punk"
+        assert r.text(1, 2) == "goth rock"
+        assert list(r.intervals("judgment:t1")) == [(0, 8, 3.0)]
+        assert list(r.intervals(":year:")) == [(b.start, b.end, 1982.0)]
+        assert r.document("n2").field_text("title") == "Goth"
+        assert r.stats().documents == 2 and r.stats().tokens == 13
+    with db.write() as w:
+        w.erase(2, 3)                               # "rock scene" inside n1
+    with db.read() as r:
+        assert r.term("rock").starts.tolist() == [11]
+        assert r.text(0, 4) == "The goth grew"
+        assert r.has("n1")                            # only part of it was erased
+    with db.write() as w:
+        assert w.delete("n1") is True
+        assert w.delete("n1") is False
+    with db.read() as r:
+        assert not r.has("n1") and r.term("goth").starts.tolist() == [9, 10]
+        assert list(r.intervals("judgment:t1")) == []
+        assert r.stats().documents == 1 and r.stats().tokens == 4
+        with pytest.raises(annodb.NotFoundError):
+            r.document("n1")
+    assert check(db) == []
+
+
+def test_docno_conflicts(db):
+    with db.write() as w:
+        w.add("one", docno="x")
+    with pytest.raises(annodb.AnnodbError, match="already exists"):
+        with db.write() as w:
+            w.add("two", docno="x")
+    with db.write() as w:
+        w.add("three", docno="x", replace=True)
+    with db.read() as r:
+        assert r.document("x").text == "three" and r.stats().documents == 1
+    assert check(db) == []
+
+
+def test_nesting_keeps_the_inner_interval(db):
+    with db.write() as w:
+        w.annotate("f", 10, 20)
+        w.annotate("f", 12, 14)     # inside: replaces the outer one
+        w.annotate("f", 30, 40)
+    assert intervals(db, "f") == [(12, 14, 0.0), (30, 40, 0.0)]
+    with db.write() as w:
+        w.annotate("f", 25, 50)     # contains 30..40: dropped
+        w.annotate("f", 31, 33)     # inside 30..40: replaces it
+    assert intervals(db, "f") == [(12, 14, 0.0), (31, 33, 0.0)]
+    assert check(db) == []
+
+
+def test_duplicate_interval_replaces_the_value(db):
+    with db.write() as w:
+        w.annotate("v", 5, 9, 1.0)
+        w.annotate("v", 5, 9, 2.0)
+    assert intervals(db, "v") == [(5, 9, 2.0)]
+    with db.write() as w:
+        w.annotate("v", 5, 9, 7.0)
+    assert intervals(db, "v") == [(5, 9, 7.0)]
+
+
+def test_bad_annotations_are_refused(db):
+    with db.write() as w:
+        for args in (("f", 5, 4), ("f", -1, 3), ("", 1, 2)):
+            with pytest.raises(annodb.AnnodbError):
+                w.annotate(*args)
+
+
+def reference_normalize(triples):
+    """naive.normalize, made fast for many short intervals: an interval can only contain
+    intervals that start inside it, so only those are compared."""
+    latest = {}
+    for p, q, v in triples:
+        latest[(p, q)] = v
+    pool = sorted(latest)
+    starts = [p for p, _ in pool]
+    kept = []
+    for x in pool:
+        lo, hi = bisect.bisect_left(starts, x[0]), bisect.bisect_right(starts, x[1])
+        if not any(y != x and naive._inside(y, x) for y in pool[lo:hi]):
+            kept.append((x[0], x[1], latest[x]))
+    return kept
+
+
+def test_reference_normalize_agrees_with_naive():
+    rng = random.Random(3)
+    triples = [(p, p + rng.choice((0, 1, 3)), float(rng.randrange(3)))
+               for p in (rng.randrange(60) for _ in range(150))]
+    assert reference_normalize(triples) == naive.normalize(triples)
+
+
+def test_many_transactions_match_the_reference(db):
+    """Random annotations over several transactions and many blocks equal naive.normalize."""
+    rng = random.Random(11)
+    written = []
+    for _ in range(6):
+        with db.write() as w:
+            for _ in range(1500):
+                p = rng.randrange(0, 20_000)
+                q = p + rng.choice((0, 0, 1, 5, 40))
+                v = float(rng.randrange(0, 3))
+                w.annotate("r", p, q, v)
+                written.append((p, q, v))
+        assert intervals(db, "r") == reference_normalize(written)
+    with db.read() as r:
+        assert len(r.intervals("r")) > storage.BLOCK_SIZE
+    assert check(db) == []
+
+
+# ---------------------------------------------------------------- transactions
+
+
+def test_invisible_until_commit(db):
+    with db.write() as w:
+        w.add("first", docno="a")
+        with db.read() as r:
+            assert not r.has("a") and r.stats().documents == 0
+        assert w.has("a")                      # a writer sees its own work
+        assert w.term("first").starts.tolist() == [0]
+    with db.read() as r:
+        assert r.has("a")
+
+
+def test_abort_on_exception_leaves_nothing(db):
+    with db.write() as w:
+        w.add("kept", docno="k")
+    with pytest.raises(RuntimeError):
+        with db.write() as w:
+            w.add("lost words", docno="lost")
+            w.annotate("label", 0, 0, 1)
+            w.erase(0, 0)
+            raise RuntimeError("boom")
+    with db.read() as r:
+        assert not r.has("lost") and r.has("k")
+        assert len(r.term("lost")) == 0 and len(r.intervals("label")) == 0
+        assert len(r.erased()[0]) == 0
+        assert r.stats().addresses == 1
+    with db.write() as w:                      # the next writer starts where commit left
+        assert w.add("next", docno="n").start == 1
+    assert check(db) == []
+
+
+def test_snapshot_keeps_its_state_while_a_writer_commits(db):
+    with db.write() as w:
+        w.add("old text", docno="old")
+    with db.read() as before:
+        with db.write() as w:
+            w.add("new text", docno="new")
+            w.delete("old")
+        assert before.has("old") and not before.has("new")
+        assert before.term("text").starts.tolist() == [1]
+        assert before.text(0, 1) == "old text"
+    with db.read() as after:
+        assert after.has("new") and not after.has("old")
+
+
+def test_second_writer_in_this_process_times_out(db):
+    with db.write():
+        started = time.monotonic()
+        with pytest.raises(annodb.WriterBusyError, match="retry"):
+            db.write(timeout=0.2)
+        assert time.monotonic() - started >= 0.2
+    with db.write(timeout=0.2) as w:            # free again after commit
+        w.add("x", docno="x")
+
+
+def test_reopening_keeps_everything(tmp_path):
+    path = tmp_path / "r.db"
+    with annodb.open(path) as db, db.write() as w:
+        w.add("persistent words", docno="p")
+        w.annotate("tag", 0, 1, 4)
+    with annodb.open(path) as db, db.read() as r:
+        assert r.document("p").text == "persistent words"
+        assert list(r.intervals("tag")) == [(0, 1, 4.0)]
+    with annodb.open(path, readonly=True) as db:
+        with db.read() as r:
+            assert r.has("p")
+        with pytest.raises(annodb.StorageError, match="read-only"):
+            db.write()
+
+
+def test_open_refuses_missing_and_non_databases(tmp_path):
+    with pytest.raises(annodb.StorageError, match="no annodb database"):
+        annodb.open(tmp_path / "missing.db", readonly=True)
+    with pytest.raises(annodb.StorageError, match="no annodb database"):
+        annodb.open(tmp_path / "missing.db", create=False)
+    plain = tmp_path / "file.db"
+    plain.write_text("not a database")
+    with pytest.raises(annodb.StorageError):
+        annodb.open(plain)
+
+
+@pytest.mark.parametrize("key, message", [("format", "database format 99"),
+                                          ("tokenizer", "tokenizer 99")])
+def test_other_format_versions_are_refused(tmp_path, key, message):
+    path = tmp_path / "v.db"
+    with annodb.open(path) as db:
+        txn = storage.Txn(db._env, write=True)
+        txn.set_meta(key, 99)
+        txn.commit()
+    with pytest.raises(annodb.FormatVersionError, match=message):
+        annodb.open(path)
+
+
+# ---------------------------------------------------------------- two processes
+
+CHILD_PREAMBLE = "import sys, time, annodb\n"
+
+
+def child(code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", CHILD_PREAMBLE + textwrap.dedent(code)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_second_writer_in_another_process_gets_writer_busy(db):
+    # The child opens the database first: opening a writable environment itself waits for
+    # LMDB's writer mutex (see the note in the report), which is not what this test is about.
+    proc = child(f"""
+        db = annodb.open({db.path!r})
+        print("open", flush=True)
+        sys.stdin.readline()                     # the parent is writing now
+        started = time.monotonic()
+        try:
+            with db.write(timeout=0.3) as w:
+                pass
+            print("acquired", flush=True)
+        except annodb.WriterBusyError as err:
+            print("busy", time.monotonic() - started, err, flush=True)
+        sys.stdin.readline()                     # the parent has committed
+        with db.write(timeout=5) as w:
+            w.add("child text", docno="child")
+        print("ok", flush=True)
+    """)
+    try:
+        assert proc.stdout.readline().strip() == "open", proc.stderr.read()
+        with db.write() as w:
+            w.add("held by the parent", docno="held")
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            busy = proc.stdout.readline()
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert busy.startswith("busy"), err
+    assert float(busy.split()[1]) >= 0.3
+    assert "another process" in busy
+    assert out.strip() == "ok", err
+    with db.read() as r:
+        assert r.has("child") and r.has("held")
+
+
+def test_reader_process_keeps_its_snapshot_while_the_writer_commits(db):
+    with db.write() as w:
+        w.add("before the commit", docno="one")
+    proc = child(f"""
+        db = annodb.open({db.path!r}, readonly=True)
+        with db.read() as r:
+            print("holding", r.stats().documents, flush=True)
+            sys.stdin.readline()                 # the parent writes meanwhile
+            print("same", r.stats().documents, r.has("two"), len(r.term("after")), flush=True)
+        with db.read() as r:
+            print("fresh", r.stats().documents, r.has("two"), len(r.term("after")), flush=True)
+    """)
+    try:
+        assert proc.stdout.readline().split() == ["holding", "1"], proc.stderr.read()
+        with db.write(timeout=5) as w:           # readers never block the writer
+            w.add("after the commit", docno="two")
+            w.delete("one")
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert out.splitlines() == ["same 1 False 0", "fresh 1 True 1"], err
+
+
+# ---------------------------------------------------------------- the golden database
+
+
+def test_golden_database_still_opens(tmp_path):
+    """tests/data/golden-v1 was written by tests/make_golden.py with format 1; this annodb
+    must read it unchanged (or refuse it clearly after a format change: then bump the
+    version, keep this directory, and add golden-v2)."""
+    path = tmp_path / "golden.db"
+    shutil.copytree(GOLDEN, path)
+    with annodb.open(path, readonly=True) as db:
+        assert check(db) == []
+        with db.read() as r:
+            assert [d.docno for d in r.documents()] == ["intro", "g2", "g3"]
+            intro = r.document("intro")
+            assert intro.text == "The golden database keeps old formats honest."
+            assert (intro.start, intro.end, intro.tokens) == (0, 6, 7)
+            assert r.document("g3").field_text("title") == "Third"
+            assert r.document("g2").meta == {}
+            assert r.term("golden").starts.tolist() == [1, 9]
+            assert r.term("erased").starts.tolist() == []      # erased inside g3
+            assert r.term("hidden").starts.tolist() == []      # g4 was deleted
+            assert list(r.intervals("judgment:t1")) == [(0, 6, 3.0)]
+            assert list(r.intervals(":chapter:")) == [(7, 11, 2.0), (12, 18, 3.0)]
+            assert list(r.intervals(":")) == [(0, 6, 0.0), (7, 11, 0.0), (12, 18, 0.0)]
+            assert list(r.intervals("title:")) == [(7, 7, 0.0), (12, 12, 0.0)]
+            assert r.text(12, 18) == "Third\nA third document, partly words"
+            assert r.erased()[0].tolist() == [17, 19] and r.erased()[1].tolist() == [17, 20]
+            stats = r.stats()
+            assert (stats.documents, stats.tokens, stats.addresses, stats.features) == (
+                3, 19, 21, 24)
+
+
+# ---------------------------------------------------------------- check finds damage
+
+
+def _key(fid: int, start: int) -> bytes:
+    return storage.u64(fid) + storage.u64(start)
+
+
+def _points(*addresses) -> bytes:
+    a = np.array(addresses, dtype=np.int64)
+    return storage.encode_block(a, a, np.zeros(len(a)))
+
+
+def _damage_truncated_block(txn, fid):
+    txn.txn.put(_key(fid, 0), _points(0, 1)[:-1], db=txn.dbs["blocks"])
+
+
+def _damage_wrong_key(txn, fid):
+    txn.txn.put(_key(fid, 5), _points(0), db=txn.dbs["blocks"])
+
+
+def _damage_nested_across_blocks(txn, fid):
+    txn.txn.put(_key(fid, 0), storage.encode_block(np.array([0]), np.array([10]), np.zeros(1)),
+                db=txn.dbs["blocks"])
+    txn.txn.put(_key(fid, 2), _points(2), db=txn.dbs["blocks"])
+
+
+def _damage_unsorted_block(txn, fid):
+    raw = bytearray(_points(0, 3, 5))   # deltas 3, 2: make the last one 0 (a repeated start)
+    raw[-1] = 0
+    txn.txn.put(_key(fid, 0), bytes(raw), db=txn.dbs["blocks"])
+
+
+def _damage_names(txn, fid):
+    txn.txn.put(storage.u64(999), b"ghost", db=txn.dbs["names"])
+
+
+def _damage_count(txn, fid):
+    txn.set_meta("documents", 7)
+
+
+def _damage_erased(txn, fid):
+    txn.txn.put(storage.u64(5), storage.u64(10), db=txn.dbs["erased"])
+    txn.txn.put(storage.u64(8), storage.u64(12), db=txn.dbs["erased"])
+
+
+def _damage_document_list(txn, fid):
+    container = txn.feature_id(":")
+    txn.txn.delete(_key(container, 0), db=txn.dbs["blocks"])
+    txn.txn.put(_key(container, 0), storage.encode_block(
+        np.array([0]), np.array([1]), np.zeros(1)), db=txn.dbs["blocks"])
+
+
+def _damage_docno_map(txn, fid):
+    txn.txn.put(b"a", storage.u64(3), db=txn.dbs["docnos"])
+
+
+@pytest.mark.parametrize("damage, expected", [
+    (_damage_truncated_block, "header says"),
+    (_damage_wrong_key, "its first start is 0"),
+    (_damage_nested_across_blocks, "nested or out of order"),
+    (_damage_unsorted_block, "do not strictly increase"),
+    (_damage_names, "names: id 999 -> 'ghost'"),
+    (_damage_count, "'documents' is 7"),
+    (_damage_erased, "erased: ranges overlap"),
+    (_damage_document_list, "has no ':' interval"),
+    (_damage_docno_map, "docnos: 'a' -> 3"),
+])
+def test_check_finds_damage(db, damage, expected):
+    with db.write() as w:
+        w.add("alpha beta gamma", docno="a")
+        w.add("delta", docno="b")
+        w.annotate("probe", 0, 0)
+    assert check(db) == []
+    txn = storage.Txn(db._env, write=True)
+    fid = txn.feature_id("probe")
+    txn.txn.delete(_key(fid, 0), db=txn.dbs["blocks"])
+    damage(txn, fid)
+    txn.commit()
+    problems = check(db)
+    assert any(expected in p for p in problems), problems
