@@ -68,7 +68,7 @@ def _check_meta(txn, problems) -> int:
 
 def _check_features(txn, problems) -> dict[int, str]:
     """The id -> name map, after checking it against name -> id."""
-    by_name = {}
+    by_name = {}  # the features key (the name, or a long name's hashed key) -> id
     for name, fid in txn.features():
         by_name[name] = fid
     by_id = {}
@@ -82,15 +82,16 @@ def _check_features(txn, problems) -> dict[int, str]:
             except UnicodeDecodeError:
                 problems.add(f"names: id {storage.from_u64(key)} has a name that is not UTF-8")
     next_feature = txn.meta("next_feature", 1)
+    keys = {fid: storage.name_key(name).decode() for fid, name in by_id.items()}
     for name, fid in by_name.items():
-        if by_id.get(fid) != name:
+        if keys.get(fid) != name:
             problems.add(f"features: {name!r} -> id {fid}, but names has id {fid} -> "
                          f"{by_id.get(fid)!r}")
         if isinstance(next_feature, int) and fid >= next_feature:
             problems.add(f"features: {name!r} has id {fid}, not below next_feature "
                          f"{next_feature}")
     for fid, name in by_id.items():
-        if by_name.get(name) != fid:
+        if by_name.get(keys[fid]) != fid:
             problems.add(f"names: id {fid} -> {name!r}, but features has {name!r} -> "
                          f"{by_name.get(name)!r}")
     return by_id

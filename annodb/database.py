@@ -91,7 +91,8 @@ class Database:
         self.path = path
         self.readonly = readonly
         self.timeout = timeout
-        self._env = storage.open_environment(path, readonly=readonly, create=create)
+        self._env = storage.open_environment(path, readonly=readonly, create=create,
+                                             timeout=timeout)
         if self._env.lists is None:
             self._env.lists = ListCache()
         self._lists = self._env.lists  # decoded lists shared by snapshots of one commit
@@ -462,6 +463,8 @@ class Writer(Snapshot):
         docno = str(docno)
         if not docno:
             raise AnnodbError("a docno cannot be empty")
+        if len(docno.encode()) > storage.MAX_KEY:
+            raise AnnodbError(f"docno longer than {storage.MAX_KEY} bytes: {docno[:40]!r}...")
         if docno in self._new_docnos or self._txn.doc_start(docno) is not None:
             if not replace:
                 raise AnnodbError(f"docno {docno!r} already exists (use replace=True)")
@@ -508,14 +511,20 @@ class Writer(Snapshot):
     def annotate(self, feature: str, p: int, q: int, value: float = 0.0) -> None:
         """Annotate addresses p..q with `feature` carrying `value`. An exact duplicate (p, q)
         replaces the value; if it would nest with an interval of the same feature, the inner
-        one is kept."""
+        one is kept. Addresses past the content are reserved (later text goes after)."""
         self._check()
         p, q = int(p), int(q)
         if not feature:
             raise AnnodbError("a feature name cannot be empty")
         if p < 0 or q < p:
             raise AnnodbError(f"bad interval [{p}, {q}]: need 0 <= p <= q")
-        self._annotate_id(self._intern(feature), p, q, float(value))
+        if q >= self._next_address:
+            # reserve the addresses: text added later goes after them, never inside
+            self._next_address = q + 1
+        value = float(value)
+        if value != value:
+            raise AnnodbError("an annotation value cannot be NaN")
+        self._annotate_id(self._intern(feature), p, q, value)
         self._dirty = True
 
     def _annotate_id(self, fid: int, p: int, q: int, value: float) -> None:

@@ -10,7 +10,8 @@ so LMDB's byte order is numeric order; addresses are >= 0):
     meta      utf-8 name -> msgpack value. "format": 1; "tokenizer": tokenizer.VERSION;
               "next_address": first unused address; "documents", "tokens": live counts;
               "next_feature": next feature id to hand out.
-    features  feature name (utf-8) -> feature id (u64)
+    features  feature name (utf-8; a name over 480 bytes: its first 400 bytes, a NUL and the
+              hex SHA-256 of the whole name) -> feature id (u64)
     names     feature id (u64) -> feature name (utf-8)
     blocks    feature id (u64) + first start in the block (u64) -> one block of that
               feature's annotation list (see below). A feature's blocks are consecutive keys
@@ -38,6 +39,7 @@ of a feature; an insert rewrites the blocks around the interval it lands in.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import struct
 import threading
@@ -70,6 +72,18 @@ _KEY = struct.Struct(">QQ")
 _ZEROS = np.zeros(BLOCK_SIZE, dtype=np.float64)
 
 _SUBDBS = ("meta", "features", "names", "blocks", "docs", "docnos", "erased")
+
+
+MAX_KEY = 480  # LMDB's keys are at most 511 bytes
+
+
+def name_key(name: str) -> bytes:
+    """The features key of a name: its UTF-8, or for a name too long for an LMDB key, a
+    prefix, a NUL and its SHA-256 (the full name stays in `names`)."""
+    raw = name.encode()
+    if len(raw) <= MAX_KEY:
+        return raw
+    return raw[:400] + b"\x00" + hashlib.sha256(raw).hexdigest().encode()
 
 
 def u64(n: int) -> bytes:
@@ -188,8 +202,28 @@ _open_envs: dict[str, Environment] = {}
 _open_envs_lock = threading.Lock()
 
 
-def open_environment(path: str, *, readonly: bool = False, create: bool = True) -> Environment:
-    """Open (or share, within this process) the environment at `path`."""
+def _flock_wait(fd: int, timeout: float, path: str) -> None:
+    """Take the exclusive writer flock on `fd`, waiting at most `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise WriterBusyError(
+                    f"{path}: another process has been writing for {timeout:g}s; retry when "
+                    "it finishes, or raise the timeout") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+
+def open_environment(path: str, *, readonly: bool = False, create: bool = True,
+                     timeout: float = 30.0) -> Environment:
+    """Open (or share, within this process) the environment at `path`. A writable open
+    needs a moment of LMDB's writer slot (to open the sub-databases): it waits for another
+    writer at most `timeout` seconds."""
     real = os.path.realpath(path)
     with _open_envs_lock:
         found = _open_envs.get(real)
@@ -217,15 +251,20 @@ def open_environment(path: str, *, readonly: bool = False, create: bool = True) 
             if readonly:
                 dbs = {name: env.open_db(name.encode(), create=False) for name in _SUBDBS}
             else:
-                with env.begin(write=True) as txn:
-                    dbs = {name: env.open_db(name.encode(), txn=txn) for name in _SUBDBS}
-                    _init_meta(txn, dbs["meta"])
+                fd = os.open(os.path.join(real, "writer.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+                try:
+                    _flock_wait(fd, timeout, path)
+                    with env.begin(write=True) as txn:
+                        dbs = {name: env.open_db(name.encode(), txn=txn) for name in _SUBDBS}
+                        _init_meta(txn, dbs["meta"])
+                finally:
+                    os.close(fd)  # closing the descriptor releases the flock
             with env.begin() as txn:
                 _check_meta(path, txn, dbs["meta"])
         except lmdb.Error as err:
             env.close()
             raise StorageError(f"{path}: not an annodb database or damaged: {err}") from None
-        except StorageError:
+        except (StorageError, OSError):
             env.close()
             raise
         found = Environment(real, env, dbs, readonly, os.path.join(real, "writer.lock"),
@@ -282,19 +321,7 @@ class WriterLock:
                 f"{self.timeout:g}s; retry, or raise the timeout")
         try:
             self.fd = os.open(self.env.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-            delay = 0.001
-            while True:
-                try:
-                    fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise WriterBusyError(
-                            f"{self.env.path}: another process has been writing for "
-                            f"{self.timeout:g}s; retry when it finishes, or raise the "
-                            "timeout") from None
-                    time.sleep(delay)
-                    delay = min(delay * 2, 0.05)
+            _flock_wait(self.fd, max(deadline - time.monotonic(), 0.0), self.env.path)
         except BaseException:
             self.release()
             raise
@@ -344,13 +371,13 @@ class Txn:
 
     # features
     def feature_id(self, name: str) -> int | None:
-        raw = self.txn.get(name.encode(), db=self.dbs["features"])
+        raw = self.txn.get(name_key(name), db=self.dbs["features"])
         return None if raw is None else from_u64(raw)
 
     def add_features(self, items: list[tuple[str, int]]) -> None:
         """Intern new features: (name, id) pairs with ids above every stored one."""
         with self.txn.cursor(db=self.dbs["features"]) as cur:
-            cur.putmulti(sorted((name.encode(), u64(fid)) for name, fid in items))
+            cur.putmulti(sorted((name_key(name), u64(fid)) for name, fid in items))
         with self.txn.cursor(db=self.dbs["names"]) as cur:
             cur.putmulti(sorted((u64(fid), name.encode()) for name, fid in items), append=True)
 
@@ -375,7 +402,8 @@ class Txn:
                 key = bytes(key)
                 if not key.startswith(raw) or len(out) >= limit:
                     break
-                out.append(key.decode())
+                if b"\x00" not in key:  # a long name's key is not the name
+                    out.append(key.decode())
         return out
 
     def feature_count(self) -> int:

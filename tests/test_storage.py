@@ -500,3 +500,65 @@ def test_check_finds_damage(db, damage, expected):
     txn.commit()
     problems = check(db)
     assert any(expected in p for p in problems), problems
+
+
+def test_long_words_and_feature_names_are_stored(tmp_path):
+    import annodb
+    long_word = "x" * 700
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        a = w.add(f"start {long_word} end", docno="d")
+        w.annotate("label:" + "y" * 600, a.start, a.end, 2)
+    with db.read() as r:
+        assert r.count(long_word) == 1
+        assert r.count(f'(^ start "{long_word}")') == 1
+        assert list(r.intervals("label:" + "y" * 600)) == [(a.start, a.end, 2.0)]
+        assert r.count("label:" + "y" * 599) == 0
+    from annodb.check import check
+    assert check(db) == []
+    with pytest.raises(annodb.AnnodbError, match="docno longer"):
+        with db.write() as w:
+            w.add("text", docno="z" * 600)
+    db.close()
+
+
+def test_annotations_past_the_content_reserve_their_addresses(tmp_path):
+    import annodb
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        a = w.add("one two three", docno="d")
+        w.annotate("x:", a.start, a.end + 5)
+        b = w.add("four", docno="e")
+        assert b.start == a.end + 6
+        with pytest.raises(annodb.AnnodbError, match="NaN"):
+            w.annotate("x:", a.start, a.end, float("nan"))
+    db.close()
+
+
+def test_opening_while_another_process_writes_waits_at_most_the_timeout(tmp_path):
+    import annodb
+    path = tmp_path / "db"
+    db = annodb.open(path)
+    with db.write() as w:
+        w.add("hello", docno="d")
+        code = textwrap.dedent(f"""
+            import time, annodb
+            t = time.monotonic()
+            try:
+                annodb.open({str(path)!r}, timeout=0.3)
+                print("opened")
+            except annodb.WriterBusyError:
+                print("busy", round(time.monotonic() - t, 1))
+        """)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=60)
+    assert out.stdout.startswith("busy"), out.stdout + out.stderr
+    assert float(out.stdout.split()[1]) < 3
+    reader = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import annodb
+        db = annodb.open({str(path)!r}, readonly=True)
+        with db.read() as r:
+            print(r.count("hello"))
+    """)], capture_output=True, text=True, timeout=60)
+    assert reader.stdout.strip() == "1", reader.stderr
+    db.close()
