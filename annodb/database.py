@@ -530,6 +530,21 @@ class Writer(Snapshot):
     def _annotate_id(self, fid: int, p: int, q: int, value: float) -> None:
         self._ann.append((fid, p, q, value))
 
+    def note(self, docno: str, text: str, *, features=("note:",),
+             note_docno: str | None = None) -> Added:
+        """Attach a searchable note to the document `docno`: a new document holding `text`
+        (docno `note_docno`, replaced if present; default `note:<docno>:<address>`), its
+        range annotated with each of `features` valued with the target's first address, a
+        link: `(>> : (@ note:))` is the noted documents, `(<< word note:)` searches notes."""
+        self._check()
+        target = self.document(docno)
+        if note_docno is None:
+            note_docno = f"note:{docno}:{self._next_address}"
+        added = self.add(text, docno=note_docno, replace=True)
+        for feature in features:
+            self.annotate(feature, added.start, added.end, float(target.start))
+        return added
+
     def erase(self, p: int, q: int) -> None:
         """Erase addresses p..q: content and annotations inside disappear from every read at
         commit (documents wholly inside are deleted). Erased addresses are never reused."""

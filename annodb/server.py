@@ -26,6 +26,11 @@ Extensions (additive; the reference server answers "Unknown op" to them):
     {"op":"annotate","docno":D,"feature":F,"value":V}
                                 commits F = V (default 0) over the whole document D:
                                 {"op":"annotate","ok":true,"docno":D,"feature":F,"value":V}
+    {"op":"note","docno":D,"text":T,"qid":Q}
+                                commits a searchable note linked to document D (see
+                                Writer.note): a document `note:Q:D` (Q optional) annotated
+                                `note:` and `note:Q` with D's first address as value:
+                                {"op":"note","ok":true,"docno":"note:Q:D","target":D}
 
 Every error has one shape, `{"op": <the op, or "parse">, "ok": false, "error": message}`,
 and the connection stays open: a line that is not JSON (or not UTF-8, or not an object),
@@ -82,7 +87,7 @@ WRITE_TIMEOUT = 10.0                # seconds `annotate` waits for another write
 SEND_TIMEOUT = 60.0                 # seconds a reply may wait for a client that does not read
 RECV_SIZE = 1 << 16
 STATE_OVERHEAD = 256                # bytes counted per query state besides its arrays
-OPS = ("query", "next", "document", "count", "stats", "annotate")
+OPS = ("query", "next", "document", "count", "stats", "annotate", "note")
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
@@ -332,7 +337,8 @@ class Server:
         self._requested_port = int(port)
         self._log = log
         self._ops = {"query": self._query, "next": self._next, "document": self._document,
-                     "count": self._count, "stats": self._stats, "annotate": self._annotate}
+                     "count": self._count, "stats": self._stats, "annotate": self._annotate,
+                     "note": self._note}
         self._states = _States(max_queries, max_query_bytes)
         self._db = _Handle(self.path)        # raises StorageError for a missing database
         self._workers = _Workers(workers or max(8, min(32, 4 * (os.cpu_count() or 1))))
@@ -707,6 +713,23 @@ class Server:
             w.annotate(feature, doc.start, doc.end, float(value))
         return {"op": "annotate", "ok": True, "docno": doc.docno, "feature": feature,
                 "value": value}
+
+    def _note(self, request: dict) -> dict:
+        docno = _docno(request)
+        text = request.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise _Refusal("Missing text: give \"text\", the note to attach")
+        qid = request.get("qid")
+        if qid is not None and (not isinstance(qid, str) or not qid or
+                                any(c.isspace() for c in qid)):
+            raise _Refusal(f"qid must be a string without spaces, not {_shown(qid)}")
+        features = ("note:",) + ((f"note:{qid}",) if qid else ())
+        db = self._db.writable(WRITE_TIMEOUT)
+        with db.write(timeout=WRITE_TIMEOUT) as w:
+            doc = _find(w, docno)
+            added = w.note(doc.docno, text, features=features,
+                           note_docno=f"note:{qid}:{doc.docno}" if qid else None)
+        return {"op": "note", "ok": True, "docno": added.docno, "target": doc.docno}
 
 
 # ---------------------------------------------------------------- helpers

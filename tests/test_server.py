@@ -445,6 +445,19 @@ def test_annotate(server, db):
         assert len(snap.intervals("j:x")) == 0
 
 
+def test_note(server, db):
+    with Client(server.port) as c:
+        r = c(op="note", docno="p2", qid="t7", text="Explains hello world in full.")
+        assert r == {"op": "note", "ok": True, "docno": "note:t7:p2", "target": "p2"}
+        assert c(op="query", query="(>> : (@ note:t7))")["docno"] == "p2"
+        assert c(op="query", query="(<< explains note:)")["docno"] == "note:t7:p2"
+        for request, wanted in [({"docno": "p2"}, "Missing text"),
+                                ({"docno": "nope", "text": "x"}, "Unknown docno"),
+                                ({"docno": "p2", "text": "x", "qid": "a b"}, "qid must")]:
+            r = c(op="note", **request)
+            assert r["ok"] is False and wanted in r["error"], r
+
+
 def test_commits_beside_the_server_are_seen_by_the_next_query(server, db):
     with Client(server.port) as c:
         assert c(op="query", query="kumquat")["done"]

@@ -562,3 +562,23 @@ def test_opening_while_another_process_writes_waits_at_most_the_timeout(tmp_path
     """)], capture_output=True, text=True, timeout=60)
     assert reader.stdout.strip() == "1", reader.stderr
     db.close()
+
+
+def test_notes_link_to_their_document(tmp_path):
+    import annodb
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        w.add("goth rock and society", docno="a")
+        b = w.add("politics of punk", docno="b")
+        n = w.note("b", "punk politics answer the question", features=("note:", "note:t1"),
+                   note_docno="note:t1:b")
+    with db.read() as r:
+        assert [h.docno for h in r.search("(>> : (@ note:t1))")] == ["b"]
+        assert [h.docno for h in r.search("(<< question note:)")] == ["note:t1:b"]
+        assert list(r.intervals("note:t1")) == [(n.start, n.end, float(b.start))]
+    with db.write() as w:  # a second note with the same docno replaces the first
+        w.note("b", "revised", features=("note:t1",), note_docno="note:t1:b")
+    with db.read() as r:
+        assert r.count("question") == 0 and r.count("revised") == 1
+        assert len(r.intervals("note:t1")) == 1
+    db.close()
