@@ -367,7 +367,7 @@ class Writer(Snapshot):
         self._tokens = txn.meta("tokens", 0)
         self._tok_ids: list[int] = []        # feature ids of buffered tokens, in address order
         self._tok_runs: list[tuple[int, int]] = []  # (first address, count) of each run
-        self._ann: list[tuple[int, int, int, float]] = []  # (feature id, p, q, value), in write order
+        self._ann: list = []  # feature id, p, q, value, feature id, p, ... in write order
         self._new_docnos: dict[str, int] = {}  # docno -> start, not yet written
         self._dirty = False
         self._docs: list[Document] = []  # added, not yet written (compressed at flush)
@@ -448,65 +448,112 @@ class Writer(Snapshot):
         """Append a document: plain text (give a docno, or one is made from its address) or a
         JSON record (docno from its id field; see records.prepare). A docno already present
         raises unless replace=True, which deletes the old document first."""
+        return self.add_many([(content, docno)], id_field=id_field, text_fields=text_fields,
+                             replace=replace)[0]
+
+    def add_many(self, items, *, id_field: str | None = None,
+                 text_fields: list[str] | None = None, replace: bool = False) -> list[Added]:
+        """Append many documents: each item is `(content, docno)` as for add() (docno may be
+        None). The same as add() item by item, with one tokenizer pass for them all. Every
+        docno is checked before anything is added: on an error nothing of the call is."""
         self._check()
-        if isinstance(content, str):
+        docs = [self._prepare(content, docno, id_field, text_fields) for content, docno in items]
+        seen = set()
+        for d in docs:
+            docno = d[0]
             if docno is None:
-                docno = f"d{self._next_address}"
-            texts = [("", "", content)]
-            values, meta = [], {}
+                continue
+            if docno in seen or docno in self._new_docnos or \
+                    self._txn.doc_start(docno) is not None:
+                if not replace:
+                    raise AnnodbError(f"docno {docno!r} already exists (use replace=True)")
+                if docno in seen:  # replaced again within this call: one at a time
+                    out = self.add_many(items[:len(seen)], id_field=id_field,
+                                        text_fields=text_fields, replace=True)
+                    return out + self.add_many(items[len(seen):], id_field=id_field,
+                                               text_fields=text_fields, replace=True)
+            seen.add(docno)
+        if replace:
+            for d in docs:
+                if d[0] is not None and (d[0] in self._new_docnos or
+                                         self._txn.doc_start(d[0]) is not None):
+                    self.delete(d[0])
+        return self._append(docs)
+
+    def _prepare(self, content, docno, id_field, text_fields):
+        """(docno, [(short name, path, text)], [(path, value)], metadata) of one item."""
+        if isinstance(content, str):
+            texts, values, meta = [("", "", content)], [], {}
         elif isinstance(content, dict):
-            prepared = prepare(content, id_field=id_field, text_fields=text_fields, docno=docno)
-            docno, texts, values, meta = (prepared.docno, prepared.texts, prepared.values,
-                                          prepared.meta)
+            p = prepare(content, id_field=id_field, text_fields=text_fields, docno=docno)
+            docno, texts, values, meta = p.docno, p.texts, p.values, p.meta
         else:
             raise TypeError("add() takes a string or a dict record")
+        if docno is None:
+            return None, texts, values, meta  # named by its address when added
         docno = str(docno)
         if not docno:
             raise AnnodbError("a docno cannot be empty")
         if len(docno.encode()) > storage.MAX_KEY:
             raise AnnodbError(f"docno longer than {storage.MAX_KEY} bytes: {docno[:40]!r}...")
-        if docno in self._new_docnos or self._txn.doc_start(docno) is not None:
-            if not replace:
-                raise AnnodbError(f"docno {docno!r} already exists (use replace=True)")
-            self.delete(docno)
+        return docno, texts, values, meta
+
+    def _append(self, docs) -> list[Added]:
+        texts = [text for d in docs for _, _, text in d[1]]
+        lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+        field_starts = np.zeros(len(texts) + 1, dtype=np.int64)
+        np.cumsum(lengths + 1, out=field_starts[1:])  # fields joined by newlines
+        toks, starts = tokenizer.tokens_and_starts("\n".join(texts))
+        # each field's first token and its token count
+        first_token = np.searchsorted(starts, field_starts).tolist()
         vocab = self._vocab
         vocab.writer = self  # a new name calls back into this writer (Vocab.__missing__)
+        self._tok_ids.extend([vocab[t] for t in toks])
         ann = self._ann
-        all_ids = self._tok_ids
-        first = len(all_ids)
-        start = address = self._next_address
-        fields, pieces, char = [], [], 0
-        for short, path, text in texts:
-            if pieces:
-                char += 1  # the newline between fields
-            toks = tokenizer.tokens(text)
-            n = len(toks)
-            if n:
-                all_ids.extend([vocab[t] for t in toks])
-                if path:
+        runs = self._tok_runs
+        doc_fid = vocab[DOCUMENT]
+        out = []
+        f = 0
+        address = self._next_address
+        for docno, fields_in, values, meta in docs:
+            start = address
+            fields, char = [], 0
+            for short, path, text in fields_in:
+                a, b = first_token[f], first_token[f + 1]
+                n = b - a
+                if n and path:
                     last = address + n - 1
-                    ann.append((vocab[short + ":"], address, last, 0.0))
-                    ann.append((vocab[path], address, last, 0.0))
-            fields.append(DocField(short, path, char, char + len(text), address, address + n - 1))
-            address += n
-            pieces.append(text)
-            char += len(text)
-        n = len(all_ids) - first
-        end = start + max(n, 1) - 1
-        if n:
-            self._tok_runs.append((start, n))
-        ann.append((vocab[DOCUMENT], start, end, 0.0))
-        for path, value in values:
-            ann.append((vocab[path], start, end, value))
-        self._next_address = end + 1
-        self._docs.append(Document(docno, start, end, "\n".join(pieces), fields, meta, n))
-        self._new_docnos[docno] = start
-        self._documents += 1
-        self._tokens += n
+                    ann.extend((vocab[short + ":"], address, last, 0.0,
+                                vocab[path], address, last, 0.0))
+                fields.append(DocField(short, path, char, char + len(text), address,
+                                       address + n - 1))
+                address += n
+                char += len(text) + 1
+                f += 1
+            n = address - start
+            end = start + max(n, 1) - 1
+            if n:
+                runs.append((start, n))
+            ann.extend((doc_fid, start, end, 0.0))
+            for path, value in values:
+                ann.extend((vocab[path], start, end, value))
+            address = end + 1
+            if docno is None:
+                docno = f"d{start}"
+                while docno in self._new_docnos or self._txn.doc_start(docno) is not None:
+                    docno += "_"
+            text = fields_in[0][2] if len(fields_in) == 1 else \
+                "\n".join(t for _, _, t in fields_in)
+            self._docs.append(Document(docno, start, end, text, fields, meta, n))
+            self._new_docnos[docno] = start
+            self._tokens += n
+            out.append(Added(docno, start, end))
+        self._next_address = address
+        self._documents += len(docs)
         self._dirty = True
-        if len(all_ids) >= FLUSH_TOKENS:
+        if len(self._tok_ids) >= FLUSH_TOKENS:
             self._flush()
-        return Added(docno, start, end)
+        return out
 
     def annotate(self, feature: str, p: int, q: int, value: float = 0.0) -> None:
         """Annotate addresses p..q with `feature` carrying `value`. An exact duplicate (p, q)
@@ -528,7 +575,7 @@ class Writer(Snapshot):
         self._dirty = True
 
     def _annotate_id(self, fid: int, p: int, q: int, value: float) -> None:
-        self._ann.append((fid, p, q, value))
+        self._ann.extend((fid, p, q, value))
 
     def note(self, docno: str, text: str, *, features=("note:",),
              note_docno: str | None = None) -> Added:
@@ -631,13 +678,14 @@ class Writer(Snapshot):
             self._tok_ids, self._tok_runs = [], []
         later = []
         if self._ann:
-            fids, ps, qs, vs = zip(*self._ann)
-            fids = np.array(fids, dtype=np.int64)
+            # ids and addresses are below 2**53, exact as float64
+            table = np.array(self._ann, dtype=np.float64).reshape(-1, 4)
+            fids = table[:, 0].astype(np.int64)
             order = np.argsort(fids, kind="stable")  # by feature, in write order within one
             fids = fids[order]
-            ps = np.array(ps, dtype=np.int64)[order]
-            qs = np.array(qs, dtype=np.int64)[order]
-            vs = np.array(vs, dtype=np.float64)[order]
+            ps = table[order, 1].astype(np.int64)
+            qs = table[order, 2].astype(np.int64)
+            vs = table[order, 3]
             cuts = (np.flatnonzero(np.diff(fids)) + 1).tolist()
             for a, b in zip([0] + cuts, cuts + [len(fids)]):
                 fid = int(fids[a])

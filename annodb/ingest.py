@@ -473,6 +473,17 @@ class _Run:
                 self.warn(text)
             return
 
+    @staticmethod
+    def _culprit(w, batch: list[_Doc], chunk: list[int]) -> int:
+        """The index (in batch) of the first document of chunk the database refuses."""
+        for k in chunk:
+            d = batch[k]
+            try:
+                w._prepare(d.content, d.docno, d.id_field, d.text_fields)
+            except Exception:
+                return k
+        return chunk[0]
+
     def _write_once(self, batch: list[_Doc], path: str):
         counts = dict(added=0, replaced=0, skipped=0, duplicates=0, tokens=0)
         warnings = []
@@ -481,6 +492,7 @@ class _Run:
         with self.db.write(self.timeout) as w:
             present = {d.docno for d in batch if w.has(d.docno)}  # before any add: no flush
             in_batch = set()
+            todo = []
             for index, d in enumerate(batch):
                 docno = d.docno
                 h = hash(docno)
@@ -498,14 +510,26 @@ class _Run:
                     counts["replaced"] += 1
                 else:
                     counts["added"] += 1
-                try:
-                    added = w.add(d.content, docno, id_field=d.id_field,
-                                  text_fields=d.text_fields, replace=replace)
-                except Exception as err:  # the transaction is thrown away, redone without it
-                    raise _Rejected(index, err) from err
-                counts["tokens"] += added.end - added.start + 1
+                todo.append(index)
                 in_batch.add(docno)
                 written.append(h)
+            # one add_many per (id field, text fields) run: one tokenizer pass for the batch
+            i = 0
+            while i < len(todo):
+                d0 = batch[todo[i]]
+                j = i
+                while j < len(todo) and batch[todo[j]].id_field == d0.id_field and \
+                        batch[todo[j]].text_fields == d0.text_fields:
+                    j += 1
+                chunk = todo[i:j]
+                try:
+                    added = w.add_many([(batch[k].content, batch[k].docno) for k in chunk],
+                                       id_field=d0.id_field, text_fields=d0.text_fields,
+                                       replace=replace)
+                except Exception as err:  # the transaction is thrown away, redone without it
+                    raise _Rejected(self._culprit(w, batch, chunk), err) from err
+                counts["tokens"] += sum(a.end - a.start + 1 for a in added)
+                i = j
         self.seen.update(written)
         return counts, warnings
 

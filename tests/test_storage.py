@@ -582,3 +582,27 @@ def test_notes_link_to_their_document(tmp_path):
         assert r.count("question") == 0 and r.count("revised") == 1
         assert len(r.intervals("note:t1")) == 1
     db.close()
+
+
+def test_add_many_is_add_item_by_item(tmp_path):
+    import annodb
+    items = [("alpha beta", "a"), ({"id": "r", "title": "Gamma", "n": 3}, None), ("", "empty"),
+             ("delta  epsilon", None), ("zeta", None)]
+    one, many = annodb.open(tmp_path / "one"), annodb.open(tmp_path / "many")
+    with one.write() as w:
+        added_one = [w.add(c, docno=d) for c, d in items]
+    with many.write() as w:
+        added_many = w.add_many(items)
+    assert added_one == added_many
+    assert len({a.docno for a in added_many}) == len(items)
+    with one.read() as r1, many.read() as r2:
+        for a in added_one:
+            assert r1.document(a.docno) == r2.document(a.docno)
+        for feature in ("alpha", ":", "title:", ":title:", ":n:", "gamma", "zeta"):
+            assert list(r1.intervals(feature)) == list(r2.intervals(feature))
+    with many.write() as w:  # a duplicate docno: nothing of the call is added
+        with pytest.raises(annodb.AnnodbError, match="already exists"):
+            w.add_many([("new", "fresh"), ("again", "a")])
+        assert not w.has("fresh")
+    one.close()
+    many.close()
