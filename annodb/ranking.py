@@ -108,8 +108,16 @@ def rank(snapshot, gcl, *, depth: int = DEPTH, container: str = ":", lenient: bo
     scores, best = kernels.ssr(covers.starts, covers.ends, boxes.starts, boxes.ends, K)
     order = kernels.top(scores, depth)
     b = best[order]
-    return Ranking(snapshot, format_query(node), warnings, boxes.starts[order],
+    return Ranking(snapshot, _text(node), warnings, boxes.starts[order],
                    boxes.ends[order], scores[order], covers.starts[b], covers.ends[b])
+
+
+def _text(node) -> str:
+    """Canonical query text, or a repr for a feature name no query text can spell."""
+    try:
+        return format_query(node)
+    except ValueError:
+        return repr(node)
 
 
 def search(snapshot, gcl, *, k: int = 10, container: str = ":", lenient: bool = False,

@@ -721,8 +721,9 @@ class Server:
             raise _Refusal("Missing text: give \"text\", the note to attach")
         qid = request.get("qid")
         if qid is not None and (not isinstance(qid, str) or not qid or
-                                any(c.isspace() for c in qid)):
-            raise _Refusal(f"qid must be a string without spaces, not {_shown(qid)}")
+                                any(c.isspace() or c in '()"' for c in qid)):
+            raise _Refusal(f"qid must be a string without spaces, parentheses or quotes "
+                           f"(it becomes part of a feature name), not {_shown(qid)}")
         features = ("note:",) + ((f"note:{qid}",) if qid else ())
         db = self._db.writable(WRITE_TIMEOUT)
         with db.write(timeout=WRITE_TIMEOUT) as w:

@@ -25,62 +25,32 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import sys
 import time
 
 import click
 import msgspec
 
+from cli import errors as _errors
+
 import annodb as _annodb
 from annodb import ingest as _ingest
 from annodb.check import check as _check
 from annodb.errors import AnnodbError, NotFoundError
 
-COMMAND_MODULES = ("cli.serve", "cli.query")   # more commands, one module each
+COMMAND_MODULES = ("cli.serve", "cli.query", "cli.mcp")   # more commands, one module each
 MAX_PROBLEMS_SHOWN = 20
 
 
 def fail(message: str, code: int = 1):
     """Print `annodb: error: message` on stderr and exit with `code`."""
-    click.echo(f"annodb: error: {message}", err=True)
-    sys.exit(code)
+    _errors.fail("annodb", message, code)
 
 
-class Group(click.Group):
-    """A click group that turns every error into one line on stderr and an exit code:
-    2 for usage errors, 1 for everything else, 130 for Ctrl-C."""
-
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
-             **extra):
-        try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.UsageError as err:
-            hint = ""
-            if err.ctx is not None:
-                hint = f" (see '{err.ctx.command_path} --help')"
-            fail(f"{err.format_message()}{hint}", 2)
-        except click.Abort:
-            fail("aborted", 1)
-        except click.ClickException as err:
-            fail(err.format_message(), err.exit_code)
-        except KeyboardInterrupt:
-            fail("interrupted", 130)
-        except AnnodbError as err:
-            fail(str(err), 1)
-        except BrokenPipeError:
-            # the reader of our output went away (e.g. `| head`): stop quietly
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            sys.exit(1)
-        except OSError as err:
-            where = f"{err.filename}: " if err.filename else ""
-            fail(f"{where}{err.strerror or err}", 1)
-        except Exception as err:
-            if os.environ.get("ANNODB_DEBUG"):
-                raise
-            fail(f"internal error: {type(err).__name__}: {err} (set ANNODB_DEBUG=1 for the "
-                 "traceback, and please report it)", 1)
-        sys.exit(code if isinstance(code, int) else 0)
+class Group(_errors.ErrorGroup):
+    prog = "annodb"
+    debug_env = "ANNODB_DEBUG"
+    expected = (AnnodbError,)
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})

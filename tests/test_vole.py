@@ -1,0 +1,517 @@
+"""The Vole (issue 5): the real openai client against a fake OpenAI-compatible server on
+127.0.0.1 (tests/fake_openai.py) playing scripted decisions, on the bundled sample
+collection, in process and through a real `annodb serve`. No test reaches the internet:
+an autouse fixture refuses every connection to a non-loopback address."""
+
+from __future__ import annotations
+
+import io
+import ipaddress
+import json
+import math
+import os
+import re
+import socket
+
+import ir_measures
+import pytest
+from click.testing import CliRunner
+
+import annodb
+from annodb import server as server_module
+from annodb.ingest import ingest
+from annodb.server import Server
+from cli.vole import vole
+from fake_openai import FakeOpenAI, Status
+from vole import decision, runfile
+from vole.backend import Local, Remote, note_docno
+from vole.errors import DecisionError, InputError, ModelError
+from vole.evaluate import evaluate
+from vole.model import Model
+from vole.topics import read_topics
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLE = os.path.join(REPO, "examples", "bible-sample.jsonl")
+TOPIC = "t1\tWhat did God create on the first day?\n"
+
+
+# ---------------------------------------------------------------- no network
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    """Fail any connection to an address that is not loopback (or a Unix socket)."""
+    real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
+
+    def check(sock, address):
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            host = address[0]
+            try:
+                loopback = ipaddress.ip_address(host.split("%")[0]).is_loopback
+            except ValueError:
+                loopback = host == "localhost"
+            if not loopback:
+                raise RuntimeError(f"test tried to reach {address!r}: only loopback allowed")
+
+    def connect(sock, address):
+        check(sock, address)
+        return real_connect(sock, address)
+
+    def connect_ex(sock, address):
+        check(sock, address)
+        return real_connect_ex(sock, address)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+
+
+def test_the_network_guard_refuses_other_hosts():
+    with socket.socket() as s, pytest.raises(RuntimeError, match="only loopback"):
+        s.connect(("192.0.2.1", 443))
+
+
+# ---------------------------------------------------------------- helpers
+
+
+@pytest.fixture
+def bible(tmp_path):
+    path = str(tmp_path / "bible.db")
+    ingest(path, [SAMPLE])
+    return path
+
+
+@pytest.fixture
+def topics(tmp_path):
+    path = tmp_path / "topics.tsv"
+    path.write_text(TOPIC)
+    return str(path)
+
+
+def shown(request):
+    """(qid, rank, docno) of the last result in the latest observation."""
+    found = re.findall(r"(q\d+) rank (\d+): docno (\S+)", request.last)
+    assert found, request.last
+    return found[-1]
+
+
+def judge(grade, reason="a reason", action=None):
+    """A scripted decision: grade the result just shown, then `action` (default: next)."""
+    def decide(request):
+        qid, _, docno = shown(request)
+        return {"judgment": {"docno": docno, "grade": grade, "reason": reason,
+                             "learned": ""},
+                "action": action or {"type": "next", "qid": qid}}
+    return decide
+
+
+def query(gcl, judgment=None):
+    return {"judgment": judgment, "action": {"type": "query", "gcl": gcl}}
+
+
+def first_script():
+    """Malformed JSON, a decision failing validation, an invalid query, a 429, a judgment of
+    a document never shown, a 500, four judgments: the limit (4) stops the topic."""
+    return [
+        "Let me think. {not json",
+        {"judgment": {"docno": "Gen.1.3", "grade": 7, "reason": "", "learned": ""},
+         "action": {"type": "query", "gcl": "(^ light day)"}},
+        query("(~ light day)"),
+        Status(429, "slow down", {"retry-after": "0"}),
+        query("(^ light day)", {"docno": "Gen.1.1", "grade": 3, "reason": "", "learned": ""}),
+        judge(1),                                           # Gen.1.16
+        Status(500, "the server had an error"),
+        judge(3, "names the luminous first day"),           # Gen.1.5
+        judge(2, action={"type": "document", "docno": "Gen.1.3"}),   # Gen.1.18
+        lambda r: {"judgment": {"docno": "Gen.1.3", "grade": 3, "reason": "made on day one",
+                                "learned": "the first day is in Gen 1"},
+                   "action": {"type": "query", "gcl": "(^ never run)"}},
+    ]
+
+
+FIRST_RUN = ["Gen.1.5", "Gen.1.3", "Gen.1.18", "Gen.1.16"]
+
+
+def second_script():
+    """The rerun: its first query finds only a judgment note, its second only judged
+    documents (skipped and reported)."""
+    return [
+        query("luminous"),
+        query("(^ light day)"),
+        query("(^ light darkness)"),
+        judge(3),                                            # Gen.1.4, then skips to done
+        query("(+ firmament expanse)"),
+        judge(0),                                            # Gen.1.7: the limit (6)
+    ]
+
+
+# earlier judgments first (by docno), then this run's; stably by grade
+SECOND_RUN = ["Gen.1.3", "Gen.1.5", "Gen.1.4", "Gen.1.18", "Gen.1.16", "Gen.1.7"]
+
+
+def vole_run(*args):
+    result = CliRunner().invoke(vole, ["run", *map(str, args)])
+    return result
+
+
+def run_lines(out):
+    with open(os.path.join(out, "vole.run")) as f:
+        return f.read().splitlines()
+
+
+def jsonl(out, name):
+    with open(os.path.join(out, name)) as f:
+        return [json.loads(line) for line in f]
+
+
+def docnos(db, gcl):
+    with db.read() as r:
+        return {r.document_at(s).docno for s, _, _ in r.query(gcl)}
+
+
+# ---------------------------------------------------------------- decisions
+
+
+def test_decision_schema_is_the_structs_schema_fit_for_strict_mode():
+    schema = decision.json_schema()
+    assert schema["type"] == "object" and "$ref" not in schema
+    assert schema["required"] == ["judgment", "action"]
+    assert schema["additionalProperties"] is False
+    assert "discriminator" not in json.dumps(schema)
+    assert set(schema["$defs"]) == {"Judgment", "Query", "Next", "Document"}
+    assert schema["$defs"]["Judgment"]["properties"]["grade"]["maximum"] == 3
+
+
+def test_decisions_parse_and_fail_with_the_place():
+    d = decision.parse('```json\n{"judgment": null, "action": {"type": "next", '
+                       '"qid": "q2"}}\n```')
+    assert d.judgment is None and d.action == decision.Next("q2")
+    with pytest.raises(DecisionError, match=r"\$\.judgment\.grade"):
+        decision.parse('{"judgment": {"docno": "a", "grade": 4, "reason": "", '
+                       '"learned": ""}, "action": {"type": "next", "qid": "q0"}}')
+    with pytest.raises(DecisionError, match="action"):
+        decision.parse('{"judgment": null}')
+    with pytest.raises(DecisionError, match="not one JSON object"):
+        decision.parse("no json here")
+    with pytest.raises(DecisionError, match="empty"):
+        decision.parse("  ")
+
+
+# ---------------------------------------------------------------- the model
+
+
+def test_model_speaks_both_apis_with_the_schema():
+    schema = decision.json_schema()
+    with FakeOpenAI(["one", "two"]) as fake:
+        audit = []
+        for api in ("responses", "chat"):
+            with Model("m", api=api, base_url=fake.base_url, audit=audit.append) as model:
+                done = model.complete("be brief", [{"role": "user", "content": "hi"}], schema)
+                assert done.text == ("one" if api == "responses" else "two")
+                assert done.usage.total_tokens == (done.usage.input_tokens
+                                                   + done.usage.output_tokens) > 0
+        responses, chat = fake.requests
+    assert responses.path == "/v1/responses" and chat.path == "/v1/chat/completions"
+    assert responses.body["instructions"] == "be brief"
+    assert responses.body["input"] == [{"role": "user", "content": "hi"}]
+    assert responses.body["text"]["format"] == {"type": "json_schema", "name": "decision",
+                                                "schema": schema, "strict": True}
+    assert chat.body["messages"][0] == {"role": "system", "content": "be brief"}
+    assert chat.body["response_format"]["json_schema"]["schema"] == schema
+    assert responses.headers["authorization"] == "Bearer none"   # dummy key for --base-url
+    assert [a["latency_ms"] >= 0 and a["usage"]["total_tokens"] > 0 for a in audit] == [True] * 2
+
+
+def test_model_retries_rate_limits_and_server_errors_then_gives_up():
+    waits = []
+    script = [Status(429, "slow", {"retry-after": "7"}), Status(503), "ok",
+              Status(400, "bad request"),
+              Status(500), Status(500), Status(500)]
+    with FakeOpenAI(script) as fake, \
+            Model("m", base_url=fake.base_url, sleep=waits.append, max_retries=2,
+                  seed=1) as model:
+        done = model.complete("i", [{"role": "user", "content": "x"}])
+        assert done.text == "ok" and done.attempts == 3
+        assert waits[0] == 7.0 and 1.0 <= waits[1] < 2.0       # retry-after; then 2nd backoff
+        with pytest.raises(ModelError, match="400"):             # not retried
+            model.complete("i", [{"role": "user", "content": "x"}])
+        assert len(fake.requests) == 4
+        with pytest.raises(ModelError, match="gave up after 3 attempts"):
+            model.complete("i", [{"role": "user", "content": "x"}])
+    # the jitter is seeded: the same seed waits the same
+    with FakeOpenAI(script[:3]) as fake:
+        again = []
+        with Model("m", base_url=fake.base_url, sleep=again.append, seed=1) as model:
+            model.complete("i", [{"role": "user", "content": "x"}])
+    assert again == waits[:2]
+
+
+def test_no_api_key_is_an_error_without_a_base_url():
+    with pytest.raises(ModelError, match="OPENAI_API_KEY"):
+        Model("m")
+
+
+# ---------------------------------------------------------------- end to end
+
+
+def test_run_end_to_end_then_resume(bible, topics, tmp_path):
+    out = tmp_path / "out"
+    with FakeOpenAI(first_script()) as fake:
+        result = vole_run("--topics", topics, "--db", bible, "--model", "fake-model",
+                          "--base-url", fake.base_url, "--out", out, "--max-judgments", 4)
+        requests = list(fake.requests)
+    assert result.exit_code == 0, result.output
+    assert "t1: 8 calls, 4 judgments (4 new, 2 of grade 3), stop max-judgments" in \
+        result.stdout
+
+    # the run file: by grade, then discovery order; scores decreasing
+    lines = run_lines(out)
+    assert [line.split()[2] for line in lines] == FIRST_RUN
+    assert [line.split()[3:] for line in lines] == [["1", "4", "vole"], ["2", "3", "vole"],
+                                                    ["3", "2", "vole"], ["4", "1", "vole"]]
+
+    # what the model was told
+    observations = [r.last for r in requests if r.body.get("model") == "fake-model"]
+    assert "not a valid decision (the answer is not one JSON object" in observations[1]
+    assert "$.judgment.grade" in observations[2]
+    assert "The query failed: query error at offset 1" in observations[3]
+    assert observations[4] == observations[3]                    # the 429, retried
+    assert "Gen.1.1 not recorded: it was not shown to you" in observations[5]
+    assert "q0 rank 1: docno Gen.1.16" in observations[5]
+    assert "<cover>" in observations[5]
+    assert "Recorded Gen.1.16: grade 1." in observations[6]
+    assert "Document Gen.1.3:\nGen God said" in observations[9]
+    assert all(r.body["text"]["format"]["name"] == "decision" for r in requests)
+
+    # the conversation: system, opening, then assistant/user per call; saved as it went
+    conversation = jsonl(out, "conversation.jsonl")
+    assert [e["role"] for e in conversation[:3]] == ["system", "user", "assistant"]
+    assert len(conversation) == 2 + 2 * 8
+    assert [e["step"] for e in conversation] == list(range(18))
+    assert conversation[-1]["content"].startswith("Recorded Gen.1.3: grade 3.\nStopped")
+
+    # the audit: every model attempt (usage, latency), retries, every backend request
+    audit = jsonl(out, "audit.jsonl")
+    model = [a for a in audit if a["kind"] == "model"]
+    assert len(model) == 10 and sum("usage" in a for a in model) == 8
+    assert [a["status"] for a in model if "status" in a] == [429, 500]
+    assert all(a["latency_ms"] >= 0 and a["topic"] == "t1" for a in model)
+    assert len([a for a in audit if a["kind"] == "model-retry"]) == 2
+    backend = [a for a in audit if a["kind"] == "backend"]
+    assert [a["request"]["op"] for a in backend] == [
+        "judged", "query", "query", "judge", "next", "judge", "next", "judge", "document",
+        "judge"]
+    assert all("time" in a and "response" in a for a in backend)
+    assert backend[1]["response"]["ok"] is False                 # the invalid query
+    summary = jsonl(out, "summary.jsonl")
+    assert summary[0]["calls"] == 8 and summary[0]["grade3"] == 2
+    assert summary[0]["stop"] == "max-judgments" and summary[0]["input_tokens"] > 0
+
+    # the annotations: judgments by grade, notes linked to the judged documents
+    with annodb.open(bible) as db:
+        assert docnos(db, "(>> : (>= judgment:t1 0))") == set(FIRST_RUN)
+        assert docnos(db, "(>> : (= judgment:t1 3))") == {"Gen.1.5", "Gen.1.3"}
+        with db.read() as r:
+            starts = sorted(r.document(d).start for d in FIRST_RUN)
+            assert r.query("(@ note:t1)").starts.tolist() == starts
+            assert r.query("(@ note:)").starts.tolist() == starts
+            hits = r.search("(^ luminous (<< day note:t1))", k=5)
+            assert [h.docno for h in hits] == [note_docno("t1", "Gen.1.5")]
+            assert "Reason: names the luminous first day" in \
+                r.document(note_docno("t1", "Gen.1.5")).text
+
+    # the rerun resumes: earlier judgments count, judged results are skipped and reported
+    out2 = tmp_path / "out2"
+    with FakeOpenAI(second_script()) as fake:
+        result = vole_run("--topics", topics, "--db", bible, "--model", "fake-model",
+                          "--base-url", fake.base_url, "--out", out2, "--max-judgments", 6)
+        requests = list(fake.requests)
+    assert result.exit_code == 0, result.output
+    assert "t1: 6 calls, 6 judgments (2 new, 3 of grade 3), stop max-judgments" in \
+        result.stdout
+    opening = requests[0].last
+    assert "already graded 4 documents" in opening
+    assert "Gen.1.16 (grade 1), Gen.1.18 (grade 2), Gen.1.3 (grade 3), Gen.1.5 (grade 3)" \
+        in opening
+    assert ("Skipped 1 result(s) graded before: note:t1:Gen.1.5 (rank 1, a judgment note, "
+            "not a document).\nq0: no more results.") in requests[1].last
+    assert ("Skipped 3 result(s) graded before: Gen.1.16 (rank 1, grade 1), Gen.1.5 "
+            "(rank 2, grade 3), Gen.1.18 (rank 3, grade 2).\nq1: no more results."
+            ) in requests[2].last
+    assert "q2 rank 1: docno Gen.1.4" in requests[3].last
+    assert "Skipped 2 result(s)" in requests[4].last and "q2: no more results" in \
+        requests[4].last
+    assert [line.split()[2] for line in run_lines(out2)] == SECOND_RUN
+    with annodb.open(bible) as db:
+        assert docnos(db, "(>> : (>= judgment:t1 0))") == set(SECOND_RUN)
+        assert docnos(db, "(>> : (= judgment:t1 0))") == {"Gen.1.7"}
+
+
+def test_same_run_through_the_server(bible, topics, tmp_path):
+    """The scripted runs through a real `annodb serve` (and the Chat API) give the run files
+    of the in-process runs."""
+    out, out2 = tmp_path / "s1", tmp_path / "s2"
+    server = Server(bible, log=io.StringIO()).start()
+    try:
+        address = f"127.0.0.1:{server.port}"
+        for script, target, limit in ((first_script(), out, 4), (second_script(), out2, 6)):
+            with FakeOpenAI(script) as fake:
+                result = vole_run("--topics", topics, "--server", address, "--model", "m",
+                                  "--base-url", fake.base_url, "--api", "chat", "--out",
+                                  target, "--max-judgments", limit)
+                assert all(r.path == "/v1/chat/completions" for r in fake.requests)
+            assert result.exit_code == 0, result.output
+    finally:
+        server.shutdown()
+    assert [line.split()[2] for line in run_lines(out)] == FIRST_RUN
+    assert [line.split()[2] for line in run_lines(out2)] == SECOND_RUN
+    ops = [a["request"]["op"] for a in jsonl(out, "audit.jsonl") if a["kind"] == "backend"]
+    assert ops.count("annotate") == 4 and ops.count("note") == 4
+    with annodb.open(bible) as db:
+        assert docnos(db, "(>> : (>= judgment:t1 0))") == set(SECOND_RUN)
+        if "note" not in server_module.OPS:
+            pytest.skip("annodb serve has no `note` op yet: notes through the server are "
+                        "not stored (judgments are)")
+        with db.read() as r:
+            starts = sorted(r.document(d).start for d in SECOND_RUN)
+            assert r.query("(@ note:t1)").starts.tolist() == starts
+
+
+def test_a_topic_that_fails_hard_does_not_stop_the_run(bible, tmp_path):
+    topics = tmp_path / "topics.tsv"
+    topics.write_text("t1\tlight\n# a comment\n\nt2\tdarkness\n")
+    out = tmp_path / "out"
+    with FakeOpenAI([Status(401, "bad key"), query("darkness"), judge(2)]) as fake:
+        result = vole_run("--topics", topics, "--db", bible, "--model", "m", "--base-url",
+                          fake.base_url, "--out", out, "--max-calls", 2)
+    assert result.exit_code == 1
+    assert "t1: 0 calls, 0 judgments (0 new, 0 of grade 3), stop model-error" in result.stdout
+    assert "t2: 2 calls, 1 judgments (1 new, 0 of grade 3), stop max-calls" in result.stdout
+    assert result.stderr.splitlines()[-1].startswith("vole: error: 1 of 2 topics stopped")
+    assert [s["stop"] for s in jsonl(out, "summary.jsonl")] == ["model-error", "max-calls"]
+    assert [line.split()[0] for line in run_lines(out)] == ["t2"]
+
+
+def test_remote_backend_errors_come_back_as_responses(bible):
+    server = Server(bible, log=io.StringIO()).start()
+    try:
+        with Remote(f"127.0.0.1:{server.port}") as remote:
+            assert remote.query("(^ light").get("warnings")
+            assert not remote.next("q99")["ok"]
+            assert not remote.document("nope")["ok"]
+            assert not remote.judge("t9", "nope", 2, "x")["ok"]
+            assert remote.judged("t9") == {}
+    finally:
+        server.shutdown()
+    with Local(bible) as local:
+        assert local.query("(^ light").get("warnings")
+        assert "Unknown qid" in local.next("q99")["error"]
+        assert "Unknown docno" in local.document("nope")["error"]
+        assert local.document('"Gen.1.3"')["docno"] == "Gen.1.3"
+
+
+# ---------------------------------------------------------------- eval and judge
+
+
+def test_eval_gives_the_ndcg_ir_measures_computes(tmp_path):
+    qrels = tmp_path / "qrels"
+    qrels.write_text("1 0 a 3\n1 0 b 1\n1 0 c 0\n2 0 d 2\n3 0 e 1\n")
+    run = tmp_path / "run"
+    run.write_text("1 Q0 b 1 3 x\n1 Q0 a 2 2 x\n1 Q0 z 3 1 x\n2 Q0 d 1 1 x\n")
+    expected = ir_measures.calc_aggregate(
+        [ir_measures.nDCG @ 10], ir_measures.read_trec_qrels(str(qrels)),
+        ir_measures.read_trec_run(str(run)))[ir_measures.nDCG @ 10]
+    # by hand (trec_eval's linear gain): topic 1 DCG 1/log2(2) + 3/log2(3) over the ideal
+    # 3/log2(2) + 1/log2(3); topic 2 perfect; topic 3 absent from the run: 0
+    t1 = (1 + 3 / math.log2(3)) / (3 + 1 / math.log2(3))
+    assert expected == pytest.approx((t1 + 1 + 0) / 3)
+    result = CliRunner().invoke(vole, ["eval", "--qrels", str(qrels), str(run)])
+    assert result.exit_code == 0, result.output
+    assert f"nDCG@10\tall\t{expected:.4f}" in result.stdout.splitlines()
+    assert "R@100\tall\t" in result.stdout and "P@10\tall\t" in result.stdout
+    assert "1 of 3 qrels topics are not in the run" in result.stderr
+    result = CliRunner().invoke(vole, ["eval", "--qrels", str(qrels), str(run), "--json",
+                                       "--per-topic"])
+    data = json.loads(result.stdout)
+    assert data["measures"]["nDCG@10"] == pytest.approx(expected)
+    assert data["per_topic"]["2"]["nDCG@10"] == 1.0 and data["per_topic"]["3"]["P@10"] == 0
+    assert evaluate(str(qrels), str(run)).missing == ["3"]
+
+
+def test_judge_writes_qrels_for_the_holes_only(bible, tmp_path):
+    topics = tmp_path / "topics.tsv"
+    topics.write_text(TOPIC)
+    qrels = tmp_path / "qrels"
+    qrels.write_text("t1 0 Gen.1.5 3\n")
+    run = tmp_path / "run"
+    run.write_text("t1 Q0 Gen.1.5 1 3 v\nt1 Q0 Gen.1.3 2 2 v\nt1 Q0 Gen.1.7 3 1 v\n")
+    out = tmp_path / "holes.qrels"
+    script = ["{broken", {"reason": "says light was made", "grade": 3},
+              {"reason": "about the expanse", "grade": 0}]
+    with FakeOpenAI(script) as fake:
+        result = CliRunner().invoke(vole, [
+            "judge", "--qrels", str(qrels), "--topics", str(topics), str(run), "--db", bible,
+            "--model", "j", "--base-url", fake.base_url, "--api", "chat", "--out", str(out)])
+        requests = list(fake.requests)
+    assert result.exit_code == 0, result.output
+    assert out.read_text() == "t1 0 Gen.1.3 3\nt1 0 Gen.1.7 0\n"
+    assert "2 holes, 2 judged" in result.stderr
+    assert "Query: What did God create on the first day?" in requests[0].last
+    assert "Let there be light" in requests[0].last
+    assert requests[0].body["response_format"]["json_schema"]["name"] == "assessment"
+    # a rerun finds nothing left to do
+    with FakeOpenAI([]) as fake:
+        result = CliRunner().invoke(vole, [
+            "judge", "--qrels", str(qrels), "--topics", str(topics), str(run), "--db", bible,
+            "--model", "j", "--base-url", fake.base_url, "--out", str(out)])
+        assert not fake.requests
+    assert "2 already in" in result.stderr and out.read_text().count("\n") == 2
+
+
+# ---------------------------------------------------------------- files and the CLI
+
+
+def test_topics_and_run_files(tmp_path):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("t1 no tab here\n")
+    with pytest.raises(InputError, match="bad.tsv:1: expected qid<TAB>text"):
+        read_topics(str(bad))
+    bad.write_text("t(1)\ttext\n")
+    with pytest.raises(InputError, match="parentheses"):
+        read_topics(str(bad))
+    assert runfile.run_lines("q", ["a", "b"]) == ["q Q0 a 1 2 vole\n", "q Q0 b 2 1 vole\n"]
+    run = tmp_path / "run"
+    run.write_text("q Q0 a 2 1.5 x\nq Q0 b 1 2.5 x\n")
+    assert runfile.read_run(str(run)) == {"q": [("b", 2.5), ("a", 1.5)]}
+    run.write_text("q Q0 a\n")
+    with pytest.raises(InputError, match="run:1"):
+        runfile.read_run(str(run))
+
+
+def test_cli_errors_are_one_line(bible, topics, tmp_path):
+    def error(args, code):
+        result = CliRunner().invoke(vole, args)
+        assert result.exit_code == code, result.output
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("vole: error: "), result.stderr
+        return lines[0]
+
+    assert "--model" in error(["run", "--topics", topics, "--db", bible], 2)
+    assert "not both" in error(["run", "--topics", topics, "--db", bible, "--server",
+                                "127.0.0.1:1", "--model", "m", "--base-url", "http://x"], 2)
+    assert "no annodb database here" in error(
+        ["run", "--topics", topics, "--db", tmp_path / "none.db", "--model", "m",
+         "--base-url", "http://127.0.0.1:9/v1", "--out", tmp_path / "o"], 1)
+    assert "OPENAI_API_KEY" in error(["run", "--topics", topics, "--db", bible, "--model",
+                                      "m", "--out", tmp_path / "o"], 1)
+    assert "cannot reach the server" in error(
+        ["run", "--topics", topics, "--server", "127.0.0.1:1", "--model", "m",
+         "--base-url", "http://127.0.0.1:9/v1", "--out", tmp_path / "o"], 1)
+    assert "no.tsv" in error(["run", "--topics", tmp_path / "no.tsv", "--db", bible,
+                              "--model", "m"], 1)
+    assert "unknown measure" in error(["eval", "--qrels", topics, topics, "--measure",
+                                       "Bogus@3"], 1)
+    for name in ("run", "eval", "judge"):
+        result = CliRunner().invoke(vole, [name, "--help"])
+        assert result.exit_code == 0 and f"vole {name}" in result.stdout.split("Example")[1]

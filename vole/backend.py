@@ -1,0 +1,372 @@
+"""Where the Vole searches: annodb in this process (`Local`) or an `annodb serve` over TCP
+(`Remote`). Both answer with the server's response objects (DESIGN §7 "Server"):
+
+    query(gcl)    {"op":"query","ok":true,"qid":"q0","rank":1,"docno":D,"snippet":S}
+                  or {"op":"query","ok":true,"qid":"q0","done":true}; repairs in "warnings"
+    next(qid)     the same shape with "op":"next"
+    document(d)   {"op":"document","ok":true,"docno":D,"document":TEXT}
+    judge(topic, docno, grade, note)
+                  commits `judgment:<topic>` = grade over the document and the note
+                  document linked to it: {"op":"judge","ok":true,"docno":D,"note":N}
+    judged(topic) {docno: grade} of the documents judged for the topic (earlier runs too)
+
+A request the backend refuses (a bad query, an unknown qid or docno) is an `"ok": false`
+response with an "error", for the agent to show the model; a backend that cannot answer at
+all (the server is gone) raises BackendError. Every request is reported to `audit` (a
+callable taking one dict) with its response and time.
+
+Judgments as memory: a judgment of `docno` for topic `qid` is the annotation
+`judgment:<qid>` over the document's whole range with the grade as value, and a note
+document `note:<qid>:<docno>` (the reason and what was learned, searchable text) whose range
+carries `note:` and `note:<qid>`, each with the judged document's start address as value
+(a link: `(@ note:<qid>)` gives the judged documents' starts) — Writer.note in process, the
+server's `note` op over TCP. Judging again replaces both.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections import OrderedDict
+from dataclasses import replace
+from typing import Callable
+
+import msgspec
+
+import annodb
+from annodb.errors import AnnodbError, NotFoundError
+from annodb.ranking import DEPTH, rank
+
+from .errors import BackendError
+
+MAX_STATES = 512          # query states the local backend keeps (least recently used go)
+TIMEOUT = 300.0           # seconds to wait for a server reply
+MAX_REPLY = 64 << 20      # bytes in one reply line
+NOTE_PREFIX = "note:"
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+
+
+def judgment_feature(topic: str) -> str:
+    return f"judgment:{topic}"
+
+
+def note_docno(topic: str, docno: str) -> str:
+    return f"{NOTE_PREFIX}{topic}:{docno}"
+
+
+def is_note(docno: str) -> bool:
+    return docno.startswith(NOTE_PREFIX)
+
+
+class Backend:
+    """What the agent needs from a search backend (see the module docstring)."""
+
+    audit: Callable[[dict], None] | None = None
+
+    def query(self, gcl: str) -> dict:
+        return self._request({"op": "query", "query": gcl})
+
+    def next(self, qid: str) -> dict:
+        return self._request({"op": "next", "qid": qid})
+
+    def document(self, docno: str) -> dict:
+        return self._request({"op": "document", "docno": docno})
+
+    def judge(self, topic: str, docno: str, grade: int, note: str) -> dict:
+        raise NotImplementedError
+
+    def judged(self, topic: str) -> dict[str, int]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _request(self, request: dict) -> dict:
+        started = time.perf_counter()
+        try:
+            response = self._answer(request)
+        except BackendError as err:
+            self._report(request, {"op": request.get("op"), "ok": False, "error": str(err)},
+                         started)
+            raise
+        self._report(request, response, started)
+        return response
+
+    def _answer(self, request: dict) -> dict:
+        raise NotImplementedError
+
+    def _report(self, request: dict, response: dict, started: float) -> None:
+        if self.audit is not None:
+            self.audit({"kind": "backend", "request": request, "response": response,
+                        "time": round((time.perf_counter() - started) * 1000, 3)})
+
+
+# ---------------------------------------------------------------- in this process
+
+
+class Local(Backend):
+    """annodb in this process, answering as `annodb serve` would (its own query states,
+    qids q0, q1, ...). `db` is an open Database or a path (then it is opened, not created,
+    and closed with the backend; `readonly` when nothing will be judged)."""
+
+    def __init__(self, db, *, depth: int = DEPTH, container: str = ":",
+                 fields: list[str] | None = None, readonly: bool = False, audit=None):
+        self._own = not isinstance(db, annodb.Database)
+        try:
+            self.db = annodb.open(db, create=False, readonly=readonly) if self._own else db
+        except AnnodbError as err:
+            raise BackendError(str(err)) from None
+        self.depth = depth
+        self.container = container
+        self.fields = list(fields or [])
+        self.audit = audit
+        self._states: OrderedDict[str, list] = OrderedDict()
+        self._issued = 0
+
+    def close(self) -> None:
+        if self._own:
+            self.db.close()
+
+    def _answer(self, request: dict) -> dict:
+        op = request["op"]
+        try:
+            return getattr(self, "_" + op)(request)
+        except AnnodbError as err:
+            if getattr(self.db, "_closed", False):
+                raise BackendError(str(err)) from None
+            return {"op": op, "ok": False, "error": str(err)}
+
+    def _query(self, request: dict) -> dict:
+        with self.db.read() as snap:
+            ranking = rank(snap, request["query"], depth=self.depth,
+                           container=self.container, lenient=True)
+            first = ranking.hit(0, snapshot=snap) if len(ranking) else None
+        qid = f"q{self._issued}"
+        self._issued += 1
+        self._states[qid] = [replace(ranking, snapshot=None), 1 if first else 0]
+        while len(self._states) > MAX_STATES:
+            self._states.popitem(last=False)
+        if first is None:
+            response = {"op": "query", "ok": True, "qid": qid, "done": True}
+        else:
+            response = _hit("query", qid, first)
+        if ranking.warnings:
+            response["warnings"] = list(ranking.warnings)
+        return response
+
+    def _next(self, request: dict) -> dict:
+        qid = request["qid"]
+        state = self._states.get(qid)
+        if state is None:
+            return {"op": "next", "ok": False,
+                    "error": f"Unknown qid {qid!r}: never issued, or evicted to bound "
+                             "memory; run the query again"}
+        self._states.move_to_end(qid)
+        ranking, position = state
+        if position >= len(ranking):
+            return {"op": "next", "ok": True, "qid": qid, "done": True}
+        state[1] = position + 1
+        with self.db.read() as snap:
+            hit = ranking.hit(position, snapshot=snap)
+        return _hit("next", qid, hit)
+
+    def _document(self, request: dict) -> dict:
+        with self.db.read() as snap:
+            doc = _find(snap, request["docno"])
+            if doc is None:
+                return {"op": "document", "ok": False,
+                        "error": f"Unknown docno {request['docno']!r}"}
+            return {"op": "document", "ok": True, "docno": doc.docno,
+                    "document": _document_text(doc, self.fields)}
+
+    def _judge(self, request: dict) -> dict:
+        topic, grade = request["qid"], request["grade"]
+        with self.db.write() as w:
+            doc = _find(w, request["docno"])
+            if doc is None:
+                return {"op": "judge", "ok": False,
+                        "error": f"Unknown docno {request['docno']!r}"}
+            w.annotate(judgment_feature(topic), doc.start, doc.end, grade)
+            note = w.note(doc.docno, request["text"], note_docno=note_docno(topic, doc.docno),
+                          features=(NOTE_PREFIX, f"{NOTE_PREFIX}{topic}"))
+        return {"op": "judge", "ok": True, "docno": doc.docno, "note": note.docno}
+
+    def judge(self, topic: str, docno: str, grade: int, note: str) -> dict:
+        return self._request({"op": "judge", "qid": topic, "docno": docno, "grade": grade,
+                              "text": note})
+
+    def judged(self, topic: str) -> dict[str, int]:
+        started = time.perf_counter()
+        found = {}
+        with self.db.read() as snap:
+            for start, _end, value in snap.intervals(judgment_feature(topic)):
+                doc = snap.document_at(start)
+                if doc is not None and not is_note(doc.docno):
+                    found[doc.docno] = _grade(value)
+        self._report({"op": "judged", "qid": topic}, {"op": "judged", "ok": True,
+                                                      "judged": found}, started)
+        return found
+
+
+def _hit(op: str, qid: str, hit) -> dict:
+    return {"op": op, "ok": True, "qid": qid, "rank": hit.rank, "docno": hit.docno,
+            "snippet": hit.snippet if hit.snippet is not None else ""}
+
+
+def _find(snap, docno: str):
+    """The document `docno` names (surrounding whitespace and double quotes ignored, as the
+    server does), or None."""
+    tried = [docno]
+    bare = docno.strip()
+    if len(bare) >= 2 and bare[0] == bare[-1] == '"':
+        bare = bare[1:-1]
+    if bare and bare != docno:
+        tried.append(bare)
+    for candidate in tried:
+        try:
+            return snap.document(candidate)
+        except NotFoundError:
+            continue
+    return None
+
+
+def _document_text(doc, fields: list[str]) -> str:
+    """The named fields joined with " ... " (else the whole text), newlines as spaces, as
+    the server shows a document."""
+    parts = []
+    for name in fields:
+        for f in doc.fields:
+            if name in (f.name, f.path, f.name + ":"):
+                text = doc.text[f.char_start:f.char_end]
+                if text.strip():
+                    parts.append(text)
+    text = " ... ".join(parts) if parts else doc.text
+    return text.replace("\r", " ").replace("\n", " ")
+
+
+def _grade(value: float) -> int:
+    return min(max(int(round(value)), 0), 3)
+
+
+# ---------------------------------------------------------------- over TCP
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """HOST:PORT (or [v6]:PORT, or PORT alone for loopback) -> (host, port)."""
+    host, sep, port = address.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", address
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        number = int(port)
+    except ValueError:
+        number = -1
+    if not 0 < number < 65536:
+        raise BackendError(f"bad server address {address!r}: expected HOST:PORT, "
+                           "e.g. 127.0.0.1:4000")
+    return host, number
+
+
+class Remote(Backend):
+    """A client of `annodb serve` at HOST:PORT. One connection, one request at a time; a
+    broken connection is reopened once per request before giving up (query states live in
+    the server process, so qids survive a reconnect)."""
+
+    def __init__(self, address: str, *, token: str | None = None,
+                 timeout: float = TIMEOUT, audit=None):
+        self.host, self.port = parse_address(address)
+        self.address = address
+        self.token = token
+        self.timeout = timeout
+        self.audit = audit
+        self._sock: socket.socket | None = None
+        self._reader = None
+        self._connect()
+
+    def _connect(self) -> None:
+        self.close()
+        try:
+            self._sock = socket.create_connection((self.host, self.port), self.timeout)
+        except OSError as err:
+            raise BackendError(f"cannot reach the server at {self.host}:{self.port}: "
+                               f"{err.strerror or err}") from None
+        self._reader = self._sock.makefile("rb")
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _answer(self, request: dict) -> dict:
+        line = _encode({**request, "token": self.token} if self.token else request) + b"\n"
+        for attempt in (1, 2):
+            try:
+                if self._sock is None:
+                    self._connect()
+                self._sock.sendall(line)
+                reply = self._reader.readline(MAX_REPLY)
+                if not reply.endswith(b"\n"):
+                    raise ConnectionError("the server closed the connection")
+                break
+            except (OSError, ValueError) as err:  # ValueError: I/O on a closed file
+                self.close()
+                if attempt == 2:
+                    raise BackendError(f"the server at {self.host}:{self.port} does not "
+                                       f"answer: {err}") from None
+        try:
+            record = _decode(reply)
+            response = record["response"]
+            if not isinstance(response, dict):
+                raise TypeError("response is not an object")
+        except (msgspec.DecodeError, KeyError, TypeError) as err:
+            raise BackendError(f"the server at {self.host}:{self.port} sent a reply that "
+                               f"is not its protocol ({err}): {reply[:200]!r}") from None
+        return response
+
+    def judge(self, topic: str, docno: str, grade: int, note: str) -> dict:
+        marked = self._request({"op": "annotate", "docno": docno,
+                                "feature": judgment_feature(topic), "value": grade})
+        if not marked.get("ok"):
+            return {"op": "judge", "ok": False, "error": marked.get("error", "refused")}
+        docno = marked.get("docno", docno)
+        noted = self._request({"op": "note", "docno": docno, "qid": topic, "text": note})
+        response = {"op": "judge", "ok": True, "docno": docno, "note": noted.get("docno")}
+        if not noted.get("ok"):
+            response["warning"] = f"the note was not stored: {noted.get('error')}"
+        return response
+
+    def judged(self, topic: str) -> dict[str, int]:
+        """Read back through the query ops: one query per grade, every rank."""
+        found = {}
+        feature = judgment_feature(topic)
+        for grade in (3, 2, 1, 0):
+            reply = self.query(f"(>> : (= {feature} {grade}))")
+            while reply.get("ok") and not reply.get("done"):
+                if not is_note(reply["docno"]):
+                    found.setdefault(reply["docno"], grade)
+                reply = self.next(reply["qid"])
+            if not reply.get("ok"):
+                raise BackendError(f"cannot read the judgments of {topic!r} back: "
+                                   f"{reply.get('error')}")
+        return found
+
+
+def open_backend(*, db: str | os.PathLike | None = None, server: str | None = None,
+                 token: str | None = None, readonly: bool = False, audit=None) -> Backend:
+    """The backend the command line asks for: `server` if given, else the database."""
+    if server:
+        return Remote(server, token=token, audit=audit)
+    return Local(os.fspath(db) if db is not None else annodb.database.DEFAULT_PATH,
+                 readonly=readonly, audit=audit)

@@ -1,0 +1,82 @@
+"""The files a run writes under `--out DIR`:
+
+    vole.run            TREC run: per topic, the judged documents by grade, then discovery
+                        order (rewritten by each run; a resumed topic lists its earlier
+                        judgments too)
+    conversation.jsonl  per topic, every transcript entry as it happens:
+                        {"run","topic","step","role","content","at"}
+    audit.jsonl         every model request/response (usage, latency, attempt) and every
+                        backend request/response (time in ms): {"run","kind",...,"at"}
+    summary.jsonl       one line per topic: calls, judgments, grade-3 count, stop reason
+
+The JSONL logs are appended to (a rerun adds to them; "run" tells the runs apart) and
+flushed after every line, so a run killed at any point keeps everything up to its last
+step.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+import msgspec
+
+from . import runfile
+
+RUN = "vole.run"
+CONVERSATION = "conversation.jsonl"
+AUDIT = "audit.jsonl"
+SUMMARY = "summary.jsonl"
+
+_encode = msgspec.json.Encoder().encode
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+
+
+class Outputs:
+    def __init__(self, directory: str):
+        self.directory = directory
+        self.run_id = now()
+        os.makedirs(directory, exist_ok=True)
+        self._files = []
+        self._run = self._open(RUN, "w")
+        self._conversation = self._open(CONVERSATION, "a")
+        self._audit = self._open(AUDIT, "a")
+        self._summary = self._open(SUMMARY, "a")
+
+    def _open(self, name: str, mode: str):
+        f = open(os.path.join(self.directory, name), mode, encoding="utf-8")
+        self._files.append(f)
+        return f
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.directory, name)
+
+    def audit(self, record: dict) -> None:
+        self._line(self._audit, {"run": self.run_id, **record, "at": now()})
+
+    def conversation(self, entry: dict) -> None:
+        self._line(self._conversation, {"run": self.run_id, **entry, "at": now()})
+
+    def topic(self, summary, ranked: list[str]) -> None:
+        """A finished topic: its run lines and its summary line."""
+        runfile.write_run(self._run, summary.qid, ranked)
+        self._run.flush()
+        self._line(self._summary, {"run": self.run_id, **msgspec.to_builtins(summary)})
+
+    def _line(self, f, record: dict) -> None:
+        f.write(_encode(record).decode() + "\n")
+        f.flush()
+
+    def close(self) -> None:
+        for f in self._files:
+            f.close()
+        self._files = []
+
+    def __enter__(self) -> "Outputs":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
