@@ -331,8 +331,18 @@ class ListCache:
                 self._items.move_to_end(key)
             return found
 
+    @staticmethod
+    def _size(value: Intervals) -> int:
+        """Bytes held: ends may be starts itself, values a zero-stride broadcast."""
+        size = value.starts.nbytes + 100
+        if value.ends is not value.starts:
+            size += value.ends.nbytes
+        if value.values.strides != (0,):
+            size += value.values.nbytes
+        return size
+
     def put(self, key, value: Intervals) -> None:
-        size = value.starts.nbytes + value.ends.nbytes + value.values.nbytes + 100
+        size = self._size(value)
         if size > self.max_bytes // 4:
             return
         with self._lock:
@@ -342,7 +352,7 @@ class ListCache:
             self.bytes += size
             while self.bytes > self.max_bytes:
                 _, old = self._items.popitem(last=False)
-                self.bytes -= old.starts.nbytes + old.ends.nbytes + old.values.nbytes + 100
+                self.bytes -= self._size(old)
 
 
 @lru_cache(maxsize=256)

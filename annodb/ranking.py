@@ -105,11 +105,13 @@ def rank(snapshot, gcl, *, depth: int = DEPTH, container: str = ":", lenient: bo
     covers = ev.eval(node)
     cnode, _ = as_node(container)
     boxes = ev.eval(cnode)
-    scores, best = kernels.ssr(covers.starts, covers.ends, boxes.starts, boxes.ends, K)
-    order = kernels.top(scores, depth)
+    idx, scores, best = kernels.ssr_touched(covers.starts, covers.ends, boxes.starts,
+                                            boxes.ends, K)
+    order = kernels.top(scores, depth)  # ties: container order, i.e. by address
     b = best[order]
-    return Ranking(snapshot, _text(node), warnings, boxes.starts[order],
-                   boxes.ends[order], scores[order], covers.starts[b], covers.ends[b])
+    d = idx[order]
+    return Ranking(snapshot, _text(node), warnings, boxes.starts[d], boxes.ends[d],
+                   scores[order], covers.starts[b], covers.ends[b])
 
 
 def _text(node) -> str:
@@ -188,34 +190,38 @@ def search_text(snapshot, text: str, *, k: int = 10, container: str = ":") -> Re
     tier, by the sum over its subsets of weight x SSR score."""
     ev = Evaluator(snapshot)
     boxes = ev.eval(as_node(container)[0])
-    seen = np.zeros(len(boxes), dtype=bool)
+    seen = set()
     hits: list[Hit] = []
     ran = []
     for tier in text_tiers(snapshot, text):
         if len(hits) >= k:
             break
-        total = np.zeros(len(boxes))
-        best_len = np.full(len(boxes), np.iinfo(np.int64).max)
-        cover_p = np.zeros(len(boxes), dtype=np.int64)
-        cover_q = np.zeros(len(boxes), dtype=np.int64)
+        parts = []  # per subset: touched containers, weighted scores, cover starts and ends
         for node, weight in tier:
             covers = ev.eval(node)
-            scores, best = kernels.ssr(covers.starts, covers.ends, boxes.starts, boxes.ends, K)
-            total += weight * scores
-            has = best >= 0
-            length = np.where(has, covers.ends[best] - covers.starts[best], best_len)
-            better = has & (length < best_len)
-            best_len = np.where(better, length, best_len)
-            cover_p = np.where(better, covers.starts[best], cover_p)
-            cover_q = np.where(better, covers.ends[best], cover_q)
-        total[seen] = 0.0
-        order = kernels.top(total, k - len(hits))
+            idx, scores, best = kernels.ssr_touched(covers.starts, covers.ends,
+                                                    boxes.starts, boxes.ends, K)
+            parts.append((idx, weight * scores, covers.starts[best], covers.ends[best]))
         ran.append(format_query(Combine("+", tuple(n for n, _ in tier)))
                    if len(tier) > 1 else format_query(tier[0][0]))
-        for i in order.tolist():
-            seen[i] = True
-            ranking = Ranking(snapshot, "", [], boxes.starts[[i]], boxes.ends[[i]],
-                              total[[i]], cover_p[[i]], cover_q[[i]])
+        idx, contrib, cp, cq = (np.concatenate(x) for x in zip(*parts))
+        if not len(idx):
+            continue
+        # per container: the sum in subset order, and the shortest cover (first on ties)
+        boxes_hit, inverse = np.unique(idx, return_inverse=True)
+        total = np.zeros(len(boxes_hit))
+        np.add.at(total, inverse, contrib)
+        pick = np.lexsort((np.arange(len(idx)), cq - cp, inverse))
+        first = pick[np.r_[True, inverse[pick][1:] != inverse[pick][:-1]]]
+        for j, d in enumerate(boxes_hit.tolist()):
+            if d in seen:
+                total[j] = 0.0
+        for j in kernels.top(total, k - len(hits)).tolist():
+            d = int(boxes_hit[j])
+            seen.add(d)
+            f = first[j]
+            ranking = Ranking(snapshot, "", [], boxes.starts[[d]], boxes.ends[[d]],
+                              total[[j]], cp[[f]], cq[[f]])
             h = ranking.hit(0)
             hits.append(Hit(len(hits) + 1, h.docno, h.score, h.start, h.end, h.cover,
                             h.snippet))

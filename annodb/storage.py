@@ -411,13 +411,25 @@ class Txn:
 
     # annotation lists
     def read_list(self, fid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The whole annotation list of a feature (empty arrays when it has none)."""
-        parts = list(self.iter_blocks(fid))
-        if not parts:
+        """The whole annotation list of a feature (empty arrays when it has none). For a
+        list of points (token postings) ends is starts, the same array; when every value is
+        0, values is a read-only broadcast zero (no memory)."""
+        prefix = u64(fid)
+        bufs = []
+        with self.txn.cursor(db=self.dbs["blocks"]) as cur:
+            if cur.set_range(prefix):
+                for key, value in cur:
+                    if key[:8] != prefix:
+                        break
+                    bufs.append(value)
+        if not bufs:
             return (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64))
-        if len(parts) == 1:
-            return parts[0][1]
-        return tuple(np.concatenate([p[1][i] for p in parts]) for i in range(3))
+        offsets = np.zeros(len(bufs) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in bufs], out=offsets[1:])
+        s, e, v, _, zero = kernels.decode_blocks(b"".join(bufs), offsets)
+        if zero:
+            v = np.broadcast_to(np.float64(0.0), s.shape)
+        return s, e, v
 
     def iter_blocks(self, fid: int, first: int = 0):
         """(key start, (starts, ends, values)) of each block of `fid` from the block holding

@@ -164,3 +164,22 @@ def test_engine_agrees_without_jit():
                           os.path.join(here, "test_engine.py"), "-k", "agree"],
                          env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+
+def test_search_text_ranks_tier_by_tier_and_conflates_stems(tmp_path):
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        w.add("goth rock", docno="both")
+        w.add("rock rock rock rock rock rock", docno="rock")
+        w.add("goths and their music", docno="goths")
+        w.add("nothing here", docno="none")
+    with db.read() as r:
+        results = r.search_text("Goth rock", k=10)
+        docnos = [h.docno for h in results]
+        assert docnos[0] == "both"                   # all the words: first tier
+        assert set(docnos[1:]) == {"rock", "goths"}  # "goths" shares goth's stem
+        assert "none" not in docnos
+        assert [h.rank for h in results] == [1, 2, 3]
+        assert "(^" in results.query
+        assert r.search_text("zebra").hits == []
+    db.close()

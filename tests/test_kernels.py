@@ -261,6 +261,13 @@ def test_phrase_examples():
 )
 def test_ssr(covers, containers, k):
     assert run_ssr(covers, containers, k) == naive.ssr(covers, containers, k)
+    # the sparse form: exactly the containers holding a cover, with the same numbers
+    scores, best = naive.ssr(covers, containers, k)
+    idx, sparse_scores, sparse_best = K.ssr_touched(*cols(covers), *cols(containers), k)
+    want = [d for d in range(len(containers)) if best[d] >= 0]
+    assert idx.tolist() == want
+    assert sparse_scores.tolist() == [scores[d] for d in want]
+    assert sparse_best.tolist() == [best[d] for d in want]
 
 
 def test_ssr_examples():

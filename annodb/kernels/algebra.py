@@ -512,6 +512,55 @@ def ssr(cs, ce, ds, de, k=42.0):
     return _ssr(cs, ce, ds, de, float(k))
 
 
+@njit(cache=True, nogil=True)
+def _ssr_touched(cs, ce, ds, de, k):
+    nc = cs.shape[0]
+    nd = ds.shape[0]
+    touched = np.empty(16, np.int64)
+    m = 0
+    lo_d = 0
+    hi_d = 0  # containers [0, hi_d) start at or before the current cover
+    last = -1
+    for c in range(nc):
+        lo_d = _ge(de, lo_d, nd, ce[c])   # first container ending at or after c
+        hi_d = _gt(ds, hi_d, nd, cs[c])   # first container starting after c
+        for d in range(max(lo_d, last + 1), hi_d):
+            if m == touched.shape[0]:
+                grown = np.empty(2 * m, np.int64)
+                grown[:m] = touched
+                touched = grown
+            touched[m] = d
+            m += 1
+            last = d
+    idx = touched[:m].copy()
+    scores = np.zeros(m, np.float64)
+    best = np.full(m, -1, np.int64)
+    lo = 0
+    for j in range(m):
+        d = idx[j]
+        lo = _ge(cs, lo, nc, ds[d])
+        hi = _gt(ce, lo, nc, de[d])
+        total = 0.0
+        shortest = _I64_MAX
+        for c in range(lo, hi):
+            length = ce[c] - cs[c]
+            total += 1.0 / (k + length)
+            if length < shortest:
+                shortest = length
+                best[j] = c
+        scores[j] = total
+    return idx, scores, best
+
+
+def ssr_touched(cs, ce, ds, de, k=42.0):
+    """`ssr` for the containers that hold at least one cover only: (idx, scores, best),
+    idx the container indices in order. Costs O(covers log containers) however many
+    containers there are (a million documents, a query matching ten)."""
+    cs, ce = _pair(cs, ce, "covers")
+    ds, de = _pair(ds, de, "containers")
+    return _ssr_touched(cs, ce, ds, de, float(k))
+
+
 def top(scores, n):
     """Indices of the scores > 0, best first, ties by index, at most n of them."""
     sc = _floats(scores, "scores")

@@ -288,3 +288,40 @@ def block_bounds(starts, ends, values, budget: int, max_count: int) -> np.ndarra
     if len(v) != len(s):
         raise ValueError("one value per interval")
     return _block_bounds(s, e, v, int(budget), int(max_count))
+
+
+@njit(cache=True, nogil=True)
+def _decode_blocks(buf, offsets):
+    total = 0
+    points = True
+    zero = True
+    for b in range(len(offsets) - 1):
+        pos = offsets[b]
+        total += _get_uint(buf, pos + 4, 4)
+        flags = buf[pos]
+        points = points and (flags & _FLAG_POINTS) != 0
+        zero = zero and (flags & _FLAG_ZERO) != 0
+    s = np.empty(total, np.int64)
+    e = s if points else np.empty(total, np.int64)
+    v = np.zeros(0 if zero else total, np.float64)
+    at = 0
+    for b in range(len(offsets) - 1):
+        bs, be, bv = _decode_block(buf[offsets[b]:offsets[b + 1]])
+        n = len(bs)
+        s[at:at + n] = bs
+        if not points:
+            e[at:at + n] = be
+        if not zero:
+            v[at:at + n] = bv
+        at += n
+    return s, e, v, points, zero
+
+
+def decode_blocks(buf, offsets):
+    """A whole list from its blocks laid end to end in `buf` (block i is
+    buf[offsets[i]:offsets[i+1]]). Returns (starts, ends, values, points, zero): when every
+    interval is a point, ends is starts (the same array); when every value is 0, values is
+    empty (the caller supplies zeros)."""
+    b = np.frombuffer(buf, dtype=np.uint8) if not isinstance(buf, np.ndarray) else buf
+    o = np.ascontiguousarray(offsets, dtype=np.int64)
+    return _decode_blocks(b, o)
