@@ -122,7 +122,9 @@ def _check_blocks(txn, names, problems) -> None:
     fid_prev = None
     last_start = last_end = -1
     name = ""
+    lengths: dict[int, int] = {}
     for fid, key_start, buf in txn.all_blocks():
+        lengths[fid] = lengths.get(fid, 0) + storage._HEADER.unpack_from(buf, 0)[3]
         if fid != fid_prev:
             fid_prev = fid
             last_start = last_end = -1
@@ -157,6 +159,12 @@ def _check_blocks(txn, names, problems) -> None:
             problems.add(f"{where}: first end {int(ends[0])} is not after the previous "
                          f"block's last end {last_end} (nested or out of order)")
         last_start, last_end = int(starts[-1]), int(ends[-1])
+    with txn.txn.cursor(db=txn.dbs["counts"]) as cur:
+        counts = {storage.from_u64(k): storage.from_u64(v) for k, v in cur}
+    for fid in sorted(set(counts) | set(lengths)):
+        if counts.get(fid, 0) != lengths.get(fid, 0):
+            problems.add(f"counts: feature {names.get(fid, fid)!r} is counted "
+                         f"{counts.get(fid, 0)} but its list holds {lengths.get(fid, 0)}")
 
 
 def _check_documents(txn, next_address, problems) -> list[tuple[int, int, str]]:

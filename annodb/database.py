@@ -208,6 +208,33 @@ class Snapshot:
             shared.put(key, result)
         return result
 
+    def list_count(self, feature: str) -> int:
+        """How many intervals the feature's list holds, without reading it (erased ones
+        included: an upper bound)."""
+        self._before_read()
+        found = self._lists.get(feature)
+        if found is not None:
+            return len(found)
+        fid = self._txn.feature_id(feature)
+        return 0 if fid is None else self._txn.list_count(fid)
+
+    def is_loaded(self, feature: str) -> bool:
+        """Whether the feature's list is decoded already (in this snapshot or the cache)."""
+        if feature in self._lists:
+            return True
+        return not isinstance(self, Writer) and \
+            self.db._lists.get((self._txn.id, feature)) is not None
+
+    def points_near(self, feature: str, positions: np.ndarray) -> np.ndarray:
+        """For sorted positions, the points of the feature's list (a word's postings) just
+        at or before and at or after each: reads only the blocks holding them. Meaningful
+        only without erased ranges (callers check erased())."""
+        self._before_read()
+        fid = self._txn.feature_id(feature)
+        if fid is None or not len(positions):
+            return np.empty(0, dtype=np.int64)
+        return self._txn.points_near(fid, np.asarray(positions, dtype=np.int64))
+
     def features_with_prefix(self, prefix: str, limit: int = 100) -> list[str]:
         """Feature names starting with `prefix` (at most `limit`), in name order."""
         self._before_read()

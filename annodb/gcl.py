@@ -23,6 +23,11 @@ from .errors import QueryError
 from .query import Combine, Compare, Feature, Link, Node, Parsed, Term, Window, parse
 
 MAX_WINDOWS = 20_000_000
+# A word's list longer than this is not decoded whole when a few positions of it are all a
+# query needs (the neighbours of a rare operand's matches, a phrase's candidates): only the
+# blocks holding them are read. Below it, decoding the list is cheaper than planning.
+PARTIAL_OVER = 200_000
+PARTIAL_RATIO = 500  # ... and only when it holds PARTIAL_RATIO x more points than positions
 
 _COMPARE = {
     "=": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
@@ -41,6 +46,15 @@ _WINDOW_SELECT = {"<<": np.less_equal, "!<": np.greater, ">>": np.greater_equal,
 def _parse(text: str, lenient: bool) -> tuple[Node, tuple[str, ...]]:
     parsed = parse(text, lenient=lenient)
     return parsed.node, tuple(parsed.warnings)
+
+
+def _members(x: np.ndarray, sorted_values: np.ndarray) -> np.ndarray:
+    """Which of x are in sorted_values."""
+    if not len(sorted_values):
+        return np.zeros(len(x), dtype=bool)
+    i = np.searchsorted(sorted_values, x)
+    i[i == len(sorted_values)] = 0
+    return sorted_values[i] == x
 
 
 def as_node(gcl, *, lenient: bool = False) -> tuple[Node, list[str]]:
@@ -79,6 +93,8 @@ class Evaluator:
             return self._term(node.tokens)
         if isinstance(node, Feature):
             return self.snapshot.intervals(node.name)
+        if isinstance(node, Combine) and node.op == "^":
+            return self._all_of(node.args)
         if isinstance(node, Combine):
             acc = self.eval(node.args[0])
             for arg in node.args[1:]:
@@ -99,13 +115,67 @@ class Evaluator:
             return Intervals.empty()
         if len(toks) == 1:
             return self.snapshot.intervals(toks[0])
-        lists = [self.eval(Term((t,))).starts for t in toks]
-        if any(len(x) == 0 for x in lists):
+        counts = [self.snapshot.list_count(t) for t in toks]
+        if min(counts) == 0:
             return Intervals.empty()
-        offsets = np.zeros(len(lists) + 1, dtype=np.int64)
-        offsets[1:] = np.cumsum([len(x) for x in lists])
-        starts = kernels.phrase(np.concatenate(lists), offsets)
+        if not any(self._partial(t, c, 1) for t, c in zip(toks, counts)):
+            lists = [self.eval(Term((t,))).starts for t in toks]
+            offsets = np.zeros(len(lists) + 1, dtype=np.int64)
+            offsets[1:] = np.cumsum([len(x) for x in lists])
+            starts = kernels.phrase(np.concatenate(lists), offsets)
+        else:
+            # rarest word first; a common word's list is read only where candidates are
+            order = sorted(range(len(toks)), key=counts.__getitem__)
+            r = order[0]
+            starts = self.eval(Term((toks[r],))).starts - r
+            starts = starts[starts >= 0]
+            for i in order[1:]:
+                if not len(starts):
+                    break
+                want = starts + i
+                if self._partial(toks[i], counts[i], len(want)):
+                    have = self.snapshot.points_near(toks[i], want)
+                else:
+                    have = self.eval(Term((toks[i],))).starts
+                starts = starts[_members(want, have)]
         return Intervals(starts, starts + (len(toks) - 1), np.zeros(len(starts)))
+
+    def _partial(self, token: str, count: int, positions: int) -> bool:
+        """Read only the blocks of `token`'s list near `positions` positions?"""
+        return (count > PARTIAL_OVER and positions * PARTIAL_RATIO < count and
+                not self.snapshot.is_loaded(token) and not len(self.snapshot.erased()[0]))
+
+    def _all_of(self, args) -> Intervals:
+        """`(^ A B ...)`. All-of is associative and commutative, so the operands are folded
+        rarest words last: a common word then only needs its postings next to the matches
+        so far (the last one at or before, the first at or after each start), read from
+        the blocks that hold them."""
+        words = {i: a.tokens[0] for i, a in enumerate(args)
+                 if isinstance(a, Term) and len(a.tokens) == 1}
+        counts = {i: self.snapshot.list_count(w) for i, w in words.items()}
+        common = [i for i in words if self._partial(words[i], counts[i], 1)]
+        if not common:
+            acc = self.eval(args[0])
+            for arg in args[1:]:
+                acc = self._combine("^", acc, arg)
+            return acc
+        rest = [i for i in range(len(args)) if i not in common]
+        common.sort(key=counts.__getitem__)
+        if not rest:
+            rest = [common.pop(0)]
+        acc = self.eval(args[rest[0]])
+        for i in rest[1:]:
+            acc = self._combine("^", acc, args[i])
+        for i in common:
+            if not len(acc):
+                break
+            if self._partial(words[i], counts[i], len(acc)):
+                b = self.snapshot.points_near(words[i], acc.starts)
+                s, e = kernels.both_of(acc.starts, acc.ends, b, b)
+                acc = Intervals(s, e, np.zeros(len(s)))
+            else:
+                acc = self._combine("^", acc, args[i])
+        return acc
 
     def _combine(self, op: str, a: Intervals, b_node: Node) -> Intervals:
         if op in _SELECT:

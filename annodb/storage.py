@@ -22,6 +22,9 @@ so LMDB's byte order is numeric order; addresses are >= 0):
     docnos    docno (utf-8) -> first address (u64)
     erased    first address (u64) -> last address (u64): erased ranges, disjoint and merged.
               Annotations lying inside an erased range are invisible to every read.
+    counts    feature id (u64) -> how many intervals its list holds (u64), erased ones
+              included: lets a query plan (decode a common word's list, or only the blocks
+              it needs) without reading the list.
 
 A block (at most BLOCK_SIZE intervals) is a 16-byte header then up to three arrays:
 
@@ -71,7 +74,7 @@ _U64 = struct.Struct(">Q")
 _KEY = struct.Struct(">QQ")
 _ZEROS = np.zeros(BLOCK_SIZE, dtype=np.float64)
 
-_SUBDBS = ("meta", "features", "names", "blocks", "docs", "docnos", "erased")
+_SUBDBS = ("meta", "features", "names", "blocks", "docs", "docnos", "erased", "counts")
 
 
 MAX_KEY = 480  # LMDB's keys are at most 511 bytes
@@ -347,9 +350,15 @@ class Txn:
         self.txn = env.env.begin(write=write, buffers=not write)
         self.id = self.txn.id()  # the committed state a read sees
         self._append_cursor = None
+        self._counts: dict[int, int] = {}  # list length changes of this transaction
 
     def commit(self) -> None:
         self._close_cursors()
+        if self._counts:
+            db = self.dbs["counts"]
+            for fid, delta in sorted(self._counts.items()):
+                self.txn.put(u64(fid), u64(self.list_count(fid) + delta), db=db)
+            self._counts.clear()
         self.txn.commit()
 
     def abort(self) -> None:
@@ -453,6 +462,46 @@ class Txn:
                 if not cur.next():
                     return
 
+    def list_count(self, fid: int) -> int:
+        """How many intervals the feature's list holds (committed, erased ones included)."""
+        raw = self.txn.get(u64(fid), db=self.dbs["counts"])
+        return 0 if raw is None else from_u64(raw)
+
+    def _count(self, fid: int, delta: int) -> None:
+        self._counts[fid] = self._counts.get(fid, 0) + delta
+
+    def points_near(self, fid: int, positions: np.ndarray) -> np.ndarray:
+        """For each position x (sorted), the last point <= x and the first point >= x of the
+        feature's list (a list of points): sorted, distinct. Reads only the blocks that
+        hold them, so a common word's list costs a few blocks, not all of them."""
+        prefix = u64(fid)
+        out = []
+        block_first, block_next, block = None, None, None
+        with self.txn.cursor(db=self.dbs["blocks"]) as cur:
+            for x in positions.tolist():
+                if block is None or not (block_first <= x and
+                                         (block_next is None or x < block_next)):
+                    found = cur.set_range(_KEY.pack(fid, x + 1))
+                    found = cur.prev() if found else cur.last()
+                    if not found or cur.key()[:8] != prefix:  # x before the first block
+                        if not cur.set_range(prefix) or cur.key()[:8] != prefix:
+                            return np.asarray(sorted(set(out)), dtype=np.int64)
+                    block_first = from_u64(cur.key()[8:])
+                    block = decode_block(cur.value())[0]
+                    block_next = None
+                    if cur.next() and cur.key()[:8] == prefix:
+                        block_next = from_u64(cur.key()[8:])
+                i = int(np.searchsorted(block, x, side="right"))
+                if i > 0:
+                    out.append(int(block[i - 1]))  # the last point <= x
+                if i > 0 and block[i - 1] == x:
+                    continue
+                if i < len(block):
+                    out.append(int(block[i]))      # the first point > x
+                elif block_next is not None:
+                    out.append(block_next)         # ... is the next block's first
+        return np.asarray(sorted(set(out)), dtype=np.int64)
+
     def list_length(self, fid: int) -> int:
         n = 0
         prefix = u64(fid)
@@ -508,6 +557,7 @@ class Txn:
                     keys.append(bytes(cur.key()))
                     parts.append(decode_block(cur.value()))
         if parts:
+            self._count(fid, -sum(len(p[0]) for p in parts))
             old_s = np.concatenate([p[0] for p in parts])
             old_e = np.concatenate([p[1] for p in parts])
             old_v = np.concatenate([p[2] for p in parts])
@@ -522,6 +572,7 @@ class Txn:
                 txn.delete(key, db=blocks)
         else:
             ms, me, mv = s, e, v
+        self._count(fid, len(ms))
         self._put_list(fid, ms, me, mv)
 
     def add_to_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray) -> None:
@@ -555,8 +606,10 @@ class Txn:
                 if n < BLOCK_SIZE and len(buf) < BLOCK_BYTES:
                     # refill the last block (and go on in new blocks past it)
                     cur.delete()
+                    self._count(fid, -len(ls))
                     s, e, v = (np.concatenate((ls, s)), np.concatenate((le, e)),
                                np.concatenate((lv, v)))
+        self._count(fid, len(s))
         self._put_list(fid, s, e, v)
         return True
 
@@ -588,7 +641,11 @@ class Txn:
             mv = memoryview(buf)
             offs = offs.tolist()
             values.extend(mv[a:b] for a, b in zip(offs[:-1], offs[1:]))
-        keys = [pack(f, a) for f, a in zip(fids.tolist(), firsts.tolist())]
+        fid_list = fids.tolist()
+        keys = [pack(f, a) for f, a in zip(fid_list, firsts.tolist())]
+        header = _HEADER.unpack_from
+        for f, value in zip(fid_list, values):
+            self._count(f, header(value, 0)[3])
         order = sorted(range(len(keys)), key=keys.__getitem__)
         with self.txn.cursor(db=self.dbs["blocks"]) as cur:
             cur.putmulti([(keys[i], values[i]) for i in order], append=True)

@@ -183,3 +183,38 @@ def test_search_text_ranks_tier_by_tier_and_conflates_stems(tmp_path):
         assert "(^" in results.query
         assert r.search_text("zebra").hits == []
     db.close()
+
+
+@SETTINGS
+@given(databases(), st.lists(queries, min_size=1, max_size=4))
+def test_queries_agree_when_common_words_are_read_in_part(database, nodes):
+    """The same, with every word 'common': phrases and all-of read only the blocks they
+    need (points_near) and fold common words last."""
+    from annodb import gcl
+    docs, notes, erased = database
+    old = gcl.PARTIAL_OVER, gcl.PARTIAL_RATIO
+    gcl.PARTIAL_OVER, gcl.PARTIAL_RATIO = -1, 0
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            db, model = build(os.path.join(tmp, "db"), docs, notes, erased)
+            try:
+                with db.read() as r:
+                    for node in nodes:
+                        assert triples(r.query(node)) == naive.evaluate(model, node), \
+                            format(node)
+            finally:
+                db.close()
+    finally:
+        gcl.PARTIAL_OVER, gcl.PARTIAL_RATIO = old
+
+
+def test_regression_phrase_candidates_before_address_zero(tmp_path, monkeypatch):
+    from annodb import gcl
+    monkeypatch.setattr(gcl, "PARTIAL_OVER", -1)
+    monkeypatch.setattr(gcl, "PARTIAL_RATIO", 0)
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        w.add("b a a b a", docno="d")   # the rarest word of "a a b" is b, at address 0
+    with db.read() as r:
+        assert list(r.query('"a a b"')) == [(1, 3, 0.0)]
+    db.close()
