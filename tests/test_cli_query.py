@@ -1,0 +1,96 @@
+"""`annodb query`, `annodb search` and `annodb count` through click's runner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import annodb
+from cli.main import annodb as cli
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "bible-sample.jsonl"
+
+
+def invoke(*args, input=None):
+    return CliRunner().invoke(cli, [str(a) for a in args], input=input, catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    path = tmp_path_factory.mktemp("q") / "bible.db"
+    assert invoke("ingest", "--db", path, "--quiet", EXAMPLE).exit_code == 0
+    return path
+
+
+def test_query_prints_rank_docno_score_snippet(db):
+    result = invoke("query", "--db", db, "-k", "2", "(^ god light)")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2
+    rank, docno, score, snippet = lines[0].split("\t")
+    assert rank == "1" and docno.startswith("Gen.") and float(score) > 0
+    assert "<cover>" in snippet and "</cover>" in snippet
+
+
+def test_query_json_matches_the_api(db):
+    result = invoke("query", "--db", db, "--json", "-k", "3", '(^ "the light" darkness)')
+    got = [json.loads(line) for line in result.stdout.splitlines()]
+    with annodb.open(db, readonly=True) as database, database.read() as r:
+        want = [h.as_dict() for h in r.search('(^ "the light" darkness)', k=3)]
+    assert got == want and [g["rank"] for g in got] == [1, 2, 3]
+    assert set(got[0]) == {"rank", "docno", "score", "cover", "snippet"}
+
+
+def test_query_container_and_values(db):
+    result = invoke("query", "--db", db, "--json", "-k", "50", "(>> : (= :chapter: 2))")
+    docnos = [json.loads(line)["docno"] for line in result.stdout.splitlines()]
+    assert docnos and all(d.startswith("Gen.2.") for d in docnos)
+    result = invoke("query", "--db", db, "--json", "--container", "text:", "-k", "1", "god")
+    assert json.loads(result.stdout)["docno"].startswith("Gen.")
+
+
+def test_lenient_warns_and_strict_refuses(db):
+    result = invoke("query", "--db", db, "(^ god light")
+    assert result.exit_code == 0 and "warning" in result.stderr and result.stdout
+    result = invoke("query", "--db", db, "--strict", "(^ god light")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("annodb: error: query error at offset")
+    assert len(result.stderr.splitlines()) == 1
+    result = invoke("query", "--db", db, "(AND god light)")
+    assert result.exit_code == 2 and "offset 1" in result.stderr
+
+
+def test_batch_from_stdin_goes_on_after_a_bad_query(db):
+    result = invoke("query", "--db", db, "--json", "-k", "1", "-",
+                    input="light\n(bad query)\n(^ day night\n")
+    assert result.exit_code == 2   # a query failed; the batch still ran to the end
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["query"] for r in rows] == ["light", "(bad query)", "(^ day night"]
+    assert rows[0]["error"] is None and len(rows[0]["results"]) == 1
+    assert rows[1]["error"] and rows[1]["results"] == []
+    assert rows[2]["warnings"] and rows[2]["results"]
+
+
+def test_search_says_what_it_ran(db):
+    result = invoke("search", "--db", db, "--json", "-k", "3", "waters divided")
+    assert result.exit_code == 0
+    assert "ran (^" in result.stderr
+    assert len(result.stdout.splitlines()) == 3
+
+
+def test_count(db):
+    assert invoke("count", "--db", db, '"the light"').stdout.strip().isdigit()
+    result = invoke("count", "--db", db, "--json", "(<< god text:)")
+    row = json.loads(result.stdout)
+    with annodb.open(db, readonly=True) as database, database.read() as r:
+        assert row == {"query": "(<< god text:)", "count": r.count("(<< god text:)")}
+    assert invoke("count", "--db", db, "(foo bar)").exit_code == 2
+
+
+def test_missing_database_is_one_error_line(tmp_path):
+    result = invoke("query", "--db", tmp_path / "nope.db", "god")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("annodb: error: ") and len(result.stderr.splitlines()) == 1
