@@ -198,7 +198,7 @@ class Environment:
     thread_lock: threading.Lock
     users: int = 0
     vocab: "Vocab" = field(default_factory=lambda: Vocab())
-    lists: object = None  # database.ListCache, shared by this process's snapshots
+    lists: object = None  # transaction.ListCache, shared by this process's snapshots
 
 
 _open_envs: dict[str, Environment] = {}

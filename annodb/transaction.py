@@ -1,0 +1,668 @@
+"""Transactions: a read Snapshot (one committed state for its whole life) and a Writer
+(buffered writes, visible to others only when it commits), with the result types they
+return. `annodb.database` opens the database that hands them out."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import kernels, storage, tokenizer
+from .errors import AnnodbError, NotFoundError, StorageError
+from .records import prepare
+from .storage import DocField, Document
+
+if TYPE_CHECKING:
+    from .database import Database
+
+FLUSH_TOKENS = 4_000_000  # buffered tokens that trigger a write to LMDB inside the transaction
+DOCUMENT = ":"
+
+EMPTY_I = np.empty(0, dtype=np.int64)
+EMPTY_F = np.empty(0, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Intervals:
+    """An annotation list: parallel arrays sorted by start, no interval nested in another."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    values: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __iter__(self):
+        return zip(self.starts.tolist(), self.ends.tolist(), self.values.tolist())
+
+    @staticmethod
+    def empty() -> "Intervals":
+        return Intervals(EMPTY_I, EMPTY_I, EMPTY_F)
+
+
+@dataclass(frozen=True)
+class Added:
+    docno: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Stats:
+    documents: int
+    tokens: int
+    features: int
+    addresses: int
+    erased_ranges: int
+    path: str
+    size_bytes: int
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+class Snapshot:
+    """Read access to one committed state of the database."""
+
+    def __init__(self, db: Database, txn: storage.Txn):
+        self.db = db
+        self._txn = txn
+        self._lists: dict[str, Intervals] = {}
+        self._erased = None
+        self._done = False
+
+    # context manager
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if not self._done:
+            self._done = True
+            self._txn.abort()
+
+    def _check(self) -> None:
+        if self._done:
+            raise StorageError("this transaction has ended")
+
+    def _before_read(self) -> None:
+        self._check()
+
+    # annotation lists
+    def erased(self) -> tuple[np.ndarray, np.ndarray]:
+        """The erased ranges: sorted, disjoint."""
+        self._before_read()
+        if self._erased is None:
+            self._erased = self._txn.erased()
+        return self._erased
+
+    def intervals(self, feature: str) -> Intervals:
+        """The annotation list of `feature` as it stands in this snapshot (erased content
+        removed): starts, ends, values."""
+        self._before_read()
+        found = self._lists.get(feature)
+        if found is not None:
+            return found
+        shared = self.db._lists if not isinstance(self, Writer) else None
+        key = (self._txn.id, feature)
+        if shared is not None:
+            found = shared.get(key)
+            if found is not None:
+                self._lists[feature] = found
+                return found
+        fid = self._txn.feature_id(feature)
+        if fid is None:
+            result = Intervals.empty()
+        else:
+            s, e, v = self._txn.read_list(fid)
+            es, ee = self.erased()
+            if len(es) and len(s):
+                keep = kernels.drop_erased(s, e, es, ee)
+                if len(keep) != len(s):
+                    s, e, v = s[keep], e[keep], v[keep]
+            result = Intervals(s, e, v)
+        self._lists[feature] = result
+        if shared is not None:
+            shared.put(key, result)
+        return result
+
+    def list_count(self, feature: str) -> int:
+        """How many intervals the feature's list holds, without reading it (erased ones
+        included: an upper bound)."""
+        self._before_read()
+        found = self._lists.get(feature)
+        if found is not None:
+            return len(found)
+        fid = self._txn.feature_id(feature)
+        return 0 if fid is None else self._txn.list_count(fid)
+
+    def is_loaded(self, feature: str) -> bool:
+        """Whether the feature's list is decoded already (in this snapshot or the cache)."""
+        if feature in self._lists:
+            return True
+        return not isinstance(self, Writer) and \
+            self.db._lists.get((self._txn.id, feature)) is not None
+
+    def points_near(self, feature: str, positions: np.ndarray) -> np.ndarray:
+        """For sorted positions, the points of the feature's list (a word's postings) just
+        at or before and at or after each: reads only the blocks holding them. Meaningful
+        only without erased ranges (callers check erased())."""
+        self._before_read()
+        fid = self._txn.feature_id(feature)
+        if fid is None or not len(positions):
+            return np.empty(0, dtype=np.int64)
+        return self._txn.points_near(fid, np.asarray(positions, dtype=np.int64))
+
+    def features_with_prefix(self, prefix: str, limit: int = 100) -> list[str]:
+        """Feature names starting with `prefix` (at most `limit`), in name order."""
+        self._before_read()
+        return self._txn.features_with_prefix(prefix, limit)
+
+    def term(self, token: str) -> Intervals:
+        """The postings of a word (folded the way the tokenizer folds)."""
+        return self.intervals(tokenizer.fold(token))
+
+    # documents
+    def has(self, docno: str) -> bool:
+        self._before_read()
+        return self._txn.doc_start(docno) is not None
+
+    def document(self, docno: str) -> Document:
+        """The document with this docno; NotFoundError when there is none."""
+        self._before_read()
+        start = self._txn.doc_start(docno)
+        doc = None if start is None else self._txn.doc_at_start(start)
+        if doc is None:
+            raise NotFoundError(f"no document with docno {docno!r}")
+        return doc
+
+    def document_at(self, address: int) -> Document | None:
+        """The document whose address range holds `address`, or None."""
+        self._before_read()
+        doc = self._txn.doc_containing(int(address))
+        return doc
+
+    def documents(self):
+        """Every document, in address order."""
+        self._before_read()
+        return self._txn.docs()
+
+    def text(self, p: int, q: int) -> str:
+        """The text of addresses p..q: from the start of the token at p to the end of the
+        token at q, documents joined by newlines, erased addresses left out."""
+        self._before_read()
+        es, ee = self.erased()
+        pieces = []
+        for doc in self._txn.docs_overlapping(int(p), int(q)):
+            starts, ends = token_offsets(doc.text)
+            lo, hi = max(p, doc.start) - doc.start, min(q, doc.end) - doc.start
+            hi = min(hi, len(starts) - 1)
+            if lo > hi:
+                continue
+            addrs = np.arange(lo, hi + 1, dtype=np.int64) + doc.start
+            if len(es):
+                keep = kernels.drop_erased(addrs, addrs, es, ee)
+                addrs = addrs[keep]
+            if not len(addrs):
+                continue
+            # runs of consecutive live addresses, joined by a space
+            idx = addrs - doc.start
+            breaks = np.flatnonzero(np.diff(idx) != 1)
+            runs = np.split(idx, breaks + 1)
+            pieces.append(" ".join(doc.text[starts[r[0]]:ends[r[-1]]] for r in runs))
+        return "\n".join(pieces)
+
+    def address_space(self) -> int:
+        """The first unused address: content lives in [0, address_space())."""
+        self._before_read()
+        if isinstance(self, Writer):
+            return self._next_address
+        return self._txn.meta("next_address", 0)
+
+    def document_count(self) -> int:
+        self._before_read()
+        if isinstance(self, Writer):
+            return self._documents
+        return self._txn.meta("documents", 0)
+
+    def stats(self) -> Stats:
+        self._before_read()
+        txn = self._txn
+        return Stats(documents=txn.meta("documents", 0), tokens=txn.meta("tokens", 0),
+                     features=txn.feature_count(), addresses=txn.meta("next_address", 0),
+                     erased_ranges=len(self.erased()[0]), path=self.db.path,
+                     size_bytes=storage.disk_size(self.db._env.path))
+
+    # queries (the evaluator lives in gcl, ranking in ranking)
+    def query(self, gcl, *, lenient: bool = False) -> Intervals:
+        """The intervals (and values) that a GCL query denotes."""
+        from . import gcl as _gcl
+        self._before_read()
+        return _gcl.evaluate(self, gcl, lenient=lenient)
+
+    def count(self, gcl, *, lenient: bool = False) -> int:
+        return len(self.query(gcl, lenient=lenient))
+
+    def search(self, gcl, k: int = 10, *, container: str = DOCUMENT, lenient: bool = False,
+               snippets: bool = True):
+        """Rank the containers (documents by default) by shortest-substring ranking."""
+        from . import ranking
+        self._before_read()
+        return ranking.search(self, gcl, k=k, container=container, lenient=lenient,
+                              snippets=snippets)
+
+    def search_text(self, text: str, k: int = 10, *, container: str = DOCUMENT):
+        """Free-text search: Boolean tiers built from the words, ranked by SSR."""
+        from . import ranking
+        self._before_read()
+        return ranking.search_text(self, text, k=k, container=container)
+
+
+class ListCache:
+    """Decoded annotation lists shared by the snapshots of one committed state: keyed by
+    (LMDB transaction id, feature), least recently used dropped past `max_bytes`. A commit
+    changes the id, so a snapshot never sees another state's lists."""
+
+    def __init__(self, max_bytes: int = 256 << 20):
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._items: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+            return found
+
+    @staticmethod
+    def _size(value: Intervals) -> int:
+        """Bytes held: ends may be starts itself, values a zero-stride broadcast."""
+        size = value.starts.nbytes + 100
+        if value.ends is not value.starts:
+            size += value.ends.nbytes
+        if value.values.strides != (0,):
+            size += value.values.nbytes
+        return size
+
+    def put(self, key, value: Intervals) -> None:
+        size = self._size(value)
+        if size > self.max_bytes // 4:
+            return
+        with self._lock:
+            if key in self._items:
+                return
+            self._items[key] = value
+            self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, old = self._items.popitem(last=False)
+                self.bytes -= self._size(old)
+
+
+@lru_cache(maxsize=256)
+def token_offsets(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """Character offsets of the tokens of a document's text (cached: snippets reuse them)."""
+    return tokenizer.offsets(text)
+
+
+class Writer(Snapshot):
+    """A write transaction. Everything it does is invisible to others until commit."""
+
+    def __init__(self, db: Database, txn: storage.Txn, lock: storage.WriterLock):
+        super().__init__(db, txn)
+        self._lock = lock
+        self._vocab: storage.Vocab = db._env.vocab
+        self._new_names: list[str] = []  # interned by this transaction (the cache drops them on abort)
+        self._named = 0  # how many of them are written
+        self._next_feature = txn.meta("next_feature", 1)
+        self._first_new_feature = self._next_feature  # ids from here have no blocks yet
+        self._next_address = txn.meta("next_address", 0)
+        self._documents = txn.meta("documents", 0)
+        self._tokens = txn.meta("tokens", 0)
+        self._tok_ids: list[int] = []        # feature ids of buffered tokens, in address order
+        self._tok_runs: list[tuple[int, int]] = []  # (first address, count) of each run
+        self._ann: list = []  # feature id, p, q, value, feature id, p, ... in write order
+        self._new_docnos: dict[str, int] = {}  # docno -> start, not yet written
+        self._dirty = False
+        self._docs: list[Document] = []  # added, not yet written (compressed at flush)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+    def commit(self) -> None:
+        """Write everything and make it visible, atomically."""
+        self._check()
+        try:
+            self._flush()
+            txn = self._txn
+            txn.set_meta("next_feature", self._next_feature)
+            txn.set_meta("next_address", self._next_address)
+            txn.set_meta("documents", self._documents)
+            txn.set_meta("tokens", self._tokens)
+            txn.commit()
+        except BaseException as err:
+            self._abort()
+            if isinstance(err, AnnodbError) or not isinstance(err, Exception):
+                raise
+            raise StorageError(f"{self.db.path}: commit failed, nothing written: {err}") from err
+        self._new_names.clear()
+        self._done = True
+        self._lock.release()
+
+    def abort(self) -> None:
+        """Throw the transaction away."""
+        if not self._done:
+            self._abort()
+
+    def _abort(self) -> None:
+        for name in self._new_names:
+            self._vocab.pop(name, None)
+        self._new_names.clear()
+        self._done = True
+        try:
+            self._txn.abort()
+        finally:
+            self._lock.release()
+
+    def close(self) -> None:
+        self.abort()
+
+    def _before_read(self) -> None:
+        self._check()
+        if self._dirty:
+            self._flush()
+
+    def has(self, docno: str) -> bool:
+        self._check()
+        return docno in self._new_docnos or self._txn.doc_start(docno) is not None
+
+    # features
+    def _intern(self, name: str) -> int:
+        fid = self._vocab.get(name)
+        if fid is not None:
+            return fid
+        return self._intern_missing(name)
+
+    def _intern_missing(self, name: str) -> int:
+        """A name not in the process's cache: look it up, or give it the next id."""
+        fid = self._txn.feature_id(name)
+        if fid is None:
+            fid = self._next_feature
+            self._next_feature += 1
+            self._new_names.append(name)
+        self._vocab[name] = fid
+        return fid
+
+    # writes
+    def add(self, content, docno: str | None = None, *, id_field: str | None = None,
+            text_fields: list[str] | None = None, replace: bool = False) -> Added:
+        """Append a document: plain text (give a docno, or one is made from its address) or a
+        JSON record (docno from its id field; see records.prepare). A docno already present
+        raises unless replace=True, which deletes the old document first."""
+        return self.add_many([(content, docno)], id_field=id_field, text_fields=text_fields,
+                             replace=replace)[0]
+
+    def add_many(self, items, *, id_field: str | None = None,
+                 text_fields: list[str] | None = None, replace: bool = False) -> list[Added]:
+        """Append many documents: each item is `(content, docno)` as for add() (docno may be
+        None). The same as add() item by item, with one tokenizer pass for them all. Every
+        docno is checked before anything is added: on an error nothing of the call is."""
+        self._check()
+        docs = [self._prepare(content, docno, id_field, text_fields) for content, docno in items]
+        seen = set()
+        for d in docs:
+            docno = d[0]
+            if docno is None:
+                continue
+            if docno in seen or docno in self._new_docnos or \
+                    self._txn.doc_start(docno) is not None:
+                if not replace:
+                    raise AnnodbError(f"docno {docno!r} already exists (use replace=True)")
+                if docno in seen:  # replaced again within this call: one at a time
+                    out = self.add_many(items[:len(seen)], id_field=id_field,
+                                        text_fields=text_fields, replace=True)
+                    return out + self.add_many(items[len(seen):], id_field=id_field,
+                                               text_fields=text_fields, replace=True)
+            seen.add(docno)
+        if replace:
+            for d in docs:
+                if d[0] is not None and (d[0] in self._new_docnos or
+                                         self._txn.doc_start(d[0]) is not None):
+                    self.delete(d[0])
+        return self._append(docs)
+
+    def _prepare(self, content, docno, id_field, text_fields):
+        """(docno, [(short name, path, text)], [(path, value)], metadata) of one item."""
+        if isinstance(content, str):
+            texts, values, meta = [("", "", content)], [], {}
+        elif isinstance(content, dict):
+            p = prepare(content, id_field=id_field, text_fields=text_fields, docno=docno)
+            docno, texts, values, meta = p.docno, p.texts, p.values, p.meta
+        else:
+            raise TypeError("add() takes a string or a dict record")
+        if docno is None:
+            return None, texts, values, meta  # named by its address when added
+        docno = str(docno)
+        if not docno:
+            raise AnnodbError("a docno cannot be empty")
+        if len(docno.encode()) > storage.MAX_KEY:
+            raise AnnodbError(f"docno longer than {storage.MAX_KEY} bytes: {docno[:40]!r}...")
+        return docno, texts, values, meta
+
+    def _append(self, docs) -> list[Added]:
+        texts = [text for d in docs for _, _, text in d[1]]
+        lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+        field_starts = np.zeros(len(texts) + 1, dtype=np.int64)
+        np.cumsum(lengths + 1, out=field_starts[1:])  # fields joined by newlines
+        toks, starts = tokenizer.tokens_and_starts("\n".join(texts))
+        # each field's first token and its token count
+        first_token = np.searchsorted(starts, field_starts).tolist()
+        vocab = self._vocab
+        vocab.writer = self  # a new name calls back into this writer (Vocab.__missing__)
+        self._tok_ids.extend([vocab[t] for t in toks])
+        ann = self._ann
+        runs = self._tok_runs
+        doc_fid = vocab[DOCUMENT]
+        out = []
+        f = 0
+        address = self._next_address
+        for docno, fields_in, values, meta in docs:
+            start = address
+            fields, char = [], 0
+            for short, path, text in fields_in:
+                a, b = first_token[f], first_token[f + 1]
+                n = b - a
+                if n and path:
+                    last = address + n - 1
+                    ann.extend((vocab[short + ":"], address, last, 0.0,
+                                vocab[path], address, last, 0.0))
+                fields.append(DocField(short, path, char, char + len(text), address,
+                                       address + n - 1))
+                address += n
+                char += len(text) + 1
+                f += 1
+            n = address - start
+            end = start + max(n, 1) - 1
+            if n:
+                runs.append((start, n))
+            ann.extend((doc_fid, start, end, 0.0))
+            for path, value in values:
+                ann.extend((vocab[path], start, end, value))
+            address = end + 1
+            if docno is None:
+                docno = f"d{start}"
+                while docno in self._new_docnos or self._txn.doc_start(docno) is not None:
+                    docno += "_"
+            text = fields_in[0][2] if len(fields_in) == 1 else \
+                "\n".join(t for _, _, t in fields_in)
+            self._docs.append(Document(docno, start, end, text, fields, meta, n))
+            self._new_docnos[docno] = start
+            self._tokens += n
+            out.append(Added(docno, start, end))
+        self._next_address = address
+        self._documents += len(docs)
+        self._dirty = True
+        if len(self._tok_ids) >= FLUSH_TOKENS:
+            self._flush()
+        return out
+
+    def annotate(self, feature: str, p: int, q: int, value: float = 0.0) -> None:
+        """Annotate addresses p..q with `feature` carrying `value`. An exact duplicate (p, q)
+        replaces the value; if it would nest with an interval of the same feature, the inner
+        one is kept. Addresses past the content are reserved (later text goes after)."""
+        self._check()
+        p, q = int(p), int(q)
+        if not feature:
+            raise AnnodbError("a feature name cannot be empty")
+        if p < 0 or q < p:
+            raise AnnodbError(f"bad interval [{p}, {q}]: need 0 <= p <= q")
+        if q >= self._next_address:
+            # reserve the addresses: text added later goes after them, never inside
+            self._next_address = q + 1
+        value = float(value)
+        if value != value:
+            raise AnnodbError("an annotation value cannot be NaN")
+        self._annotate_id(self._intern(feature), p, q, value)
+        self._dirty = True
+
+    def _annotate_id(self, fid: int, p: int, q: int, value: float) -> None:
+        self._ann.extend((fid, p, q, value))
+
+    def note(self, docno: str, text: str, *, features=("note:",),
+             note_docno: str | None = None) -> Added:
+        """Attach a searchable note to the document `docno`: a new document holding `text`
+        (docno `note_docno`, replaced if present; default `note:<docno>:<address>`), its
+        range annotated with each of `features` valued with the target's first address, a
+        link: `(>> : (@ note:))` is the noted documents, `(<< word note:)` searches notes."""
+        self._check()
+        target = self.document(docno)
+        if note_docno is None:
+            note_docno = f"note:{docno}:{self._next_address}"
+        added = self.add(text, docno=note_docno, replace=True)
+        for feature in features:
+            self.annotate(feature, added.start, added.end, float(target.start))
+        return added
+
+    def erase(self, p: int, q: int) -> None:
+        """Erase addresses p..q: content and annotations inside disappear from every read at
+        commit (documents wholly inside are deleted). Erased addresses are never reused."""
+        self._check()
+        self._flush_docs()
+        p, q = int(p), int(q)
+        if p < 0 or q < p:
+            raise AnnodbError(f"bad range [{p}, {q}]: need 0 <= p <= q")
+        for doc in list(self._txn.docs_overlapping(p, q)):
+            if p <= doc.start and doc.end <= q:
+                self._txn.delete_doc(doc)
+                self._documents -= 1
+                self._tokens -= doc.tokens
+        es, ee = self._txn.erased()
+        es, ee = kernels.merge_ranges(np.append(es, p), np.append(ee, q))
+        self._txn.set_erased(es, ee)
+        self._erased = None
+        self._lists.clear()
+
+    def delete(self, docno: str) -> bool:
+        """Delete the document with this docno (erasing its addresses). False if absent."""
+        self._check()
+        self._flush_docs()
+        start = self._txn.doc_start(docno)
+        if start is None:
+            return False
+        doc = self._txn.doc_at_start(start)
+        self.erase(doc.start, doc.end)
+        return True
+
+    def _flush_docs(self) -> None:
+        if self._docs:
+            self._txn.put_docs(self._docs)
+            self._docs = []
+        if self._new_docnos:
+            self._txn.put_docnos(sorted(self._new_docnos.items()))
+            self._new_docnos = {}
+
+    def _flush(self) -> None:
+        """Write the buffered documents and annotations into the LMDB transaction.
+
+        Features first interned since the last flush have no blocks yet and ids above every
+        stored block's: their lists (token postings encoded by one kernel call, other
+        annotations list by list) go to LMDB as one sorted append, which fills pages. The
+        other features add to their existing lists (append to, or merge into, the last
+        blocks)."""
+        txn = self._txn
+        self._flush_docs()
+        if self._new_names:
+            vocab = self._vocab
+            txn.add_features([(name, vocab[name]) for name in self._new_names[self._named:]])
+            self._named = len(self._new_names)
+        fresh = self._first_new_feature
+        new_blocks = []  # (fids, firsts, buf, offsets) of new features' lists
+        token_fids = set()
+        if self._tok_ids:
+            ids = np.array(self._tok_ids, dtype=np.int64)
+            runs = np.array(self._tok_runs, dtype=np.int64).reshape(-1, 2)
+            offsets = np.cumsum(runs[:, 1]) - runs[:, 1]
+            addrs = np.arange(len(ids), dtype=np.int64) + np.repeat(runs[:, 0] - offsets,
+                                                                    runs[:, 1])
+            order = np.argsort(ids, kind="stable")
+            sorted_ids = ids[order]
+            sorted_addrs = addrs[order]
+            cuts = np.flatnonzero(np.diff(sorted_ids)) + 1
+            bounds = np.concatenate(([0], cuts, [len(ids)]))
+            fids = sorted_ids[bounds[:-1]]
+            new = fids >= fresh
+            for g in np.flatnonzero(~new).tolist():
+                txn.add_points(int(fids[g]), sorted_addrs[bounds[g]:bounds[g + 1]])
+            if new.any():
+                groups = np.flatnonzero(new)
+                if len(groups) == len(fids):
+                    sel, gb = sorted_addrs, bounds
+                else:
+                    lo, hi = bounds[groups], bounds[groups + 1]
+                    sel = np.concatenate([sorted_addrs[a:b] for a, b in zip(lo.tolist(),
+                                                                               hi.tolist())])
+                    gb = np.concatenate(([0], np.cumsum(hi - lo)))
+                buf, offs, grp, first = kernels.encode_point_groups(
+                    sel, gb, storage.BLOCK_BYTES, storage.BLOCK_SIZE)
+                new_blocks.append((fids[groups][grp], first, buf, offs))
+                token_fids = set(fids[groups].tolist())
+            self._tok_ids, self._tok_runs = [], []
+        later = []
+        if self._ann:
+            # ids and addresses are below 2**53, exact as float64
+            table = np.array(self._ann, dtype=np.float64).reshape(-1, 4)
+            fids = table[:, 0].astype(np.int64)
+            order = np.argsort(fids, kind="stable")  # by feature, in write order within one
+            fids = fids[order]
+            ps = table[order, 1].astype(np.int64)
+            qs = table[order, 2].astype(np.int64)
+            vs = table[order, 3]
+            cuts = (np.flatnonzero(np.diff(fids)) + 1).tolist()
+            for a, b in zip([0] + cuts, cuts + [len(fids)]):
+                fid = int(fids[a])
+                lst = kernels.normalize(ps[a:b], qs[a:b], vs[a:b])
+                if fid >= fresh and fid not in token_fids:
+                    new_blocks.append(txn.encode_list(fid, *lst))
+                else:
+                    later.append((fid, lst))
+            self._ann = []
+        if new_blocks:
+            fids, firsts, bufs, offsets = zip(*new_blocks)
+            txn.put_blocks(np.concatenate(fids), np.concatenate(firsts), bufs, offsets)
+        for fid, lst in later:  # old features, or new ones with tokens too: after the append
+            txn.add_to_list(fid, *lst)
+        self._first_new_feature = self._next_feature
+        self._lists.clear()
+        self._dirty = False
