@@ -60,7 +60,22 @@ def _engine_child(engine_name: str, workdir: str, corpus: str, queries: list[str
         lat.append(dt)
     out.put({"engine": cls.name, "ingest_s": ingest_s, "size": size, "latencies": lat,
              "answered": answered, "with_hits": with_hits,
-             "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024})
+             "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+             "anon": _status_kb("RssAnon") * 1024})
+
+
+def _status_kb(field: str) -> int:
+    """A field of /proc/self/status in kB (0 where there is none). RssAnon is the private
+    memory; peak RSS also counts pages of memory-mapped files (LMDB's data file), which the
+    kernel can drop at any time."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def run_engine(engine_name: str, workdir: str, corpus: str, queries: list[str]) -> dict:
@@ -77,7 +92,7 @@ def summarize(r: dict, tokens: int) -> dict:
     lat = np.asarray(r["latencies"]) * 1000
     return {
         "engine": r["engine"], "ingest_s": r["ingest_s"], "tokens_s": tokens / r["ingest_s"],
-        "size_mb": r["size"] / 1e6, "rss_mb": r["rss"] / 1e6,
+        "size_mb": r["size"] / 1e6, "rss_mb": r["rss"] / 1e6, "anon_mb": r["anon"] / 1e6,
         "median": float(np.median(lat)), "p90": float(np.percentile(lat, 90)),
         "p99": float(np.percentile(lat, 99)), "max": float(lat.max()),
         "qps": len(lat) / (lat.sum() / 1000), "answered": r["answered"],
@@ -86,18 +101,21 @@ def summarize(r: dict, tokens: int) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| engine | ingest s | tokens/s | size MB | peak RSS MB | median ms | p90 ms | "
-            "p99 ms | max ms | queries/s | with hits |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+    head = ("| engine | ingest s | tokens/s | size MB | peak RSS MB | anon MB at end | median ms | "
+            "p90 ms | p99 ms | max ms | queries/s | with hits |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     body = ""
     for r in rows:
         body += (f"| {r['engine']} | {r['ingest_s']:.2f} | {r['tokens_s']:,.0f} | "
-                 f"{r['size_mb']:.1f} | {r['rss_mb']:.0f} | {r['median']:.3f} | "
+                 f"{r['size_mb']:.1f} | {r['rss_mb']:.0f} | {r['anon_mb']:.0f} | "
+                 f"{r['median']:.3f} | "
                  f"{r['p90']:.3f} | {r['p99']:.3f} | {r['max']:.2f} | {r['qps']:,.0f} | "
                  f"{r['with_hits']}/{r['answered']} |\n")
     ours = rows[0]
     for r in rows[1:]:
         body += (f"| annodb / {r['engine']} | {ours['ingest_s'] / r['ingest_s']:.2f}x | | "
                  f"{ours['size_mb'] / r['size_mb']:.2f}x | {ours['rss_mb'] / r['rss_mb']:.2f}x | "
+                 f"{ours['anon_mb'] / max(r['anon_mb'], 1e-9):.2f}x | "
                  f"{ours['median'] / r['median']:.2f}x | {ours['p90'] / r['p90']:.2f}x | "
                  f"{ours['p99'] / r['p99']:.2f}x | {ours['max'] / r['max']:.2f}x | "
                  f"{ours['qps'] / r['qps']:.2f}x | |\n")
