@@ -73,7 +73,7 @@ from dataclasses import replace
 import msgspec
 
 from . import database as _database
-from .errors import AnnodbError, NotFoundError, QueryError, StorageError, WriterBusyError
+from .errors import AnnodbError, QueryError, StorageError, WriterBusyError
 from .gcl import as_node
 from .query import STRUCTURAL
 from .ranking import DEPTH, rank
@@ -637,7 +637,7 @@ class Server:
         if first is None:
             response = {"op": "query", "ok": True, "qid": qid, "done": True}
         else:
-            response = _hit_response("query", qid, first)
+            response = hit_response("query", qid, first)
         if ranking.warnings:
             response["warnings"] = list(ranking.warnings)
         return response
@@ -651,24 +651,14 @@ class Server:
             return {"op": "next", "ok": True, "qid": qid, "done": True}
         with self._db.reading() as db, db.read() as snap:
             hit = ranking.hit(index, snapshot=snap)
-        return _hit_response("next", qid, hit)
+        return hit_response("next", qid, hit)
 
     def _document(self, request: dict) -> dict:
         docno = _docno(request)
         with self._db.reading() as db, db.read() as snap:
             doc = _find(snap, docno)
         return {"op": "document", "ok": True, "docno": doc.docno,
-                "document": _clean(self._document_text(doc))}
-
-    def _document_text(self, doc) -> str:
-        parts = []
-        for name in self.fields:
-            for f in doc.fields:
-                if name in (f.name, f.path, f.name + ":"):
-                    text = doc.text[f.char_start:f.char_end]
-                    if text.strip():
-                        parts.append(text)
-        return " ... ".join(parts) if parts else doc.text
+                "document": doc.display_text(self.fields)}
 
     def _count(self, request: dict) -> dict:
         text = _query_text(request)
@@ -736,7 +726,8 @@ class Server:
 # ---------------------------------------------------------------- helpers
 
 
-def _hit_response(op: str, qid: str, hit) -> dict:
+def hit_response(op: str, qid: str, hit) -> dict:
+    """The protocol's response for one ranked hit."""
     return {"op": op, "ok": True, "qid": qid, "rank": hit.rank, "docno": hit.docno,
             "snippet": hit.snippet if hit.snippet is not None else ""}
 
@@ -761,28 +752,10 @@ def _docno(request: dict) -> str:
 
 def _find(snap, docno: str):
     """The document `docno` names, ignoring surrounding whitespace and double quotes."""
-    tried = [docno]
-    bare = docno.strip()
-    if len(bare) >= 2 and bare[0] == bare[-1] == '"':
-        bare = bare[1:-1]
-    if bare != docno and bare:
-        tried.append(bare)
-    for candidate in tried:
-        try:
-            return snap.document(candidate)
-        except NotFoundError:
-            continue
-        except UnicodeError:
-            break
-    raise _Refusal(f"Unknown docno {_shown(docno)}")
-
-
-_SPACES = str.maketrans("\r\n", "  ")
-
-
-def _clean(text: str) -> str:
-    """Newlines become spaces (one each), as the reference server shows documents."""
-    return text.translate(_SPACES)
+    doc = snap.find(docno)
+    if doc is None:
+        raise _Refusal(f"Unknown docno {_shown(docno)}")
+    return doc
 
 
 def _json_kind(value) -> str:

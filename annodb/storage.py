@@ -132,6 +132,20 @@ class Document(msgspec.Struct, array_like=True, omit_defaults=True):
     meta: dict = {}
     tokens: int = 0
 
+    def display_text(self, fields=()) -> str:
+        """The text of the named fields (short names, `title:` or full paths; every field
+        of that name, in order), joined by " ... "; the whole text when none of them has
+        any. Newlines become spaces. What the server and the Vole show of a document."""
+        parts = []
+        for name in fields:
+            for f in self.fields:
+                if name in (f.name, f.path, f.name + ":"):
+                    text = self.text[f.char_start:f.char_end]
+                    if text.strip():
+                        parts.append(text)
+        text = " ... ".join(parts) if parts else self.text
+        return text.replace("\r", " ").replace("\n", " ")
+
     def field_text(self, name: str) -> str | None:
         """The text of the first field called `name` (short name or full path), or None."""
         for f in self.fields:

@@ -184,6 +184,22 @@ class Snapshot:
             raise NotFoundError(f"no document with docno {docno!r}")
         return doc
 
+    def find(self, docno: str) -> Document | None:
+        """The document a docno names as agents write it (surrounding whitespace and
+        double quotes ignored), or None."""
+        tried = [docno]
+        bare = docno.strip()
+        if len(bare) >= 2 and bare[0] == bare[-1] == '"':
+            bare = bare[1:-1]
+        if bare and bare != docno:
+            tried.append(bare)
+        for candidate in tried:
+            try:
+                return self.document(candidate)
+            except (NotFoundError, UnicodeError):
+                continue
+        return None
+
     def document_at(self, address: int) -> Document | None:
         """The document whose address range holds `address`, or None."""
         self._before_read()

@@ -35,8 +35,9 @@ from typing import Callable
 import msgspec
 
 import annodb
-from annodb.errors import AnnodbError, NotFoundError
+from annodb.errors import AnnodbError
 from annodb.ranking import DEPTH, rank
+from annodb.server import hit_response
 
 from .errors import BackendError
 
@@ -158,7 +159,7 @@ class Local(Backend):
         if first is None:
             response = {"op": "query", "ok": True, "qid": qid, "done": True}
         else:
-            response = _hit("query", qid, first)
+            response = hit_response("query", qid, first)
         if ranking.warnings:
             response["warnings"] = list(ranking.warnings)
         return response
@@ -177,21 +178,21 @@ class Local(Backend):
         state[1] = position + 1
         with self.db.read() as snap:
             hit = ranking.hit(position, snapshot=snap)
-        return _hit("next", qid, hit)
+        return hit_response("next", qid, hit)
 
     def _document(self, request: dict) -> dict:
         with self.db.read() as snap:
-            doc = _find(snap, request["docno"])
+            doc = snap.find(request["docno"])
             if doc is None:
                 return {"op": "document", "ok": False,
                         "error": f"Unknown docno {request['docno']!r}"}
             return {"op": "document", "ok": True, "docno": doc.docno,
-                    "document": _document_text(doc, self.fields)}
+                    "document": doc.display_text(self.fields)}
 
     def _judge(self, request: dict) -> dict:
         topic, grade = request["qid"], request["grade"]
         with self.db.write() as w:
-            doc = _find(w, request["docno"])
+            doc = w.find(request["docno"])
             if doc is None:
                 return {"op": "judge", "ok": False,
                         "error": f"Unknown docno {request['docno']!r}"}
@@ -215,42 +216,6 @@ class Local(Backend):
         self._report({"op": "judged", "qid": topic}, {"op": "judged", "ok": True,
                                                       "judged": found}, started)
         return found
-
-
-def _hit(op: str, qid: str, hit) -> dict:
-    return {"op": op, "ok": True, "qid": qid, "rank": hit.rank, "docno": hit.docno,
-            "snippet": hit.snippet if hit.snippet is not None else ""}
-
-
-def _find(snap, docno: str):
-    """The document `docno` names (surrounding whitespace and double quotes ignored, as the
-    server does), or None."""
-    tried = [docno]
-    bare = docno.strip()
-    if len(bare) >= 2 and bare[0] == bare[-1] == '"':
-        bare = bare[1:-1]
-    if bare and bare != docno:
-        tried.append(bare)
-    for candidate in tried:
-        try:
-            return snap.document(candidate)
-        except NotFoundError:
-            continue
-    return None
-
-
-def _document_text(doc, fields: list[str]) -> str:
-    """The named fields joined with " ... " (else the whole text), newlines as spaces, as
-    the server shows a document."""
-    parts = []
-    for name in fields:
-        for f in doc.fields:
-            if name in (f.name, f.path, f.name + ":"):
-                text = doc.text[f.char_start:f.char_end]
-                if text.strip():
-                    parts.append(text)
-    text = " ... ".join(parts) if parts else doc.text
-    return text.replace("\r", " ").replace("\n", " ")
 
 
 def _grade(value: float) -> int:
