@@ -634,13 +634,7 @@ class Server:
 
         ranking, first = self._workers.run(work, self.query_timeout)
         qid = self._states.add(ranking, 1 if first is not None else 0)
-        if first is None:
-            response = {"op": "query", "ok": True, "qid": qid, "done": True}
-        else:
-            response = hit_response("query", qid, first)
-        if ranking.warnings:
-            response["warnings"] = list(ranking.warnings)
-        return response
+        return query_response(qid, ranking, first)
 
     def _next(self, request: dict) -> dict:
         qid = request.get("qid")
@@ -724,6 +718,17 @@ class Server:
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def query_response(qid: str, ranking, first) -> dict:
+    """The protocol's response to a query: its first hit, or done; repairs as warnings."""
+    if first is None:
+        response = {"op": "query", "ok": True, "qid": qid, "done": True}
+    else:
+        response = hit_response("query", qid, first)
+    if ranking.warnings:
+        response["warnings"] = list(ranking.warnings)
+    return response
 
 
 def hit_response(op: str, qid: str, hit) -> dict:

@@ -37,7 +37,7 @@ import msgspec
 import annodb
 from annodb.errors import AnnodbError
 from annodb.ranking import DEPTH, rank
-from annodb.server import hit_response
+from annodb.server import hit_response, query_response
 
 from .errors import BackendError
 
@@ -156,13 +156,7 @@ class Local(Backend):
         self._states[qid] = [replace(ranking, snapshot=None), 1 if first else 0]
         while len(self._states) > MAX_STATES:
             self._states.popitem(last=False)
-        if first is None:
-            response = {"op": "query", "ok": True, "qid": qid, "done": True}
-        else:
-            response = hit_response("query", qid, first)
-        if ranking.warnings:
-            response["warnings"] = list(ranking.warnings)
-        return response
+        return query_response(qid, ranking, first)
 
     def _next(self, request: dict) -> dict:
         qid = request["qid"]
