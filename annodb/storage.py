@@ -594,6 +594,38 @@ class Txn:
         if not self.append_to_list(fid, s, e, v):
             self.merge_into_list(fid, s, e, v)
 
+    def add_point_groups(self, fids: list[int], addresses: np.ndarray,
+                         bounds: np.ndarray) -> None:
+        """Add token postings to many existing lists: fids[g] gets the sorted points
+        addresses[bounds[g]:bounds[g+1]]. One kernel call refills their last blocks and
+        encodes the new ones; lists the points do not come after are merged one by one."""
+        if not fids:
+            return
+        if self._append_cursor is None:
+            self._append_cursor = self.txn.cursor(db=self.dbs["blocks"])
+        cur = self._append_cursor
+        last, offsets = [], [0]
+        for fid in fids:
+            found = cur.set_range(_KEY.pack(fid + 1, 0))
+            found = cur.prev() if found else cur.last()
+            value = cur.value() if found and cur.key()[:8] == u64(fid) else b""
+            last.append(value)
+            offsets.append(offsets[-1] + len(value))
+        buf, offs, group, first, ok = kernels.append_point_groups(
+            b"".join(last), offsets, addresses, bounds, BLOCK_BYTES, BLOCK_SIZE)
+        fid_of = np.asarray(fids, dtype=np.int64)[group].tolist()
+        mv = memoryview(buf)
+        offs = offs.tolist()
+        items = sorted((_KEY.pack(f, a), mv[offs[i]:offs[i + 1]])
+                       for i, (f, a) in enumerate(zip(fid_of, first.tolist())))
+        cur.putmulti(items)  # a refilled last block keeps its key: overwritten
+        sizes = np.diff(bounds).tolist()
+        for g, fid in enumerate(fids):
+            if ok[g]:
+                self._count(fid, sizes[g])
+            else:
+                self.add_points(fid, addresses[bounds[g]:bounds[g + 1]])
+
     def add_points(self, fid: int, addresses: np.ndarray) -> None:
         """Add token postings (points, value 0) to a feature's list."""
         v = _ZEROS[:len(addresses)] if len(addresses) <= BLOCK_SIZE else \

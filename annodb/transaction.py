@@ -482,7 +482,9 @@ class Writer(Snapshot):
         lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
         field_starts = np.zeros(len(texts) + 1, dtype=np.int64)
         np.cumsum(lengths + 1, out=field_starts[1:])  # fields joined by newlines
-        toks, starts = tokenizer.tokens_and_starts("\n".join(texts))
+        joined = "\n".join(texts)
+        toks, starts = tokenizer.tokens_and_starts(joined)
+        field_chars = field_starts.tolist()
         # each field's first token and its token count
         first_token = np.searchsorted(starts, field_starts).tolist()
         vocab = self._vocab
@@ -496,6 +498,7 @@ class Writer(Snapshot):
         address = self._next_address
         for docno, fields_in, values, meta in docs:
             start = address
+            first_field = f
             fields, char = [], 0
             for short, path, text in fields_in:
                 a, b = first_token[f], first_token[f + 1]
@@ -521,8 +524,9 @@ class Writer(Snapshot):
                 docno = f"d{start}"
                 while docno in self._new_docnos or self._txn.doc_start(docno) is not None:
                     docno += "_"
-            text = fields_in[0][2] if len(fields_in) == 1 else \
-                "\n".join(t for _, _, t in fields_in)
+            # the document's text: its fields joined by newlines, a slice of the batch's
+            text = joined[field_chars[first_field]:field_chars[f] - 1] if f > first_field \
+                else ""
             self._docs.append(Document(docno, start, end, text, fields, meta, n))
             self._new_docnos[docno] = start
             self._tokens += n
@@ -639,8 +643,13 @@ class Writer(Snapshot):
             bounds = np.concatenate(([0], cuts, [len(ids)]))
             fids = sorted_ids[bounds[:-1]]
             new = fids >= fresh
-            for g in np.flatnonzero(~new).tolist():
-                txn.add_points(int(fids[g]), sorted_addrs[bounds[g]:bounds[g + 1]])
+            old = np.flatnonzero(~new)
+            if len(old):
+                lo, hi = bounds[old], bounds[old + 1]
+                sel = np.concatenate([sorted_addrs[a:b] for a, b in zip(lo.tolist(),
+                                                                           hi.tolist())])
+                txn.add_point_groups(fids[old].tolist(), sel,
+                                     np.concatenate(([0], np.cumsum(hi - lo))))
             if new.any():
                 groups = np.flatnonzero(new)
                 if len(groups) == len(fids):

@@ -394,3 +394,34 @@ def test_pure_python_run():
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+
+def test_append_point_groups_refills_last_blocks_and_flags_non_appends():
+    rng = np.random.default_rng(7)
+    lasts, offsets, groups, bounds, want = [], [0], [], [0], []
+    for g in range(40):
+        old = np.cumsum(rng.integers(1, [3, 300, 70000][g % 3], rng.integers(1, 900)))
+        new = old[-1] + np.cumsum(rng.integers(1, 50, rng.integers(1, 3000)))
+        if g % 7 == 3:
+            new = new - old[-1]             # starts before the list's end: not an append
+        block = K.encode_block(old, old, np.zeros(len(old))) if g % 5 else b""
+        lasts.append(block)
+        offsets.append(offsets[-1] + len(block))
+        groups.append(new)
+        bounds.append(bounds[-1] + len(new))
+        want.append((old if g % 5 else np.empty(0, np.int64), new))
+    buf, offs, grp, first, ok = K.append_point_groups(
+        b"".join(lasts), offsets, np.concatenate(groups), bounds, 2000, 2048)
+    for g, (old, new) in enumerate(want):
+        mine = [i for i in range(len(grp)) if grp[i] == g]
+        if g % 7 == 3 and len(old):
+            assert not ok[g] and not mine
+            continue
+        assert ok[g]
+        blocks = [K.decode_block(bytes(buf[offs[i]:offs[i + 1]])) for i in mine]
+        assert all(offs[i + 1] - offs[i] <= 2000 for i in mine)
+        got = np.concatenate([b[0] for b in blocks])
+        refilled = len(old) and len(lasts[g]) < 2000
+        expect = np.concatenate((old, new)) if refilled else new
+        assert got.tolist() == expect.tolist()
+        assert [int(first[i]) for i in mine] == [int(b[0][0]) for b in blocks]

@@ -325,3 +325,93 @@ def decode_blocks(buf, offsets):
     b = np.frombuffer(buf, dtype=np.uint8) if not isinstance(buf, np.ndarray) else buf
     o = np.ascontiguousarray(offsets, dtype=np.int64)
     return _decode_blocks(b, o)
+
+
+@njit(cache=True, nogil=True)
+def _append_point_groups(last_buf, last_offsets, addrs, bounds, budget, max_count):
+    """See append_point_groups. Two passes: size everything, then encode into one buffer."""
+    n_groups = len(bounds) - 1
+    ok = np.ones(n_groups, np.bool_)
+    # the lists to write: per group, the last block's intervals (when refilled) + new points
+    total = 0
+    for g in range(n_groups):
+        total += bounds[g + 1] - bounds[g]
+        if last_offsets[g + 1] > last_offsets[g]:
+            total += _get_uint(last_buf, last_offsets[g] + 4, 4)
+    s = np.empty(total, np.int64)
+    e = np.empty(total, np.int64)
+    v = np.zeros(total, np.float64)
+    starts = np.empty(n_groups + 1, np.int64)
+    at = 0
+    for g in range(n_groups):
+        starts[g] = at
+        lo, hi = last_offsets[g], last_offsets[g + 1]
+        if hi > lo:
+            bs, be, bv = _decode_block(last_buf[lo:hi])
+            m = len(bs)
+            if not (bs[m - 1] < addrs[bounds[g]] and be[m - 1] < addrs[bounds[g]]):
+                ok[g] = False  # not an append: the caller merges this one
+                continue
+            if m < max_count and hi - lo < budget:  # refill the last block
+                s[at:at + m] = bs
+                e[at:at + m] = be
+                v[at:at + m] = bv
+                at += m
+        n = bounds[g + 1] - bounds[g]
+        s[at:at + n] = addrs[bounds[g]:bounds[g + 1]]
+        e[at:at + n] = addrs[bounds[g]:bounds[g + 1]]
+        at += n
+    starts[n_groups] = at
+    # cut into blocks and encode
+    lows = np.empty(at, np.int64)
+    highs = np.empty(at, np.int64)
+    group = np.empty(at, np.int64)
+    nb = 0
+    for g in range(n_groups):
+        lo = starts[g]
+        while lo < starts[g + 1]:
+            hi = _block_end(s, e, v, lo, starts[g + 1], budget, max_count)
+            lows[nb] = lo
+            highs[nb] = hi
+            group[nb] = g
+            nb += 1
+            lo = hi
+    parts_size = 0
+    encoded = []
+    for b in range(nb):
+        enc = _encode_block(s, e, v, lows[b], highs[b])
+        encoded.append(enc)
+        parts_size += len(enc)
+    buf = np.empty(parts_size, np.uint8)
+    offsets = np.empty(nb + 1, np.int64)
+    first = np.empty(nb, np.int64)
+    pos = 0
+    for b in range(nb):
+        enc = encoded[b]
+        offsets[b] = pos
+        buf[pos:pos + len(enc)] = enc
+        first[b] = s[lows[b]]
+        pos += len(enc)
+    offsets[nb] = pos
+    return buf, offsets, group[:nb].copy(), first, ok
+
+
+def append_point_groups(last_blocks, last_offsets, addresses, bounds, budget: int,
+                        max_count: int):
+    """Append token postings to many existing lists at once. Group g's new points are
+    addresses[bounds[g]:bounds[g+1]]; its list's last block is
+    last_blocks[last_offsets[g]:last_offsets[g+1]] (empty: none). A last block with room is
+    refilled (re-encoded with the new points after its own); the rest go to new blocks cut
+    as block_bounds cuts them. Returns (buf, offsets, group, first, ok): the blocks to put
+    (block i = buf[offsets[i]:offsets[i+1]] of group group[i], keyed by its first start
+    first[i] -- a refilled block keeps its key), and ok[g] False where the new points do
+    not come after the list's last interval (the caller merges those; no block of theirs
+    is in the output)."""
+    lb = np.frombuffer(last_blocks, dtype=np.uint8) if not isinstance(last_blocks, np.ndarray) \
+        else last_blocks
+    lo = np.ascontiguousarray(last_offsets, dtype=np.int64)
+    a = np.ascontiguousarray(addresses, dtype=np.int64)
+    b = np.ascontiguousarray(bounds, dtype=np.int64)
+    if len(lo) != len(b):
+        raise ValueError("one last block (possibly empty) per group")
+    return _append_point_groups(lb, lo, a, b, int(budget), int(max_count))
