@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import multiprocessing
 import os
 import platform
@@ -48,6 +49,8 @@ def _engine_child(engine_name: str, workdir: str, corpus: str, queries: list[str
     warm = queries[:300]
     for q in warm:
         eng.query(q)
+    gc.freeze()  # as annodb serve does after warming up: no full collections over numba's
+    #              long-lived objects in the middle of the replay (the same for every engine)
     lat, answered, with_hits = [], 0, 0
     for q in queries:
         t = time.perf_counter()
