@@ -195,19 +195,29 @@ def main(argv=None) -> int:
             runs = [replay(served.port, queries, n) for n in counts]
         finally:
             code = served.stop()
-    print()
-    print("| clients | queries/s | requests/s | per query (query + next), ms: median / p90 / "
-          "p99 / max | `query` op alone, ms: median / p90 / p99 / max | wall s |")
-    print("|---:|---:|---:|---|---|---:|")
+    lines = ["| clients | queries/s | requests/s | per query (query + next), ms: median / p90 / "
+             "p99 / max | `query` op alone, ms: median / p90 / p99 / max | wall s |",
+             "|---:|---:|---:|---|---|---:|"]
     for r in runs:
-        print(f"| {r['clients']} | {r['queries'] / r['wall']:,.0f} | "
-              f"{r['requests'] / r['wall']:,.0f} | {_lat(r['total'])} | {_lat(r['first'])} | "
-              f"{r['wall']:.1f} |")
+        lines.append(f"| {r['clients']} | {r['queries'] / r['wall']:,.0f} | "
+                     f"{r['requests'] / r['wall']:,.0f} | {_lat(r['total'])} | "
+                     f"{_lat(r['first'])} | {r['wall']:.1f} |")
     o = runs[0]["outcome"]
+    lines += ["", f"{runs[0]['queries']:,} queries per run: {o['hits']:,} with results, "
+              f"{o['empty']:,} with none, {o['query error']:,} query errors, {o['timeout']:,} "
+              f"over the time limit; {runs[0]['requests']:,} requests. Server exit code {code}."]
+    text = "\n".join(lines)
     print()
-    print(f"{runs[0]['queries']:,} queries per run: {o['hits']:,} with results, "
-          f"{o['empty']:,} with none, {o['query error']:,} query errors, {o['timeout']:,} "
-          f"over the time limit; {runs[0]['requests']:,} requests. Server exit code {code}.")
+    print(text)
+    if not args.limit:
+        import datetime
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from benchmarks.run import machine, record
+        now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+        record("server", "## Server (`python benchmarks/server_bench.py`)\n\n"
+               f"Run {now} on {machine()}: `annodb serve` on the MS MARCO sample, clients on "
+               "the same machine (loopback), each query = `query` + up to 9 `next`.\n\n"
+               + text)
     unexpected = [line for line in served.log if "shutting down" not in line]
     if unexpected:
         print("server stderr:", "".join(unexpected[-20:]), sep="\n")
