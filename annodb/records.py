@@ -82,10 +82,18 @@ def prepare(record: dict, *, id_field: str | None = None,
         for name in text_fields:
             if name in record:
                 _walk(record[name], f":{name}:", name, out, True)
+    as_text = text_fields is None
+    texts, values = out.texts, out.values
     for k, v in record.items():
         if k == key or (text_fields and k in text_fields):
             continue
-        _walk(v, f":{k}:", str(k), out, text_fields is None)
+        t = type(v)
+        if t is str and as_text:  # the common flat cases without a call
+            texts.append((k, f":{k}:", v))
+        elif (t is int or t is float) and math.isfinite(v):
+            values.append((f":{k}:", float(v)))
+        else:
+            _walk(v, f":{k}:", str(k), out, as_text)
         if text_fields and isinstance(v, (str, int, float, bool)):
             out.meta[k] = v
     return out

@@ -496,17 +496,20 @@ class Writer(Snapshot):
         out = []
         f = 0
         address = self._next_address
+        extend = ann.extend
+        field_ids: dict[tuple[str, str], tuple[int, int]] = {}  # (short, path) -> feature ids
         for docno, fields_in, values, meta in docs:
             start = address
             first_field = f
             fields, char = [], 0
             for short, path, text in fields_in:
-                a, b = first_token[f], first_token[f + 1]
-                n = b - a
+                n = first_token[f + 1] - first_token[f]
                 if n and path:
+                    ids = field_ids.get((short, path))
+                    if ids is None:
+                        ids = field_ids[(short, path)] = (vocab[short + ":"], vocab[path])
                     last = address + n - 1
-                    ann.extend((vocab[short + ":"], address, last, 0.0,
-                                vocab[path], address, last, 0.0))
+                    extend((ids[0], address, last, 0.0, ids[1], address, last, 0.0))
                 fields.append(DocField(short, path, char, char + len(text), address,
                                        address + n - 1))
                 address += n
@@ -516,9 +519,9 @@ class Writer(Snapshot):
             end = start + max(n, 1) - 1
             if n:
                 runs.append((start, n))
-            ann.extend((doc_fid, start, end, 0.0))
+            extend((doc_fid, start, end, 0.0))
             for path, value in values:
-                ann.extend((vocab[path], start, end, value))
+                extend((vocab[path], start, end, value))
             address = end + 1
             if docno is None:
                 docno = f"d{start}"
