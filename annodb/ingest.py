@@ -218,6 +218,9 @@ def _read_jsonl(reader, source: Source, id_field, text_fields) -> Iterator:
         except msgspec.DecodeError as err:
             yield _Problem(lineno, f"invalid JSON: {err}")
             continue
+        except RecursionError:
+            yield _Problem(lineno, "invalid JSON: nested too deeply")
+            continue
         if not isinstance(record, dict):
             yield _Problem(lineno, f"not a JSON object but {_json_kind(record)}")
             continue

@@ -578,7 +578,7 @@ class Server:
         record = {"query": request, "response": response, "time": round(ms, 3)}
         try:
             return _encode(record) + b"\n"
-        except (msgspec.EncodeError, UnicodeError, OverflowError, TypeError):
+        except (msgspec.EncodeError, UnicodeError, OverflowError, TypeError, RecursionError):
             record["query"] = {"op": response.get("op", "parse")}
             return _encode(record) + b"\n"
 
@@ -592,6 +592,8 @@ class Server:
             request = _decode(line)
         except msgspec.DecodeError as err:
             return {"op": "parse"}, _error("parse", f"not a JSON request: {err}")
+        except RecursionError:
+            return {"op": "parse"}, _error("parse", "not a JSON request: nested too deeply")
         if not isinstance(request, dict):
             return {"op": "parse"}, _error(
                 "parse", f"a request is a JSON object, not {_json_kind(request)}")

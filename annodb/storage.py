@@ -41,9 +41,11 @@ of a feature; an insert rewrites the blocks around the interval it lands in.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
+import shutil
 import struct
 import threading
 import time
@@ -236,6 +238,45 @@ def _flock_wait(fd: int, timeout: float, path: str) -> None:
             delay = min(delay * 2, 0.05)
 
 
+LOCK_FILE_BYTES = 128 << 10  # lock.mdb with MAX_READERS reader slots fits in this
+
+
+def _reserve_lock_file(real: str, path: str) -> None:
+    """Give lock.mdb its disk blocks before LMDB maps it: LMDB creates it sparse and writes
+    it through a shared mapping, where running out of disk is a SIGBUS that kills the
+    process instead of an error."""
+    lock = os.path.join(real, "lock.mdb")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, LOCK_FILE_BYTES)
+    except OSError as err:
+        if err.errno == errno.ENOSPC:
+            raise StorageError(f"{path}: no space left on the device") from None
+        if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # no fallocate here: go on
+            raise
+    finally:
+        os.close(fd)
+
+
+def _open_lmdb(real: str, readonly: bool):
+    """lmdb.open with the map at MAP_SIZE, or, where the address space is limited (ulimit
+    -v), the largest power of two that maps and still holds the file twice over."""
+    size = MAP_SIZE
+    data = os.path.join(real, "data.mdb")
+    floor = max(64 << 20, 2 * (os.path.getsize(data) if os.path.exists(data) else 0))
+    while True:
+        try:
+            return lmdb.open(real, map_size=size, max_dbs=len(_SUBDBS) + 2,
+                             max_readers=MAX_READERS, readonly=readonly, subdir=True,
+                             readahead=False, create=not readonly)
+        except lmdb.MemoryError:
+            if size // 2 < floor:
+                raise StorageError(
+                    f"{real}: cannot map the database: the address space is limited "
+                    "(ulimit -v); raise the limit") from None
+            size //= 2
+
+
 def open_environment(path: str, *, readonly: bool = False, create: bool = True,
                      timeout: float = 30.0) -> Environment:
     """Open (or share, within this process) the environment at `path`. A writable open
@@ -257,9 +298,8 @@ def open_environment(path: str, *, readonly: bool = False, create: bool = True,
         try:
             if not readonly:
                 os.makedirs(real, exist_ok=True)
-            env = lmdb.open(real, map_size=MAP_SIZE, max_dbs=len(_SUBDBS) + 2,
-                            max_readers=MAX_READERS, readonly=readonly, subdir=True,
-                            readahead=False, create=not readonly)
+                _reserve_lock_file(real, path)
+            env = _open_lmdb(real, readonly)
         except lmdb.Error as err:
             raise StorageError(f"{path}: cannot open database: {err}") from None
         except OSError as err:
@@ -284,6 +324,10 @@ def open_environment(path: str, *, readonly: bool = False, create: bool = True,
         except (StorageError, OSError):
             env.close()
             raise
+        try:
+            env.reader_check()  # slots left by killed readers would pin old pages forever
+        except lmdb.Error:
+            pass
         found = Environment(real, env, dbs, readonly, os.path.join(real, "writer.lock"),
                             threading.Lock(), 1)
         _open_envs[real] = found
@@ -339,6 +383,7 @@ class WriterLock:
         try:
             self.fd = os.open(self.env.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
             _flock_wait(self.fd, max(deadline - time.monotonic(), 0.0), self.env.path)
+            self.env.env.reader_check()  # a dead reader's snapshot must not pin pages
         except BaseException:
             self.release()
             raise
@@ -787,6 +832,20 @@ class Txn:
             for k, v in cur:
                 fid, start = _KEY.unpack(bytes(k))
                 yield fid, start, v
+
+
+def explain_write_error(path: str, err: BaseException) -> str:
+    """What a failed write means for the user: LMDB reports a full disk as an I/O error."""
+    if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+        return "the disk is full"
+    if isinstance(err, (lmdb.Error, OSError)):
+        try:
+            free = shutil.disk_usage(path).free
+        except OSError:
+            free = None
+        if free is not None and free < 4 << 20:
+            return f"the disk is full ({free:,} bytes free)"
+    return str(err)
 
 
 def disk_size(path: str) -> int:

@@ -372,7 +372,9 @@ class Writer(Snapshot):
             self._abort()
             if isinstance(err, AnnodbError) or not isinstance(err, Exception):
                 raise
-            raise StorageError(f"{self.db.path}: commit failed, nothing written: {err}") from err
+            raise StorageError(f"{self.db.path}: commit failed, nothing of this transaction "
+                               f"was written: {storage.explain_write_error(self.db.path, err)}"
+                               ) from err
         self._new_names.clear()
         self._done = True
         self._lock.release()
