@@ -414,9 +414,13 @@ class Txn:
     def commit(self) -> None:
         self._close_cursors()
         if self._counts:
-            db = self.dbs["counts"]
-            for fid, delta in sorted(self._counts.items()):
-                self.txn.put(u64(fid), u64(self.list_count(fid) + delta), db=db)
+            pack = _U64.pack
+            unpack = _U64.unpack
+            keys = [pack(fid) for fid in sorted(self._counts)]
+            with self.txn.cursor(db=self.dbs["counts"]) as cur:
+                old = {k: unpack(v)[0] for k, v in cur.getmulti(keys)}
+                deltas = self._counts
+                cur.putmulti([(k, pack(old.get(k, 0) + deltas[unpack(k)[0]])) for k in keys])
             self._counts.clear()
         self.txn.commit()
 
@@ -661,9 +665,11 @@ class Txn:
         fid_of = np.asarray(fids, dtype=np.int64)[group].tolist()
         mv = memoryview(buf)
         offs = offs.tolist()
-        items = sorted((_KEY.pack(f, a), mv[offs[i]:offs[i + 1]])
-                       for i, (f, a) in enumerate(zip(fid_of, first.tolist())))
-        cur.putmulti(items)  # a refilled last block keeps its key: overwritten
+        # fids ascend and each one's blocks follow in order: the items are in key order
+        pack = _KEY.pack
+        cur.putmulti([(pack(f, a), mv[offs[i]:offs[i + 1]])
+                      for i, (f, a) in enumerate(zip(fid_of, first.tolist()))])
+        # (a refilled last block keeps its key: overwritten)
         sizes = np.diff(bounds).tolist()
         for g, fid in enumerate(fids):
             if ok[g]:

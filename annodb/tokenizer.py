@@ -73,14 +73,18 @@ def tokens_with_offsets(text: str) -> tuple[list[str], np.ndarray, np.ndarray]:
     return [folded[a:b] for a, b in zip(starts.tolist(), ends.tolist())], starts, ends
 
 
-def tokens_and_starts(text: str) -> tuple[list[str], np.ndarray]:
-    """The folded tokens of `text` and the character offset where each starts (bulk path:
-    one kernel pass finds the tokens, slicing makes the strings: faster than findall)."""
+def tokens_and_starts(text: str, mapping=None) -> tuple[list, np.ndarray]:
+    """The folded tokens of `text` (each looked up in `mapping` when one is given, e.g.
+    token -> feature id) and the character offset where each starts. The bulk path: one
+    kernel pass finds the tokens, slicing makes the strings (faster than findall)."""
     from . import kernels
     folded = fold(text)
     cps = np.frombuffer(folded.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
     starts, ends = kernels.token_spans(cps, _class_table())  # == the regex, property-tested
-    return [folded[a:b] for a, b in zip(starts.tolist(), ends.tolist())], starts
+    spans = zip(starts.tolist(), ends.tolist())
+    if mapping is None:
+        return [folded[a:b] for a, b in spans], starts
+    return [mapping[folded[a:b]] for a, b in spans], starts
 
 
 _classes = None

@@ -485,13 +485,13 @@ class Writer(Snapshot):
         field_starts = np.zeros(len(texts) + 1, dtype=np.int64)
         np.cumsum(lengths + 1, out=field_starts[1:])  # fields joined by newlines
         joined = "\n".join(texts)
-        toks, starts = tokenizer.tokens_and_starts(joined)
+        vocab = self._vocab
+        vocab.writer = self  # a new name calls back into this writer (Vocab.__missing__)
+        ids, starts = tokenizer.tokens_and_starts(joined, vocab)
+        self._tok_ids.extend(ids)
         field_chars = field_starts.tolist()
         # each field's first token and its token count
         first_token = np.searchsorted(starts, field_starts).tolist()
-        vocab = self._vocab
-        vocab.writer = self  # a new name calls back into this writer (Vocab.__missing__)
-        self._tok_ids.extend([vocab[t] for t in toks])
         ann = self._ann
         runs = self._tok_runs
         doc_fid = vocab[DOCUMENT]
@@ -641,7 +641,7 @@ class Writer(Snapshot):
             offsets = np.cumsum(runs[:, 1]) - runs[:, 1]
             addrs = np.arange(len(ids), dtype=np.int64) + np.repeat(runs[:, 0] - offsets,
                                                                     runs[:, 1])
-            order = np.argsort(ids, kind="stable")
+            order = kernels.group_order(ids, self._next_feature)
             sorted_ids = ids[order]
             sorted_addrs = addrs[order]
             cuts = np.flatnonzero(np.diff(sorted_ids)) + 1
@@ -674,7 +674,7 @@ class Writer(Snapshot):
             # ids and addresses are below 2**53, exact as float64
             table = np.array(self._ann, dtype=np.float64).reshape(-1, 4)
             fids = table[:, 0].astype(np.int64)
-            order = np.argsort(fids, kind="stable")  # by feature, in write order within one
+            order = kernels.group_order(fids, self._next_feature)  # stable: write order
             fids = fids[order]
             ps = table[order, 1].astype(np.int64)
             qs = table[order, 2].astype(np.int64)

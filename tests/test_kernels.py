@@ -425,3 +425,12 @@ def test_append_point_groups_refills_last_blocks_and_flags_non_appends():
         expect = np.concatenate((old, new)) if refilled else new
         assert got.tolist() == expect.tolist()
         assert [int(first[i]) for i in mine] == [int(b[0][0]) for b in blocks]
+
+
+def test_group_order_is_a_stable_sort():
+    rng = np.random.default_rng(3)
+    for n, k in [(0, 1), (1, 1), (50, 3), (5000, 700)]:
+        ids = rng.integers(0, k, n)
+        assert K.group_order(ids, k).tolist() == np.argsort(ids, kind="stable").tolist()
+    with pytest.raises(ValueError):
+        K.group_order([0, 5], 5)
