@@ -840,6 +840,18 @@ class Txn:
                 yield fid, start, v
 
 
+def copy_compacted(e: Environment, dest: str) -> None:
+    """Write a compacted copy of the environment to the new directory `dest`: only pages in
+    use, renumbered (LMDB's MDB_CP_COMPACT); a consistent snapshot even while others write."""
+    if os.path.exists(dest) and (not os.path.isdir(dest) or os.listdir(dest)):
+        raise StorageError(f"{dest}: exists and is not an empty directory")
+    os.makedirs(dest, exist_ok=True)
+    try:
+        e.env.copy(dest, compact=True)
+    except lmdb.Error as err:
+        raise StorageError(f"{dest}: compacting failed: {err}") from None
+
+
 def explain_write_error(path: str, err: BaseException) -> str:
     """What a failed write means for the user: LMDB reports a full disk as an I/O error."""
     if isinstance(err, OSError) and err.errno == errno.ENOSPC:

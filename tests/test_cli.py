@@ -217,3 +217,23 @@ def test_console_script_in_a_subprocess(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert done.stderr == "annodb: error: no document with docno 'Gen.99.1'\n"
+
+
+def test_compact_writes_a_smaller_copy_that_passes_check(tmp_path):
+    path = tmp_path / "many.db"
+    for i in range(6):  # many small transactions leave free pages behind
+        src = tmp_path / f"part{i}.tsv"
+        src.write_text("".join(f"d{i}-{j}\tword{j} text number {i} {j}\n" for j in range(300)))
+        assert invoke("ingest", "--db", path, "--quiet", src).exit_code == 0
+    dest = tmp_path / "compact.db"
+    result = invoke("compact", "--db", path, dest)
+    assert result.exit_code == 0, result.output
+    assert "->" in result.stderr
+    assert storage.disk_size(str(dest)) <= storage.disk_size(str(path))
+    assert invoke("check", "--db", dest).stdout.strip() == "ok"
+    with annodb.open(path, readonly=True) as a, annodb.open(dest, readonly=True) as b:
+        assert a.stats().documents == b.stats().documents == 1800
+        with a.read() as ra, b.read() as rb:
+            assert list(ra.intervals("word7")) == list(rb.intervals("word7"))
+    result = invoke("compact", "--db", path, dest)       # not an empty directory
+    assert result.exit_code == 1 and "not an empty directory" in result.stderr
