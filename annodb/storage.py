@@ -1,8 +1,9 @@
 """Storage: the on-disk layout of an annodb database, on LMDB. The only module importing lmdb.
 
-A database is one LMDB environment (a directory holding data.mdb and lock.mdb) and a file
-writer.lock that writers take (with a timeout) before LMDB's own writer mutex, so a second
-writer waits for a bounded time and then gets a clear error instead of hanging.
+A database is one LMDB environment (a directory holding data.mdb and lock.mdb) and files
+writer.lock and turnstile.lock that writers take (with a timeout, fairly) before LMDB's
+own writer mutex, so a second writer waits for a bounded time and then gets a clear error
+instead of hanging.
 
 Format version 1. Sub-databases and their keys (integers are unsigned 64-bit big-endian,
 so LMDB's byte order is numeric order; addresses are >= 0):
@@ -238,6 +239,26 @@ def _flock_wait(fd: int, timeout: float, path: str) -> None:
             delay = min(delay * 2, 0.05)
 
 
+def _take_writer_lock(real: str, timeout: float, path: str) -> int:
+    """The exclusive writer flock on writer.lock (its descriptor; close it to release),
+    waiting at most `timeout` seconds. Fair: a waiter first holds turnstile.lock while it
+    waits, so a process that just released the writer lock cannot take it straight back
+    (busy writers committing batch after batch starved the others)."""
+    deadline = time.monotonic() + timeout
+    turn = os.open(os.path.join(real, "turnstile.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        _flock_wait(turn, timeout, path)
+        fd = os.open(os.path.join(real, "writer.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            _flock_wait(fd, max(deadline - time.monotonic(), 0.0), path)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+    finally:
+        os.close(turn)  # closing the descriptor releases the turnstile
+
+
 LOCK_FILE_BYTES = 128 << 10  # lock.mdb with MAX_READERS reader slots fits in this
 
 
@@ -308,9 +329,8 @@ def open_environment(path: str, *, readonly: bool = False, create: bool = True,
             if readonly:
                 dbs = {name: env.open_db(name.encode(), create=False) for name in _SUBDBS}
             else:
-                fd = os.open(os.path.join(real, "writer.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+                fd = _take_writer_lock(real, timeout, path)
                 try:
-                    _flock_wait(fd, timeout, path)
                     with env.begin(write=True) as txn:
                         dbs = {name: env.open_db(name.encode(), txn=txn) for name in _SUBDBS}
                         _init_meta(txn, dbs["meta"])
@@ -381,8 +401,8 @@ class WriterLock:
                 f"{self.env.path}: another writer in this process held the database for "
                 f"{self.timeout:g}s; retry, or raise the timeout")
         try:
-            self.fd = os.open(self.env.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-            _flock_wait(self.fd, max(deadline - time.monotonic(), 0.0), self.env.path)
+            self.fd = _take_writer_lock(self.env.path, max(deadline - time.monotonic(), 0.0),
+                                        self.env.path)
             self.env.env.reader_check()  # a dead reader's snapshot must not pin pages
         except BaseException:
             self.release()

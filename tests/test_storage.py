@@ -606,3 +606,35 @@ def test_add_many_is_add_item_by_item(tmp_path):
         assert not w.has("fresh")
     one.close()
     many.close()
+
+
+def test_a_busy_writer_does_not_starve_another(tmp_path):
+    import annodb
+    path = tmp_path / "db"
+    annodb.open(path).close()
+    code = textwrap.dedent(f"""
+        import time, annodb
+        db = annodb.open({str(path)!r})
+        end = time.monotonic() + 6
+        i = 0
+        print("go", flush=True)
+        while time.monotonic() < end:   # commit after commit, no pause between them
+            with db.write() as w:
+                w.add("busy " * 200, docno=f"b{{i}}")
+                time.sleep(0.02)
+            i += 1
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "go"
+        time.sleep(0.3)
+        for _ in range(3):
+            started = time.monotonic()
+            db = annodb.open(path, timeout=3)          # opening needs the writer slot too
+            with db.write(timeout=3) as w:
+                w.add("mine", docno=f"m{started}")
+            db.close()
+            assert time.monotonic() - started < 3
+    finally:
+        proc.wait(timeout=60)
+        proc.stdout.close()
