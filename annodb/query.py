@@ -181,6 +181,11 @@ class _Frame:
 
 def parse(text: str, *, lenient: bool = False) -> Parsed:
     """Parse a query; strict by default. Raises QueryError (and only that) if malformed."""
+    try:
+        text.encode()
+    except UnicodeEncodeError as err:
+        raise QueryError("the query is not valid Unicode (a lone surrogate)", err.start,
+                         "valid UTF-8 text") from None
     lexemes = _lex(text)
     warnings: list[str] = []      # lenient mode's repairs; strict mode raises instead
     depth = lowest = 0

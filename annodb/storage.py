@@ -58,7 +58,7 @@ import msgspec
 import numpy as np
 
 from . import kernels, tokenizer
-from .errors import FormatVersionError, StorageError, WriterBusyError
+from .errors import AnnodbError, FormatVersionError, StorageError, WriterBusyError
 
 FORMAT_VERSION = 1
 # A block holds at most BLOCK_SIZE intervals and encodes to at most BLOCK_BYTES, so that it
@@ -83,10 +83,20 @@ _SUBDBS = ("meta", "features", "names", "blocks", "docs", "docnos", "erased", "c
 MAX_KEY = 480  # LMDB's keys are at most 511 bytes
 
 
+def utf8(text: str, what: str) -> bytes:
+    """UTF-8 of a name or docno; a clear error for a string Python could hold but no
+    UTF-8 can (a lone surrogate, as invalid UTF-8 arguments decode to)."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError as err:
+        raise AnnodbError(f"{what} {text!r} is not valid Unicode (a lone surrogate at "
+                          f"offset {err.start})") from None
+
+
 def name_key(name: str) -> bytes:
     """The features key of a name: its UTF-8, or for a name too long for an LMDB key, a
     prefix, a NUL and its SHA-256 (the full name stays in `names`)."""
-    raw = name.encode()
+    raw = utf8(name, "feature name")
     if len(raw) <= MAX_KEY:
         return raw
     return raw[:400] + b"\x00" + hashlib.sha256(raw).hexdigest().encode()
@@ -485,7 +495,7 @@ class Txn:
 
     def features_with_prefix(self, prefix: str, limit: int):
         """Up to `limit` feature names starting with `prefix`, in name order."""
-        raw = prefix.encode()
+        raw = utf8(prefix, "feature prefix")
         out = []
         with self.txn.cursor(db=self.dbs["features"]) as cur:
             if not cur.set_range(raw):
@@ -785,14 +795,14 @@ class Txn:
     def put_docnos(self, items: list[tuple[str, int]]) -> None:
         """Map docnos to document starts (sorted items insert into fuller pages)."""
         with self.txn.cursor(db=self.dbs["docnos"]) as cur:
-            cur.putmulti([(d.encode(), u64(s)) for d, s in items])
+            cur.putmulti([(utf8(d, "docno"), u64(s)) for d, s in items])
 
     def delete_doc(self, doc: Document) -> None:
         self.txn.delete(u64(doc.start), db=self.dbs["docs"])
         self.txn.delete(doc.docno.encode(), db=self.dbs["docnos"])
 
     def doc_start(self, docno: str) -> int | None:
-        raw = self.txn.get(docno.encode(), db=self.dbs["docnos"])
+        raw = self.txn.get(utf8(docno, "docno"), db=self.dbs["docnos"])
         return None if raw is None else from_u64(raw)
 
     def doc_at_start(self, start: int) -> Document | None:

@@ -80,6 +80,10 @@ def tokens_and_starts(text: str, mapping=None) -> tuple[list, np.ndarray]:
     from . import kernels
     folded = fold(text)
     cps = np.frombuffer(folded.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    surrogates = (cps >= 0xD800) & (cps <= 0xDFFF)
+    if surrogates.any():
+        at = int(np.argmax(surrogates))
+        raise UnicodeEncodeError("utf-8", text, at, at + 1, "a lone surrogate")
     starts, ends = kernels.token_spans(cps, _class_table())  # == the regex, property-tested
     spans = zip(starts.tolist(), ends.tolist())
     if mapping is None:

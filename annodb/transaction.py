@@ -475,7 +475,7 @@ class Writer(Snapshot):
         docno = str(docno)
         if not docno:
             raise AnnodbError("a docno cannot be empty")
-        if len(docno.encode()) > storage.MAX_KEY:
+        if len(storage.utf8(docno, "docno")) > storage.MAX_KEY:
             raise AnnodbError(f"docno longer than {storage.MAX_KEY} bytes: {docno[:40]!r}...")
         return docno, texts, values, meta
 
@@ -487,7 +487,10 @@ class Writer(Snapshot):
         joined = "\n".join(texts)
         vocab = self._vocab
         vocab.writer = self  # a new name calls back into this writer (Vocab.__missing__)
-        ids, starts = tokenizer.tokens_and_starts(joined, vocab)
+        try:
+            ids, starts = tokenizer.tokens_and_starts(joined, vocab)
+        except UnicodeError as err:  # a lone surrogate: no UTF-8 can store the text
+            raise AnnodbError(f"document text is not valid Unicode ({err})") from None
         self._tok_ids.extend(ids)
         field_chars = field_starts.tolist()
         # each field's first token and its token count
