@@ -21,7 +21,6 @@ import os
 import random
 import re
 import resource
-import shutil
 import socket
 import string
 import subprocess
@@ -224,6 +223,32 @@ def test_parser_and_evaluator_fuzzed_with_hypothesis(small_db, figures):
     assert not fuzz.failures, fuzz.failures
 
 
+def test_lone_surrogates_are_clear_errors(tmp_path):
+    path = base_db(tmp_path / "db")
+    with annodb.open(path) as db:
+        with db.read() as r:
+            for call in (lambda: r.count("(^ alpha x\ud800:)"),
+                         lambda: r.search("\udcff:", k=1),
+                         lambda: r.document("\ud800")):
+                with pytest.raises(AnnodbError):
+                    call()
+        for write in (lambda w: w.add("text", docno="\ud800"),
+                      lambda w: w.add({"docid": "s1", "t\ud800": "x"}),
+                      lambda w: w.annotate("x\ud800:", 0, 0),
+                      lambda w: w.add("text \ud800 more", docno="s2")):
+            with pytest.raises(AnnodbError) as failed:
+                with db.write() as w:
+                    write(w)
+            assert "commit failed" not in str(failed.value)
+        assert check(db) == []
+    for command in (["query", "--db", str(path), "(^ alpha \udcff:)"],
+                    ["show", "--db", str(path), "\udcff"]):
+        done = subprocess.run([sys.executable, "-c", "from cli.main import annodb; annodb()",
+                               *[os.fsencode(a) for a in command]],
+                              capture_output=True, text=True, timeout=60)
+        assert "internal error" not in done.stderr, done.stderr
+
+
 # ------------------------------------------------------------------ the server
 
 
@@ -383,6 +408,8 @@ def test_server_fuzzed_with_random_lines(small_db, tmp_path, figures):
 
 
 def test_server_answers_deeply_nested_json(small_db):
+    """Regression (found by this suite): deeply nested JSON made msgspec raise
+    RecursionError out of Server._dispatch: the connection was dropped without a reply."""
     with Server(small_db.path, log=io.StringIO()) as server, \
             socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock, \
             sock.makefile("rb") as reader:
@@ -495,6 +522,8 @@ def test_ingest_invalid_utf8_plain_text_and_gzip(tmp_path):
 
 
 def test_ingest_deeply_nested_json_is_a_malformed_record(tmp_path):
+    """Regression (found by this suite): a deeply nested JSONL line raised RecursionError
+    out of ingest(): the rest of the file was lost and the CLI said 'internal error'."""
     path = base_db(tmp_path / "db")
     src = tmp_path / "deep.jsonl"
     src.write_bytes(b'{"docid":"d1","text":"ok"}\n{"docid":"d2","x":' + b"[" * 5000 +
@@ -698,10 +727,12 @@ def test_ingest_on_a_full_disk(tmp_path, figures):
             with db.write() as w:
                 w.add("room again", docno="again")
             assert check(db) == []
-        figures.update(message=message[:200])
+        figures.update(error=message.replace(str(tmp_path), "")[:300])
 
 
 def test_full_disk_error_names_the_full_disk(tmp_path):
+    """Regression (found by this suite): LMDB reports a short write on a full disk as
+    'Input/output error', which reads as a failing disk; the error now says it is full."""
     big = _big_jsonl(tmp_path / "big.jsonl", 3)
     with mounted("-t", "tmpfs", "-o", "size=2m", "tmpfs", at=tmp_path / "small") as disk:
         path = base_db(disk / "db")
@@ -712,6 +743,9 @@ def test_full_disk_error_names_the_full_disk(tmp_path):
 
 
 def test_creating_a_database_on_a_full_disk_is_an_error_not_a_crash(tmp_path):
+    """Regression (found by this suite): creating a database on a full disk killed the
+    process with SIGBUS (LMDB creates lock.mdb sparse and writes it through a shared
+    mapping); storage now allocates lock.mdb first, so it is an error line."""
     good = tmp_path / "good.tsv"
     good.write_text("ok1\tgood words\n")
     with mounted("-t", "tmpfs", "-o", "size=1m", "tmpfs", at=tmp_path / "small") as disk:

@@ -251,7 +251,7 @@ def test_limits_hold_under_a_flood(db, monkeypatch, figures):
     started = time.perf_counter()
     with Server(db.path, max_line=max_line, query_timeout=timeout, max_clients=clients,
                 max_queries=200, workers=4, log=io.StringIO()) as s:
-        admitted = [Client(s.port) for _ in range(clients)]
+        admitted = [Client(s.port, timeout=120) for _ in range(clients)]
         try:
             for c in admitted:
                 assert c(op="stats")["ok"]
@@ -266,8 +266,11 @@ def test_limits_hold_under_a_flood(db, monkeypatch, figures):
                 import random
                 rng = random.Random(k)
                 mine = [rng.choices(range(len(lines)), weights)[0] for _ in range(per_client)]
-                sender = threading.Thread(target=lambda: c.sock.sendall(
-                    b"".join(lines[i] + b"\n" for i in mine)))
+                def send():   # line by line: a socket timeout bounds each sendall
+                    for i in mine:
+                        c.sock.sendall(lines[i] + b"\n")
+
+                sender = threading.Thread(target=send)
                 sender.start()
                 try:
                     for i in mine:

@@ -464,26 +464,33 @@ def _wait_for(go_file: str) -> None:
 
 
 def crash_writer(db_path, log_path, seed, seq_base, scratch):
-    """Run the Workload until killed; prints "ready" once the database is open."""
+    """Run the Workload until killed. Prints "ready" once the database is open (opening it
+    read-write settles a previous writer's crash: see test_sigkill_at_random_points), then
+    waits for a line on stdin before it starts writing."""
     import annodb
     db = annodb.open(db_path)
-    work = Workload(db, log_path, int(seed), int(seq_base), scratch, linger=0.003)
     print("ready", flush=True)
+    sys.stdin.readline()
+    work = Workload(db, log_path, int(seed), int(seq_base), scratch, linger=0.003)
     while True:
         work.step()
 
 
 def batch_writer(db_path, out, go_file, stop_file, seed):
-    """Commit batches b<seq>.<i>.<n> from the go file until the stop file appears; record
-    commit times."""
+    """Commit batches b<seq>.<i>.<n> from the go file until the stop file appears (not
+    while the file <go file>.pause exists); record commit times."""
     import annodb
     db = annodb.open(db_path)
     rng = random.Random(int(seed))
     seq, commits, docs = 0, [], 0
+    pause = go_file + ".pause"
     _warm_up(db)
     print("ready", flush=True)
     _wait_for(go_file)
     while not _stopped(stop_file):
+        if os.path.exists(pause):
+            time.sleep(0.002)
+            continue
         seq += 1
         n = rng.randint(1, 60)
         docnos = [f"b{seq}.{i}.{n}" for i in range(n)]
@@ -498,15 +505,20 @@ def batch_writer(db_path, out, go_file, stop_file, seed):
 
 def annotator(db_path, out, go_file, stop_file, seed):
     """Annotate random committed documents (tag:0..3 over their whole range) from the go
-    file until the stop file appears: a second writer taking turns with the batch writer."""
+    file until the stop file appears (not while <go file>.pause exists): a second writer
+    taking turns with the batch writer."""
     import annodb
     db = annodb.open(db_path)
     rng = random.Random(int(seed))
     n = 0
+    pause = go_file + ".pause"
     _warm_up(db)
     print("ready", flush=True)
     _wait_for(go_file)
     while not _stopped(stop_file):
+        if os.path.exists(pause):
+            time.sleep(0.002)
+            continue
         with db.write() as w:
             top = w.address_space()
             for _ in range(rng.randint(1, 8)):
