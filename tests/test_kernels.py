@@ -434,3 +434,20 @@ def test_group_order_is_a_stable_sort():
         assert K.group_order(ids, k).tolist() == np.argsort(ids, kind="stable").tolist()
     with pytest.raises(ValueError):
         K.group_order([0, 5], 5)
+
+
+def test_encode_point_groups_cuts_lists_into_point_blocks_within_the_budget():
+    rng = np.random.default_rng(0)
+    for t in range(30):
+        sizes = rng.integers(1, 6000 if t % 5 == 0 else 20, rng.integers(1, 30))
+        groups = [np.cumsum(rng.integers(1, [3, 300, 70000, 1 << 33][t % 4], n))
+                  for n in sizes]
+        addrs, bounds = np.concatenate(groups), np.concatenate(([0], np.cumsum(sizes)))
+        buf, off, grp, first = K.encode_point_groups(addrs, bounds, 2000, 2048)
+        blocks = [K.decode_block(bytes(buf[off[i]:off[i + 1]])) for i in range(len(grp))]
+        assert all(off[i + 1] - off[i] <= 2000 for i in range(len(grp)))
+        assert all((b[0] == b[1]).all() and not b[2].any() for b in blocks)
+        assert [int(b[0][0]) for b in blocks] == first.tolist()
+        for g, want in enumerate(groups):
+            got = np.concatenate([b[0] for b, gg in zip(blocks, grp) if gg == g])
+            assert got.tolist() == want.tolist()

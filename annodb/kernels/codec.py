@@ -179,64 +179,17 @@ def decode_block(buf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return _decode_block(np.frombuffer(buf, dtype=np.uint8))
 
 
-@njit(cache=True, nogil=True)
-def _encode_point_groups(addrs, bounds, budget, max_count):
-    n_groups = len(bounds) - 1
-    zeros = np.zeros(len(addrs), np.float64)
-    cap = len(addrs)
-    lows = np.empty(cap, np.int64)
-    highs = np.empty(cap, np.int64)
-    group = np.empty(cap, np.int64)
-    n_blocks = 0
-    for g in range(n_groups):
-        lo = bounds[g]
-        while lo < bounds[g + 1]:
-            hi = _block_end(addrs, addrs, zeros, lo, bounds[g + 1], budget, max_count)
-            lows[n_blocks] = lo
-            highs[n_blocks] = hi
-            group[n_blocks] = g
-            n_blocks += 1
-            lo = hi
-    offsets = np.empty(n_blocks + 1, np.int64)
-    first = np.empty(n_blocks, np.int64)
-    widths = np.empty(n_blocks, np.int64)
-    total = 0
-    for b in range(n_blocks):
-        lo, hi = lows[b], highs[b]
-        max_delta = 0
-        for i in range(lo + 1, hi):
-            d = addrs[i] - addrs[i - 1]
-            if d > max_delta:
-                max_delta = d
-        sw = _width_of(max_delta)
-        offsets[b] = total
-        first[b] = addrs[lo]
-        widths[b] = sw
-        total += _HEADER_SIZE + sw * (hi - lo - 1)
-    offsets[n_blocks] = total
-    buf = np.empty(total, np.uint8)
-    for b in range(n_blocks):
-        lo, hi, sw, pos = lows[b], highs[b], widths[b], offsets[b]
-        buf[pos] = _FLAG_POINTS | _FLAG_ZERO
-        buf[pos + 1] = sw
-        buf[pos + 2] = 1
-        buf[pos + 3] = 0
-        _put_uint(buf, pos + 4, hi - lo, 4)
-        _put_uint(buf, pos + 8, addrs[lo], 8)
-        if hi - lo > 1:
-            _pack(buf, pos + _HEADER_SIZE, np.diff(addrs[lo:hi]), sw)
-    return buf, offsets, group[:n_blocks].copy(), first
-
-
 def encode_point_groups(addresses, bounds, budget: int, max_count: int):
-    """Encode many token lists at once: group g is addresses[bounds[g]:bounds[g+1]] (sorted,
-    distinct), cut into blocks as block_bounds cuts them. Returns (buf, offsets, group, first):
-    block i is buf[offsets[i]:offsets[i+1]], of group group[i], starting at first[i]."""
-    a = np.ascontiguousarray(addresses, dtype=np.int64)
+    """Encode many new token lists at once: group g is addresses[bounds[g]:bounds[g+1]]
+    (sorted, distinct), cut into blocks as block_bounds cuts them. Returns (buf, offsets,
+    group, first): block i is buf[offsets[i]:offsets[i+1]], of group group[i], starting
+    at first[i]. (append_point_groups with no last blocks.)"""
     b = np.ascontiguousarray(bounds, dtype=np.int64)
-    if len(b) < 1 or b[0] != 0 or b[-1] != len(a) or (np.diff(b) <= 0).any():
+    if len(b) < 1 or b[0] != 0 or (np.diff(b) <= 0).any():
         raise ValueError("bounds must rise strictly from 0 to len(addresses)")
-    return _encode_point_groups(a, b, int(budget), int(max_count))
+    buf, offsets, group, first, _ = append_point_groups(
+        b"", np.zeros(len(b), np.int64), addresses, b, budget, max_count)
+    return buf, offsets, group, first
 
 
 @njit(cache=True, nogil=True)
