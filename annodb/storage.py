@@ -5,10 +5,11 @@ writer.lock and turnstile.lock that writers take (with a timeout, fairly) before
 own writer mutex, so a second writer waits for a bounded time and then gets a clear error
 instead of hanging.
 
-Format version 1. Sub-databases and their keys (integers are unsigned 64-bit big-endian,
+Format version 2 (format 1 databases are read as they are: everything format 1 stores,
+format 2 reads the same way; the first write to one records format 2). Sub-databases and their keys (integers are unsigned 64-bit big-endian,
 so LMDB's byte order is numeric order; addresses are >= 0):
 
-    meta      utf-8 name -> msgpack value. "format": 1; "tokenizer": tokenizer.VERSION;
+    meta      utf-8 name -> msgpack value. "format": 2; "tokenizer": tokenizer.VERSION;
               "next_address": first unused address; "documents", "tokens": live counts;
               "next_feature": next feature id to hand out.
     features  feature name (utf-8; a name over 480 bytes: its first 400 bytes, a NUL and the
@@ -60,7 +61,8 @@ import numpy as np
 from . import kernels, tokenizer
 from .errors import AnnodbError, FormatVersionError, StorageError, WriterBusyError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READS_FORMATS = (1, 2)  # format 1 is a subset of 2; a write upgrades its meta to 2
 # A block holds at most BLOCK_SIZE intervals and encodes to at most BLOCK_BYTES, so that it
 # is stored inside an LMDB leaf page (LMDB moves values over ~2014 bytes to overflow pages
 # of their own, which would waste half of each) and two fill a page.
@@ -385,10 +387,10 @@ def _check_meta(path, txn, meta_db) -> None:
     if raw is None:
         raise StorageError(f"{path}: not an annodb database (no format version)")
     version = _meta_decoder.decode(raw)
-    if version != FORMAT_VERSION:
+    if version not in READS_FORMATS:
         raise FormatVersionError(
-            f"{path}: database format {version}, this annodb reads format {FORMAT_VERSION}; "
-            "re-ingest with a matching version")
+            f"{path}: database format {version}, this annodb reads formats "
+            f"{', '.join(map(str, READS_FORMATS))}; re-ingest with a matching version")
     tok = _meta_decoder.decode(txn.get(b"tokenizer", db=meta_db))
     if tok != tokenizer.VERSION:
         raise FormatVersionError(

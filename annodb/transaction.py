@@ -344,6 +344,7 @@ class Writer(Snapshot):
         self._next_address = txn.meta("next_address", 0)
         self._documents = txn.meta("documents", 0)
         self._tokens = txn.meta("tokens", 0)
+        self._format = txn.meta("format")
         self._tok_ids: list[int] = []        # feature ids of buffered tokens, in address order
         self._tok_runs: list[tuple[int, int]] = []  # (first address, count) of each run
         self._ann: list = []  # feature id, p, q, value, feature id, p, ... in write order
@@ -367,6 +368,8 @@ class Writer(Snapshot):
             txn.set_meta("next_address", self._next_address)
             txn.set_meta("documents", self._documents)
             txn.set_meta("tokens", self._tokens)
+            if self._format != storage.FORMAT_VERSION:
+                txn.set_meta("format", storage.FORMAT_VERSION)  # what it writes now
             txn.commit()
         except BaseException as err:
             self._abort()

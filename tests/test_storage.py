@@ -420,6 +420,27 @@ def test_golden_database_still_opens(tmp_path):
                 3, 19, 21, 24)
 
 
+def test_golden_v1_takes_writes_and_becomes_format_2(tmp_path):
+    """A format-1 database opens for writing; what is written is format 2, the meta says so
+    at commit, and the old content still reads beside the new."""
+    path = tmp_path / "golden.db"
+    shutil.copytree(GOLDEN, path)
+    with annodb.open(path) as db:
+        with db.read() as r:
+            assert r._txn.meta("format") == 1
+        with db.write() as w:
+            w.add_many([(f"golden words number {i}", f"new{i}") for i in range(3000)])
+            w.annotate("judgment:t1", 7, 11, 1)
+        assert check(db) == []
+        with db.read() as r:
+            assert r._txn.meta("format") == storage.FORMAT_VERSION == 2
+            assert r.document("intro").text == "The golden database keeps old formats honest."
+            assert r.document("new2999").text == "golden words number 2999"
+            golden = r.term("golden").starts.tolist()
+            assert golden[:2] == [1, 9] and len(golden) == 3002
+            assert list(r.intervals("judgment:t1")) == [(0, 6, 3.0), (7, 11, 1.0)]
+
+
 # ---------------------------------------------------------------- check finds damage
 
 
