@@ -75,20 +75,37 @@ def tokens_with_offsets(text: str) -> tuple[list[str], np.ndarray, np.ndarray]:
 
 def tokens_and_starts(text: str, mapping=None) -> tuple[list, np.ndarray]:
     """The folded tokens of `text` (each looked up in `mapping` when one is given, e.g.
-    token -> feature id) and the character offset where each starts. The bulk path: one
-    kernel pass finds the tokens, slicing makes the strings (faster than findall)."""
+    token -> feature id: then an int64 array) and the character offset where each starts.
+    The bulk path: one kernel pass folds, finds and numbers the distinct tokens, so Python
+    makes and looks up each distinct string once."""
     from . import kernels
-    folded = fold(text)
-    cps = np.frombuffer(folded.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
     surrogates = (cps >= 0xD800) & (cps <= 0xDFFF)
     if surrogates.any():
         at = int(np.argmax(surrogates))
         raise UnicodeEncodeError("utf-8", text, at, at + 1, "a lone surrogate")
-    starts, ends = kernels.token_spans(cps, _class_table())  # == the regex, property-tested
-    spans = zip(starts.tolist(), ends.tolist())
+    starts, kinds, arena, bounds = kernels.intern_tokens(cps, _class_table(), _fold_table())
+    words = arena.tobytes().decode("utf-32-le")
+    edges = bounds.tolist()
+    names = [words[a:b] for a, b in zip(edges, edges[1:])]
     if mapping is None:
-        return [folded[a:b] for a, b in spans], starts
-    return [mapping[folded[a:b]] for a, b in spans], starts
+        return [names[k] for k in kinds.tolist()], starts
+    ids = np.fromiter((mapping[name] for name in names), dtype=np.int64, count=len(names))
+    return ids[kinds], starts
+
+
+_folds = None
+
+
+def _fold_table() -> np.ndarray:
+    """Code point -> its simple case folding (itself for most)."""
+    global _folds
+    if _folds is None:
+        table = np.arange(0x110000, dtype=np.uint32)
+        for k, v in FOLD.items():
+            table[k] = v if isinstance(v, int) else ord(v)
+        _folds = table
+    return _folds
 
 
 _classes = None

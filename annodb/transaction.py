@@ -345,7 +345,8 @@ class Writer(Snapshot):
         self._documents = txn.meta("documents", 0)
         self._tokens = txn.meta("tokens", 0)
         self._format = txn.meta("format")
-        self._tok_ids: list[int] = []        # feature ids of buffered tokens, in address order
+        self._tok_ids: list[np.ndarray] = []  # feature ids of buffered tokens, in address order
+        self._tok_count = 0
         self._tok_runs: list[tuple[int, int]] = []  # (first address, count) of each run
         self._ann: list = []  # feature id, p, q, value, feature id, p, ... in write order
         self._new_docnos: dict[str, int] = {}  # docno -> start, not yet written
@@ -494,7 +495,8 @@ class Writer(Snapshot):
             ids, starts = tokenizer.tokens_and_starts(joined, vocab)
         except UnicodeError as err:  # a lone surrogate: no UTF-8 can store the text
             raise AnnodbError(f"document text is not valid Unicode ({err})") from None
-        self._tok_ids.extend(ids)
+        self._tok_ids.append(ids)
+        self._tok_count += len(ids)
         field_chars = field_starts.tolist()
         # each field's first token and its token count
         first_token = np.searchsorted(starts, field_starts).tolist()
@@ -545,7 +547,7 @@ class Writer(Snapshot):
         self._next_address = address
         self._documents += len(docs)
         self._dirty = True
-        if len(self._tok_ids) >= FLUSH_TOKENS:
+        if self._tok_count >= FLUSH_TOKENS:
             self._flush()
         return out
 
@@ -642,7 +644,7 @@ class Writer(Snapshot):
         new_blocks = []  # (fids, firsts, buf, offsets) of new features' lists
         token_fids = set()
         if self._tok_ids:
-            ids = np.array(self._tok_ids, dtype=np.int64)
+            ids = np.concatenate(self._tok_ids)
             runs = np.array(self._tok_runs, dtype=np.int64).reshape(-1, 2)
             offsets = np.cumsum(runs[:, 1]) - runs[:, 1]
             addrs = np.arange(len(ids), dtype=np.int64) + np.repeat(runs[:, 0] - offsets,
@@ -674,7 +676,7 @@ class Writer(Snapshot):
                     sel, gb, storage.BLOCK_BYTES, storage.BLOCK_SIZE)
                 new_blocks.append((fids[groups][grp], first, buf, offs))
                 token_fids = set(fids[groups].tolist())
-            self._tok_ids, self._tok_runs = [], []
+            self._tok_ids, self._tok_runs, self._tok_count = [], [], 0
         later = []
         if self._ann:
             # ids and addresses are below 2**53, exact as float64

@@ -61,3 +61,40 @@ def test_offsets_kernel_equals_the_regex(text):
     starts, ends = offsets(text)
     assert list(zip(starts.tolist(), ends.tolist())) == want
     assert tokens_with_offsets(text)[0] == tokens(text)
+
+
+def _bulk(text):
+    """tokens_and_starts both ways: the strings, and ids through a growing mapping."""
+    class Numbering(dict):
+        def __missing__(self, name):
+            self[name] = len(self)
+            return self[name]
+
+    words, starts = tokenizer.tokens_and_starts(text)
+    numbering = Numbering()
+    ids, starts2 = tokenizer.tokens_and_starts(text, numbering)
+    names = {v: k for k, v in numbering.items()}
+    assert starts.tolist() == starts2.tolist()
+    assert [names[i] for i in ids.tolist()] == words
+    assert list(numbering) == list(dict.fromkeys(words))  # ids in order of first appearance
+    return words, starts
+
+
+@settings(max_examples=400, derandomize=True, deadline=None)
+@given(st.text(alphabet=ALPHABET, max_size=60) | st.text(max_size=60))
+def test_bulk_tokenizer_equals_the_regex(text):
+    words, starts = _bulk(text)
+    folded = fold(text)
+    assert [(m.start(), m.group()) for m in tokenizer._TOKEN.finditer(folded)] == \
+        list(zip(starts.tolist(), words))
+
+
+def test_bulk_tokenizer_grows_past_its_first_arrays():
+    """Many distinct words, a very long one, and many tokens: every array of the interning
+    kernel grows (the table, the kinds, the arena, the tokens) and nothing is lost."""
+    distinct = " ".join(f"w{i}x" for i in range(20000))
+    long_word = "Q" * 70000
+    text = f"{distinct} {long_word} {distinct.upper()} a a a {long_word.lower()} 💙💙"
+    words, starts = _bulk(text)
+    assert words == tokens(text)
+    assert len(set(words)) == 20000 + 1 + 2

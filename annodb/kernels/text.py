@@ -1,4 +1,6 @@
-"""Numba kernel for token offsets: the tokenizer's regex, as one pass over code points.
+"""Numba kernels for text: token offsets (the tokenizer's regex, as one pass over code
+points) and the same pass numbering the distinct tokens of a batch (so Python looks up each word once, not once
+per occurrence).
 
 `tokenizer.tokens` uses `re.findall` (fast, returns the token strings); snippets need only
 where each token starts and ends, which a Python loop over match objects makes slow for
@@ -49,3 +51,140 @@ def token_spans(codepoints, classes) -> tuple[np.ndarray, np.ndarray]:
     if len(cps) and int(cps.max()) >= 0x110000:
         raise ValueError("not a code point")
     return _token_spans(cps, table)
+
+
+@njit(cache=True, nogil=True)
+def _intern_run(cps, classes, fold, i, t, m, starts, kinds, table, hashes, bounds, arena):
+    """The loop of _intern_tokens from code point i (t tokens, m kinds so far). It returns
+    (i, t, m) where it stopped: at the end, or before a token that needs a bigger array
+    (the caller grows them and calls again; no array is replaced inside the loop, which
+    keeps numba from reference-counting them on every token)."""
+    n = len(cps)
+    mask = len(table) - 1
+    while i < n:
+        c = fold[cps[i]]
+        cls = classes[c]
+        if cls == 0:
+            i += 1
+            continue
+        if t == len(starts):
+            return i, t, m
+        a = i
+        h = np.uint64(14695981039346656037)  # FNV-1a over the folded code points
+        while True:
+            h = (h ^ np.uint64(c)) * np.uint64(1099511628211)
+            i += 1
+            if cls == 2 or i >= n:
+                break
+            c = fold[cps[i]]
+            if classes[c] != 1:
+                break
+        h ^= h >> np.uint64(29)
+        length = i - a
+        slot = np.int64(h & np.uint64(mask))
+        kind = -1
+        while True:
+            k = table[slot]
+            if k < 0:
+                break
+            if hashes[k] == h and bounds[k + 1] - bounds[k] == length:
+                base = bounds[k]
+                same = True
+                for j in range(length):
+                    if arena[base + j] != fold[cps[a + j]]:
+                        same = False
+                        break
+                if same:
+                    kind = k
+                    break
+            slot = (slot + 1) & mask
+        if kind < 0:  # a new kind, into the empty slot found
+            base = bounds[m]
+            if m + 1 == len(hashes) or base + length > len(arena) or 2 * (m + 1) > len(table):
+                return a, t, m  # grow first, then redo this token
+            for j in range(length):
+                arena[base + j] = fold[cps[a + j]]
+            bounds[m + 1] = base + length
+            hashes[m] = h
+            table[slot] = m
+            kind = m
+            m += 1
+        starts[t] = a
+        kinds[t] = kind
+        t += 1
+    return i, t, m
+
+
+@njit(cache=True, nogil=True)
+def _intern_tokens(cps, classes, fold):
+    n = len(cps)
+    starts = np.empty(max(16, n // 5), np.int64)
+    kinds = np.empty(len(starts), np.int64)
+    table = np.full(4096, -1, np.int64)   # open addressing, at most half full: slot -> kind
+    hashes = np.empty(2048, np.uint64)    # kind -> hash
+    bounds = np.zeros(2048, np.int64)     # kind k's code points: arena[bounds[k]:bounds[k+1]]
+    arena = np.empty(16384, np.uint32)
+    i = t = m = 0
+    while True:
+        i, t, m = _intern_run(cps, classes, fold, i, t, m, starts, kinds, table, hashes,
+                              bounds, arena)
+        if i >= n:
+            break
+        if t == len(starts):
+            starts = _grown(starts, t)
+            kinds = _grown(kinds, t)
+        if m + 1 == len(hashes):
+            hashes = _grown(hashes, m)
+            bounds = _grown(bounds, m + 1)
+        if 2 * (m + 1) > len(table):
+            table = np.full(2 * len(table), -1, np.int64)
+            mask = len(table) - 1
+            for k in range(m):  # re-place every kind by its hash
+                slot = np.int64(hashes[k] & np.uint64(mask))
+                while table[slot] >= 0:
+                    slot = (slot + 1) & mask
+                table[slot] = k
+        arena = _room(arena, bounds[m], cps, classes, fold, i)
+    return starts[:t].copy(), kinds[:t].copy(), arena[:bounds[m]].copy(), bounds[:m + 1].copy()
+
+
+@njit(cache=True, nogil=True)
+def _grown(a, used):
+    out = np.empty(2 * len(a), a.dtype)
+    out[:used] = a[:used]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _room(arena, used, cps, classes, fold, i):
+    """The arena, grown if it cannot take the token at code point i after `used`."""
+    n = len(cps)
+    j = i + 1
+    if classes[fold[cps[i]]] == 1:
+        while j < n and classes[fold[cps[j]]] == 1:
+            j += 1
+    size = len(arena)
+    while size < used + (j - i):
+        size *= 2
+    if size == len(arena):
+        return arena
+    out = np.empty(size, np.uint32)
+    out[:used] = arena[:used]
+    return out
+
+
+def intern_tokens(codepoints, classes, fold):
+    """Tokenize and number the distinct tokens in one pass over the code points of a text
+    (not folded: `fold` maps each code point to its folded one, `classes` each folded code
+    point to 0 separator, 1 word character, 2 one-character token). Returns (starts, kinds,
+    arena, bounds): token i starts at character starts[i] and is of kind kinds[i]; kinds
+    are numbered in order of first appearance, and kind k's folded code points are
+    arena[bounds[k]:bounds[k+1]]. The same tokens as token_spans on the folded text."""
+    cps = np.ascontiguousarray(codepoints, dtype=np.uint32)
+    table = np.ascontiguousarray(classes, dtype=np.uint8)
+    folding = np.ascontiguousarray(fold, dtype=np.uint32)
+    if len(table) != 0x110000 or len(folding) != 0x110000:
+        raise ValueError("the class and fold tables need one entry per code point (0x110000)")
+    if len(cps) and int(cps.max()) >= 0x110000:
+        raise ValueError("not a code point")
+    return _intern_tokens(cps, table, folding)
