@@ -46,7 +46,7 @@ from typing import Callable, Iterator, NamedTuple
 
 import msgspec
 
-from . import database, records
+from . import batch, database, records, transaction
 from .errors import AnnodbError, IngestError, WriterBusyError
 
 FORMATS = ("jsonl", "msmarco", "tsv", "trec", "text")
@@ -482,7 +482,9 @@ class _Run:
         for k in chunk:
             d = batch[k]
             try:
-                w._prepare(d.content, d.docno, d.id_field, d.text_fields)
+                item = batch.prepare_item(d.content, d.docno, d.id_field, d.text_fields)
+                transaction.check_docno(item[0])
+                batch.make([item])
             except Exception:
                 return k
         return chunk[0]

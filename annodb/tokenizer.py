@@ -73,11 +73,12 @@ def tokens_with_offsets(text: str) -> tuple[list[str], np.ndarray, np.ndarray]:
     return [folded[a:b] for a, b in zip(starts.tolist(), ends.tolist())], starts, ends
 
 
-def tokens_and_starts(text: str, mapping=None) -> tuple[list, np.ndarray]:
-    """The folded tokens of `text` (each looked up in `mapping` when one is given, e.g.
-    token -> feature id: then an int64 array) and the character offset where each starts.
-    The bulk path: one kernel pass folds, finds and numbers the distinct tokens, so Python
-    makes and looks up each distinct string once."""
+def distinct_tokens(text: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The tokens of `text` numbered by kind: (starts, kinds, names), token i starting at
+    character starts[i] and being the folded word names[kinds[i]] (names in order of first
+    appearance). The bulk path for ingest: one kernel pass folds, finds and numbers the
+    tokens, so Python makes each distinct string once. UnicodeEncodeError for a lone
+    surrogate."""
     from . import kernels
     cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
     surrogates = (cps >= 0xD800) & (cps <= 0xDFFF)
@@ -87,11 +88,7 @@ def tokens_and_starts(text: str, mapping=None) -> tuple[list, np.ndarray]:
     starts, kinds, arena, bounds = kernels.intern_tokens(cps, _class_table(), _fold_table())
     words = arena.tobytes().decode("utf-32-le")
     edges = bounds.tolist()
-    names = [words[a:b] for a, b in zip(edges, edges[1:])]
-    if mapping is None:
-        return [names[k] for k in kinds.tolist()], starts
-    ids = np.fromiter((mapping[name] for name in names), dtype=np.int64, count=len(names))
-    return ids[kinds], starts
+    return starts, kinds, [words[a:b] for a, b in zip(edges, edges[1:])]
 
 
 _folds = None

@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import kernels, storage, tokenizer
+from . import batch, kernels, storage, tokenizer
 from .errors import AnnodbError, NotFoundError, StorageError
-from .records import prepare
 from .storage import DocField, Document
 
 if TYPE_CHECKING:
@@ -330,6 +329,14 @@ def token_offsets(text: str) -> tuple[np.ndarray, np.ndarray]:
     return tokenizer.offsets(text)
 
 
+def check_docno(docno: str) -> None:
+    """AnnodbError unless the docno can be stored (not empty, an LMDB key's length)."""
+    if not docno:
+        raise AnnodbError("a docno cannot be empty")
+    if len(storage.utf8(docno, "docno")) > storage.MAX_KEY:
+        raise AnnodbError(f"docno longer than {storage.MAX_KEY} bytes: {docno[:40]!r}...")
+
+
 class Writer(Snapshot):
     """A write transaction. Everything it does is invisible to others until commit."""
 
@@ -442,64 +449,51 @@ class Writer(Snapshot):
         None). The same as add() item by item, with one tokenizer pass for them all. Every
         docno is checked before anything is added: on an error nothing of the call is."""
         self._check()
-        docs = [self._prepare(content, docno, id_field, text_fields) for content, docno in items]
+        docs = [batch.prepare_item(content, docno, id_field, text_fields)
+                for content, docno in items]
+        try:
+            made = batch.make(docs)
+        except UnicodeError as err:  # a lone surrogate: no UTF-8 can store the text
+            raise AnnodbError(f"document text is not valid Unicode ({err})") from None
+        return self.add_batch(made, replace=replace)
+
+    def add_batch(self, b: batch.Batch, *, replace: bool = False) -> list[Added]:
+        """Append a batch of documents made by batch.make (what add_many does after
+        tokenizing; an ingest makes its batches in another process)."""
+        self._check()
         seen = set()
-        for d in docs:
+        for i, d in enumerate(b.docs):
             docno = d[0]
             if docno is None:
                 continue
+            check_docno(docno)
             if docno in seen or docno in self._new_docnos or \
                     self._txn.doc_start(docno) is not None:
                 if not replace:
                     raise AnnodbError(f"docno {docno!r} already exists (use replace=True)")
                 if docno in seen:  # replaced again within this call: one at a time
-                    out = self.add_many(items[:len(seen)], id_field=id_field,
-                                        text_fields=text_fields, replace=True)
-                    return out + self.add_many(items[len(seen):], id_field=id_field,
-                                               text_fields=text_fields, replace=True)
+                    out = self.add_batch(b.subset(range(i)), replace=True)
+                    return out + self.add_batch(b.subset(range(i, len(b))), replace=True)
             seen.add(docno)
         if replace:
-            for d in docs:
+            for d in b.docs:
                 if d[0] is not None and (d[0] in self._new_docnos or
                                          self._txn.doc_start(d[0]) is not None):
                     self.delete(d[0])
-        return self._append(docs)
+        return self._append(b)
 
-    def _prepare(self, content, docno, id_field, text_fields):
-        """(docno, [(short name, path, text)], [(path, value)], metadata) of one item."""
-        if isinstance(content, str):
-            texts, values, meta = [("", "", content)], [], {}
-        elif isinstance(content, dict):
-            p = prepare(content, id_field=id_field, text_fields=text_fields, docno=docno)
-            docno, texts, values, meta = p.docno, p.texts, p.values, p.meta
-        else:
-            raise TypeError("add() takes a string or a dict record")
-        if docno is None:
-            return None, texts, values, meta  # named by its address when added
-        docno = str(docno)
-        if not docno:
-            raise AnnodbError("a docno cannot be empty")
-        if len(storage.utf8(docno, "docno")) > storage.MAX_KEY:
-            raise AnnodbError(f"docno longer than {storage.MAX_KEY} bytes: {docno[:40]!r}...")
-        return docno, texts, values, meta
-
-    def _append(self, docs) -> list[Added]:
-        texts = [text for d in docs for _, _, text in d[1]]
-        lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
-        field_starts = np.zeros(len(texts) + 1, dtype=np.int64)
-        np.cumsum(lengths + 1, out=field_starts[1:])  # fields joined by newlines
-        joined = "\n".join(texts)
+    def _append(self, b: batch.Batch) -> list[Added]:
         vocab = self._vocab
         vocab.writer = self  # a new name calls back into this writer (Vocab.__missing__)
-        try:
-            ids, starts = tokenizer.tokens_and_starts(joined, vocab)
-        except UnicodeError as err:  # a lone surrogate: no UTF-8 can store the text
-            raise AnnodbError(f"document text is not valid Unicode ({err})") from None
+        fids = np.fromiter((vocab[name] for name in b.names), dtype=np.int64,
+                           count=len(b.names))
+        ids = fids[b.kinds]
         self._tok_ids.append(ids)
         self._tok_count += len(ids)
-        field_chars = field_starts.tolist()
-        # each field's first token and its token count
-        first_token = np.searchsorted(starts, field_starts).tolist()
+        joined = b.joined
+        begins = b.field_begin.tolist()
+        ends = b.field_end.tolist()
+        counts = b.field_tokens.tolist()
         ann = self._ann
         runs = self._tok_runs
         doc_fid = vocab[DOCUMENT]
@@ -508,22 +502,22 @@ class Writer(Snapshot):
         address = self._next_address
         extend = ann.extend
         field_ids: dict[tuple[str, str], tuple[int, int]] = {}  # (short, path) -> feature ids
-        for docno, fields_in, values, meta in docs:
+        for docno, fields_in, values, meta in b.docs:
             start = address
             first_field = f
-            fields, char = [], 0
-            for short, path, text in fields_in:
-                n = first_token[f + 1] - first_token[f]
+            fields = []
+            base = begins[f] if fields_in else 0
+            for short, path, _ in fields_in:
+                n = counts[f]
                 if n and path:
                     ids = field_ids.get((short, path))
                     if ids is None:
                         ids = field_ids[(short, path)] = (vocab[short + ":"], vocab[path])
                     last = address + n - 1
                     extend((ids[0], address, last, 0.0, ids[1], address, last, 0.0))
-                fields.append(DocField(short, path, char, char + len(text), address,
+                fields.append(DocField(short, path, begins[f] - base, ends[f] - base, address,
                                        address + n - 1))
                 address += n
-                char += len(text) + 1
                 f += 1
             n = address - start
             end = start + max(n, 1) - 1
@@ -538,14 +532,13 @@ class Writer(Snapshot):
                 while docno in self._new_docnos or self._txn.doc_start(docno) is not None:
                     docno += "_"
             # the document's text: its fields joined by newlines, a slice of the batch's
-            text = joined[field_chars[first_field]:field_chars[f] - 1] if f > first_field \
-                else ""
+            text = joined[base:ends[f - 1]] if f > first_field else ""
             self._docs.append(Document(docno, start, end, text, fields, meta, n))
             self._new_docnos[docno] = start
             self._tokens += n
             out.append(Added(docno, start, end))
         self._next_address = address
-        self._documents += len(docs)
+        self._documents += len(b.docs)
         self._dirty = True
         if self._tok_count >= FLUSH_TOKENS:
             self._flush()
@@ -643,7 +636,9 @@ class Writer(Snapshot):
         fresh = self._first_new_feature
         new_blocks = []  # (fids, firsts, buf, offsets) of new features' lists
         token_fids = set()
-        if self._tok_ids:
+        if not self._tok_count:
+            self._tok_ids, self._tok_runs = [], []
+        else:
             ids = np.concatenate(self._tok_ids)
             runs = np.array(self._tok_runs, dtype=np.int64).reshape(-1, 2)
             offsets = np.cumsum(runs[:, 1]) - runs[:, 1]

@@ -64,19 +64,10 @@ def test_offsets_kernel_equals_the_regex(text):
 
 
 def _bulk(text):
-    """tokens_and_starts both ways: the strings, and ids through a growing mapping."""
-    class Numbering(dict):
-        def __missing__(self, name):
-            self[name] = len(self)
-            return self[name]
-
-    words, starts = tokenizer.tokens_and_starts(text)
-    numbering = Numbering()
-    ids, starts2 = tokenizer.tokens_and_starts(text, numbering)
-    names = {v: k for k, v in numbering.items()}
-    assert starts.tolist() == starts2.tolist()
-    assert [names[i] for i in ids.tolist()] == words
-    assert list(numbering) == list(dict.fromkeys(words))  # ids in order of first appearance
+    """distinct_tokens, checked for consistency: (words, starts)."""
+    starts, kinds, names = tokenizer.distinct_tokens(text)
+    words = [names[k] for k in kinds.tolist()]
+    assert names == list(dict.fromkeys(words))  # kinds in order of first appearance
     return words, starts
 
 

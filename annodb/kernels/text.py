@@ -70,18 +70,17 @@ def _intern_run(cps, classes, fold, i, t, m, starts, kinds, table, hashes, bound
         if t == len(starts):
             return i, t, m
         a = i
-        h = np.uint64(14695981039346656037)  # FNV-1a over the folded code points
+        h = 2166136261  # 32-bit FNV-1a over the folded code points (int64: no overflow)
         while True:
-            h = (h ^ np.uint64(c)) * np.uint64(1099511628211)
+            h = ((h ^ np.int64(c)) * 16777619) & 0xFFFFFFFF
             i += 1
             if cls == 2 or i >= n:
                 break
             c = fold[cps[i]]
             if classes[c] != 1:
                 break
-        h ^= h >> np.uint64(29)
         length = i - a
-        slot = np.int64(h & np.uint64(mask))
+        slot = h & mask
         kind = -1
         while True:
             k = table[slot]
@@ -121,7 +120,7 @@ def _intern_tokens(cps, classes, fold):
     starts = np.empty(max(16, n // 5), np.int64)
     kinds = np.empty(len(starts), np.int64)
     table = np.full(4096, -1, np.int64)   # open addressing, at most half full: slot -> kind
-    hashes = np.empty(2048, np.uint64)    # kind -> hash
+    hashes = np.empty(2048, np.int64)     # kind -> hash
     bounds = np.zeros(2048, np.int64)     # kind k's code points: arena[bounds[k]:bounds[k+1]]
     arena = np.empty(16384, np.uint32)
     i = t = m = 0
@@ -140,7 +139,7 @@ def _intern_tokens(cps, classes, fold):
             table = np.full(2 * len(table), -1, np.int64)
             mask = len(table) - 1
             for k in range(m):  # re-place every kind by its hash
-                slot = np.int64(hashes[k] & np.uint64(mask))
+                slot = hashes[k] & mask
                 while table[slot] >= 0:
                     slot = (slot + 1) & mask
                 table[slot] = k
