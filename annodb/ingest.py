@@ -34,11 +34,15 @@ IngestError before anything is written.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import html
 import io
 import os
+import pickle
 import re
+import subprocess
+import sys
 import time
 import zlib
 from dataclasses import dataclass
@@ -57,8 +61,8 @@ MSMARCO_TEXT_FIELDS = ("title", "headings", "segment")
 
 _EXTENSIONS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".tsv": "tsv",
                ".trec": "trec", ".sgml": "trec"}
+PARALLEL_OVER = 64 << 20          # inputs this big are read and tokenized in a second process
 _PEEK_BYTES = 1 << 16
-_PROGRESS_EVERY = 1024
 
 Progress = Callable[[int, int, int], None]   # (documents done, bytes read, bytes in all)
 
@@ -119,6 +123,23 @@ class _Doc(NamedTuple):
 class _Problem(NamedTuple):
     line: int
     message: str
+
+
+class _Ready(NamedTuple):
+    """A document of a chunk, its text prepared and tokenized in the chunk's batch."""
+
+    line: int
+    docno: str
+
+
+class _Chunk(NamedTuple):
+    """One batch of a file as the reading side hands it to the writing side: the problems
+    and documents in file order, the documents prepared and tokenized, and how many bytes
+    of the file were consumed after it."""
+
+    items: list                  # _Ready and _Problem
+    batch: batch.Batch | None    # the _Ready ones, in order (None when there is none)
+    tell: int
 
 
 class _Rejected(Exception):
@@ -367,13 +388,145 @@ _READERS = {"jsonl": _read_jsonl, "msmarco": _read_jsonl, "tsv": _read_tsv,
             "text": _read_text, "trec": _read_trec}
 
 
+# ---------------------------------------------------------------- the reading side
+# Reading, parsing, preparing and tokenizing need no database: for a big input they run in
+# a second process (both cores busy), chunk by chunk ahead of the writer.
+
+
+def _chunks(source: Source, id_field, text_fields, batch_bytes: int,
+            batch_size: int | None) -> Iterator[_Chunk]:
+    """The file's batches, made ready to add."""
+    try:
+        reader, raw = _open_binary(source.path, source.gzip)
+    except OSError as err:
+        raise IngestError(f"{source.path}: cannot read: {err.strerror or err}") from None
+    pending: list = []
+    docs, size = 0, 0
+    items = _READERS[source.format](reader, source, id_field, text_fields)
+    with raw, reader:
+        while True:
+            try:
+                item = next(items, None)
+            except (gzip.BadGzipFile, zlib.error, EOFError, OSError) as err:
+                # the file itself broke off (a truncated download): keep what came before
+                pending.append(_Problem(0, f"cannot read further: {err}"))
+                break
+            if item is None:
+                break
+            pending.append(item)
+            if isinstance(item, _Doc):
+                docs += 1
+                size += item.nbytes
+                if size >= batch_bytes or (batch_size and docs >= batch_size):
+                    yield _ready(pending, raw.tell())
+                    pending, docs, size = [], 0, 0
+        yield _ready(pending, raw.tell())
+
+
+def _ready(pending: list, tell: int) -> _Chunk:
+    """Prepare and tokenize the documents among `pending` (_Doc and _Problem items); a
+    document that cannot be stored becomes a problem."""
+    items, prepared = [], []
+    for item in pending:
+        if isinstance(item, _Problem):
+            items.append(item)
+            continue
+        try:
+            p = batch.prepare_item(item.content, item.docno, item.id_field, item.text_fields)
+        except Exception as err:  # noqa: BLE001 - reported against its line, not raised
+            items.append(_Problem(item.line, f"not stored: {err}"))
+            continue
+        items.append(_Ready(item.line, item.docno))
+        prepared.append(p)
+    if not prepared:
+        return _Chunk(items, None, tell)
+    try:
+        made = batch.make(prepared)
+    except UnicodeError:
+        bad = set(batch.bad_documents(prepared))
+        message = "not stored: document text is not valid Unicode (a lone surrogate)"
+        k, kept_items, kept = 0, [], []
+        for item in items:
+            if isinstance(item, _Ready):
+                if k in bad:
+                    item = _Problem(item.line, message)
+                else:
+                    kept.append(prepared[k])
+                k += 1
+            kept_items.append(item)
+        items, prepared = kept_items, kept
+        made = batch.make(prepared) if prepared else None
+    return _Chunk(items, made, tell)
+
+
+def _reader_main() -> None:
+    """The second process (`python -c` of this, see _chunks_from_process): read the
+    arguments from stdin, write ("chunk", _Chunk) pickles to stdout, then ("end", None), or
+    ("error", message) if reading fails. The pipe's buffer keeps it about one chunk ahead."""
+    out = sys.stdout.buffer
+    source = None
+    try:
+        source, id_field, text_fields, batch_bytes, batch_size = pickle.load(sys.stdin.buffer)
+        for chunk in _chunks(source, id_field, text_fields, batch_bytes, batch_size):
+            pickle.dump(("chunk", chunk), out, protocol=pickle.HIGHEST_PROTOCOL)
+            out.flush()
+        message = ("end", None)
+    except BrokenPipeError:  # the writer stopped reading (it failed or was interrupted)
+        return
+    except BaseException as err:  # noqa: BLE001 - handed to the parent, which raises it
+        message = ("error", str(err) if isinstance(err, AnnodbError) else
+                   f"{getattr(source, 'path', 'input')}: reading failed: "
+                   f"{type(err).__name__}: {err}")
+    try:
+        pickle.dump(message, out)
+        out.flush()
+    except BrokenPipeError:
+        pass
+
+
+def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
+                         batch_size) -> Iterator[_Chunk]:
+    """_chunks, made in a second Python process. A plain child process, not
+    multiprocessing: that would re-run the caller's main script, and fork would copy this
+    process's open LMDB environment."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this annodb's
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (here, os.environ.get("PYTHONPATH")) if p))
+    child = subprocess.Popen(
+        [sys.executable, "-c", "from annodb.ingest import _reader_main; _reader_main()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    try:
+        while True:
+            try:
+                if not child.stdin.closed:
+                    with child.stdin:
+                        pickle.dump((source, id_field, text_fields, batch_bytes, batch_size),
+                                    child.stdin)
+                kind, value = pickle.load(child.stdout)
+            except (EOFError, BrokenPipeError, pickle.UnpicklingError):
+                code = child.wait()
+                raise IngestError(f"{source.path}: the reading process ended unexpectedly "
+                                  f"(exit code {code})") from None
+            if kind == "end":
+                return
+            if kind == "error":
+                raise IngestError(value)
+            yield value
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        child.stdout.close()
+
+
 # ---------------------------------------------------------------- the driver
 
 
 class _Run:
     def __init__(self, db, *, replace, strict, timeout, batch_size, batch_bytes, progress,
-                 on_problem, total_bytes):
+                 on_problem, total_bytes, parallel=None):
         self.db = db
+        self.parallel = parallel
         self.replace = replace
         self.strict = strict
         self.timeout = timeout
@@ -416,56 +569,44 @@ class _Run:
 
     # one file
     def file(self, source: Source, id_field, text_fields) -> None:
-        try:
-            reader, raw = _open_binary(source.path, source.gzip)
-        except OSError as err:
-            raise IngestError(f"{source.path}: cannot read: {err.strerror or err}") from None
-        batch: list[_Doc] = []
-        size = 0
-        items = _READERS[source.format](reader, source, id_field, text_fields)
-        with raw, reader:
-            while True:
-                try:
-                    item = next(items, None)
-                except (gzip.BadGzipFile, zlib.error, EOFError, OSError) as err:
-                    # the file itself broke off (a truncated download): keep what came before
-                    self.problem(source.path, 0, f"cannot read further: {err}", len(batch))
-                    break
-                if item is None:
-                    break
-                if isinstance(item, _Problem):
-                    self.problem(source.path, item.line, item.message, len(batch))
-                    continue
-                batch.append(item)
-                size += item.nbytes
-                if len(batch) % _PROGRESS_EVERY == 0:
-                    self.report(self.done() + len(batch), raw.tell())
-                if size >= self.batch_bytes or (self.batch_size and
-                                                len(batch) >= self.batch_size):
-                    self.write(batch, source.path)
-                    self.report(self.done(), raw.tell())
-                    batch, size = [], 0
-            self.write(batch, source.path)
-            self.bytes_before += source.size
-            self.report(self.done(), 0)
+        args = (source, id_field, text_fields, self.batch_bytes, self.batch_size)
+        parallel = self.parallel
+        if parallel is None:
+            parallel = source.size >= PARALLEL_OVER
+        chunks = _chunks_from_process(*args) if parallel else _chunks(*args)
+        with contextlib.closing(chunks):
+            for chunk in chunks:
+                docs = []
+                for item in chunk.items:
+                    if isinstance(item, _Problem):
+                        self.problem(source.path, item.line, item.message, len(docs))
+                    else:
+                        docs.append(item)
+                if docs:
+                    self.write(docs, chunk.batch, source.path)
+                self.report(self.done(), chunk.tell)
+        self.bytes_before += source.size
+        self.report(self.done(), 0)
 
     # one batch = one transaction
-    def write(self, batch: list[_Doc], path: str) -> None:
-        while batch:
+    def write(self, docs: list[_Ready], made: batch.Batch, path: str) -> None:
+        while docs:
             try:
-                counts, warnings = self._write_once(batch, path)
+                counts, warnings = self._write_once(docs, made, path)
             except _Rejected as rejected:
-                bad = batch[rejected.index]
+                bad = docs[rejected.index]
                 message = f"not stored: {rejected.err}"
-                self.problem(path, bad.line, message, len(batch))
-                batch = batch[:rejected.index] + batch[rejected.index + 1:]
+                self.problem(path, bad.line, message, len(docs))
+                keep = [k for k in range(len(docs)) if k != rejected.index]
+                docs = [docs[k] for k in keep]
+                made = made.subset(keep)
                 continue
             except WriterBusyError:
                 raise
             except AnnodbError as err:   # the commit itself failed: nothing of it was written
                 s = self.summary
                 raise IngestError(
-                    f"{path}:{batch[0].line}-{batch[-1].line}: the batch of {len(batch)} "
+                    f"{path}:{docs[0].line}-{docs[-1].line}: the batch of {len(docs)} "
                     f"documents could not be committed: {err} ({s.added + s.replaced} "
                     "documents of earlier batches stay committed)") from err
             s = self.summary
@@ -477,28 +618,27 @@ class _Run:
             return
 
     @staticmethod
-    def _culprit(w, batch: list[_Doc], chunk: list[int]) -> int:
-        """The index (in batch) of the first document of chunk the database refuses."""
-        for k in chunk:
-            d = batch[k]
+    def _culprit(made: batch.Batch, todo: list[int]) -> int:
+        """The index (in the chunk) of the first document of todo the database refuses."""
+        for k in todo:
             try:
-                item = batch.prepare_item(d.content, d.docno, d.id_field, d.text_fields)
-                transaction.check_docno(item[0])
-                batch.make([item])
-            except Exception:
+                if made.docs[k][0] is not None:
+                    transaction.check_docno(made.docs[k][0])
+                batch.make([made.docs[k]])
+            except Exception:  # noqa: BLE001 - any refusal names the culprit
                 return k
-        return chunk[0]
+        return todo[0]
 
-    def _write_once(self, batch: list[_Doc], path: str):
+    def _write_once(self, docs: list[_Ready], made: batch.Batch, path: str):
         counts = dict(added=0, replaced=0, skipped=0, duplicates=0, tokens=0)
         warnings = []
         written = []
         replace = self.replace
         with self.db.write(self.timeout) as w:
-            present = {d.docno for d in batch if w.has(d.docno)}  # before any add: no flush
+            present = {d.docno for d in docs if w.has(d.docno)}  # before any add: no flush
             in_batch = set()
             todo = []
-            for index, d in enumerate(batch):
+            for index, d in enumerate(docs):
                 docno = d.docno
                 h = hash(docno)
                 repeated = docno in in_batch or (docno in present and h in self.seen)
@@ -518,23 +658,13 @@ class _Run:
                 todo.append(index)
                 in_batch.add(docno)
                 written.append(h)
-            # one add_many per (id field, text fields) run: one tokenizer pass for the batch
-            i = 0
-            while i < len(todo):
-                d0 = batch[todo[i]]
-                j = i
-                while j < len(todo) and batch[todo[j]].id_field == d0.id_field and \
-                        batch[todo[j]].text_fields == d0.text_fields:
-                    j += 1
-                chunk = todo[i:j]
+            if todo:
                 try:
-                    added = w.add_many([(batch[k].content, batch[k].docno) for k in chunk],
-                                       id_field=d0.id_field, text_fields=d0.text_fields,
-                                       replace=replace)
+                    added = w.add_batch(made if len(todo) == len(docs) else made.subset(todo),
+                                        replace=replace)
                 except Exception as err:  # the transaction is thrown away, redone without it
-                    raise _Rejected(self._culprit(w, batch, chunk), err) from err
+                    raise _Rejected(self._culprit(made, todo), err) from err
                 counts["tokens"] += sum(a.end - a.start + 1 for a in added)
-                i = j
         self.seen.update(written)
         return counts, warnings
 
@@ -544,7 +674,7 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
            batch_bytes: int = DEFAULT_BATCH_BYTES, replace: bool = False,
            strict: bool = False, progress: Progress | None = None,
            on_problem: Callable[[str], None] | None = None,
-           timeout: float | None = None) -> Summary:
+           timeout: float | None = None, parallel: bool | None = None) -> Summary:
     """Ingest the files `paths` into `db` (an open Database, or a path: then the inputs are
     checked before the database is opened or created). Returns a Summary.
 
@@ -553,6 +683,9 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
     and leave a smaller file (every commit rewrites the last block of each feature it
     touches, and LMDB keeps the replaced pages as free space); smaller ones lose less work
     to a crash.
+
+    A file of PARALLEL_OVER bytes or more is read, parsed and tokenized in a second process
+    while this one writes (`parallel` True or False forces the choice).
 
     progress(documents done, bytes read, bytes in all) is called as the ingest goes;
     on_problem("file:line: message") for each malformed record (also listed in the summary).
@@ -568,7 +701,7 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
     try:
         run = _Run(db, replace=replace, strict=strict, timeout=timeout, batch_size=batch_size,
                    batch_bytes=batch_bytes, progress=progress, on_problem=on_problem,
-                   total_bytes=sum(s.size for s in sources))
+                   total_bytes=sum(s.size for s in sources), parallel=parallel)
         try:
             for source in sources:
                 run.file(source, id_field, text_fields)

@@ -7,6 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import annodb
@@ -363,3 +364,78 @@ def test_progress_callback(db):
     total = os.path.getsize(DATA / "sample.jsonl") + os.path.getsize(DATA / "sample.tsv")
     assert calls[-1] == (7, total, total)
     assert all(c[2] == total for c in calls)
+
+
+# ---------------------------------------------------------------- the reading process
+
+
+def dump(db) -> tuple:
+    """Everything a database holds, comparable across databases."""
+    with db.read() as r:
+        docs = [(d.docno, d.start, d.end, d.text, [msgspec.structs.astuple(f) for f in d.fields], d.meta,
+                 d.tokens) for d in r.documents()]
+        lists = {name: list(r.intervals(name)) for name, _ in r._txn.features()}
+        return docs, lists, r.stats().as_dict() | {"path": None, "size_bytes": None}
+
+
+def _scenario_files(tmp_path) -> list[tuple[list, dict]]:
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text('{"docid": "a", "text": "Alpha beta"}\n'
+                     '{"docid": "s", "text": "lone \\ud800 surrogate"}\n'
+                     'not json\n'
+                     '{"docid": "a", "text": "again alpha"}\n'
+                     '{"docid": "b", "text": "Beta gamma", "n": 3}\n' * 3)
+    cut = tmp_path / "cut.jsonl.gz"
+    data = gzip.compress("".join(f'{{"docid": "d{i}", "text": "line {i} {i * 7919 % 10007}"}}\n'
+                                 for i in range(20000)).encode())
+    cut.write_bytes(data[: len(data) // 2])
+    return [([DATA / "sample.jsonl", DATA / "sample.tsv", DATA / "sample.trec"], {}),
+            ([DATA / "malformed.jsonl", DATA / "malformed.tsv"], {}),
+            ([DATA / "msmarco.jsonl"], {}),
+            ([mixed], {"batch_size": 2}),
+            ([mixed], {"replace": True}),
+            ([cut], {"batch_size": 3000})]
+
+
+def test_reading_in_a_second_process_gives_the_same_database(tmp_path):
+    """parallel=True (what big inputs get) reads, parses and tokenizes in a child process;
+    everything written, counted and reported is the same as in-process."""
+    for n, (paths, options) in enumerate(_scenario_files(tmp_path)):
+        results = []
+        for parallel in (False, True):
+            with annodb.open(tmp_path / f"{n}-{parallel}.db") as db:
+                s = run(db, *paths, parallel=parallel, **options)
+                s.seconds = 0.0
+                results.append((s, dump(db)))
+        assert results[0] == results[1], paths
+
+
+def test_strict_in_a_second_process(db):
+    with pytest.raises(annodb.IngestError, match="malformed.jsonl:2"):
+        ingest(db, [DATA / "malformed.jsonl"], strict=True, parallel=True)
+    assert docnos(db) == []
+
+
+def test_a_reading_process_that_dies_is_a_clear_error(db, monkeypatch):
+    monkeypatch.setattr("sys.executable", "/bin/false")
+    with pytest.raises(annodb.IngestError, match="reading process ended unexpectedly"):
+        ingest(db, [DATA / "sample.jsonl"], parallel=True)
+    assert docnos(db) == []
+
+
+def test_a_script_without_a_main_guard_ingests_in_parallel(tmp_path):
+    """The child is a plain `python -c`: it never re-runs the caller's script (as
+    multiprocessing's spawn would)."""
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import annodb\n"
+        "from annodb.ingest import ingest\n"
+        f"s = ingest({str(tmp_path / 'x.db')!r}, [{str(DATA / 'sample.jsonl')!r}], "
+        "parallel=True)\n"
+        "print('ADDED', s.added)\n")
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("ADDED") == 1 and "ADDED 4" in out.stdout
