@@ -21,7 +21,7 @@ Prepared = tuple  # (docno | None, [(short name, path, text)], [(path, value)], 
 
 @dataclass(frozen=True)
 class Batch:
-    docs: list            # Prepared, in order
+    docs: list            # Prepared, in order, each field's text left out ((short, path))
     joined: str           # every field's text, joined by newlines
     field_begin: np.ndarray   # int64 per field (all documents' fields in order): its text is
     field_end: np.ndarray     # joined[field_begin[f]:field_end[f]]
@@ -70,6 +70,7 @@ def make(docs: list) -> Batch:
     starts, kinds, names = tokenizer.distinct_tokens(joined)
     # a token never spans a newline, so field f's tokens are those starting in its text
     firsts = np.searchsorted(starts, begins)
+    docs = [(d[0], [(short, path) for short, path, _ in d[1]], d[2], d[3]) for d in docs]
     return Batch(docs, joined, begins[:-1], begins[:-1] + lengths, np.diff(firsts), kinds,
                  names)
 

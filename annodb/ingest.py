@@ -619,12 +619,12 @@ class _Run:
 
     @staticmethod
     def _culprit(made: batch.Batch, todo: list[int]) -> int:
-        """The index (in the chunk) of the first document of todo the database refuses."""
+        """The index (in the chunk) of the first document of todo the database refuses (the
+        text was tokenized already: only the docno is left to refuse)."""
         for k in todo:
             try:
                 if made.docs[k][0] is not None:
                     transaction.check_docno(made.docs[k][0])
-                batch.make([made.docs[k]])
             except Exception:  # noqa: BLE001 - any refusal names the culprit
                 return k
         return todo[0]

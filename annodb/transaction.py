@@ -507,7 +507,7 @@ class Writer(Snapshot):
             first_field = f
             fields = []
             base = begins[f] if fields_in else 0
-            for short, path, _ in fields_in:
+            for short, path in fields_in:
                 n = counts[f]
                 if n and path:
                     ids = field_ids.get((short, path))
