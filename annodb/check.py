@@ -27,7 +27,6 @@ from . import kernels, storage
 from .database import DOCUMENT
 
 MAX_PROBLEMS = 1000  # stop collecting details after this many
-_WIDTHS = (1, 2, 4, 8)  # the integer widths a block may use (storage.py's header)
 
 
 class _Problems(list):
@@ -97,22 +96,18 @@ def _check_features(txn, problems) -> dict[int, str]:
     return by_id
 
 
-def _block_size(buf) -> tuple[int, str | None]:
+def _block_size(buf, max_count: int) -> tuple[int, str | None]:
     """(interval count, a problem with the block's layout or None)."""
     if len(buf) < storage._HEADER.size:
         return 0, f"{len(buf)} bytes, shorter than a block header"
     flags, sw, lw, n, _ = storage._HEADER.unpack_from(buf, 0)
     if flags & ~(storage.FLAG_POINTS | storage.FLAG_ZERO):
         return n, f"unknown flags {flags:#x}"
-    if sw not in _WIDTHS or lw not in _WIDTHS:
+    if n < 1 or n > max_count:
+        return n, f"holds {n} intervals (allowed 1 to {max_count})"
+    size = kernels.block_bytes(bytes(buf[:16]))
+    if size is None:
         return n, f"bad widths {sw}/{lw}"
-    if n < 1 or n > storage.BLOCK_SIZE:
-        return n, f"holds {n} intervals (allowed 1 to {storage.BLOCK_SIZE})"
-    size = storage._HEADER.size + sw * (n - 1)
-    if not flags & storage.FLAG_ZERO:
-        size += 8 * n
-    if not flags & storage.FLAG_POINTS:
-        size += lw * n
     if size != len(buf):
         return n, f"is {len(buf)} bytes, its header says {size}"
     return n, None
@@ -133,7 +128,7 @@ def _check_blocks(txn, names, problems) -> None:
                 problems.add(f"blocks: feature id {fid} has blocks but no name")
                 name = f"#{fid}"
         where = f"blocks: {name!r} block at {key_start}"
-        _, bad = _block_size(buf)
+        _, bad = _block_size(buf, max(storage.BLOCK_SIZE, txn.block_count))
         if bad:
             problems.add(f"{where} {bad}")
             continue

@@ -35,10 +35,19 @@ A block (at most BLOCK_SIZE intervals) is a 16-byte header then up to three arra
     deltas    n-1 unsigned ints of the start width: start[i+1] - start[i]
     lengths   n unsigned ints of the length width: end[i] - start[i]; absent when flag POINTS
 
-Widths are 1, 2, 4 or 8 bytes, the smallest that holds the block's largest number, so a
-common word's postings (small gaps, all points, zero values) cost one or two bytes each.
-Reads decode a block with numpy (cumsum of the deltas); appends touch only the last block
-of a feature; an insert rewrites the blocks around the interval it lands in.
+A width byte is either a byte width, 1, 2, 4 or 8: each number is a little-endian unsigned
+int of that many bytes (the smallest that holds the array's largest number); or, in format
+2 only, 128 + b with 1 <= b <= 56: the array is bit-packed, b bits a number (b the bits of
+its largest number). Number i is then bits i*b .. i*b+b-1 of the array read as one
+little-endian integer (bit k is bit k%8 of byte k//8); the array takes ceil(n*b/8) bytes,
+the last byte's spare bits 0. A writer packs an array when that saves at least a quarter
+of its bytes (so a common word's one-byte gaps stay whole bytes, which decode fastest).
+Format 1 has only byte widths, so format 2 reads it as it is.
+
+A block's encoded size is at most block_limits(psize)[0] bytes (psize - 16: one LMDB
+overflow page) unless it holds a single interval. Reads decode a block with numba kernels
+(kernels/codec.py); appends touch only the last block of a feature; an insert rewrites the
+blocks around the interval it lands in.
 """
 
 from __future__ import annotations
@@ -63,11 +72,21 @@ from .errors import AnnodbError, FormatVersionError, StorageError, WriterBusyErr
 
 FORMAT_VERSION = 2
 READS_FORMATS = (1, 2)  # format 1 is a subset of 2; a write upgrades its meta to 2
-# A block holds at most BLOCK_SIZE intervals and encodes to at most BLOCK_BYTES, so that it
-# is stored inside an LMDB leaf page (LMDB moves values over ~2014 bytes to overflow pages
-# of their own, which would waste half of each) and two fill a page.
-BLOCK_SIZE = 2048
-BLOCK_BYTES = 2000
+# A full block fills one LMDB overflow page exactly: LMDB stores a value over ~2014 bytes
+# (4096-byte pages) on overflow pages of its own, psize - 16 bytes each, which are never
+# split; the leaf then holds a small stub. (Blocks of at most ~2000 bytes kept inline in
+# leaves were as compact only until batches inserted new blocks mid-tree: split leaves
+# stayed half full.) The budget follows the environment's page size (block_limits);
+# BLOCK_BYTES and BLOCK_SIZE are the limits for 4096-byte pages. A block of 1-bit numbers
+# could hold ~32,000 intervals: BLOCK_SIZE caps that, so a partial read stays cheap.
+PAGE_HEADER = 16  # LMDB's page header: an overflow page holds psize - PAGE_HEADER bytes
+BLOCK_SIZE = 8192
+BLOCK_BYTES = 4096 - PAGE_HEADER
+
+
+def block_limits(psize: int) -> tuple[int, int]:
+    """(bytes, intervals): the most a block may hold in an environment of page size psize."""
+    return psize - PAGE_HEADER, 2 * psize
 MAP_SIZE = 1 << 40  # 1 TiB of address space: sparse on disk, so the map never fills in use
 MAX_READERS = 1024
 COMPRESS_OVER = 1024  # documents whose msgpack is at least this long are zlib-compressed
@@ -77,7 +96,7 @@ FLAG_ZERO = 2
 _HEADER = struct.Struct("<BBBxIq")
 _U64 = struct.Struct(">Q")
 _KEY = struct.Struct(">QQ")
-_ZEROS = np.zeros(BLOCK_SIZE, dtype=np.float64)
+_ZEROS = np.zeros(4096, dtype=np.float64)  # (add_points allocates for more)
 
 _SUBDBS = ("meta", "features", "names", "blocks", "docs", "docnos", "erased", "counts")
 
@@ -228,6 +247,8 @@ class Environment:
     users: int = 0
     vocab: "Vocab" = field(default_factory=lambda: Vocab())
     lists: object = None  # transaction.ListCache, shared by this process's snapshots
+    block_bytes: int = BLOCK_BYTES  # block_limits of the page size
+    block_count: int = BLOCK_SIZE
 
 
 _open_envs: dict[str, Environment] = {}
@@ -362,6 +383,7 @@ def open_environment(path: str, *, readonly: bool = False, create: bool = True,
             pass
         found = Environment(real, env, dbs, readonly, os.path.join(real, "writer.lock"),
                             threading.Lock(), 1)
+        found.block_bytes, found.block_count = block_limits(env.stat()["psize"])
         _open_envs[real] = found
         return found
 
@@ -442,6 +464,7 @@ class Txn:
         self.id = self.txn.id()  # the committed state a read sees
         self._append_cursor = None
         self._counts: dict[int, int] = {}  # list length changes of this transaction
+        self.block_bytes, self.block_count = env.block_bytes, env.block_count
 
     def commit(self) -> None:
         self._close_cursors()
@@ -693,7 +716,7 @@ class Txn:
             last.append(value)
             offsets.append(offsets[-1] + len(value))
         buf, offs, group, first, ok = kernels.append_point_groups(
-            b"".join(last), offsets, addresses, bounds, BLOCK_BYTES, BLOCK_SIZE)
+            b"".join(last), offsets, addresses, bounds, self.block_bytes, self.block_count)
         fid_of = np.asarray(fids, dtype=np.int64)[group].tolist()
         mv = memoryview(buf)
         offs = offs.tolist()
@@ -711,7 +734,7 @@ class Txn:
 
     def add_points(self, fid: int, addresses: np.ndarray) -> None:
         """Add token postings (points, value 0) to a feature's list."""
-        v = _ZEROS[:len(addresses)] if len(addresses) <= BLOCK_SIZE else \
+        v = _ZEROS[:len(addresses)] if len(addresses) <= len(_ZEROS) else \
             np.zeros(len(addresses), dtype=np.float64)
         self.add_to_list(fid, addresses, addresses, v)
 
@@ -732,7 +755,7 @@ class Txn:
                 ls, le, lv = decode_block(buf)
                 if not (ls[-1] < s[0] and le[-1] < e[0]):
                     return False
-                if n < BLOCK_SIZE and len(buf) < BLOCK_BYTES:
+                if n < self.block_count and len(buf) < self.block_bytes:
                     # refill the last block (and go on in new blocks past it)
                     cur.delete()
                     self._count(fid, -len(ls))
@@ -743,8 +766,8 @@ class Txn:
         return True
 
     def _put_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray) -> None:
-        """Write a GC-list as new blocks (cut so each fits BLOCK_BYTES)."""
-        cuts = kernels.block_bounds(s, e, v, BLOCK_BYTES, BLOCK_SIZE).tolist()
+        """Write a GC-list as new blocks (cut so each fits self.block_bytes)."""
+        cuts = kernels.block_bounds(s, e, v, self.block_bytes, self.block_count).tolist()
         blocks = self.dbs["blocks"]
         put = self.txn.put
         for i, j in zip(cuts[:-1], cuts[1:]):
@@ -752,12 +775,18 @@ class Txn:
 
     def encode_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray):
         """A GC-list as blocks, in put_blocks' form (fids, firsts, buf, offsets)."""
-        cuts = kernels.block_bounds(s, e, v, BLOCK_BYTES, BLOCK_SIZE).tolist()
+        cuts = kernels.block_bounds(s, e, v, self.block_bytes, self.block_count).tolist()
         parts = [encode_block(s[i:j], e[i:j], v[i:j]) for i, j in zip(cuts[:-1], cuts[1:])]
         offsets = np.zeros(len(parts) + 1, dtype=np.int64)
         offsets[1:] = np.cumsum([len(p) for p in parts])
         return (np.full(len(parts), fid, dtype=np.int64), s[cuts[:-1]],
                 np.frombuffer(b"".join(parts), dtype=np.uint8), offsets)
+
+    def encode_point_groups(self, addresses: np.ndarray, bounds: np.ndarray):
+        """New features' token lists as blocks (kernels.encode_point_groups at this
+        environment's block limits): (buf, offsets, group, first)."""
+        return kernels.encode_point_groups(addresses, bounds, self.block_bytes,
+                                           self.block_count)
 
     def put_blocks(self, fids, firsts, bufs, offsets) -> None:
         """Store the blocks of new features, whose ids are above every stored block's. Block

@@ -667,8 +667,7 @@ class Writer(Snapshot):
                     sel = np.concatenate([sorted_addrs[a:b] for a, b in zip(lo.tolist(),
                                                                                hi.tolist())])
                     gb = np.concatenate(([0], np.cumsum(hi - lo)))
-                buf, offs, grp, first = kernels.encode_point_groups(
-                    sel, gb, storage.BLOCK_BYTES, storage.BLOCK_SIZE)
+                buf, offs, grp, first = txn.encode_point_groups(sel, gb)
                 new_blocks.append((fids[groups][grp], first, buf, offs))
                 token_fids = set(fids[groups].tolist())
             self._tok_ids, self._tok_runs, self._tok_count = [], [], 0

@@ -451,3 +451,126 @@ def test_encode_point_groups_cuts_lists_into_point_blocks_within_the_budget():
         for g, want in enumerate(groups):
             got = np.concatenate([b[0] for b, gg in zip(blocks, grp) if gg == g])
             assert got.tolist() == want.tolist()
+
+
+# ---------------------------------------------------------------- block encodings (format 2)
+
+
+@st.composite
+def gc_lists(draw, max_size=300):
+    """A GC-list whose gaps and lengths come from one magnitude per list, so both byte
+    widths and bit-packing occur (and, with `big`, 8-byte numbers)."""
+    n = draw(st.integers(1, max_size))
+    gap_bits = draw(st.sampled_from([1, 4, 7, 8, 9, 15, 16, 17, 31, 33, 50, 58]))
+    len_bits = draw(st.sampled_from([0, 0, 3, 9, 20, 40]))
+    gaps = draw(st.lists(st.integers(1, (1 << gap_bits) - 1), min_size=n, max_size=n))
+    lengths = draw(st.lists(st.integers(0, (1 << len_bits) - 1) if len_bits else
+                            st.just(0), min_size=n, max_size=n))
+    s = np.cumsum(np.array(gaps, dtype=np.int64)) - 1
+    e = s + np.array(lengths, dtype=np.int64)
+    # lengths must not let a later interval nest in an earlier one
+    e = np.maximum.accumulate(e)
+    e[1:] = np.maximum(e[1:], e[:-1] + 1)
+    zero = draw(st.booleans())
+    v = np.zeros(n) if zero else np.array(draw(st.lists(
+        st.floats(allow_nan=False), min_size=n, max_size=n)), dtype=np.float64)
+    return s, e, v
+
+
+def _header_widths(buf):
+    return buf[1], buf[2]
+
+
+@settings(max_examples=150)
+@given(gc_lists())
+def test_block_round_trip_both_encodings(lst):
+    s, e, v = lst
+    buf = K.encode_block(s, e, v)
+    assert K.block_bytes(buf[:16]) == len(buf)
+    for w in _header_widths(buf):
+        assert w in (1, 2, 4, 8) or (w & 128 and 1 <= w & 127 <= 56)
+    got = K.decode_block(buf)
+    assert got[0].tolist() == s.tolist() and got[1].tolist() == e.tolist()
+    assert got[2].tolist() == v.tolist()
+
+
+def test_bit_packing_rule():
+    # gaps < 128: 7 bits save only 1/8 of one byte each: whole bytes
+    a = np.cumsum(np.full(100, 127)).astype(np.int64)
+    assert K.encode_block(a, a, np.zeros(100))[1] == 1
+    # gaps < 512: 9 bits against 2 bytes: packed
+    b = np.cumsum(np.full(100, 511)).astype(np.int64)
+    buf = K.encode_block(b, b, np.zeros(100))
+    assert buf[1] == 128 + 9 and len(buf) == 16 + (99 * 9 + 7) // 8
+    # lengths too
+    c = np.arange(100, dtype=np.int64) * 1000
+    buf = K.encode_block(c, c + 300, np.zeros(100))
+    assert buf[2] == 128 + 9
+
+
+@settings(max_examples=100)
+@given(gc_lists(max_size=2000), st.integers(40, 5000), st.integers(1, 9000))
+def test_block_bounds_cut_exactly_at_the_budget(lst, budget, max_count):
+    s, e, v = lst
+    cuts = K.block_bounds(s, e, v, budget, max_count).tolist()
+    assert cuts[0] == 0 and cuts[-1] == len(s)
+    bufs = []
+    for i, j in zip(cuts[:-1], cuts[1:]):
+        buf = K.encode_block(s[i:j], e[i:j], v[i:j])
+        assert j - i <= max_count
+        assert len(buf) <= budget or j - i == 1
+        if j < len(s) and j - i < max_count:   # one more interval would not have fit
+            assert len(K.encode_block(s[i:j + 1], e[i:j + 1], v[i:j + 1])) > budget
+        bufs.append(buf)
+    offsets = np.concatenate(([0], np.cumsum([len(b) for b in bufs])))
+    gs, ge, gv, points, zero = K.decode_blocks(b"".join(bufs), offsets)
+    assert gs.tolist() == s.tolist() and ge.tolist() == e.tolist()
+    assert zero == (not v.any()) and (zero or gv.tolist() == v.tolist())
+
+
+@settings(max_examples=60)
+@given(st.lists(gc_lists(max_size=200), min_size=1, max_size=6))
+def test_decode_blocks_mixes_encodings_points_and_values(lists):
+    # blocks of unrelated lists laid end to end, shifted so starts keep rising
+    bufs, want_s, want_e, want_v, base = [], [], [], [], 0
+    for s, e, v in lists:
+        s, e = s + base, e + base
+        base = int(e[-1]) + 1
+        bufs.append(K.encode_block(s, e, v))
+        want_s += s.tolist(); want_e += e.tolist(); want_v += v.tolist()
+    offsets = np.concatenate(([0], np.cumsum([len(b) for b in bufs])))
+    gs, ge, gv, points, zero = K.decode_blocks(b"".join(bufs), offsets)
+    assert gs.tolist() == want_s and ge.tolist() == want_e
+    assert points == all(w == s for w, s in zip(want_e, want_s))
+    assert (not any(want_v)) if zero else gv.tolist() == want_v
+
+
+@settings(max_examples=60)
+@given(st.lists(st.tuples(st.sampled_from([2, 100, 300, 70000, 1 << 20]),
+                          st.integers(1, 3000), st.integers(0, 3000), st.booleans()),
+                min_size=1, max_size=8))
+def test_append_point_groups_with_packed_and_byte_blocks(spec):
+    rng = np.random.default_rng(len(spec))
+    lasts, offsets, groups, bounds, want = [], [0], [], [0], []
+    for gap, n_old, n_new, has_last in spec:
+        old = np.cumsum(rng.integers(1, gap, n_old)).astype(np.int64)
+        if has_last:
+            old = old[:K.block_bounds(old, old, np.zeros(len(old)), 4080, 8192)[1]]
+        new = (old[-1] if has_last else 0) + np.cumsum(rng.integers(1, gap, n_new + 1))
+        block = K.encode_block(old, old, np.zeros(len(old))) if has_last else b""
+        lasts.append(block)
+        offsets.append(offsets[-1] + len(block))
+        groups.append(new)
+        bounds.append(bounds[-1] + len(new))
+        want.append((old if has_last else np.empty(0, np.int64), new, block))
+    buf, offs, grp, first, ok = K.append_point_groups(
+        b"".join(lasts), offsets, np.concatenate(groups), bounds, 4080, 8192)
+    assert ok.all()
+    for g, (old, new, block) in enumerate(want):
+        mine = [i for i in range(len(grp)) if grp[i] == g]
+        blocks = [K.decode_block(bytes(buf[offs[i]:offs[i + 1]])) for i in mine]
+        assert all(offs[i + 1] - offs[i] <= 4080 for i in mine)
+        got = np.concatenate([b[0] for b in blocks])
+        refilled = len(old) and len(block) < 4080 and len(old) < 8192
+        expect = np.concatenate((old, new)) if refilled else new
+        assert got.tolist() == expect.tolist()

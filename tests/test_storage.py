@@ -49,7 +49,8 @@ def test_block_round_trip_start_widths(width):
     starts = np.array([7, 7 + gap, 8 + gap, 8 + 2 * gap], dtype=np.int64)
     buf = storage.encode_block(starts, starts, np.zeros(4))
     flags, sw, _, n, first = header(buf)
-    assert (sw, n, first) == (width, 4, 7)
+    # 5e9 needs 33 bits: packed (13 bytes) beats 8-byte ints (24)
+    assert (sw, n, first) == ({8: 128 + 33}.get(width, width), 4, 7)
     assert flags == storage.FLAG_POINTS | storage.FLAG_ZERO
     s, e, v = storage.decode_block(buf)
     assert s.tolist() == starts.tolist() and e.tolist() == starts.tolist()
@@ -212,7 +213,40 @@ def test_many_transactions_match_the_reference(db):
                 written.append((p, q, v))
         assert intervals(db, "r") == reference_normalize(written)
     with db.read() as r:
-        assert len(r.intervals("r")) > storage.BLOCK_SIZE
+        # values take 8 bytes an interval: a block holds at most BLOCK_BYTES / 8 of them
+        assert len(r.intervals("r")) > 4 * storage.BLOCK_BYTES // 8
+    assert check(db) == []
+
+
+def test_full_blocks_fill_one_overflow_page_each(db):
+    """A big list's full blocks are cut to one LMDB overflow page (psize - 16 bytes, over
+    LMDB's inline limit), also when later batches add to it: each costs exactly one page
+    that is never split, and the leaves only hold their small stubs."""
+    rng = np.random.default_rng(5)
+    for batch in range(4):
+        with db.write() as w:   # "common" about every 20th token: ~40,000 postings
+            w.add_many([(" ".join("common" if k < 5 else f"x{k}"
+                                  for k in rng.integers(0, 100, 300)), f"d{batch}-{i}")
+                        for i in range(400)])
+    txn = storage.Txn(db._env, write=False)
+    try:
+        psize = db._env.env.stat()["psize"]
+        budget = storage.block_limits(psize)[0]
+        assert budget == psize - 16 == txn.block_bytes
+        fid = txn.feature_id("common")
+        sizes = [len(v) for _, s, v in txn.all_blocks() if _ == fid]
+        full = sizes[:-1]
+        assert len(full) >= 4 and all(budget - 16 < n <= budget for n in full)
+        stat = txn.txn.stat(db._env.dbs["blocks"])
+        inline = (psize - 16) // 2 - 2 - 8 - 16  # LMDB's nodemax less node header and key
+        sizes = [len(v) for _, _, v in txn.all_blocks()]
+        assert all(n <= budget for n in sizes)
+        assert stat["overflow_pages"] == sum(1 for n in sizes if n > inline) >= len(full)
+        assert stat["leaf_pages"] < stat["overflow_pages"]
+        s = txn.read_list(fid)[0]
+        assert len(s) > 20_000 and (np.diff(s) > 0).all()
+    finally:
+        txn.abort()
     assert check(db) == []
 
 

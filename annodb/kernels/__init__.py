@@ -1,16 +1,17 @@
 """The numba kernels (the only package that imports numba): the region algebra over
-GC-lists (algebra.py), the storage block codec (codec.py) and token offsets (text.py)."""
+GC-lists (algebra.py), the storage block codec (codec.py) and tokenizing (text.py)."""
 
 from .algebra import (both_of, contained_in, containing, drop_erased, followed_by,
                       is_gc_list, merge_ranges, normalize, not_contained_in, not_containing,
                       one_of, phrase, ssr, ssr_touched, top)
 from .text import intern_tokens, token_spans
-from .codec import (append_point_groups, block_bounds, decode_block, decode_blocks,
-                    encode_block, encode_point_groups, group_order)
+from .codec import (append_point_groups, block_bounds, block_bytes, decode_block,
+                    decode_blocks, encode_block, encode_point_groups, group_order)
 
 __all__ = [
     "normalize", "both_of", "one_of", "followed_by", "contained_in", "containing",
     "not_contained_in", "not_containing", "phrase", "ssr", "ssr_touched", "top", "drop_erased",
-    "merge_ranges", "is_gc_list", "encode_block", "decode_block", "decode_blocks", "encode_point_groups", "append_point_groups", "block_bounds", "group_order", "token_spans",
-    "intern_tokens",
+    "merge_ranges", "is_gc_list", "encode_block", "block_bytes", "decode_block",
+    "decode_blocks", "encode_point_groups", "append_point_groups", "block_bounds",
+    "group_order", "token_spans", "intern_tokens",
 ]

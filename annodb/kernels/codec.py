@@ -16,6 +16,9 @@ from .algebra import _floats, _pair
 _HEADER_SIZE = 16
 _FLAG_POINTS = 1
 _FLAG_ZERO = 2
+# a width byte PACKED | b: the numbers are bit-packed, b bits each (format 2; b <= 56)
+PACKED = 128
+MAX_PACKED_BITS = 56
 
 
 @njit(cache=True, nogil=True)
@@ -27,6 +30,36 @@ def _width_of(x):
     if x < 4294967296:
         return 4
     return 8
+
+
+@njit(cache=True, nogil=True)
+def _bits_of(x):
+    """Bits of the non-negative x (at least 1)."""
+    b = 1
+    while x >= 2:
+        x >>= 1
+        b += 1
+    return b
+
+
+@njit(cache=True, nogil=True)
+def _stream_width(largest, count):
+    """The width byte of a stream of `count` numbers whose largest is `largest`: its byte
+    width (1, 2, 4, 8), or PACKED | bits when bit-packing saves at least a quarter of the
+    bytes (packed numbers decode ~2x slower than whole bytes: not worth it for less)."""
+    width = _width_of(largest)
+    bits = _bits_of(largest)
+    if bits <= MAX_PACKED_BITS and ((bits * count + 7) >> 3) * 4 <= width * count * 3:
+        return PACKED | bits
+    return width
+
+
+@njit(cache=True, nogil=True)
+def _stream_bytes(code, count):
+    """Bytes of a stream of `count` numbers of width byte `code`."""
+    if code & PACKED:
+        return ((code & 127) * count + 7) >> 3
+    return code * count
 
 
 @njit(cache=True, nogil=True)
@@ -45,8 +78,27 @@ def _get_uint(buf, pos, width):
 
 @njit(cache=True, nogil=True)
 def _pack(out, pos, x, width):
-    """Write the non-negative int64s x as little-endian unsigned ints of `width` bytes."""
+    """Write the non-negative int64s x as little-endian unsigned ints of `width` bytes, or
+    bit-packed when width is PACKED | bits. Returns the position after them."""
     m = len(x)
+    if width & PACKED:
+        bits = width & 127
+        size = (bits * m + 7) >> 3
+        out[pos:pos + size] = 0
+        for i in range(m):
+            y = np.int64(x[i])
+            bit = i * bits
+            at = pos + (bit >> 3)
+            sh = bit & 7
+            out[at] |= (y & (255 >> sh)) << sh
+            y >>= 8 - sh
+            k = 8 - sh
+            while k < bits:
+                at += 1
+                out[at] = y & 255
+                y >>= 8
+                k += 8
+        return pos + size
     if width == 1:
         out[pos:pos + m] = x.astype(np.uint8)
     elif width == 2:
@@ -55,6 +107,7 @@ def _pack(out, pos, x, width):
         out[pos:pos + 4 * m] = x.astype(np.uint32).view(np.uint8)
     else:
         out[pos:pos + 8 * m] = x.astype(np.uint64).view(np.uint8)
+    return pos + width * m
 
 
 @njit(cache=True, nogil=True)
@@ -76,9 +129,11 @@ def _encode_block(s, e, v, lo, hi):
             g = s[i] - s[i - 1]
             if g > max_delta:
                 max_delta = g
-    sw = _width_of(max_delta)
-    lw = 1 if points else _width_of(max_len)
-    size = _HEADER_SIZE + (0 if zero else 8 * n) + sw * (n - 1) + (0 if points else lw * n)
+    sw = _stream_width(max_delta, n - 1)
+    lw = 1 if points else _stream_width(max_len, n)
+    size = _HEADER_SIZE + (0 if zero else 8 * n) + _stream_bytes(sw, n - 1)
+    if not points:
+        size += _stream_bytes(lw, n)
     out = np.empty(size, np.uint8)
     flags = (_FLAG_POINTS if points else 0) | (_FLAG_ZERO if zero else 0)
     out[0] = flags
@@ -92,8 +147,7 @@ def _encode_block(s, e, v, lo, hi):
         out[pos:pos + 8 * n] = v[lo:hi].copy().view(np.uint8)
         pos += 8 * n
     if n > 1:
-        _pack(out, pos, np.diff(s[lo:hi]), sw)
-        pos += sw * (n - 1)
+        pos = _pack(out, pos, np.diff(s[lo:hi]), sw)
     if not points:
         _pack(out, pos, e[lo:hi] - s[lo:hi], lw)
     return out
@@ -113,6 +167,40 @@ def _add_lengths(e, s, lengths):
 
 @njit(cache=True, nogil=True)
 def _unpack(s, e, buf, pos, width, count, lengths):
+    """Decode `count` numbers at buf[pos:] of `width` bytes (or PACKED | bits): the deltas
+    of s (s[0] given) or, with `lengths`, e = s + the numbers. Returns the position after
+    them."""
+    if width & PACKED:
+        bits = width & 127
+        size = (bits * count + 7) >> 3
+        # aligned little-endian 64-bit words (one spare), read in order through a bit
+        # buffer: number i is bits i*bits.. of them
+        words = np.zeros((size >> 3) + 2, np.uint64)
+        words.view(np.uint8)[:size] = buf[pos:pos + size]
+        mask = (np.uint64(1) << np.uint64(bits)) - np.uint64(1)
+        ubits = np.uint64(bits)
+        acc = np.uint64(0)
+        have = 0
+        w = 0
+        at = s[0]
+        for i in range(count):
+            if have >= bits:
+                x = np.int64(acc & mask)
+                acc >>= ubits
+                have -= bits
+            else:
+                nxt = words[w]
+                w += 1
+                x = np.int64((acc | (nxt << np.uint64(have))) & mask)
+                used = bits - have
+                acc = nxt >> np.uint64(used)
+                have = 64 - used
+            if lengths:
+                e[i] = s[i] + x
+            else:
+                at += x
+                s[i + 1] = at
+        return pos + size
     # the widths' views: a copy makes the slice aligned for the view
     raw = buf[pos:pos + width * count].copy()
     if width == 1:
@@ -139,30 +227,59 @@ def _unpack(s, e, buf, pos, width, count, lengths):
             _add_lengths(e, s, d8)
         else:
             _prefix_sum(s, d8)
+    return pos + width * count
+
+
+@njit(cache=True, nogil=True)
+def _decode_into(buf, s, e, v, with_e, with_v):
+    """Decode the block buf into s, e, v (arrays of its length; e only when with_e, v only
+    when with_v)."""
+    flags = buf[0]
+    sw = np.int64(buf[1])
+    lw = np.int64(buf[2])
+    n = len(s)
+    pos = _HEADER_SIZE
+    if not (flags & _FLAG_ZERO):
+        if with_v:
+            v[:] = buf[pos:pos + 8 * n].copy().view(np.float64)
+        pos += 8 * n
+    elif with_v:
+        v[:] = 0.0
+    s[0] = _get_uint(buf, 8, 8)
+    if n > 1:
+        pos = _unpack(s, s, buf, pos, sw, n - 1, False)
+    if with_e:
+        if flags & _FLAG_POINTS:
+            e[:] = s
+        else:
+            _unpack(s, e, buf, pos, lw, n, True)
 
 
 @njit(cache=True, nogil=True)
 def _decode_block(buf):
-    flags = buf[0]
-    sw = np.int64(buf[1])
-    lw = np.int64(buf[2])
     n = _get_uint(buf, 4, 4)
-    pos = _HEADER_SIZE
-    v = np.zeros(n, np.float64)
-    if not (flags & _FLAG_ZERO):
-        v[:] = buf[pos:pos + 8 * n].copy().view(np.float64)
-        pos += 8 * n
     s = np.empty(n, np.int64)
-    s[0] = _get_uint(buf, 8, 8)
-    if n > 1:
-        _unpack(s, s, buf, pos, sw, n - 1, False)
-        pos += sw * (n - 1)
-    if flags & _FLAG_POINTS:
-        e = s.copy()
-    else:
-        e = np.empty(n, np.int64)
-        _unpack(s, e, buf, pos, lw, n, True)
+    v = np.empty(n, np.float64)
+    if buf[0] & _FLAG_POINTS:
+        _decode_into(buf, s, s, v, False, True)
+        return s, s.copy(), v
+    e = np.empty(n, np.int64)
+    _decode_into(buf, s, e, v, True, True)
     return s, e, v
+
+
+def block_bytes(header: bytes) -> int | None:
+    """The size a block's 16-byte header says it has, or None for unknown widths."""
+    flags, sw, lw, n = header[0], header[1], header[2], int.from_bytes(header[4:8], "little")
+    for w in (sw, lw):
+        if not (w in (1, 2, 4, 8) or (w & PACKED and 1 <= w & 127 <= MAX_PACKED_BITS)):
+            return None
+    size = _HEADER_SIZE + int(_stream_bytes(sw, n - 1)) if n >= 1 else _HEADER_SIZE
+    if not flags & _FLAG_ZERO:
+        size += 8 * n
+    if not flags & _FLAG_POINTS:
+        size += int(_stream_bytes(lw, n))
+    return size
 
 
 def encode_block(starts, ends, values) -> bytes:
@@ -195,26 +312,28 @@ def encode_point_groups(addresses, bounds, budget: int, max_count: int):
 @njit(cache=True, nogil=True)
 def _block_end(s, e, v, lo, hi, budget, max_count):
     """The end (exclusive) of the block that starts at lo: as many intervals as fit in
-    `budget` encoded bytes (at least one), at most max_count."""
+    `budget` encoded bytes (at least one), at most max_count. The size it tests is exactly
+    what _encode_block writes (the same widths from the same maxima)."""
     zero = v[lo] == 0.0
     points = e[lo] == s[lo]
-    sw = 1
-    lw = _width_of(e[lo] - s[lo])
+    max_delta = 0
+    max_len = e[lo] - s[lo]
     i = lo + 1
     while i < hi and i - lo < max_count:
-        nsw = max(sw, _width_of(s[i] - s[i - 1]))
+        nmax_delta = max(max_delta, s[i] - s[i - 1])
+        d = e[i] - s[i]
+        nmax_len = max(max_len, d)
         nzero = zero and v[i] == 0.0
-        npoints = points and e[i] == s[i]
-        nlw = max(lw, _width_of(e[i] - s[i]))
+        npoints = points and d == 0
         count = i - lo + 1
-        size = _HEADER_SIZE + nsw * (count - 1)
+        size = _HEADER_SIZE + _stream_bytes(_stream_width(nmax_delta, count - 1), count - 1)
         if not nzero:
             size += 8 * count
         if not npoints:
-            size += nlw * count
+            size += _stream_bytes(_stream_width(nmax_len, count), count)
         if size > budget:
             break
-        sw, zero, points, lw = nsw, nzero, npoints, nlw
+        max_delta, zero, points, max_len = nmax_delta, nzero, npoints, nmax_len
         i += 1
     return i
 
@@ -259,13 +378,10 @@ def _decode_blocks(buf, offsets):
     v = np.zeros(0 if zero else total, np.float64)
     at = 0
     for b in range(len(offsets) - 1):
-        bs, be, bv = _decode_block(buf[offsets[b]:offsets[b + 1]])
-        n = len(bs)
-        s[at:at + n] = bs
-        if not points:
-            e[at:at + n] = be
-        if not zero:
-            v[at:at + n] = bv
+        block = buf[offsets[b]:offsets[b + 1]]
+        n = _get_uint(block, 4, 4)
+        _decode_into(block, s[at:at + n], e[at:at + n], v[at:at + n] if not zero else v,
+                     not points, not zero)
         at += n
     return s, e, v, points, zero
 
