@@ -34,10 +34,25 @@ def _width_of(x):
 
 @njit(cache=True, nogil=True)
 def _bits_of(x):
-    """Bits of the non-negative x (at least 1)."""
+    """Bits of the non-negative x (at least 1): a binary search, not a loop per bit (block
+    cutting asks at every interval)."""
     b = 1
-    while x >= 2:
-        x >>= 1
+    if x >= 4294967296:
+        x >>= 32
+        b += 32
+    if x >= 65536:
+        x >>= 16
+        b += 16
+    if x >= 256:
+        x >>= 8
+        b += 8
+    if x >= 16:
+        x >>= 4
+        b += 4
+    if x >= 4:
+        x >>= 2
+        b += 2
+    if x >= 2:
         b += 1
     return b
 
@@ -111,7 +126,8 @@ def _pack(out, pos, x, width):
 
 
 @njit(cache=True, nogil=True)
-def _encode_block(s, e, v, lo, hi):
+def _block_shape(s, e, v, lo, hi):
+    """(size, flags, start width, length width) of the block of intervals lo..hi-1."""
     n = hi - lo
     zero = True
     points = True
@@ -134,22 +150,36 @@ def _encode_block(s, e, v, lo, hi):
     size = _HEADER_SIZE + (0 if zero else 8 * n) + _stream_bytes(sw, n - 1)
     if not points:
         size += _stream_bytes(lw, n)
-    out = np.empty(size, np.uint8)
     flags = (_FLAG_POINTS if points else 0) | (_FLAG_ZERO if zero else 0)
-    out[0] = flags
-    out[1] = sw
-    out[2] = lw
-    out[3] = 0
-    _put_uint(out, 4, n, 4)
-    _put_uint(out, 8, s[lo], 8)
-    pos = _HEADER_SIZE
-    if not zero:
+    return size, flags, sw, lw
+
+
+@njit(cache=True, nogil=True)
+def _encode_into(out, pos, s, e, v, lo, hi, flags, sw, lw):
+    """Write the block of intervals lo..hi-1 (shaped by _block_shape) at out[pos:]."""
+    n = hi - lo
+    out[pos] = flags
+    out[pos + 1] = sw
+    out[pos + 2] = lw
+    out[pos + 3] = 0
+    _put_uint(out, pos + 4, n, 4)
+    _put_uint(out, pos + 8, s[lo], 8)
+    pos += _HEADER_SIZE
+    if not (flags & _FLAG_ZERO):
         out[pos:pos + 8 * n] = v[lo:hi].copy().view(np.uint8)
         pos += 8 * n
     if n > 1:
         pos = _pack(out, pos, np.diff(s[lo:hi]), sw)
-    if not points:
-        _pack(out, pos, e[lo:hi] - s[lo:hi], lw)
+    if not (flags & _FLAG_POINTS):
+        pos = _pack(out, pos, e[lo:hi] - s[lo:hi], lw)
+    return pos
+
+
+@njit(cache=True, nogil=True)
+def _encode_block(s, e, v, lo, hi):
+    size, flags, sw, lw = _block_shape(s, e, v, lo, hi)
+    out = np.empty(size, np.uint8)
+    _encode_into(out, 0, s, e, v, lo, hi, flags, sw, lw)
     return out
 
 
@@ -445,23 +475,24 @@ def _append_point_groups(last_buf, last_offsets, addrs, bounds, budget, max_coun
             group[nb] = g
             nb += 1
             lo = hi
-    parts_size = 0
-    encoded = []
-    for b in range(nb):
-        enc = _encode_block(s, e, v, lows[b], highs[b])
-        encoded.append(enc)
-        parts_size += len(enc)
-    buf = np.empty(parts_size, np.uint8)
+    # sizes first, then every block encoded in place in one buffer
     offsets = np.empty(nb + 1, np.int64)
-    first = np.empty(nb, np.int64)
+    shapes = np.empty((nb, 3), np.int64)
     pos = 0
     for b in range(nb):
-        enc = encoded[b]
+        size, flags, sw, lw = _block_shape(s, e, v, lows[b], highs[b])
         offsets[b] = pos
-        buf[pos:pos + len(enc)] = enc
-        first[b] = s[lows[b]]
-        pos += len(enc)
+        shapes[b, 0] = flags
+        shapes[b, 1] = sw
+        shapes[b, 2] = lw
+        pos += size
     offsets[nb] = pos
+    buf = np.empty(pos, np.uint8)
+    first = np.empty(nb, np.int64)
+    for b in range(nb):
+        _encode_into(buf, offsets[b], s, e, v, lows[b], highs[b], shapes[b, 0], shapes[b, 1],
+                     shapes[b, 2])
+        first[b] = s[lows[b]]
     return buf, offsets, group[:nb].copy(), first, ok
 
 
