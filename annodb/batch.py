@@ -26,7 +26,7 @@ class Batch:
     field_begin: np.ndarray   # int64 per field (all documents' fields in order): its text is
     field_end: np.ndarray     # joined[field_begin[f]:field_end[f]]
     field_tokens: np.ndarray  # int64 per field: its token count
-    kinds: np.ndarray     # int64 per token, in order: its word, names[kinds[i]]
+    kinds: np.ndarray     # int32 (int64 if need be) per token: its word, names[kinds[i]]
     names: list           # the distinct folded words, in order of first appearance
 
     def __len__(self) -> int:
@@ -68,6 +68,8 @@ def make(docs: list) -> Batch:
     np.cumsum(lengths + 1, out=begins[1:])  # fields joined by newlines
     joined = "\n".join(texts)
     starts, kinds, names = tokenizer.distinct_tokens(joined)
+    if len(names) < 2**31:
+        kinds = kinds.astype(np.int32)  # half the bytes to hand to the writer process
     # a token never spans a newline, so field f's tokens are those starting in its text
     firsts = np.searchsorted(starts, begins)
     docs = [(d[0], [(short, path) for short, path, _ in d[1]], d[2], d[3]) for d in docs]
