@@ -155,8 +155,32 @@ def _block_shape(s, e, v, lo, hi):
 
 
 @njit(cache=True, nogil=True)
+def _put_number(out, pos, i, y, width):
+    """Write number i (y >= 0) of a stream at out[pos:] of `width` bytes or PACKED | bits
+    (a packed stream's bytes must be zeroed first)."""
+    if width & PACKED:
+        bits = width & 127
+        bit = i * bits
+        at = pos + (bit >> 3)
+        sh = bit & 7
+        out[at] |= (y & (255 >> sh)) << sh
+        y >>= 8 - sh
+        k = 8 - sh
+        while k < bits:
+            at += 1
+            out[at] = y & 255
+            y >>= 8
+            k += 8
+    else:
+        at = pos + i * width
+        for b in range(width):
+            out[at + b] = (y >> (8 * b)) & 255
+
+
+@njit(cache=True, nogil=True)
 def _encode_into(out, pos, s, e, v, lo, hi, flags, sw, lw):
-    """Write the block of intervals lo..hi-1 (shaped by _block_shape) at out[pos:]."""
+    """Write the block of intervals lo..hi-1 (shaped by _block_shape) at out[pos:]; returns
+    the position after it. No temporary arrays: ingest encodes ~100k small blocks a flush."""
     n = hi - lo
     out[pos] = flags
     out[pos + 1] = sw
@@ -169,9 +193,19 @@ def _encode_into(out, pos, s, e, v, lo, hi, flags, sw, lw):
         out[pos:pos + 8 * n] = v[lo:hi].copy().view(np.uint8)
         pos += 8 * n
     if n > 1:
-        pos = _pack(out, pos, np.diff(s[lo:hi]), sw)
+        size = _stream_bytes(sw, n - 1)
+        if sw & PACKED:
+            out[pos:pos + size] = 0
+        for i in range(n - 1):
+            _put_number(out, pos, i, s[lo + i + 1] - s[lo + i], sw)
+        pos += size
     if not (flags & _FLAG_POINTS):
-        pos = _pack(out, pos, e[lo:hi] - s[lo:hi], lw)
+        size = _stream_bytes(lw, n)
+        if lw & PACKED:
+            out[pos:pos + size] = 0
+        for i in range(n):
+            _put_number(out, pos, i, e[lo + i] - s[lo + i], lw)
+        pos += size
     return pos
 
 
@@ -231,6 +265,14 @@ def _unpack(s, e, buf, pos, width, count, lengths):
                 at += x
                 s[i + 1] = at
         return pos + size
+    if count <= 32:  # a short stream: read in place (the copy below costs more)
+        for i in range(count):
+            x = _get_uint(buf, pos + i * width, width)
+            if lengths:
+                e[i] = s[i] + x
+            else:
+                s[i + 1] = s[i] + x
+        return pos + width * count
     # the widths' views: a copy makes the slice aligned for the view
     raw = buf[pos:pos + width * count].copy()
     if width == 1:
@@ -445,16 +487,14 @@ def _append_point_groups(last_buf, last_offsets, addrs, bounds, budget, max_coun
     for g in range(n_groups):
         starts[g] = at
         lo, hi = last_offsets[g], last_offsets[g + 1]
-        if hi > lo:
-            bs, be, bv = _decode_block(last_buf[lo:hi])
-            m = len(bs)
-            if not (bs[m - 1] < addrs[bounds[g]] and be[m - 1] < addrs[bounds[g]]):
+        if hi > lo:  # decoded in place; kept (refilled) only when it has room
+            block = last_buf[lo:hi]
+            m = _get_uint(block, 4, 4)
+            _decode_into(block, s[at:at + m], e[at:at + m], v[at:at + m], True, True)
+            if not (s[at + m - 1] < addrs[bounds[g]] and e[at + m - 1] < addrs[bounds[g]]):
                 ok[g] = False  # not an append: the caller merges this one
                 continue
             if m < max_count and hi - lo < budget:  # refill the last block
-                s[at:at + m] = bs
-                e[at:at + m] = be
-                v[at:at + m] = bv
                 at += m
         n = bounds[g + 1] - bounds[g]
         s[at:at + n] = addrs[bounds[g]:bounds[g + 1]]
