@@ -323,6 +323,10 @@ class _Entry:
         return i if i >= 0 and self.ends[i] >= address else -1
 
 
+_Entry.EMPTY = _Entry.__new__(_Entry)  # no documents (an entry that does not decode)
+_Entry.EMPTY.starts, _Entry.EMPTY.ends, _Entry.EMPTY.raws, _Entry.EMPTY.docnos = [], [], [], []
+
+
 class Vocab(dict):
     """Feature name -> id for this process's writers (ids never change once committed; a
     writer that aborts removes the names it added). A miss asks the current writer, so the
@@ -936,7 +940,10 @@ class Txn:
         db = self.dbs["docs"]
         with self.txn.cursor(db=db) as cur:
             if cur.last():
-                last = _Entry(cur.value())
+                try:
+                    last = _Entry(cur.value())
+                except Exception:  # damaged (check reports it): leave it as it is
+                    last = _Entry.EMPTY
                 if (sum(map(len, last.raws)) < GROUP_BYTES and len(last.raws) < GROUP_DOCS
                         and last.starts and last.ends[-1] < starts[0]):
                     cur.delete()  # refilled: its documents are written again below

@@ -300,3 +300,15 @@ def test_random_adds_and_deletes_match_a_model(tmp_path_factory, ops):
                         if first.start <= d.start and d.end <= last.end:
                             del model[d.docno]
             assert_lookups(db, model)
+
+
+def test_a_damaged_last_group_is_left_alone_by_writes(db):
+    _one_group(db, 3)
+    txn = storage.Txn(db._env, write=True)
+    txn.txn.put(storage.u64(0), b"\x02not zlib", db=txn.dbs["docs"])
+    txn.commit()
+    with db.write() as w:                          # no refill of what does not decode
+        w.add("still writable", docno="later")
+    with db.read() as r:
+        assert r.document("later").text == "still writable"
+    assert any("the group at 0 does not decode" in p for p in check(db))
