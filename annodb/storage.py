@@ -317,6 +317,12 @@ class _Entry:
     def doc(self, i: int) -> Document:
         return _doc_decoder.decode(self.raws[i])
 
+    def copy(self) -> "_Entry":
+        other = _Entry.__new__(_Entry)
+        other.starts, other.ends = list(self.starts), list(self.ends)
+        other.raws, other.docnos = list(self.raws), list(self.docnos)
+        return other
+
     def find(self, address: int) -> int:
         """The index of the document holding `address`, or -1."""
         i = bisect.bisect_right(self.starts, address) - 1
@@ -566,8 +572,10 @@ class Txn:
         self._append_cursor = None
         self._counts: dict[int, int] = {}  # list length changes of this transaction
         self._entries: dict[bytes, _Entry] = {}  # decoded docs entries (see _entry)
+        self._pending = None  # (key, entry): a group delete_doc has not rewritten yet
 
     def commit(self) -> None:
+        self._flush_deletions()
         self._close_cursors()
         if self._counts:
             pack = _U64.pack
@@ -933,6 +941,7 @@ class Txn:
         this thread goes on."""
         if not docs:
             return
+        self._flush_deletions()
         self._entries.clear()
         encode = _doc_encoder.encode
         raws = [encode(d) for d in docs]
@@ -966,26 +975,44 @@ class Txn:
 
     def delete_doc(self, doc: Document) -> None:
         """Delete a stored document: its group is rewritten without it under the same key
-        (deleted when it empties)."""
-        self._entries.clear()
-        with self.txn.cursor(db=self.dbs["docs"]) as cur:
-            key, entry = self._entry_at(cur, doc.start)
-            if entry is not None:
-                i = entry.find(doc.start)
-                if i >= 0 and entry.starts[i] == doc.start:
-                    rest = entry.raws[:i] + entry.raws[i + 1:]
-                    if rest:  # (only a group holds more than one)
-                        cur.put(key, _group(rest))
-                    else:
-                        cur.delete()
-            self._entries.clear()
+        (deleted when it empties). The rewrite waits until a deletion from another group,
+        a docs read or write, or the commit, so deleting a run of documents (an erase)
+        rewrites each group once."""
+        pending = self._pending
+        if pending is not None:
+            i = pending[1].find(doc.start)
+            if i < 0 or pending[1].starts[i] != doc.start:
+                self._flush_deletions()
+                pending = None
+        if pending is None:
+            with self.txn.cursor(db=self.dbs["docs"]) as cur:
+                key, entry = self._entry_at(cur, doc.start)
+            i = -1 if entry is None else entry.find(doc.start)
+            if i >= 0 and entry.starts[i] == doc.start:
+                pending = self._pending = (key, entry.copy())
+                self._entries.pop(key, None)
+        if pending is not None:
+            entry = pending[1]
+            for part in (entry.starts, entry.ends, entry.raws, entry.docnos):
+                del part[i]
         self.txn.delete(doc.docno.encode(), db=self.dbs["docnos"])
+
+    def _flush_deletions(self) -> None:
+        """Write the group delete_doc left pending."""
+        if self._pending is not None:
+            key, entry = self._pending
+            self._pending = None
+            if entry.raws:  # (only a group holds more than one)
+                self.txn.put(key, _group(entry.raws), db=self.dbs["docs"])
+            else:
+                self.txn.delete(key, db=self.dbs["docs"])
 
     def doc_start(self, docno: str) -> int | None:
         raw = self.txn.get(utf8(docno, "docno"), db=self.dbs["docnos"])
         return None if raw is None else from_u64(raw)
 
     def doc_at_start(self, start: int) -> Document | None:
+        self._flush_deletions()
         with self.txn.cursor(db=self.dbs["docs"]) as cur:
             _, entry = self._entry_at(cur, start)
         if entry is None:
@@ -995,6 +1022,7 @@ class Txn:
 
     def doc_containing(self, address: int) -> Document | None:
         """The document whose address range holds `address`."""
+        self._flush_deletions()
         with self.txn.cursor(db=self.dbs["docs"]) as cur:
             _, entry = self._entry_at(cur, address)
         if entry is None:
@@ -1004,6 +1032,7 @@ class Txn:
 
     def docs_overlapping(self, p: int, q: int):
         """Documents whose range overlaps [p, q], in address order."""
+        self._flush_deletions()
         with self.txn.cursor(db=self.dbs["docs"]) as cur:
             found = cur.set_range(u64(p + 1))
             found = cur.prev() if found else cur.last()
@@ -1019,6 +1048,7 @@ class Txn:
 
     def docs(self):
         """Every document, in address order."""
+        self._flush_deletions()
         with self.txn.cursor(db=self.dbs["docs"]) as cur:
             for _, value in cur:
                 yield from decode_docs(value)
@@ -1035,6 +1065,7 @@ class Txn:
 
     def docs_entries(self):
         """(key, raw value) of every docs entry, in key order (for check)."""
+        self._flush_deletions()
         with self.txn.cursor(db=self.dbs["docs"]) as cur:
             for k, v in cur:
                 yield k, v

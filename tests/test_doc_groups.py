@@ -267,39 +267,66 @@ def test_format_1_database_takes_groups_and_reads_mixed(tmp_path):
 # ---------------------------------------------------------------- random, against a model
 
 
-@settings(max_examples=30, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.one_of(
+_OP = st.one_of(
     st.tuples(st.just("add"), st.lists(st.integers(1, 400), min_size=1, max_size=30)),
     st.tuples(st.just("delete"), st.integers(0, 10_000)),
-    st.tuples(st.just("erase"), st.integers(0, 10_000), st.integers(0, 60))),
-    min_size=1, max_size=12))
-def test_random_adds_and_deletes_match_a_model(tmp_path_factory, ops):
+    st.tuples(st.just("erase"), st.integers(0, 10_000), st.integers(0, 60)),
+    st.tuples(st.just("read"), st.integers(0, 10_000)))
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.lists(_OP, min_size=1, max_size=5), min_size=1, max_size=8))
+def test_random_adds_and_deletes_match_a_model(tmp_path_factory, batches):
+    """Each batch is one writer: reads inside it see its own adds and deletions."""
     path = tmp_path_factory.mktemp("h") / "h.db"
     model: dict[str, str] = {}
     n = 0
     with annodb.open(path, timeout=5) as db:
-        for op in ops:
+        for ops in batches:
             with db.write() as w:
-                if op[0] == "add":
-                    for words in op[1]:
-                        text = text_of(n, words)
-                        w.add(text, docno=f"d{n}")
-                        model[f"d{n}"] = text
-                        n += 1
-                elif op[0] == "delete" and model:
-                    docno = list(model)[op[1] % len(model)]
-                    assert w.delete(docno)
-                    del model[docno]
-                elif op[0] == "erase" and model:
-                    docs = list(w.documents())
-                    first = docs[op[1] % len(docs)]
-                    last = docs[min(op[1] % len(docs) + op[2], len(docs) - 1)]
-                    w.erase(first.start, last.end)
-                    for d in docs:
-                        if first.start <= d.start and d.end <= last.end:
-                            del model[d.docno]
+                for op in ops:
+                    if op[0] == "add":
+                        for words in op[1]:
+                            text = text_of(n, words)
+                            w.add(text, docno=f"d{n}")
+                            model[f"d{n}"] = text
+                            n += 1
+                    elif op[0] == "delete" and model:
+                        docno = list(model)[op[1] % len(model)]
+                        assert w.delete(docno)
+                        del model[docno]
+                    elif op[0] == "erase" and model:
+                        docs = list(w.documents())
+                        first = docs[op[1] % len(docs)]
+                        last = docs[min(op[1] % len(docs) + op[2], len(docs) - 1)]
+                        w.erase(first.start, last.end)
+                        for d in docs:
+                            if first.start <= d.start and d.end <= last.end:
+                                del model[d.docno]
+                    elif op[0] == "read" and model:
+                        docno = list(model)[op[1] % len(model)]
+                        d = w.document(docno)
+                        assert d.text == model[docno] and w.document_at(d.end) == d
+                assert [d.docno for d in w.documents()] == list(model)
             assert_lookups(db, model)
+
+
+def test_deletions_in_one_writer_across_groups_and_back(db):
+    with db.write() as w:
+        for i in range(200):
+            w.add(text_of(i, 6), docno=f"d{i}")
+    model = {f"d{i}": text_of(i, 6) for i in range(200)}
+    order = ["d3", "d150", "d4", "d199", "d0", "d151", "d5", "d1", "d2"]
+    with db.write() as w:
+        for docno in order:
+            gone = w.document(docno)
+            assert w.delete(docno)
+            del model[docno]
+            assert w.document_at(gone.start) is None and w.document_at(gone.end) is None
+            assert list(w._txn.docs_overlapping(gone.start, gone.end)) == []
+        assert [d.docno for d in w.documents()] == list(model)
+    assert_lookups(db, model)
 
 
 def test_a_damaged_last_group_is_left_alone_by_writes(db):
