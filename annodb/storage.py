@@ -920,7 +920,7 @@ class Txn:
         if found is None:
             found = _Entry(value)
             if len(entries) >= GROUP_CACHE:
-                del entries[next(iter(entries))]
+                entries.pop(next(iter(entries), None), None)
             entries[key] = found
         return found
 
