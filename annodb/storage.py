@@ -33,6 +33,8 @@ so LMDB's byte order is numeric order; addresses are >= 0):
               Format 2 writes consecutive documents of one put as groups of about
               GROUP_BYTES of msgpack (at most GROUP_DOCS), refilling the last group when it
               is not full; a document that would be a group of one is written as tag 0/1.
+              A value too long for a leaf page (a long document) takes the documents
+              after it into its group while it still fits its LMDB overflow pages.
     docnos    docno (utf-8) -> first address (u64)
     erased    first address (u64) -> last address (u64): erased ranges, disjoint and merged.
               Annotations lying inside an erased range are invisible to every read.
@@ -92,6 +94,7 @@ COMPRESS_OVER = 1024  # documents whose msgpack is at least this long are zlib-c
 # 20 us with 2 KB groups and 24 with 3 KB, against 6 in format 1 (zlib's inflate dominates).
 GROUP_BYTES = 2048
 GROUP_DOCS = 64
+FILL_TRIES = 3  # compressions to find how many documents fill an overflow value
 GROUP_CACHE = 8  # decoded groups a transaction keeps (the top hits often share groups)
 TAG_DOC, TAG_ZDOC, TAG_GROUP = 0, 1, 2
 
@@ -239,23 +242,57 @@ def encode_doc(doc: Document) -> bytes:
     return _single(_doc_encoder.encode(doc))
 
 
-def _cut_groups(raws: list[bytes]) -> list[tuple[int, int]]:
-    """Cut consecutive documents' msgpack into groups [i, j): each at most GROUP_DOCS
-    documents and GROUP_BYTES bytes, or one document alone."""
-    cuts = []
-    i, n = 0, len(raws)
-    while i < n:
+def _leaf_max(psize: int) -> int:
+    """The longest docs value LMDB keeps in a leaf page of `psize` bytes (an 8-byte key);
+    a longer one gets overflow pages of its own (LMDB's me_nodemax, less the node header
+    and key)."""
+    return (((psize - 16) // 2) & -2) - 2 - 16
+
+
+def _encode_run(raws: list, lo: int, hi: int, psize: int) -> list[tuple[int, bytes]]:
+    """(index of its first document, value) of the entries documents lo..hi-1 (given as
+    their msgpack) are stored in: groups of at most GROUP_DOCS documents and GROUP_BYTES
+    bytes, or one document alone (tag 0/1). A value too long for a leaf page gets
+    overflow pages of its own, the last one partly empty: it takes the documents after it
+    while it still fits those pages (at most GROUP_DOCS)."""
+    out = []
+    leaf_max = _leaf_max(psize)
+    marginal = 0.3  # compressed bytes per msgpack byte of a document added (learnt)
+    i = lo
+    while i < hi:
         j, size = i + 1, len(raws[i])
-        while j < n and j - i < GROUP_DOCS and size + len(raws[j]) <= GROUP_BYTES:
+        while j < hi and j - i < GROUP_DOCS and size + len(raws[j]) <= GROUP_BYTES:
             size += len(raws[j])
             j += 1
-        cuts.append((i, j))
+        value = _single(raws[i]) if j - i == 1 else _group(raws[i:j])
+        if len(value) > leaf_max:
+            cap = -(-(len(value) + 16) // psize) * psize - 16  # its pages' room (16: header)
+            tries = FILL_TRIES
+            while j < hi and j - i < GROUP_DOCS and tries and cap - len(value) > psize // 16:
+                tries -= 1
+                k, extra = j + 1, len(raws[j])  # try at least one more
+                while (k < hi and k - i < GROUP_DOCS
+                       and len(value) + (extra + len(raws[k])) * marginal <= cap):
+                    extra += len(raws[k])
+                    k += 1
+                longer = _group(raws[i:k])
+                if len(longer) > cap and tries and k > j + 1:
+                    tries -= 1  # guessed too many: try what the last guess says fits
+                    used = (len(longer) - len(value)) / extra
+                    k, extra = j, 0
+                    while k < hi and len(value) + (extra + len(raws[k])) * used <= cap:
+                        extra += len(raws[k])
+                        k += 1
+                    if k == j:
+                        break
+                    longer = _group(raws[i:k])
+                if len(longer) > cap:
+                    break
+                marginal = max((len(longer) - len(value)) / sum(map(len, raws[j:k])), 0.02)
+                value, j = longer, k
+        out.append((i, value))
         i = j
-    return cuts
-
-
-def _encode_groups(raws: list[bytes], cuts: list[tuple[int, int]]) -> list[bytes]:
-    return [_single(raws[i]) if j - i == 1 else _group(raws[i:j]) for i, j in cuts]
+    return out
 
 
 _executor = None
@@ -958,15 +995,14 @@ class Txn:
                     cur.delete()  # refilled: its documents are written again below
                     raws = [bytes(r) for r in last.raws] + raws
                     starts = last.starts + starts
-            cuts = _cut_groups(raws)
-            if len(cuts) >= 16:
-                half = len(cuts) // 2
-                other = _pool().submit(_encode_groups, raws, cuts[half:])
-                values = _encode_groups(raws, cuts[:half]) + other.result()
+            psize = self.txn.stat(db)["psize"]
+            if len(raws) >= 64:
+                half = len(raws) // 2
+                other = _pool().submit(_encode_run, raws, half, len(raws), psize)
+                entries = _encode_run(raws, 0, half, psize) + other.result()
             else:
-                values = _encode_groups(raws, cuts)
-            cur.putmulti([(u64(starts[i]), v) for (i, _), v in zip(cuts, values)],
-                         append=True)
+                entries = _encode_run(raws, 0, len(raws), psize)
+            cur.putmulti([(u64(starts[i]), v) for i, v in entries], append=True)
 
     def put_docnos(self, items: list[tuple[str, int]]) -> None:
         """Map docnos to document starts (sorted items insert into fuller pages)."""

@@ -71,12 +71,14 @@ def test_groups_round_trip(db):
     model = {}
     with db.write() as w:
         for i in range(300):
-            text = long_text if i in (5, 150, 151) else text_of(i, 1 + i % 7)
+            text = long_text if i in (5, 150, 151, 299) else text_of(i, 1 + i % 7)
             w.add(text, docno=f"d{i}")
             model[f"d{i}"] = text
     found = entries(db)
     tags = {tag for _, tag, _ in found}
-    assert storage.TAG_GROUP in tags and storage.TAG_ZDOC in tags
+    assert storage.TAG_GROUP in tags and storage.TAG_ZDOC in tags   # the last one is alone
+    assert found[-1][1:] == (storage.TAG_ZDOC, ["d299"])
+    assert any(docnos[0] == "d5" and len(docnos) > 1 for _, _, docnos in found)
     assert sum(len(d) for _, _, d in found) == 300
     assert all(len(d) <= storage.GROUP_DOCS for _, _, d in found)
     for key, tag, docnos in found:
@@ -339,3 +341,38 @@ def test_a_damaged_last_group_is_left_alone_by_writes(db):
     with db.read() as r:
         assert r.document("later").text == "still writable"
     assert any("the group at 0 does not decode" in p for p in check(db))
+
+
+def test_leaf_max_is_where_lmdb_starts_overflow_pages(tmp_path):
+    import lmdb
+    env = lmdb.open(str(tmp_path / "raw"), max_dbs=8, map_size=1 << 26)
+    psize = env.stat()["psize"]
+    limit = storage._leaf_max(psize)
+    for size, overflow in ((limit, 0), (limit + 1, 1), (2 * psize - 16, 2), (2 * psize - 15, 3)):
+        db = env.open_db(f"d{size}".encode())
+        with env.begin(write=True) as txn:
+            txn.put(storage.u64(0), b"x" * size, db=db)
+            assert txn.stat(db)["overflow_pages"] == overflow, size
+    env.close()
+
+
+def test_a_long_document_takes_the_next_ones_into_its_overflow_pages(db):
+    import random
+    rng = random.Random(4)
+    long_text = " ".join(f"{rng.random():.12f}" for _ in range(400))  # compresses badly
+    model = {"long": long_text}
+    with db.write() as w:
+        w.add(long_text, docno="long")
+        for i in range(40):
+            w.add(text_of(i, 5), docno=f"d{i}")
+            model[f"d{i}"] = text_of(i, 5)
+    found = entries(db)
+    key, tag, docnos = found[0]
+    assert tag == storage.TAG_GROUP and docnos[0] == "long" and len(docnos) > 1
+    with db.read() as r:
+        value = dict((storage.from_u64(k), v) for k, v in r._txn.docs_entries())[key]
+        psize = r._txn.txn.stat(r._txn.dbs["docs"])["psize"]
+        alone = len(storage.encode_doc(r.document("long")))
+        pages = -(-(alone + 16) // psize)
+        assert alone > storage._leaf_max(psize) and len(value) <= pages * psize - 16
+    assert_lookups(db, model)
