@@ -94,7 +94,6 @@ COMPRESS_OVER = 1024  # documents whose msgpack is at least this long are zlib-c
 # 20 us with 2 KB groups and 24 with 3 KB, against 6 in format 1 (zlib's inflate dominates).
 GROUP_BYTES = 2048
 GROUP_DOCS = 64
-FILL_TRIES = 3  # compressions to find how many documents fill an overflow value
 GROUP_CACHE = 8  # decoded groups a transaction keeps (the top hits often share groups)
 TAG_DOC, TAG_ZDOC, TAG_GROUP = 0, 1, 2
 
@@ -257,42 +256,48 @@ def _encode_run(raws: list, lo: int, hi: int, psize: int) -> list[tuple[int, byt
     while it still fits those pages (at most GROUP_DOCS)."""
     out = []
     leaf_max = _leaf_max(psize)
-    marginal = 0.3  # compressed bytes per msgpack byte of a document added (learnt)
     i = lo
     while i < hi:
         j, size = i + 1, len(raws[i])
         while j < hi and j - i < GROUP_DOCS and size + len(raws[j]) <= GROUP_BYTES:
             size += len(raws[j])
             j += 1
-        value = _single(raws[i]) if j - i == 1 else _group(raws[i:j])
-        if len(value) > leaf_max:
-            cap = -(-(len(value) + 16) // psize) * psize - 16  # its pages' room (16: header)
-            tries = FILL_TRIES
-            while j < hi and j - i < GROUP_DOCS and tries and cap - len(value) > psize // 16:
-                tries -= 1
-                k, extra = j + 1, len(raws[j])  # try at least one more
-                while (k < hi and k - i < GROUP_DOCS
-                       and len(value) + (extra + len(raws[k])) * marginal <= cap):
-                    extra += len(raws[k])
-                    k += 1
-                longer = _group(raws[i:k])
-                if len(longer) > cap and tries and k > j + 1:
-                    tries -= 1  # guessed too many: try what the last guess says fits
-                    used = (len(longer) - len(value)) / extra
-                    k, extra = j, 0
-                    while k < hi and len(value) + (extra + len(raws[k])) * used <= cap:
-                        extra += len(raws[k])
-                        k += 1
-                    if k == j:
-                        break
-                    longer = _group(raws[i:k])
-                if len(longer) > cap:
-                    break
-                marginal = max((len(longer) - len(value)) / sum(map(len, raws[j:k])), 0.02)
-                value, j = longer, k
+        if j - i > 1:
+            value = _group(raws[i:j])
+        elif len(raws[i]) + 16 <= leaf_max:  # (zlib adds at most a few bytes)
+            value = _single(raws[i])
+        else:
+            value, j = _alone_or_filled(raws, i, hi, psize)
         out.append((i, value))
         i = j
     return out
+
+
+def _alone_or_filled(raws: list, i: int, hi: int, psize: int) -> tuple[bytes, int]:
+    """(value, end): the long document raws[i] alone (tag 1) or, when that needs overflow
+    pages, the group raws[i:end] that also takes the documents after it while it fits
+    those pages. The documents are streamed into one compressor, probing the size after
+    each (a copy, flushed); a group found is then compressed in one go."""
+    c = zlib.compressobj(6)  # (what zlib.compress(raw, 6) does)
+    head = c.compress(raws[i])
+    alone = b"\x01" + head + c.copy().flush()
+    if len(alone) <= _leaf_max(psize) or i + 1 == hi:
+        return alone, i + 1
+    cap = -(-(len(alone) + 16) // psize) * psize - 16  # the pages' room (16: a header)
+    out = len(head) + 3  # (+ a group's array header)
+    k = i + 1
+    while k < hi and k - i < GROUP_DOCS:
+        more = c.copy()
+        added = len(more.compress(raws[k]))
+        if 1 + out + added + len(more.copy().flush()) + 8 > cap:  # (8: slack)
+            break
+        c, out, k = more, out + added, k + 1
+    while k > i + 1:
+        group = _group(raws[i:k])
+        if len(group) <= cap:
+            return group, k
+        k -= 1  # (the one-shot stream came out a little longer than the probe)
+    return alone, i + 1
 
 
 _executor = None
