@@ -90,8 +90,10 @@ COMPRESS_OVER = 1024  # documents whose msgpack is at least this long are zlib-c
 # msgpack. Measured on 300k short passages (666 bytes of msgpack each on average): the docs
 # sub-database is 0.70 of its format-1 size with 2 KB groups, 0.67 with 3 KB, 0.66 with
 # 4 KB (LMDB pages hold values of a few KB with some slack, so bigger groups gain little),
-# while reading one random document by docno (find it, inflate its group, decode) took
-# 20 us with 2 KB groups and 24 with 3 KB, against 6 in format 1 (zlib's inflate dominates).
+# and 0.56 with 2 KB groups once long documents' overflow pages take the next documents;
+# reading one random document by docno (find it, inflate its group, decode) took 20 us
+# with 2 KB groups and 24 with 3 KB (22 with the filled pages; p99 95 us), against 6 in
+# format 1: zlib's inflate is most of it.
 GROUP_BYTES = 2048
 GROUP_DOCS = 64
 GROUP_CACHE = 8  # decoded groups a transaction keeps (the top hits often share groups)
