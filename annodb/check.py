@@ -11,7 +11,9 @@ What is verified, in one read snapshot:
   feature, across its blocks, 0 <= start <= end and both starts and ends strictly increase
   (sorted, no nesting, no duplicates). (Annotations may lie past next_address: the API lets
   a writer annotate addresses that hold no content yet.)
-- documents: each decodes, its key is its start, 0 <= start <= end < next_address; no two
+- documents: each docs entry decodes (a group: to one or more documents, starts
+  ascending); a single document's key is its start, a group's key is at most its first
+  start and after the previous entry's last end; 0 <= start <= end < next_address; no two
   overlap; docs and docnos agree exactly; meta's document and token counts match.
 - erased: each range has start <= end and they are sorted and disjoint.
 - the `:` list, with erased intervals dropped, is exactly the live documents' ranges.
@@ -167,16 +169,29 @@ def _check_documents(txn, next_address, problems) -> list[tuple[int, int, str]]:
     docs = []
     tokens = 0
     prev_end, prev_docno = -1, None
-    with txn.txn.cursor(db=txn.dbs["docs"]) as cur:
-        for key, value in cur:
-            key_start = storage.from_u64(key) if len(key) == 8 else None
-            try:
-                doc = storage.decode_doc(value)
-            except Exception as err:  # any failure to decode is damage
-                problems.add(f"docs: the document at {key_start} does not decode: {err}")
-                continue
+    for key, value in txn.docs_entries():
+        key_start = storage.from_u64(key) if len(key) == 8 else None
+        kind = value[0] if len(value) else None
+        try:
+            entry = storage.decode_docs(value)
+        except Exception as err:  # any failure to decode is damage
+            what = "group" if kind == storage.TAG_GROUP else "document"
+            problems.add(f"docs: the {what} at {key_start} does not decode: {err}")
+            continue
+        if not entry:
+            problems.add(f"docs: the group at {key_start} is empty")
+            continue
+        if kind == storage.TAG_GROUP:
+            first = entry[0]
+            if key_start is None or key_start > first.start:
+                problems.add(f"docs: the group at {key_start} holds {first.docno!r} starting "
+                             f"at {first.start}, before its key")
+            if key_start is not None and key_start <= prev_end:
+                problems.add(f"docs: the group at {key_start} is keyed inside {prev_docno!r} "
+                             f"(ending at {prev_end})")
+        for doc in entry:
             where = f"docs: {doc.docno!r}"
-            if key_start != doc.start:
+            if kind != storage.TAG_GROUP and key_start != doc.start:
                 problems.add(f"{where} is stored under {key_start} but starts at {doc.start}")
             if not 0 <= doc.start <= doc.end:
                 problems.add(f"{where} has the bad range [{doc.start}, {doc.end}]")

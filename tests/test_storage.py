@@ -531,6 +531,19 @@ def _damage_docno_map(txn, fid):
     txn.txn.put(b"a", storage.u64(3), db=txn.dbs["docnos"])
 
 
+def _damage_group(txn, fid):
+    docs = txn.dbs["docs"]
+    assert txn.txn.get(storage.u64(0), db=docs)[0] == storage.TAG_GROUP   # "a" and "b"
+    txn.txn.put(storage.u64(0), b"\x02" + b"not zlib", db=docs)
+
+
+def _damage_group_key(txn, fid):
+    docs = txn.dbs["docs"]
+    value = txn.txn.get(storage.u64(0), db=docs)
+    txn.txn.delete(storage.u64(0), db=docs)
+    txn.txn.put(storage.u64(1), value, db=docs)
+
+
 @pytest.mark.parametrize("damage, expected", [
     (_damage_truncated_block, "header says"),
     (_damage_wrong_key, "its first start is 0"),
@@ -541,6 +554,8 @@ def _damage_docno_map(txn, fid):
     (_damage_erased, "erased: ranges overlap"),
     (_damage_document_list, "has no ':' interval"),
     (_damage_docno_map, "docnos: 'a' -> 3"),
+    (_damage_group, "the group at 0 does not decode"),
+    (_damage_group_key, "starting at 0, before its key"),
 ])
 def test_check_finds_damage(db, damage, expected):
     with db.write() as w:
