@@ -63,7 +63,10 @@ def _engine_child(engine_name: str, workdir: str, corpus: str, queries: list[str
         lat.append(dt)
     out.put({"engine": cls.name, "ingest_s": ingest_s, "size": size, "latencies": lat,
              "answered": answered, "with_hits": with_hits,
-             "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+             # peak RSS: this process's plus its children's (annodb's ingest reads in a
+             # child process): an upper bound, as the two peaks need not coincide
+             "rss": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss +
+                     resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) * 1024,
              "anon": _status_kb("RssAnon") * 1024})
 
 
