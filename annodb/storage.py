@@ -30,9 +30,10 @@ so LMDB's byte order is numeric order; addresses are >= 0):
               A tag 0/1 value's key is its document's start. Entries never interleave:
               every document of an entry ends before the next entry's key, so the
               document holding an address is in the last entry keyed at or before it.
-              Format 2 writes consecutive documents of one put as groups of about
-              GROUP_BYTES of msgpack (at most GROUP_DOCS), refilling the last group when it
-              is not full; a document that would be a group of one is written as tag 0/1.
+              Format 2 writes consecutive documents of one put as groups (at most
+              GROUP_DOCS) whose value is just under LMDB's largest inline value, half a
+              leaf page, so two fill a page; refilling the last group when it is under
+              3/4 of that; a document that would be a group of one is written as tag 0/1.
               A long document that would be alone in a value too long for a leaf page is
               a group instead, taking the documents after it while it still fits its
               LMDB overflow pages.
@@ -107,16 +108,17 @@ def block_limits(psize: int) -> tuple[int, int]:
 MAP_SIZE = 1 << 40  # 1 TiB of address space: sparse on disk, so the map never fills in use
 MAX_READERS = 1024
 COMPRESS_OVER = 1024  # a document alone this long (msgpack bytes) is zlib-compressed (tag 1)
-# Consecutive documents are compressed together in groups of about GROUP_BYTES of msgpack,
-# with zstd (level 3). Measured on 300k short passages (666 bytes of msgpack each on
-# average): zlib-6 on 2 KB groups gave 0.37 of the raw size at 53 MB/s, inflating a group
-# in 11 us; zstd-3 gives 0.38 at 190 MB/s and 5.7 us, and on 4 KB groups 0.33 in 8 us.
-# Compression is most of what storing documents costs an ingest, and inflating a group
-# most of reading one document, so zstd on 4 KB groups beats zlib on both and on size.
-# Long documents' overflow pages taking the next documents made the docs sub-database
-# 0.56 of its format-1 size instead of 0.70 (2 KB zlib groups).
-GROUP_BYTES = 4096
+# Consecutive documents are compressed together in groups, with zstd (level 3). Measured
+# on 300k short passages (666 bytes of msgpack each on average): zlib-6 on 2 KB groups
+# gave 0.37 of the raw size at 53 MB/s, inflating a group in 11 us; zstd-3 gives 0.38 at
+# 190 MB/s and 5.7 us, and on 4 KB groups 0.33 in 8 us. Compression is most of what
+# storing documents costs an ingest, and inflating a group most of reading one document.
+# Groups of a fixed raw size left leaf pages ~70% full (two 1.4 KB values to a page):
+# groups are now sized by their compressed value, just under half a page. Long documents'
+# overflow pages taking the next documents made the docs sub-database 0.56 of its
+# format-1 size instead of 0.70 (2 KB zlib groups).
 GROUP_DOCS = 64
+GROUP_SLACK = 48  # a group aims at this many bytes under LMDB's largest inline value
 GROUP_CACHE = 8  # decoded groups a transaction keeps (the top hits often share groups)
 TAG_DOC, TAG_ZDOC, TAG_GROUP = 0, 1, 2
 
@@ -298,24 +300,36 @@ def _leaf_max(psize: int) -> int:
 
 def _encode_run(raws: list, lo: int, hi: int, psize: int) -> list[tuple[int, bytes]]:
     """(index of its first document, value) of the entries documents lo..hi-1 (given as
-    their msgpack) are stored in: groups of at most GROUP_DOCS documents and GROUP_BYTES
-    bytes, or one document alone (tag 0/1). A value too long for a leaf page gets
-    overflow pages of its own, the last one partly empty: it takes the documents after it
-    while it still fits those pages (at most GROUP_DOCS)."""
+    their msgpack) are stored in: groups of at most GROUP_DOCS documents whose compressed
+    value comes close to a leaf page's half (LMDB's largest inline value), so that two fill
+    a page; or one document alone (tag 0/1). How much raw text makes that much is learnt
+    from the groups made so far. A document too long for a leaf page gets overflow pages
+    of its own, the last one partly empty: it takes the documents after it while it still
+    fits those pages (at most GROUP_DOCS)."""
     out = []
     leaf_max = _leaf_max(psize)
+    target = leaf_max - GROUP_SLACK
+    ratio = 0.4  # compressed / raw bytes of the groups so far
     i = lo
     while i < hi:
+        if len(raws[i]) + 16 > leaf_max:  # (zlib adds at most a few bytes)
+            value, j = _alone_or_filled(raws, i, hi, psize)
+            out.append((i, value))
+            i = j
+            continue
+        budget = target / ratio
         j, size = i + 1, len(raws[i])
-        while j < hi and j - i < GROUP_DOCS and size + len(raws[j]) <= GROUP_BYTES:
+        while j < hi and j - i < GROUP_DOCS and size + len(raws[j]) <= budget and \
+                len(raws[j]) + 16 <= leaf_max:
             size += len(raws[j])
             j += 1
+        value = _single(raws[i]) if j - i == 1 else _group(raws[i:j])
+        while len(value) > leaf_max and j - i > 1:  # the ratio was too hopeful
+            j = i + max(1, (j - i) * 3 // 4)
+            size = sum(len(r) for r in raws[i:j])
+            value = _single(raws[i]) if j - i == 1 else _group(raws[i:j])
         if j - i > 1:
-            value = _group(raws[i:j])
-        elif len(raws[i]) + 16 <= leaf_max:  # (zlib adds at most a few bytes)
-            value = _single(raws[i])
-        else:
-            value, j = _alone_or_filled(raws, i, hi, psize)
+            ratio = 0.7 * ratio + 0.3 * (len(value) / size)
         out.append((i, value))
         i = j
     return out
@@ -1041,18 +1055,19 @@ class Txn:
         raws = [encode(d) for d in docs]
         starts = [d.start for d in docs]
         db = self.dbs["docs"]
+        psize = self.txn.stat(db)["psize"]
         with self.txn.cursor(db=db) as cur:
             if cur.last():
                 try:
                     last = _Entry(cur.value())
                 except Exception:  # damaged (check reports it): leave it as it is
                     last = _Entry.EMPTY
-                if (sum(map(len, last.raws)) < GROUP_BYTES and len(last.raws) < GROUP_DOCS
+                if (len(cur.value()) < _leaf_max(psize) * 3 // 4
+                        and len(last.raws) < GROUP_DOCS
                         and last.starts and last.ends[-1] < starts[0]):
                     cur.delete()  # refilled: its documents are written again below
                     raws = [bytes(r) for r in last.raws] + raws
                     starts = last.starts + starts
-            psize = self.txn.stat(db)["psize"]
             if len(raws) >= 64:
                 half = len(raws) // 2
                 other = _pool().submit(_encode_run, raws, half, len(raws), psize)
