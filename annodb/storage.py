@@ -910,20 +910,33 @@ class Txn:
             self.merge_into_list(fid, s, e, v)
 
     def add_point_groups(self, fids: list[int], addresses: np.ndarray,
-                         bounds: np.ndarray) -> None:
+                         bounds: np.ndarray, after: int | None = None) -> None:
         """Add token postings to many existing lists: fids[g] gets the sorted points
         addresses[bounds[g]:bounds[g+1]]. One kernel call refills their last blocks and
-        encodes the new ones; lists the points do not come after are merged one by one."""
+        encodes the new ones; lists the points do not come after are merged one by one.
+        `after`: the caller knows every stored interval ends before it (a writer's new
+        text) and every point is at or past it; then a last block too full to refill is
+        neither read nor decoded (the new points start a block of their own)."""
         if not fids:
             return
         if self._append_cursor is None:
             self._append_cursor = self.txn.cursor(db=self.dbs["blocks"])
         cur = self._append_cursor
         last, offsets = [], [0]
+        full_bytes, full_count = self.block_bytes, self.block_count
+        header = _HEADER.unpack_from
         for fid in fids:
             found = cur.set_range(_KEY.pack(fid + 1, 0))
             found = cur.prev() if found else cur.last()
-            value = cur.value() if found and cur.key()[:8] == u64(fid) else b""
+            value = b""
+            if found:
+                key = cur.key()
+                if key[:8] == u64(fid):
+                    value = cur.value()
+                    if after is not None and (len(value) >= full_bytes or
+                                              header(value, 0)[3] >= full_count) \
+                            and _KEY.unpack(bytes(key))[1] < after:
+                        value = b""  # full: the new points go after it, in new blocks
             last.append(value)
             offsets.append(offsets[-1] + len(value))
         buf, offs, group, first, ok = kernels.append_point_groups(

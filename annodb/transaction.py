@@ -651,22 +651,22 @@ class Writer(Snapshot):
             bounds = np.concatenate(([0], cuts, [len(ids)]))
             fids = sorted_ids[bounds[:-1]]
             new = fids >= fresh
+            sizes = np.diff(bounds)
+            new_points = np.repeat(new, sizes)  # (groups are runs of the sorted points)
             old = np.flatnonzero(~new)
             if len(old):
-                lo, hi = bounds[old], bounds[old + 1]
-                sel = np.concatenate([sorted_addrs[a:b] for a, b in zip(lo.tolist(),
-                                                                           hi.tolist())])
-                txn.add_point_groups(fids[old].tolist(), sel,
-                                     np.concatenate(([0], np.cumsum(hi - lo))))
+                # every stored interval ends before this flush's new text: addresses only
+                # grow (annotate reserves any address it uses past the content)
+                txn.add_point_groups(fids[old].tolist(), sorted_addrs[~new_points],
+                                     np.concatenate(([0], np.cumsum(sizes[old]))),
+                                     after=int(addrs.min()))
             if new.any():
                 groups = np.flatnonzero(new)
                 if len(groups) == len(fids):
                     sel, gb = sorted_addrs, bounds
                 else:
-                    lo, hi = bounds[groups], bounds[groups + 1]
-                    sel = np.concatenate([sorted_addrs[a:b] for a, b in zip(lo.tolist(),
-                                                                               hi.tolist())])
-                    gb = np.concatenate(([0], np.cumsum(hi - lo)))
+                    sel = sorted_addrs[new_points]
+                    gb = np.concatenate(([0], np.cumsum(sizes[groups])))
                 buf, offs, grp, first = txn.encode_point_groups(sel, gb)
                 new_blocks.append((fids[groups][grp], first, buf, offs))
                 token_fids = set(fids[groups].tolist())
