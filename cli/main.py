@@ -130,7 +130,7 @@ class _Bar:
 @click.option("--format", "fmt", type=click.Choice(_ingest.FORMATS),
               help="The input format (default: from the file name; see above).")
 @click.option("--batch-size", type=click.IntRange(min=1), metavar="N",
-              help="Commit every N documents (default: every 16 MiB of input).")
+              help="Commit every N documents (default: every 32 MiB of input).")
 @click.option("--replace", is_flag=True, help="Replace documents whose docno is already "
               "in the database (default: skip them).")
 @click.option("--strict", is_flag=True, help="Stop at the first malformed record instead of "
