@@ -574,3 +574,27 @@ def test_append_point_groups_with_packed_and_byte_blocks(spec):
         refilled = len(old) and len(block) < 4080 and len(old) < 8192
         expect = np.concatenate((old, new)) if refilled else new
         assert got.tolist() == expect.tolist()
+
+
+def test_a_token_block_with_room_is_appended_to_in_place():
+    """The last block of a token list takes new points without being decoded and re-encoded
+    when its number width holds their gaps: its bytes are kept, the count grows."""
+    old = np.arange(0, 3000, 3, dtype=np.int64)
+    block = K.encode_block(old, old, np.zeros(len(old)))
+    for new, in_place in ((old[-1] + np.arange(3, 300, 3), True),
+                          (old[-1] + np.array([3, 70000]), False)):   # a gap too wide
+        new = new.astype(np.int64)
+        buf, offs, grp, first, ok = K.append_point_groups(
+            block, [0, len(block)], new, [0, len(new)], 4080, 8192)
+        assert ok.all() and grp.tolist() == [0] * len(grp) and first[0] == 0
+        out = bytes(buf[offs[0]:offs[1]])
+        if in_place:
+            assert len(grp) == 1
+            assert out[:4] == block[:4] and out[8:len(block) - 1] == block[8:len(block) - 1]
+        got = np.concatenate([K.decode_block(bytes(buf[offs[i]:offs[i + 1]]))[0]
+                              for i in range(len(grp))])
+        assert got.tolist() == old.tolist() + new.tolist()
+    # not after the last point: flagged, nothing written for it
+    _, _, grp, _, ok = K.append_point_groups(block, [0, len(block)], np.array([5]), [0, 1],
+                                             4080, 8192)
+    assert not ok[0] and len(grp) == 0

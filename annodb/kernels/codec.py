@@ -469,10 +469,82 @@ def decode_blocks(buf, offsets):
 
 
 @njit(cache=True, nogil=True)
+def _get_number(buf, pos, i, width):
+    """Number i of a stream at buf[pos:] of `width` bytes or PACKED | bits."""
+    if width & PACKED:
+        bits = width & 127
+        bit = i * bits
+        at = pos + (bit >> 3)
+        sh = bit & 7
+        x = np.int64(buf[at]) >> sh
+        k = 8 - sh
+        while k < bits:
+            at += 1
+            x |= np.int64(buf[at]) << k
+            k += 8
+        return x & ((np.int64(1) << bits) - 1)
+    return _get_uint(buf, pos + i * width, width)
+
+
+@njit(cache=True, nogil=True)
+def _appendable(block, addrs, lo, hi, budget, max_count):
+    """The size of the token block `block` (points, zero values) with the points
+    addrs[lo:hi] appended as they are (its numbers' width kept, its bytes untouched): -1
+    when that cannot be (a point not after its last, a gap too wide for the width, over
+    the budget or the count); -2 when a point is not after its last (not an append)."""
+    m = _get_uint(block, 4, 4)
+    code = np.int64(block[1])
+    last = _get_uint(block, 8, 8)
+    for i in range(m - 1):
+        last += _get_number(block, _HEADER_SIZE, i, code)
+    if addrs[lo] <= last:
+        return -2
+    count = m + hi - lo
+    if count > max_count:
+        return -1
+    size = _HEADER_SIZE + _stream_bytes(code, count - 1)
+    if size > budget:
+        return -1
+    limit = (np.int64(1) << (code & 127)) if code & PACKED else \
+        (np.int64(1) << (8 * code) if code < 8 else np.int64(9223372036854775807))
+    prev = last
+    for j in range(lo, hi):
+        if addrs[j] - prev >= limit:
+            return -1
+        prev = addrs[j]
+    return size
+
+
+@njit(cache=True, nogil=True)
+def _append_into(out, pos, block, addrs, lo, hi):
+    """Write `block` with the points addrs[lo:hi] appended (as _appendable sized it)."""
+    old = len(block)
+    m = _get_uint(block, 4, 4)
+    code = np.int64(block[1])
+    count = m + hi - lo
+    out[pos:pos + old] = block
+    end = pos + _HEADER_SIZE + _stream_bytes(code, count - 1)
+    out[pos + old:end] = 0
+    _put_uint(out, pos + 4, count, 4)
+    last = _get_uint(block, 8, 8)
+    for i in range(m - 1):
+        last += _get_number(block, _HEADER_SIZE, i, code)
+    prev = last
+    for j in range(lo, hi):
+        _put_number(out, pos + _HEADER_SIZE, m - 1 + j - lo, addrs[j] - prev, code)
+        prev = addrs[j]
+
+
+@njit(cache=True, nogil=True)
 def _append_point_groups(last_buf, last_offsets, addrs, bounds, budget, max_count):
-    """See append_point_groups. Two passes: size everything, then encode into one buffer."""
+    """See append_point_groups. Two passes: size everything, then encode into one buffer.
+    A token list's last block that takes the new points as it is (same number width,
+    within budget and count) is appended to in place: copied with the new gaps after its
+    own, never decoded and re-encoded (an ingest flush would otherwise re-encode the
+    growing last block of every common word, every flush)."""
     n_groups = len(bounds) - 1
     ok = np.ones(n_groups, np.bool_)
+    appended = np.full(n_groups, -1, np.int64)  # the size of the block appended to, or -1
     # the lists to write: per group, the last block's intervals (when refilled) + new points
     total = 0
     for g in range(n_groups):
@@ -490,23 +562,42 @@ def _append_point_groups(last_buf, last_offsets, addrs, bounds, budget, max_coun
         if hi > lo:  # decoded in place; kept (refilled) only when it has room
             block = last_buf[lo:hi]
             m = _get_uint(block, 4, 4)
+            room = m < max_count and hi - lo < budget
+            if room and block[0] == (_FLAG_POINTS | _FLAG_ZERO) and m > 1:
+                size = _appendable(block, addrs, bounds[g], bounds[g + 1], budget, max_count)
+                if size == -2:
+                    ok[g] = False  # not an append: the caller merges this one
+                    continue
+                if size >= 0:
+                    appended[g] = size
+                    continue
             _decode_into(block, s[at:at + m], e[at:at + m], v[at:at + m], True, True)
             if not (s[at + m - 1] < addrs[bounds[g]] and e[at + m - 1] < addrs[bounds[g]]):
                 ok[g] = False  # not an append: the caller merges this one
                 continue
-            if m < max_count and hi - lo < budget:  # refill the last block
+            if room:  # refill the last block
                 at += m
         n = bounds[g + 1] - bounds[g]
         s[at:at + n] = addrs[bounds[g]:bounds[g + 1]]
         e[at:at + n] = addrs[bounds[g]:bounds[g + 1]]
         at += n
     starts[n_groups] = at
-    # cut into blocks and encode
-    lows = np.empty(at, np.int64)
-    highs = np.empty(at, np.int64)
-    group = np.empty(at, np.int64)
+    # cut into blocks (a block appended to is one block, marked by lows = -1 - group)
+    n_appended = 0
+    for g in range(n_groups):
+        if appended[g] >= 0:
+            n_appended += 1
+    lows = np.empty(at + n_appended, np.int64)
+    highs = np.empty(at + n_appended, np.int64)
+    group = np.empty(at + n_appended, np.int64)
     nb = 0
     for g in range(n_groups):
+        if appended[g] >= 0:
+            lows[nb] = -1 - g
+            highs[nb] = 0
+            group[nb] = g
+            nb += 1
+            continue
         lo = starts[g]
         while lo < starts[g + 1]:
             hi = _block_end(s, e, v, lo, starts[g + 1], budget, max_count)
@@ -520,19 +611,28 @@ def _append_point_groups(last_buf, last_offsets, addrs, bounds, budget, max_coun
     shapes = np.empty((nb, 3), np.int64)
     pos = 0
     for b in range(nb):
-        size, flags, sw, lw = _block_shape(s, e, v, lows[b], highs[b])
+        if lows[b] < 0:
+            size = appended[-1 - lows[b]]
+        else:
+            size, flags, sw, lw = _block_shape(s, e, v, lows[b], highs[b])
+            shapes[b, 0] = flags
+            shapes[b, 1] = sw
+            shapes[b, 2] = lw
         offsets[b] = pos
-        shapes[b, 0] = flags
-        shapes[b, 1] = sw
-        shapes[b, 2] = lw
         pos += size
     offsets[nb] = pos
     buf = np.empty(pos, np.uint8)
     first = np.empty(nb, np.int64)
     for b in range(nb):
-        _encode_into(buf, offsets[b], s, e, v, lows[b], highs[b], shapes[b, 0], shapes[b, 1],
-                     shapes[b, 2])
-        first[b] = s[lows[b]]
+        if lows[b] < 0:
+            g = -1 - lows[b]
+            block = last_buf[last_offsets[g]:last_offsets[g + 1]]
+            _append_into(buf, offsets[b], block, addrs, bounds[g], bounds[g + 1])
+            first[b] = _get_uint(block, 8, 8)
+        else:
+            _encode_into(buf, offsets[b], s, e, v, lows[b], highs[b], shapes[b, 0],
+                         shapes[b, 1], shapes[b, 2])
+            first[b] = s[lows[b]]
     return buf, offsets, group[:nb].copy(), first, ok
 
 
