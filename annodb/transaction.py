@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+import msgspec
 import numpy as np
 
 from . import batch, kernels, storage, tokenizer
@@ -45,8 +46,10 @@ class Intervals:
         return Intervals(EMPTY_I, EMPTY_I, EMPTY_F)
 
 
-@dataclass(frozen=True)
-class Added:
+class Added(msgspec.Struct, frozen=True):
+    """A document as add() placed it: its docno and address range (a msgspec Struct, not a
+    dataclass: ingest makes one per document, 80 ns instead of 460)."""
+
     docno: str
     start: int
     end: int
