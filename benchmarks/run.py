@@ -139,8 +139,32 @@ def compare(corpus: str, label: str, queries: list[str]) -> str:
         rows.append(summarize(run_engine(cls.__name__, workdir, corpus, queries), tokens))
     text = (f"**{label}** ({os.path.basename(corpus)}, {tokens:,} tokens; "
             f"{len(queries):,} real LLM queries, warm, one after another)\n\n" + table(rows))
+    text += compacted(workdir, rows)
     print(text)
     return text
+
+
+def compacted(workdir: str, rows: list[dict]) -> str:
+    """annodb's size after `annodb compact` (a copy without the pages earlier commits
+    freed), beside the peers' sizes as ingested."""
+    import shutil
+
+    import annodb
+    from benchmarks.engines import dir_size
+    path, dest = os.path.join(workdir, "annodb.db"), os.path.join(workdir, "compacted.db")
+    if not os.path.isdir(path):
+        return ""
+    shutil.rmtree(dest, ignore_errors=True)
+    t = time.perf_counter()
+    with annodb.open(path, readonly=True) as db:
+        db.compact(dest)
+    seconds = time.perf_counter() - t
+    size = dir_size(dest) / 1e6
+    shutil.rmtree(dest, ignore_errors=True)
+    ratios = ", ".join(f"{size / r['size_mb']:.2f}x {r['engine']}" for r in rows[1:])
+    return (f"\nannodb after `annodb compact` ({seconds:.1f} s): {size:.1f} MB ({ratios}); as "
+            f"ingested, {rows[0]['size_mb'] - size:.0f} MB of the file are pages freed by "
+            "earlier commits, which LMDB reuses but never returns.\n")
 
 
 def effectiveness(docs: str, topics: str, qrels: str) -> str:
