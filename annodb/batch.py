@@ -21,7 +21,8 @@ Prepared = tuple  # (docno | None, [(short name, path, text)], [(path, value)], 
 
 @dataclass(frozen=True)
 class Batch:
-    docs: list            # Prepared, in order, each field's text left out ((short, path))
+    docs: list            # Prepared, in order, each field's text left out: (docno, ((short,
+    #                       path), ...), values, metadata), layouts and empties shared
     joined: str           # every field's text, joined by newlines
     field_begin: np.ndarray   # int64 per field (all documents' fields in order): its text is
     field_end: np.ndarray     # joined[field_begin[f]:field_end[f]]
@@ -59,6 +60,22 @@ def prepare_item(content, docno=None, id_field=None, text_fields=None) -> Prepar
     raise TypeError("add() takes a string or a dict record")
 
 
+_NO_META: dict = {}  # shared by the documents without metadata (never changed)
+_layouts: dict = {}  # field layouts ((short name, path), ...) seen, one object each
+
+
+def _layout(fields) -> tuple:
+    """The document's (short name, path) pairs as one tuple shared by every document of
+    the same layout: handing a batch to the writer process pickles it once."""
+    layout = tuple((short, path) for short, path, _ in fields)
+    found = _layouts.get(layout)
+    if found is None:
+        if len(_layouts) > 10000:
+            _layouts.clear()
+        found = _layouts[layout] = layout
+    return found
+
+
 def make(docs: list) -> Batch:
     """Tokenize prepared documents. UnicodeEncodeError when a text holds a lone surrogate
     (no UTF-8 can store it); bad_documents() finds which."""
@@ -72,7 +89,7 @@ def make(docs: list) -> Batch:
         kinds = kinds.astype(np.int32)  # half the bytes to hand to the writer process
     # a token never spans a newline, so field f's tokens are those starting in its text
     firsts = np.searchsorted(starts, begins)
-    docs = [(d[0], [(short, path) for short, path, _ in d[1]], d[2], d[3]) for d in docs]
+    docs = [(d[0], _layout(d[1]), d[2] or (), d[3] or _NO_META) for d in docs]
     return Batch(docs, joined, begins[:-1], begins[:-1] + lengths, np.diff(firsts), kinds,
                  names)
 

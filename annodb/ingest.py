@@ -126,20 +126,14 @@ class _Problem(NamedTuple):
     message: str
 
 
-class _Ready(NamedTuple):
-    """A document of a chunk, its text prepared and tokenized in the chunk's batch."""
-
-    line: int
-    docno: str
-
-
 class _Chunk(NamedTuple):
     """One batch of a file as the reading side hands it to the writing side: the problems
     and documents in file order, the documents prepared and tokenized, and how many bytes
     of the file were consumed after it."""
 
-    items: list                  # _Ready and _Problem
-    batch: batch.Batch | None    # the _Ready ones, in order (None when there is none)
+    items: list                  # _Problem, and (line, docno) of each document (a plain
+    #                              tuple: a named one pickles several times slower)
+    batch: batch.Batch | None    # the documents, in order (None when there is none)
     tell: int
 
 
@@ -437,7 +431,7 @@ def _ready(pending: list, tell: int) -> _Chunk:
         except Exception as err:  # noqa: BLE001 - reported against its line, not raised
             items.append(_Problem(item.line, f"not stored: {err}"))
             continue
-        items.append(_Ready(item.line, item.docno))
+        items.append((item.line, item.docno))
         prepared.append(p)
     if not prepared:
         return _Chunk(items, None, tell)
@@ -448,9 +442,9 @@ def _ready(pending: list, tell: int) -> _Chunk:
         message = "not stored: document text is not valid Unicode (a lone surrogate)"
         k, kept_items, kept = 0, [], []
         for item in items:
-            if isinstance(item, _Ready):
+            if not isinstance(item, _Problem):
                 if k in bad:
-                    item = _Problem(item.line, message)
+                    item = _Problem(item[0], message)
                 else:
                     kept.append(prepared[k])
                 k += 1
@@ -591,14 +585,15 @@ class _Run:
         self.report(self.done(), 0)
 
     # one batch = one transaction
-    def write(self, docs: list[_Ready], made: batch.Batch, path: str) -> None:
+    def write(self, docs: list[tuple[int, str]], made: batch.Batch, path: str) -> None:
+        """Write a chunk's documents ((line, docno) each, their batch `made`)."""
         while docs:
             try:
                 counts, warnings = self._write_once(docs, made, path)
             except _Rejected as rejected:
                 bad = docs[rejected.index]
                 message = f"not stored: {rejected.err}"
-                self.problem(path, bad.line, message, len(docs))
+                self.problem(path, bad[0], message, len(docs))
                 keep = [k for k in range(len(docs)) if k != rejected.index]
                 docs = [docs[k] for k in keep]
                 made = made.subset(keep)
@@ -608,7 +603,7 @@ class _Run:
             except AnnodbError as err:   # the commit itself failed: nothing of it was written
                 s = self.summary
                 raise IngestError(
-                    f"{path}:{docs[0].line}-{docs[-1].line}: the batch of {len(docs)} "
+                    f"{path}:{docs[0][0]}-{docs[-1][0]}: the batch of {len(docs)} "
                     f"documents could not be committed: {err} ({s.added + s.replaced} "
                     "documents of earlier batches stay committed)") from err
             s = self.summary
@@ -631,23 +626,22 @@ class _Run:
                 return k
         return todo[0]
 
-    def _write_once(self, docs: list[_Ready], made: batch.Batch, path: str):
+    def _write_once(self, docs: list[tuple[int, str]], made: batch.Batch, path: str):
         counts = dict(added=0, replaced=0, skipped=0, duplicates=0, tokens=0)
         warnings = []
         written = []
         replace = self.replace
         with self.db.write(self.timeout) as w:
-            present = {d.docno for d in docs if w.has(d.docno)}  # before any add: no flush
+            present = {d for _, d in docs if w.has(d)}  # before any add: no flush
             in_batch = set()
             todo = []
-            for index, d in enumerate(docs):
-                docno = d.docno
+            for index, (line, docno) in enumerate(docs):
                 h = hash(docno)
                 repeated = docno in in_batch or (docno in present and h in self.seen)
                 if repeated:
                     counts["duplicates"] += 1
                     verb = "replaces the earlier one" if replace else "skipped (the first is kept)"
-                    warnings.append(f"{path}:{d.line}: duplicate docno {docno!r} {verb}")
+                    warnings.append(f"{path}:{line}: duplicate docno {docno!r} {verb}")
                     if not replace:
                         continue
                 elif docno in present:
