@@ -33,7 +33,7 @@ so LMDB's byte order is numeric order; addresses are >= 0):
               Format 2 writes consecutive documents of one put as groups (at most
               GROUP_DOCS) whose value is just under LMDB's largest inline value, half a
               leaf page, so two fill a page; refilling the last group when it is under
-              3/4 of that; a document that would be a group of one is written as tag 0/1.
+              3/4 of that; a document alone is tag 0, or a group of one when 1 KB or more.
               A long document that would be alone in a value too long for a leaf page is
               a group instead, taking the documents after it while it still fits its
               LMDB overflow pages.
@@ -107,7 +107,7 @@ def block_limits(psize: int) -> tuple[int, int]:
     return psize - PAGE_HEADER, 2 * psize
 MAP_SIZE = 1 << 40  # 1 TiB of address space: sparse on disk, so the map never fills in use
 MAX_READERS = 1024
-COMPRESS_OVER = 1024  # a document alone this long (msgpack bytes) is zlib-compressed (tag 1)
+COMPRESS_OVER = 1024  # a document alone this long (msgpack bytes) is compressed (a group of one)
 # Consecutive documents are compressed together in groups, with zstd (level 3). Measured
 # on 300k short passages (666 bytes of msgpack each on average): zlib-6 on 2 KB groups
 # gave 0.37 of the raw size at 53 MB/s, inflating a group in 11 us; zstd-3 gives 0.38 at
@@ -240,10 +240,11 @@ _head_decoder = msgspec.msgpack.Decoder(_Head)
 
 
 def _single(raw: bytes) -> bytes:
-    """The value of one document (tag 0, or tag 1 when long) from its msgpack."""
+    """The value of one document from its msgpack: tag 0, or when long a group of one
+    (zstd: format 1's tag 1, zlib, is only read)."""
     if len(raw) < COMPRESS_OVER:
         return b"\x00" + raw
-    return b"\x01" + zlib.compress(raw, 6)
+    return _group((raw,))
 
 
 def _array_header(n: int) -> bytes:
@@ -302,8 +303,8 @@ def _encode_run(raws: list, lo: int, hi: int, psize: int) -> list[tuple[int, byt
     """(index of its first document, value) of the entries documents lo..hi-1 (given as
     their msgpack) are stored in: groups of at most GROUP_DOCS documents whose compressed
     value comes close to a leaf page's half (LMDB's largest inline value), so that two fill
-    a page; or one document alone (tag 0/1). How much raw text makes that much is learnt
-    from the groups made so far. A document too long for a leaf page gets overflow pages
+    a page; or one document alone (tag 0, or a group of one). How much raw text makes
+    that much is learnt from the groups made so far. A document too long for a leaf page gets overflow pages
     of its own, the last one partly empty: it takes the documents after it while it still
     fits those pages (at most GROUP_DOCS)."""
     out = []
@@ -325,6 +326,7 @@ def _encode_run(raws: list, lo: int, hi: int, psize: int) -> list[tuple[int, byt
             j += 1
         value = _single(raws[i]) if j - i == 1 else _group(raws[i:j])
         while len(value) > leaf_max and j - i > 1:  # the ratio was too hopeful
+            ratio = max(ratio, len(value) / size)
             j = i + max(1, (j - i) * 3 // 4)
             size = sum(len(r) for r in raws[i:j])
             value = _single(raws[i]) if j - i == 1 else _group(raws[i:j])
@@ -341,7 +343,7 @@ def _alone_or_filled(raws: list, i: int, hi: int, psize: int) -> tuple[bytes, in
     those pages: as many as its compression ratio says would fit, fewer if they do not."""
     alone = _group(raws[i:i + 1])
     if len(alone) <= _leaf_max(psize) or i + 1 == hi:
-        return _single(raws[i]), i + 1
+        return alone, i + 1
     cap = -(-(len(alone) + 16) // psize) * psize - 16  # the pages' room (16: a header)
     ratio = len(alone) / max(len(raws[i]), 1)
     k, size = i + 1, float(len(alone) + 2)

@@ -78,8 +78,8 @@ def test_groups_round_trip(db):
             model[f"d{i}"] = text
     found = entries(db)
     tags = {tag for _, tag, _ in found}
-    assert storage.TAG_GROUP in tags and storage.TAG_ZDOC in tags   # the last one is alone
-    assert found[-1][1:] == (storage.TAG_ZDOC, ["d299"])
+    assert tags == {storage.TAG_GROUP}              # the last one alone: a group of one
+    assert found[-1][1:] == (storage.TAG_GROUP, ["d299"])
     assert any(docnos[0] == "d5" and len(docnos) > 1 for _, _, docnos in found)
     assert sum(len(d) for _, _, d in found) == 300
     assert all(len(d) <= storage.GROUP_DOCS for _, _, d in found)
