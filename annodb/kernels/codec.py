@@ -488,36 +488,38 @@ def _get_number(buf, pos, i, width):
 
 @njit(cache=True, nogil=True)
 def _appendable(block, addrs, lo, hi, budget, max_count):
-    """The size of the token block `block` (points, zero values) with the points
-    addrs[lo:hi] appended as they are (its numbers' width kept, its bytes untouched): -1
-    when that cannot be (a point not after its last, a gap too wide for the width, over
-    the budget or the count); -2 when a point is not after its last (not an append)."""
+    """(size, last): the size of the token block `block` (points, zero values) with the
+    points addrs[lo:hi] appended as they are (its numbers' width kept, its bytes
+    untouched), and its last point. The size is -1 when that cannot be (a gap too wide
+    for the width, over the budget or the count), -2 when the first point is not after
+    its last (not an append)."""
     m = _get_uint(block, 4, 4)
     code = np.int64(block[1])
     last = _get_uint(block, 8, 8)
     for i in range(m - 1):
         last += _get_number(block, _HEADER_SIZE, i, code)
     if addrs[lo] <= last:
-        return -2
+        return -2, last
     count = m + hi - lo
     if count > max_count:
-        return -1
+        return -1, last
     size = _HEADER_SIZE + _stream_bytes(code, count - 1)
     if size > budget:
-        return -1
+        return -1, last
     limit = (np.int64(1) << (code & 127)) if code & PACKED else \
         (np.int64(1) << (8 * code) if code < 8 else np.int64(9223372036854775807))
     prev = last
     for j in range(lo, hi):
         if addrs[j] - prev >= limit:
-            return -1
+            return -1, last
         prev = addrs[j]
-    return size
+    return size, last
 
 
 @njit(cache=True, nogil=True)
-def _append_into(out, pos, block, addrs, lo, hi):
-    """Write `block` with the points addrs[lo:hi] appended (as _appendable sized it)."""
+def _append_into(out, pos, block, last, addrs, lo, hi):
+    """Write `block` (whose last point is `last`) with the points addrs[lo:hi] appended
+    (as _appendable sized it)."""
     old = len(block)
     m = _get_uint(block, 4, 4)
     code = np.int64(block[1])
@@ -526,9 +528,6 @@ def _append_into(out, pos, block, addrs, lo, hi):
     end = pos + _HEADER_SIZE + _stream_bytes(code, count - 1)
     out[pos + old:end] = 0
     _put_uint(out, pos + 4, count, 4)
-    last = _get_uint(block, 8, 8)
-    for i in range(m - 1):
-        last += _get_number(block, _HEADER_SIZE, i, code)
     prev = last
     for j in range(lo, hi):
         _put_number(out, pos + _HEADER_SIZE, m - 1 + j - lo, addrs[j] - prev, code)
@@ -545,6 +544,7 @@ def _append_point_groups(last_buf, last_offsets, addrs, bounds, budget, max_coun
     n_groups = len(bounds) - 1
     ok = np.ones(n_groups, np.bool_)
     appended = np.full(n_groups, -1, np.int64)  # the size of the block appended to, or -1
+    lasts = np.zeros(n_groups, np.int64)  # and its last point
     # the lists to write: per group, the last block's intervals (when refilled) + new points
     total = 0
     for g in range(n_groups):
@@ -564,7 +564,8 @@ def _append_point_groups(last_buf, last_offsets, addrs, bounds, budget, max_coun
             m = _get_uint(block, 4, 4)
             room = m < max_count and hi - lo < budget
             if room and block[0] == (_FLAG_POINTS | _FLAG_ZERO) and m > 1:
-                size = _appendable(block, addrs, bounds[g], bounds[g + 1], budget, max_count)
+                size, lasts[g] = _appendable(block, addrs, bounds[g], bounds[g + 1], budget,
+                                             max_count)
                 if size == -2:
                     ok[g] = False  # not an append: the caller merges this one
                     continue
@@ -627,7 +628,7 @@ def _append_point_groups(last_buf, last_offsets, addrs, bounds, budget, max_coun
         if lows[b] < 0:
             g = -1 - lows[b]
             block = last_buf[last_offsets[g]:last_offsets[g + 1]]
-            _append_into(buf, offsets[b], block, addrs, bounds[g], bounds[g + 1])
+            _append_into(buf, offsets[b], block, lasts[g], addrs, bounds[g], bounds[g + 1])
             first[b] = _get_uint(block, 8, 8)
         else:
             _encode_into(buf, offsets[b], s, e, v, lows[b], highs[b], shapes[b, 0],
