@@ -632,7 +632,7 @@ class _Run:
         written = []
         replace = self.replace
         with self.db.write(self.timeout) as w:
-            present = {d for _, d in docs if w.has(d)}  # before any add: no flush
+            present = w.present([d for _, d in docs])  # before any add: no flush
             in_batch = set()
             todo = []
             for index, (line, docno) in enumerate(docs):

@@ -1130,6 +1130,12 @@ class Txn:
             else:
                 self.txn.delete(key, db=self.dbs["docs"])
 
+    def docnos_present(self, docnos: list[str]) -> set[str]:
+        """Which of the docnos are stored (one C-level getmulti, not a get each)."""
+        with self.txn.cursor(db=self.dbs["docnos"]) as cur:
+            found = cur.getmulti([utf8(d, "docno") for d in docnos])
+        return {bytes(k).decode() for k, _ in found}
+
     def doc_start(self, docno: str) -> int | None:
         raw = self.txn.get(utf8(docno, "docno"), db=self.dbs["docnos"])
         return None if raw is None else from_u64(raw)

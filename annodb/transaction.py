@@ -420,6 +420,13 @@ class Writer(Snapshot):
         self._check()
         return docno in self._new_docnos or self._txn.doc_start(docno) is not None
 
+    def present(self, docnos: list[str]) -> set[str]:
+        """The docnos among these that are in the database (or added by this writer)."""
+        self._check()
+        found = self._txn.docnos_present(docnos)
+        found.update(d for d in docnos if d in self._new_docnos)
+        return found
+
     # features
     def _intern(self, name: str) -> int:
         fid = self._vocab.get(name)
