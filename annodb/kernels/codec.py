@@ -92,6 +92,35 @@ def _get_uint(buf, pos, width):
 
 
 @njit(cache=True, nogil=True)
+def _block_shape(s, e, v, lo, hi):
+    """(size, flags, start width, length width) of the block of intervals lo..hi-1."""
+    n = hi - lo
+    zero = True
+    points = True
+    max_delta = 0
+    max_len = 0
+    for i in range(lo, hi):
+        if v[i] != 0.0:
+            zero = False
+        d = e[i] - s[i]
+        if d != 0:
+            points = False
+            if d > max_len:
+                max_len = d
+        if i > lo:
+            g = s[i] - s[i - 1]
+            if g > max_delta:
+                max_delta = g
+    sw = _stream_width(max_delta, n - 1)
+    lw = 1 if points else _stream_width(max_len, n)
+    size = _HEADER_SIZE + (0 if zero else 8 * n) + _stream_bytes(sw, n - 1)
+    if not points:
+        size += _stream_bytes(lw, n)
+    flags = (_FLAG_POINTS if points else 0) | (_FLAG_ZERO if zero else 0)
+    return size, flags, sw, lw
+
+
+@njit(cache=True, nogil=True)
 def _put_number(out, pos, i, y, width):
     """Write number i (y >= 0) of a stream at out[pos:] of `width` bytes or PACKED | bits
     (a packed stream's bytes must be zeroed first)."""
