@@ -1,9 +1,11 @@
-"""Write the golden database tests/data/golden-v1 (format 1), read by test_storage.py.
+"""Write the golden database tests/data/golden-vN (format N), read by test_storage.py.
 
-Run it only when creating a new golden version (`python tests/make_golden.py`): a golden
+Run it only when creating a new golden version (`python tests/make_golden.py N`): a golden
 database is written once and then kept unchanged, so that every later annodb proves it still
 reads it. After a format change, bump storage.FORMAT_VERSION, keep golden-v1 (the test then
-expects a clear refusal or a successful read), and write golden-v2 with a copy of this script.
+expects a clear refusal or a successful read), and write golden-v2 with this script.
+golden-v1 was written by format 1's annodb; `python tests/make_golden.py 1` today would
+write format 2.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import annodb  # noqa: E402
 
-TARGET = Path(__file__).parent / "data" / "golden-v1"
+DATA = Path(__file__).parent / "data"
 
 
-def main() -> None:
-    if TARGET.exists():
-        shutil.rmtree(TARGET)
-    with annodb.open(TARGET) as db:
+def main(version: int) -> None:
+    target = DATA / f"golden-v{version}"
+    if target.exists():
+        shutil.rmtree(target)
+    with annodb.open(target) as db:
         with db.write() as w:
             intro = w.add("The golden database keeps old formats honest.", docno="intro")
             w.annotate("judgment:t1", intro.start, intro.end, 3)
@@ -36,13 +39,21 @@ def main() -> None:
             w.erase(g3.start + 5, g3.start + 5)      # "erased"
         with db.write() as w:
             w.delete("g4")
-    for name in ("lock.mdb", "writer.lock"):          # per-machine files, not part of it
-        path = TARGET / name
+        if version >= 2:  # what format 2 added: document groups, packed and page-sized blocks
+            with db.write() as w:
+                w.add_many([(f"verse {i} of the golden psalm", f"psalm{i}") for i in range(40)])
+                words = []
+                for i in range(40000):   # "tick" at small gaps: bit-packed, over one page
+                    words.append("tick" if i * 7919 % 301 < 60 else f"w{i % 97}")
+                w.add(" ".join(words), docno="long")
+                w.add("after the long one", docno="tail")
+    for name in ("lock.mdb", "writer.lock", "turnstile.lock"):          # per-machine files, not part of it
+        path = target / name
         if path.exists():
             os.remove(path)
-    for path in sorted(TARGET.iterdir()):
+    for path in sorted(target.iterdir()):
         print(f"{path}: {path.stat().st_size} bytes")
 
 
 if __name__ == "__main__":
-    main()
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1)

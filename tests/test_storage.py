@@ -454,6 +454,32 @@ def test_golden_database_still_opens(tmp_path):
                 3, 19, 21, 24)
 
 
+def test_golden_v2_still_opens(tmp_path):
+    """tests/data/golden-v2 (tests/make_golden.py 2): format 2's document groups (a long
+    document's group with overflow pages) and a bit-packed block on an overflow page."""
+    path = tmp_path / "golden.db"
+    shutil.copytree(GOLDEN.parent / "golden-v2", path)
+    with annodb.open(path, readonly=True) as db:
+        assert check(db) == []
+        with db.read() as r:
+            assert r._txn.meta("format") == 2
+            assert [d.docno for d in r.documents()] == (
+                ["intro", "g2", "g3"] + [f"psalm{i}" for i in range(40)] + ["long", "tail"])
+            assert r.document("intro").text == "The golden database keeps old formats honest."
+            assert r.term("erased").starts.tolist() == []
+            assert r.document("psalm39").text == "verse 39 of the golden psalm"
+            assert len(r.term("psalm")) == 40 and r.document("tail").text == "after the long one"
+            long = r.document("long")
+            want = [long.start + i for i in range(40000) if i * 7919 % 301 < 60]
+            assert r.term("tick").starts.tolist() == want
+            fid = r._txn.feature_id("tick")
+            (_, _, block), = [b for b in r._txn.all_blocks() if b[0] == fid]
+            assert block[1] & 128 and len(block) > 2014        # packed, on an overflow page
+            kinds = {bytes(v[:1]) for _, v in r._txn.docs_entries()}
+            assert kinds == {b"\x02"}                          # groups only
+            assert r.count("(>> : (^ golden psalm))") == 40
+
+
 def test_golden_v1_takes_writes_and_becomes_format_2(tmp_path):
     """A format-1 database opens for writing; what is written is format 2, the meta says so
     at commit, and the old content still reads beside the new."""
