@@ -44,6 +44,7 @@ import pickle
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import zlib
 from dataclasses import dataclass
@@ -488,9 +489,10 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this annodb's
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (here, os.environ.get("PYTHONPATH")) if p))
+    errors = tempfile.TemporaryFile()  # the child's stderr, for the message if it dies
     child = subprocess.Popen(
         [sys.executable, "-c", "from annodb.ingest import _reader_main; _reader_main()"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, env=env)
     try:
         while True:
             try:
@@ -501,8 +503,11 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
                 kind, value = pickle.load(child.stdout)
             except (EOFError, BrokenPipeError, pickle.UnpicklingError):
                 code = child.wait()
+                errors.seek(0)
+                said = errors.read().decode("utf-8", "replace").strip().splitlines()
                 raise IngestError(f"{source.path}: the reading process ended unexpectedly "
-                                  f"(exit code {code})") from None
+                                  f"(exit code {code})" + (f": {said[-1]}" if said else "")
+                                  ) from None
             if kind == "end":
                 return
             if kind == "error":
@@ -513,6 +518,7 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
             child.kill()
         child.wait()
         child.stdout.close()
+        errors.close()
 
 
 # ---------------------------------------------------------------- the driver

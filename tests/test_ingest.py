@@ -416,11 +416,18 @@ def test_strict_in_a_second_process(db):
     assert docnos(db) == []
 
 
-def test_a_reading_process_that_dies_is_a_clear_error(db, monkeypatch):
+def test_a_reading_process_that_dies_is_a_clear_error(db, monkeypatch, tmp_path):
     monkeypatch.setattr("sys.executable", "/bin/false")
     with pytest.raises(annodb.IngestError, match="reading process ended unexpectedly"):
         ingest(db, [DATA / "sample.jsonl"], parallel=True)
     assert docnos(db) == []
+    fake = tmp_path / "python"   # what the child says on its way out ends the message
+    fake.write_text("#!/bin/sh\necho 'Traceback ...' >&2\necho 'MemoryError: no room' >&2\n"
+                    "exit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr("sys.executable", str(fake))
+    with pytest.raises(annodb.IngestError, match=r"\(exit code 3\): MemoryError: no room$"):
+        ingest(db, [DATA / "sample.jsonl"], parallel=True)
 
 
 def test_a_script_without_a_main_guard_ingests_in_parallel(tmp_path):
