@@ -663,6 +663,16 @@ class WriterLock:
             self.env.thread_lock.release()
 
 
+def _append_all(cur, items: list) -> None:
+    """Append items (sorted keys, all past the sub-database's last) so LMDB fills pages.
+    LMDB's append mode silently skips a key that is not past the last one: that would
+    lose data, so it is a StorageError (the transaction is then thrown away whole)."""
+    consumed, added = cur.putmulti(items, append=True)
+    if added != len(items):
+        raise StorageError(f"internal error: {len(items) - added} of {len(items)} keys to "
+                           "append were not past the last one; nothing was written")
+
+
 class Txn:
     """Typed access to one LMDB transaction (read or write)."""
 
@@ -719,7 +729,7 @@ class Txn:
         with self.txn.cursor(db=self.dbs["features"]) as cur:
             cur.putmulti(sorted((name_key(name), u64(fid)) for name, fid in items))
         with self.txn.cursor(db=self.dbs["names"]) as cur:
-            cur.putmulti(sorted((u64(fid), name.encode()) for name, fid in items), append=True)
+            _append_all(cur, sorted((u64(fid), name.encode()) for name, fid in items))
 
     def feature_name(self, fid: int) -> str | None:
         raw = self.txn.get(u64(fid), db=self.dbs["names"])
@@ -1032,7 +1042,7 @@ class Txn:
             self._count(f, header(value, 0)[3])
         order = sorted(range(len(keys)), key=keys.__getitem__)
         with self.txn.cursor(db=self.dbs["blocks"]) as cur:
-            cur.putmulti([(keys[i], values[i]) for i in order], append=True)
+            _append_all(cur, [(keys[i], values[i]) for i in order])
 
     # documents
     def _entry(self, key, value) -> _Entry:
@@ -1089,12 +1099,19 @@ class Txn:
                 entries = _encode_run(raws, 0, half, psize) + other.result()
             else:
                 entries = _encode_run(raws, 0, len(raws), psize)
-            cur.putmulti([(u64(starts[i]), v) for i, v in entries], append=True)
+            _append_all(cur, [(u64(starts[i]), v) for i, v in entries])
 
     def put_docnos(self, items: list[tuple[str, int]]) -> None:
-        """Map docnos to document starts (sorted items insert into fuller pages)."""
+        """Map docnos to document starts (items sorted by docno). Those past every stored
+        docno are appended, which fills pages (an insert splits a full page in half)."""
+        pairs = [(utf8(d, "docno"), u64(s)) for d, s in items]
         with self.txn.cursor(db=self.dbs["docnos"]) as cur:
-            cur.putmulti([(utf8(d, "docno"), u64(s)) for d, s in items])
+            last = bytes(cur.key()) if cur.last() else None
+            cut = 0 if last is None else bisect.bisect_right(pairs, (last, b"\xff" * 9))
+            if cut:
+                cur.putmulti(pairs[:cut])
+            if cut < len(pairs):
+                _append_all(cur, pairs[cut:])
 
     def delete_doc(self, doc: Document) -> None:
         """Delete a stored document: its group is rewritten without it under the same key

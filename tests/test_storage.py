@@ -734,3 +734,24 @@ def test_a_busy_writer_does_not_starve_another(tmp_path):
     finally:
         proc.wait(timeout=60)
         proc.stdout.close()
+
+
+def test_an_append_out_of_order_is_an_error_not_a_silent_skip(tmp_path):
+    """LMDB's append mode skips a key that is not past the last one without an error:
+    storage turns that into a StorageError, so nothing is lost silently."""
+    with annodb.open(tmp_path / "a.db") as db:
+        with db.write() as w:
+            w.add("first words", docno="b")
+        txn = storage.Txn(db._env, write=True)
+        try:
+            with pytest.raises(annodb.StorageError, match="not past the last one"):
+                with txn.txn.cursor(db=txn.dbs["docnos"]) as cur:
+                    storage._append_all(cur, [(b"a", storage.u64(5))])
+        finally:
+            txn.abort()
+        with db.write() as w:      # docnos before and after the last: both kept
+            w.add_many([("x", "a"), ("y", "c"), ("z", "d")])
+        with db.read() as r:
+            assert [d.docno for d in r.documents()] == ["b", "a", "c", "d"]
+            assert all(r.has(d) for d in "abcd")
+        assert check(db) == []
