@@ -31,12 +31,11 @@ so LMDB's byte order is numeric order; addresses are >= 0):
               every document of an entry ends before the next entry's key, so the
               document holding an address is in the last entry keyed at or before it.
               Format 2 writes consecutive documents of one put as groups (at most
-              GROUP_DOCS) whose value is just under LMDB's largest inline value, half a
-              leaf page, so two fill a page; refilling the last group when it is under
-              3/4 of that; a document alone is tag 0, or a group of one when 1 KB or more.
-              A long document that would be alone in a value too long for a leaf page is
-              a group instead, taking the documents after it while it still fits its
-              LMDB overflow pages.
+              GROUP_DOCS) whose value nearly fills one LMDB overflow page (a value over
+              half a leaf page gets pages of its own, never split or shared), refilling
+              the last group when it is under 3/4 of that; a document alone is tag 0, or
+              a group of one when 1 KB or more. A document longer than a page is a group
+              taking the documents after it while it still fits its overflow pages.
     docnos    docno (utf-8) -> first address (u64)
     erased    first address (u64) -> last address (u64): erased ranges, disjoint and merged.
               Annotations lying inside an erased range are invisible to every read.
@@ -113,12 +112,15 @@ COMPRESS_OVER = 1024  # a document alone this long (msgpack bytes) is compressed
 # gave 0.37 of the raw size at 53 MB/s, inflating a group in 11 us; zstd-3 gives 0.38 at
 # 190 MB/s and 5.7 us, and on 4 KB groups 0.33 in 8 us. Compression is most of what
 # storing documents costs an ingest, and inflating a group most of reading one document.
-# Groups of a fixed raw size left leaf pages ~70% full (two 1.4 KB values to a page):
-# groups are now sized by their compressed value, just under half a page. Long documents'
-# overflow pages taking the next documents made the docs sub-database 0.56 of its
-# format-1 size instead of 0.70 (2 KB zlib groups).
-GROUP_DOCS = 64
-GROUP_SLACK = 48  # a group aims at this many bytes under LMDB's largest inline value
+# Groups of a fixed raw size left leaf pages ~70% full (two 1.4 KB values to a page).
+# Sized by their compressed value instead: just under half a page (two to a leaf page),
+# the scale corpus's docs took 253 MB; nearly one overflow page each (~11 KB of raw text,
+# which compresses better), 211 MB, for ~25 us instead of ~15 to read one document. Long
+# documents' overflow pages taking the next documents made the docs sub-database 0.56 of
+# its format-1 size instead of 0.70 (2 KB zlib groups).
+GROUP_DOCS = 256
+GROUP_SLACK = 32  # a group aims at this many bytes under one overflow page
+GROUP_AIM = 1.06  # and at this much more raw text than the last group's ratio says fits
 GROUP_CACHE = 8  # decoded groups a transaction keeps (the top hits often share groups)
 TAG_DOC, TAG_ZDOC, TAG_GROUP = 0, 1, 2
 
@@ -302,36 +304,38 @@ def _leaf_max(psize: int) -> int:
 def _encode_run(raws: list, lo: int, hi: int, psize: int) -> list[tuple[int, bytes]]:
     """(index of its first document, value) of the entries documents lo..hi-1 (given as
     their msgpack) are stored in: groups of at most GROUP_DOCS documents whose compressed
-    value comes close to a leaf page's half (LMDB's largest inline value), so that two fill
-    a page; or one document alone (tag 0, or a group of one). How much raw text makes
-    that much is learnt from the groups made so far. A document too long for a leaf page gets overflow pages
-    of its own, the last one partly empty: it takes the documents after it while it still
-    fits those pages (at most GROUP_DOCS)."""
+    value comes close to filling one LMDB overflow page (values that large get pages of
+    their own, never split or shared); or one document alone (tag 0, or a group of one).
+    How much raw text makes that much is estimated from the last group's ratio, aiming a
+    little high; a group that comes out too long gives back documents in proportion. A
+    document too long for one page gets overflow pages of its own: it takes the documents
+    after it while it still fits those pages (at most GROUP_DOCS)."""
     out = []
-    leaf_max = _leaf_max(psize)
-    target = leaf_max - GROUP_SLACK
-    ratio = 0.4  # compressed / raw bytes of the groups so far
+    room = psize - PAGE_HEADER          # one overflow page
+    target = room - GROUP_SLACK
+    ratio = 0.4  # compressed / raw bytes of the last group
     i = lo
     while i < hi:
-        if len(raws[i]) + 16 > leaf_max:  # (zlib adds at most a few bytes)
+        if len(raws[i]) + 16 > room:  # long: its own overflow pages, filled (below)
             value, j = _alone_or_filled(raws, i, hi, psize)
             out.append((i, value))
             i = j
             continue
-        budget = target / ratio
+        budget = target / ratio * GROUP_AIM
         j, size = i + 1, len(raws[i])
         while j < hi and j - i < GROUP_DOCS and size + len(raws[j]) <= budget and \
-                len(raws[j]) + 16 <= leaf_max:
+                len(raws[j]) + 16 <= room:
             size += len(raws[j])
             j += 1
         value = _single(raws[i]) if j - i == 1 else _group(raws[i:j])
-        while len(value) > leaf_max and j - i > 1:  # the ratio was too hopeful
-            ratio = max(ratio, len(value) / size)
-            j = i + max(1, (j - i) * 3 // 4)
-            size = sum(len(r) for r in raws[i:j])
+        while len(value) > room and j - i > 1:  # too hopeful: give back in proportion
+            keep = size * target / len(value)
+            while j - i > 1 and size > keep:
+                j -= 1
+                size -= len(raws[j])
             value = _single(raws[i]) if j - i == 1 else _group(raws[i:j])
         if j - i > 1:
-            ratio = 0.7 * ratio + 0.3 * (len(value) / size)
+            ratio = len(value) / size
         out.append((i, value))
         i = j
     return out
@@ -1087,7 +1091,7 @@ class Txn:
                     last = _Entry(cur.value())
                 except Exception:  # damaged (check reports it): leave it as it is
                     last = _Entry.EMPTY
-                if (len(cur.value()) < _leaf_max(psize) * 3 // 4
+                if (len(cur.value()) < (psize - PAGE_HEADER) * 3 // 4
                         and len(last.raws) < GROUP_DOCS
                         and last.starts and last.ends[-1] < starts[0]):
                     cur.delete()  # refilled: its documents are written again below

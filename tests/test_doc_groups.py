@@ -197,7 +197,7 @@ def test_documents_returned_are_not_shared(db):
 
 def test_lookups_at_group_edges_and_across_groups(db):
     with db.write() as w:
-        for i in range(200):
+        for i in range(1500):
             w.add(text_of(i, 2 + i % 5), docno=f"d{i}")
     found = entries(db)
     assert len(found) > 3
