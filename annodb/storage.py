@@ -1074,7 +1074,7 @@ class Txn:
     def put_docs(self, docs: list[Document]) -> None:
         """Store new documents, each starting past every stored one, in groups (refilling
         the last stored group when it has room). LMDB appends them, filling pages instead
-        of splitting them. Compression runs on a second core (zlib releases the GIL) while
+        of splitting them. Compression runs on a second thread (zstd releases the GIL) while
         this thread goes on."""
         if not docs:
             return
