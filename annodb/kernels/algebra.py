@@ -477,6 +477,22 @@ def phrase(positions, offsets):
 
 
 @njit(cache=True, nogil=True)
+def _score(cs, ce, lo, hi, k):
+    """(SSR score, index of the shortest cover, first on ties; -1 when none) of the covers
+    lo..hi-1: the sum, left to right, of 1 / (k + q - p)."""
+    total = 0.0
+    shortest = _I64_MAX
+    best = -1
+    for c in range(lo, hi):
+        length = ce[c] - cs[c]
+        total += 1.0 / (k + length)
+        if length < shortest:
+            shortest = length
+            best = c
+    return total, best
+
+
+@njit(cache=True, nogil=True)
 def _ssr(cs, ce, ds, de, k):
     nc = cs.shape[0]
     nd = ds.shape[0]
@@ -488,15 +504,7 @@ def _ssr(cs, ce, ds, de, k):
         # to the first one ending after d
         lo = _ge(cs, lo, nc, ds[d])
         hi = _gt(ce, lo, nc, de[d])  # galloping from lo costs log(run length)
-        total = 0.0
-        shortest = _I64_MAX
-        for c in range(lo, hi):
-            length = ce[c] - cs[c]
-            total += 1.0 / (k + length)
-            if length < shortest:
-                shortest = length
-                best[d] = c
-        scores[d] = total
+        scores[d], best[d] = _score(cs, ce, lo, hi, k)
     return scores, best
 
 
@@ -540,15 +548,7 @@ def _ssr_touched(cs, ce, ds, de, k):
         d = idx[j]
         lo = _ge(cs, lo, nc, ds[d])
         hi = _gt(ce, lo, nc, de[d])
-        total = 0.0
-        shortest = _I64_MAX
-        for c in range(lo, hi):
-            length = ce[c] - cs[c]
-            total += 1.0 / (k + length)
-            if length < shortest:
-                shortest = length
-                best[j] = c
-        scores[j] = total
+        scores[j], best[j] = _score(cs, ce, lo, hi, k)
     return idx, scores, best
 
 
