@@ -1,52 +1,89 @@
 """A batch of documents made ready to add: each one prepared (docno, text fields, values,
-metadata) and all their text tokenized in one pass. Making one needs no database, so a
-big ingest makes the next batch in a second process while the writer adds this one (see
-ingest.py); `Writer.add_many` makes one for its items.
+metadata), all their text tokenized in one pass, their annotations laid out in columns and
+the documents encoded and compressed for the docs sub-database. Making one needs no
+database (addresses are relative to the batch, a document's stored form to its own start),
+so a big ingest makes the next batch in a second process while the writer adds this one
+(see ingest.py); `Writer.add_many` makes one for its items.
 
 The tokens are numbered by kind (distinct folded word of the batch), so the writer looks up
-each distinct word's feature id once, not once per occurrence.
+each distinct word's feature id once, not once per occurrence; likewise the annotation
+names.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import mmap
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import tokenizer
+from . import storage, tokenizer
 from .records import prepare
 
 Prepared = tuple  # (docno | None, [(short name, path, text)], [(path, value)], metadata)
+DOCUMENT = ":"    # the feature every document's range carries
 
 
 @dataclass(frozen=True)
 class Batch:
-    docs: list            # Prepared, in order, each field's text left out: (docno, ((short,
-    #                       path), ...), values, metadata), layouts and empties shared
-    joined: str           # every field's text, joined by newlines
-    field_begin: np.ndarray   # int64 per field (all documents' fields in order): its text is
-    field_end: np.ndarray     # joined[field_begin[f]:field_end[f]]
-    field_tokens: np.ndarray  # int64 per field: its token count
-    kinds: np.ndarray     # int32 (int64 if need be) per token: its word, names[kinds[i]]
-    names: list           # the distinct folded words, in order of first appearance
+    docnos: list              # str per document, or None: the writer makes one from its start
+    doc_tokens: np.ndarray    # int64 per document: its tokens (it takes max(tokens, 1) addresses)
+    kinds: np.ndarray         # int32 (int64 if need be) per token: its word, names[kinds[i]]
+    names: list               # the distinct folded words, in order of first appearance
+    ann_doc: np.ndarray       # int64 per annotation (documents, fields, values): its document,
+    ann_name: np.ndarray      # int64: its feature, ann_names[ann_name[i]],
+    ann_p: np.ndarray         # int64: its first and last address less its document's start,
+    ann_q: np.ndarray
+    ann_v: np.ndarray         # float64: its value
+    ann_names: list           # the distinct annotation feature names
+    documents: list | None    # each document as a tuple (see document_tuple) while a docno
+    #                           is missing: the writer names them, then encodes them
+    raws: list | None         # bytes per document, its stored msgpack (storage.relative_raw),
+    #                           after subset()
+    entries: list | None      # (start, value, documents) of the docs entries holding them, starts
+    #                           relative to the batch's first address (storage.encode_docs);
+    #                           None until every docno is known, and after subset()
 
     def __len__(self) -> int:
-        return len(self.docs)
+        return len(self.docnos)
 
-    def fields_per_doc(self) -> np.ndarray:
-        return np.fromiter((len(d[1]) for d in self.docs), dtype=np.int64, count=len(self.docs))
+    def spans(self) -> np.ndarray:
+        """The addresses each document takes: its tokens, at least one."""
+        return np.maximum(self.doc_tokens, 1)
+
+    def starts(self) -> np.ndarray:
+        """Each document's first address less the batch's."""
+        spans = self.spans()
+        return np.cumsum(spans) - spans
+
+    def doc_raws(self) -> list:
+        """Each document's stored msgpack (decoded from the entries when need be)."""
+        if self.raws is not None:
+            return self.raws
+        if self.entries is not None:
+            return [r for start, value, _ in self.entries
+                    for r in storage.entry_raws(value, start)]
+        encode = storage.encode_relative
+        return [encode(d) for d in self.documents]
 
     def subset(self, keep) -> "Batch":
-        """The batch of the documents at the indices `keep` (ascending)."""
+        """The batch of the documents at the indices `keep` (ascending). Its documents are
+        encoded as they were; the docs entries are made again when it is added."""
         keep = np.asarray(keep, dtype=np.int64)
-        per_doc = self.fields_per_doc()
-        doc_mask = np.zeros(len(self.docs), dtype=bool)
+        doc_mask = np.zeros(len(self), dtype=bool)
         doc_mask[keep] = True
-        field_mask = np.repeat(doc_mask, per_doc)
-        token_mask = np.repeat(field_mask, self.field_tokens)
-        return Batch([self.docs[i] for i in keep.tolist()], self.joined,
-                     self.field_begin[field_mask], self.field_end[field_mask],
-                     self.field_tokens[field_mask], self.kinds[token_mask], self.names)
+        renumber = np.cumsum(doc_mask) - 1
+        rows = doc_mask[self.ann_doc]
+        pick = keep.tolist()
+        raws = None if self.documents is not None else self.doc_raws()
+        return replace(
+            self, docnos=[self.docnos[i] for i in pick], doc_tokens=self.doc_tokens[keep],
+            kinds=self.kinds[np.repeat(doc_mask, self.doc_tokens)],
+            ann_doc=renumber[self.ann_doc[rows]], ann_name=self.ann_name[rows],
+            ann_p=self.ann_p[rows], ann_q=self.ann_q[rows], ann_v=self.ann_v[rows],
+            documents=None if self.documents is None else [self.documents[i] for i in pick],
+            raws=None if raws is None else [raws[i] for i in pick],
+            entries=None)
 
 
 def prepare_item(content, docno=None, id_field=None, text_fields=None) -> Prepared:
@@ -61,26 +98,46 @@ def prepare_item(content, docno=None, id_field=None, text_fields=None) -> Prepar
 
 
 _NO_META: dict = {}  # shared by the documents without metadata (never changed)
-_layouts: dict = {}  # field layouts ((short name, path), ...) seen, one object each
 
 
-def _layout(fields) -> tuple:
-    """The document's (short name, path) pairs as one tuple shared by every document of
-    the same layout: handing a batch to the writer process pickles it once."""
-    layout = tuple((short, path) for short, path, _ in fields)
-    found = _layouts.get(layout)
-    if found is None:
-        if len(_layouts) > 10000:
-            _layouts.clear()
-        found = _layouts[layout] = layout
-    return found
+class _Names(dict):
+    """Annotation feature name -> its number in the batch, numbered as first asked for."""
+
+    def __missing__(self, name: str) -> int:
+        n = self[name] = len(self)
+        return n
+
+
+def _numbered(names: list, numbers: _Names, suffix: str = "") -> np.ndarray:
+    """The number of each name + suffix in `numbers` (looking each distinct name up once)."""
+    seen: dict = {}
+
+    def number(name):
+        found = seen.get(name)
+        if found is None:
+            found = seen[name] = numbers[name + suffix]
+        return found
+
+    return np.fromiter(map(number, names), dtype=np.int64, count=len(names))
+
+
+def document_tuple(docno, end: int, text: str, fields: list, meta: dict, tokens: int):
+    """A document with addresses relative to its start as the tuple whose msgpack is the
+    Document's (storage.relative_raw): an array, trailing defaults left out."""
+    if tokens:
+        return docno, 0, end, text, fields, meta, tokens
+    if meta:
+        return docno, 0, end, text, fields, meta
+    return docno, 0, end, text, fields
 
 
 def make(docs: list) -> Batch:
-    """Tokenize prepared documents. UnicodeEncodeError when a text holds a lone surrogate
-    (no UTF-8 can store it); bad_documents() finds which."""
+    """Tokenize prepared documents and lay out their annotations and stored form (encoded()
+    compresses them). UnicodeEncodeError when a text holds a lone surrogate (no UTF-8 can
+    store it); bad_documents() finds which."""
+    n_docs = len(docs)
     texts = [text for d in docs for _, _, text in d[1]]
-    lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
     begins = np.zeros(len(texts) + 1, dtype=np.int64)
     np.cumsum(lengths + 1, out=begins[1:])  # fields joined by newlines
     joined = "\n".join(texts)
@@ -88,10 +145,79 @@ def make(docs: list) -> Batch:
     if len(names) < 2**31:
         kinds = kinds.astype(np.int32)  # half the bytes to hand to the writer process
     # a token never spans a newline, so field f's tokens are those starting in its text
-    firsts = np.searchsorted(starts, begins)
-    docs = [(d[0], _layout(d[1]), d[2] or (), d[3] or _NO_META) for d in docs]
-    return Batch(docs, joined, begins[:-1], begins[:-1] + lengths, np.diff(firsts), kinds,
-                 names)
+    field_tokens = np.diff(np.searchsorted(starts, begins))
+    per_doc = np.fromiter((len(d[1]) for d in docs), dtype=np.int64, count=n_docs)
+    field_doc = np.repeat(np.arange(n_docs, dtype=np.int64), per_doc)
+    doc_tokens = np.zeros(n_docs, dtype=np.int64)
+    np.add.at(doc_tokens, field_doc, field_tokens)
+    # each field's first address and first character within its document
+    before = np.cumsum(field_tokens) - field_tokens
+    first_field = np.cumsum(per_doc) - per_doc
+    has_fields = per_doc > 0
+    doc_base = np.zeros(n_docs, dtype=np.int64)
+    doc_char = np.zeros(n_docs, dtype=np.int64)
+    doc_base[has_fields] = before[first_field[has_fields]]
+    doc_char[has_fields] = begins[first_field[has_fields]]
+    field_at = before - doc_base[field_doc]
+    field_char = begins[:-1] - doc_char[field_doc]
+    ends = np.maximum(doc_tokens, 1) - 1
+
+    # annotations: each field with tokens and a path (short name + ":" and path over its
+    # tokens), each document (":" over its range), each value (its path over the range)
+    ann_names = _Names()
+    document = ann_names[DOCUMENT]
+    shorts = [short for d in docs for short, _, _ in d[1]]
+    paths = [path for d in docs for _, path, _ in d[1]]
+    annotated = np.flatnonzero((field_tokens > 0) & np.fromiter(
+        map(bool, paths), dtype=bool, count=len(paths)))
+    sel = annotated.tolist()
+    short_ids = _numbered([shorts[f] for f in sel], ann_names, ":")
+    path_ids = _numbered([paths[f] for f in sel], ann_names)
+    f_doc, f_p = field_doc[annotated], field_at[annotated]
+    f_q = f_p + field_tokens[annotated] - 1
+    values = [(i, path, value) for i, d in enumerate(docs) if d[2] for path, value in d[2]]
+    v_doc = np.fromiter((v[0] for v in values), dtype=np.int64, count=len(values))
+    v_ids = _numbered([v[1] for v in values], ann_names)
+    everything = np.arange(n_docs, dtype=np.int64)
+    ann_doc = np.concatenate((f_doc, f_doc, everything, v_doc))
+    ann_name = np.concatenate((short_ids, path_ids, np.full(n_docs, document, np.int64), v_ids))
+    ann_p = np.concatenate((f_p, f_p, np.zeros(n_docs + len(values), np.int64)))
+    ann_q = np.concatenate((f_q, f_q, ends, ends[v_doc]))
+    ann_v = np.zeros(len(ann_doc), dtype=np.float64)
+    ann_v[len(ann_v) - len(values):] = np.fromiter((v[2] for v in values), dtype=np.float64,
+                                                   count=len(values))
+
+    # the documents, as the tuples their msgpack is made of; a document's text is its
+    # fields joined by newlines, a slice of the batch's
+    field_rows = list(zip(shorts, paths, field_char.tolist(),
+                          (field_char + lengths).tolist(), field_at.tolist(),
+                          (field_at + field_tokens - 1).tolist()))
+    text_from = doc_char.tolist()
+    documents = []
+    f = 0
+    for i, (d, end, tokens) in enumerate(zip(docs, ends.tolist(), doc_tokens.tolist())):
+        k = len(d[1])
+        if k:
+            text = joined[text_from[i]:text_from[i] + field_rows[f + k - 1][3]]
+        else:
+            text = ""
+        documents.append(document_tuple(d[0], end, text, field_rows[f:f + k], d[3] or _NO_META,
+                                        tokens))
+        f += k
+    return Batch([d[0] for d in docs], doc_tokens, kinds, names, ann_doc, ann_name, ann_p,
+                 ann_q, ann_v, list(ann_names), documents, None, None)
+
+
+def encoded(b: Batch, psize: int = mmap.PAGESIZE, threads: int = 2) -> Batch:
+    """The batch with its docs entries made (every docno given), for LMDB pages of `psize`
+    bytes: what the writer stores. (The documents themselves are dropped: the entries hold
+    them.) The writer does this when the batch comes without them."""
+    if b.entries is not None:
+        return b
+    if any(d is None for d in b.docnos):
+        raise ValueError("a document has no docno yet")
+    entries = storage.encode_docs(b.doc_raws(), b.starts().tolist(), psize, threads)
+    return replace(b, documents=None, raws=None, entries=entries)
 
 
 def bad_documents(docs: list) -> list[int]:

@@ -164,6 +164,9 @@ def _check_blocks(txn, names, problems) -> None:
                          f"{counts.get(fid, 0)} but its list holds {lengths.get(fid, 0)}")
 
 
+_GROUPS = (storage.TAG_GROUP, storage.TAG_REL_GROUP)
+
+
 def _check_documents(txn, next_address, problems) -> list[tuple[int, int, str]]:
     """(start, end, docno) of every document that decodes, in address order."""
     docs = []
@@ -173,15 +176,15 @@ def _check_documents(txn, next_address, problems) -> list[tuple[int, int, str]]:
         key_start = storage.from_u64(key) if len(key) == 8 else None
         kind = value[0] if len(value) else None
         try:
-            entry = storage.decode_docs(value)
+            entry = storage.decode_docs(value, key_start or 0)
         except Exception as err:  # any failure to decode is damage
-            what = "group" if kind == storage.TAG_GROUP else "document"
+            what = "group" if kind in _GROUPS else "document"
             problems.add(f"docs: the {what} at {key_start} does not decode: {err}")
             continue
         if not entry:
             problems.add(f"docs: the group at {key_start} is empty")
             continue
-        if kind == storage.TAG_GROUP:
+        if kind in _GROUPS:
             first = entry[0]
             if key_start is None or key_start > first.start:
                 problems.add(f"docs: the group at {key_start} holds {first.docno!r} starting "
@@ -191,7 +194,7 @@ def _check_documents(txn, next_address, problems) -> list[tuple[int, int, str]]:
                              f"(ending at {prev_end})")
         for doc in entry:
             where = f"docs: {doc.docno!r}"
-            if kind != storage.TAG_GROUP and key_start != doc.start:
+            if kind not in _GROUPS and key_start != doc.start:
                 problems.add(f"{where} is stored under {key_start} but starts at {doc.start}")
             if not 0 <= doc.start <= doc.end:
                 problems.add(f"{where} has the bad range [{doc.start}, {doc.end}]")

@@ -47,12 +47,13 @@ import sys
 import tempfile
 import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterator, NamedTuple
 
 import msgspec
 
-from . import batch, database, records, transaction
+from . import batch, database, records, storage, transaction
 from .errors import AnnodbError, IngestError, WriterBusyError
 
 FORMATS = ("jsonl", "msmarco", "tsv", "trec", "text")
@@ -455,18 +456,42 @@ def _ready(pending: list, tell: int) -> _Chunk:
     return _Chunk(items, made, tell)
 
 
+def _encoded(chunk: _Chunk) -> _Chunk:
+    """The chunk with its documents compressed for the writer (see batch.encoded)."""
+    if chunk.batch is None or any(d is None for d in chunk.batch.docnos):
+        return chunk
+    try:
+        return chunk._replace(batch=batch.encoded(chunk.batch, threads=1))
+    except UnicodeError:  # the writer finds which document (see _Run._culprit)
+        return chunk
+
+
 def _reader_main() -> None:
     """The second process (`python -c` of this, see _chunks_from_process): read the
     arguments from stdin, write ("chunk", _Chunk) pickles to stdout, then ("end", None), or
     ("error", message) if reading fails. The pipe's buffer keeps it about one chunk ahead."""
     gc.disable()  # see _no_cyclic_gc
+    _set_malloc(_INGEST_MALLOC)  # see _keep_freed_memory (for the life of this process)
     out = sys.stdout.buffer
     source = None
+    compressing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="annodb-encode")
+
+    def send(chunk):
+        pickle.dump(("chunk", chunk.result()), out, protocol=pickle.HIGHEST_PROTOCOL)
+        out.flush()
+
     try:
         source, id_field, text_fields, batch_bytes, batch_size = pickle.load(sys.stdin.buffer)
+        last = None
         for chunk in _chunks(source, id_field, text_fields, batch_bytes, batch_size):
-            pickle.dump(("chunk", chunk), out, protocol=pickle.HIGHEST_PROTOCOL)
-            out.flush()
+            # compressed on a thread while this one reads the next chunk (zstd releases
+            # the GIL), so the compression runs beside the writer's work
+            ready = compressing.submit(_encoded, chunk)
+            if last is not None:
+                send(last)
+            last = ready
+        if last is not None:
+            send(last)
         message = ("end", None)
     except BrokenPipeError:  # the writer stopped reading (it failed or was interrupted)
         return
@@ -623,11 +648,14 @@ class _Run:
     @staticmethod
     def _culprit(made: batch.Batch, todo: list[int]) -> int:
         """The index (in the chunk) of the first document of todo the database refuses (the
-        text was tokenized already: only the docno is left to refuse)."""
+        text was tokenized already: its docno, or a name or metadata that cannot be
+        encoded, is left to refuse)."""
         for k in todo:
             try:
-                if made.docs[k][0] is not None:
-                    transaction.check_docno(made.docs[k][0])
+                if made.docnos[k] is not None:
+                    transaction.check_docno(made.docnos[k])
+                if made.documents is not None:
+                    storage.encode_relative(made.documents[k])
             except Exception:  # noqa: BLE001 - any refusal names the culprit
                 return k
         return todo[0]
@@ -669,6 +697,49 @@ class _Run:
                 counts["tokens"] += sum(a.end - a.start + 1 for a in added)
         self.seen.update(written)
         return counts, warnings
+
+
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3  # glibc's mallopt options
+_GLIBC_DEFAULTS = {_M_TRIM_THRESHOLD: 128 << 10, _M_TOP_PAD: 128 << 10,
+                   _M_MMAP_THRESHOLD: 128 << 10}
+_INGEST_MALLOC = {_M_TRIM_THRESHOLD: 4 << 30, _M_TOP_PAD: 256 << 20,
+                  _M_MMAP_THRESHOLD: 32 << 20}
+
+
+def _libc():
+    """glibc's handle, or None elsewhere (musl, macOS, Windows)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None)
+        return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+    except (OSError, AttributeError):
+        return None
+
+
+def _set_malloc(options: dict) -> bool:
+    libc = _libc()
+    if libc is None:
+        return False
+    return all(libc.mallopt(k, v) == 1 for k, v in options.items())
+
+
+@contextlib.contextmanager
+def _keep_freed_memory():
+    """glibc's malloc told to keep freed memory for reuse for the duration: arrays up to 32
+    MB from the heap instead of fresh mmaps, and no trimming. Every flush allocates and
+    frees hundreds of MB of arrays; by default each big one is a fresh mapping whose pages
+    the kernel faults in and zeroes, and frees unmap them again. On the scale corpus this
+    took the writer's system time from 7.2 to 3.7 s (wall 36.9 -> 31.5 s). Afterwards the
+    defaults are back and the heap is trimmed, so the memory returns to the system."""
+    tuned = _set_malloc(_INGEST_MALLOC)
+    try:
+        yield
+    finally:
+        if tuned:
+            _set_malloc(_GLIBC_DEFAULTS)
+            _libc().malloc_trim(0)
 
 
 @contextlib.contextmanager
@@ -720,7 +791,7 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
         run = _Run(db, replace=replace, strict=strict, timeout=timeout, batch_size=batch_size,
                    batch_bytes=batch_bytes, progress=progress, on_problem=on_problem,
                    total_bytes=sum(s.size for s in sources), parallel=parallel)
-        with _no_cyclic_gc():
+        with _no_cyclic_gc(), _keep_freed_memory():
             try:
                 for source in sources:
                     run.file(source, id_field, text_fields)

@@ -27,15 +27,23 @@ so LMDB's byte order is numeric order; addresses are >= 0):
                    starts ascending, keyed by an address <= its first start (the first
                    start when written; deleting a document rewrites the group without it
                    under the same key, and deletes the key when it empties)
-              A tag 0/1 value's key is its document's start. Entries never interleave:
+                3  (format 3) a group whose addresses are relative: zstd of the msgpack
+                   array [starts, doc, doc, ...], starts (ascending) each document's start
+                   less the key, and each document's addresses (its range, its fields')
+                   less its own start
+                4  (format 3) one document, its addresses less the key (its start): msgpack
+              A tag 0/1/4 value's key is its document's start. Entries never interleave:
               every document of an entry ends before the next entry's key, so the
               document holding an address is in the last entry keyed at or before it.
-              Format 2 writes consecutive documents of one put as groups (at most
-              GROUP_DOCS) whose value nearly fills one LMDB overflow page (a value over
-              half a leaf page gets pages of its own, never split or shared), refilling
-              the last group when it is under 3/4 of that; a document alone is tag 0, or
-              a group of one when 1 KB or more. A document longer than a page is a group
-              taking the documents after it while it still fits its overflow pages.
+              Relative addresses make a value independent of where its documents land,
+              so an ingest compresses documents in its reading process, before the
+              writer has placed them. Format 3 writes tags 3 and 4 only: consecutive
+              documents in groups (at most GROUP_DOCS) whose value nearly fills one LMDB
+              overflow page (a value over half a leaf page gets pages of its own, never
+              split or shared); small entries written after a small last entry are
+              regrouped with it; a document alone is tag 4, or a group of one when 1 KB
+              or more. A document longer than a page is a group taking the documents
+              after it while it still fits its overflow pages.
     docnos    docno (utf-8) -> first address (u64)
     erased    first address (u64) -> last address (u64): erased ranges, disjoint and merged.
               Annotations lying inside an erased range are invisible to every read.
@@ -87,8 +95,8 @@ import zstandard
 from . import kernels, tokenizer
 from .errors import AnnodbError, FormatVersionError, StorageError, WriterBusyError
 
-FORMAT_VERSION = 2
-READS_FORMATS = (1, 2)  # format 1 is a subset of 2; a write upgrades its meta to 2
+FORMAT_VERSION = 3
+READS_FORMATS = (1, 2, 3)  # each a subset of the next; a write upgrades the meta to 3
 # A full block fills one LMDB overflow page exactly: LMDB stores a value over ~2014 bytes
 # (4096-byte pages) on overflow pages of its own, psize - 16 bytes each, which are never
 # split; the leaf then holds a small stub. (Blocks of at most ~2000 bytes kept inline in
@@ -121,8 +129,9 @@ COMPRESS_OVER = 1024  # a document alone this long (msgpack bytes) is compressed
 GROUP_DOCS = 256
 GROUP_SLACK = 32  # a group aims at this many bytes under one overflow page
 GROUP_AIM = 1.06  # and at this much more raw text than the last group's ratio says fits
+REGROUP_LONG = 64 << 10  # a long document alone, up to this long, is regrouped (put_docs)
 GROUP_CACHE = 8  # decoded groups a transaction keeps (the top hits often share groups)
-TAG_DOC, TAG_ZDOC, TAG_GROUP = 0, 1, 2
+TAG_DOC, TAG_ZDOC, TAG_GROUP, TAG_REL_GROUP, TAG_REL_DOC = 0, 1, 2, 3, 4
 
 FLAG_POINTS = 1
 FLAG_ZERO = 2
@@ -238,15 +247,10 @@ class _Head(msgspec.Struct, array_like=True):
 
 
 _heads_decoder = msgspec.msgpack.Decoder(list[_Head])
+_starts_encoder = msgspec.msgpack.Encoder()
+_starts_decoder = msgspec.msgpack.Decoder(list[int])
+_rel_group_decoder = msgspec.msgpack.Decoder(tuple[msgspec.Raw, msgspec.Raw])
 _head_decoder = msgspec.msgpack.Decoder(_Head)
-
-
-def _single(raw: bytes) -> bytes:
-    """The value of one document from its msgpack: tag 0, or when long a group of one
-    (zstd: format 1's tag 1, zlib, is only read)."""
-    if len(raw) < COMPRESS_OVER:
-        return b"\x00" + raw
-    return _group((raw,))
 
 
 def _array_header(n: int) -> bytes:
@@ -284,14 +288,59 @@ def _unzip_group(buf) -> bytes:
         raise StorageError(f"a document group does not decompress: {err}") from None
 
 
-def _group(raws) -> bytes:
-    """The tag-2 value of consecutive documents given as their msgpack."""
+def _group(raws, rel) -> bytes:
+    """The tag-3 value of consecutive documents given as their relative msgpack (see
+    relative_raw), starting at `rel` (ascending) past the value's key."""
+    return b"\x03" + _compressor().compress(
+        b"\x92" + _starts_encoder.encode(rel) + _array_header(len(raws)) + b"".join(raws))
+
+
+def _single(raw) -> bytes:
+    """The value of one document from its relative msgpack: tag 4, or when long a group of
+    one (compressed)."""
+    if len(raw) < COMPRESS_OVER:
+        return b"\x04" + raw
+    return _group((raw,), [0])
+
+
+def _legacy_group(raws) -> bytes:
+    """A tag-2 value (absolute addresses): how a format-2 group is rewritten after a
+    deletion (format 3 writes no new ones)."""
     return b"\x02" + _compressor().compress(_array_header(len(raws)) + b"".join(raws))
 
 
+def _shift(doc: Document, by: int) -> Document:
+    """The document with `by` added to every address (in place)."""
+    if by:
+        doc.start += by
+        doc.end += by
+        for f in doc.fields:
+            f.start += by
+            f.end += by
+    return doc
+
+
+def relative_raw(doc: Document) -> bytes:
+    """The msgpack of the document with its addresses less its start (its start 0): what
+    tags 3 and 4 hold. Leaves `doc` as it is."""
+    s = doc.start
+    if s == 0:
+        return _doc_encoder.encode(doc)
+    return _doc_encoder.encode(Document(
+        doc.docno, 0, doc.end - s, doc.text,
+        [DocField(f.name, f.path, f.char_start, f.char_end, f.start - s, f.end - s)
+         for f in doc.fields], doc.meta, doc.tokens))
+
+
+def encode_relative(doc) -> bytes:
+    """The msgpack of a document whose addresses are relative already (a Document, or the
+    tuple of its fields, see batch.document_tuple)."""
+    return _doc_encoder.encode(doc)
+
+
 def encode_doc(doc: Document) -> bytes:
-    """The value of one document alone (tag 0 or 1)."""
-    return _single(_doc_encoder.encode(doc))
+    """The value of one document alone (tag 4, or a group of one), keyed by its start."""
+    return _single(relative_raw(doc))
 
 
 def _leaf_max(psize: int) -> int:
@@ -301,24 +350,33 @@ def _leaf_max(psize: int) -> int:
     return (((psize - 16) // 2) & -2) - 2 - 16
 
 
-def _encode_run(raws: list, lo: int, hi: int, psize: int) -> list[tuple[int, bytes]]:
-    """(index of its first document, value) of the entries documents lo..hi-1 (given as
-    their msgpack) are stored in: groups of at most GROUP_DOCS documents whose compressed
-    value comes close to filling one LMDB overflow page (values that large get pages of
-    their own, never split or shared); or one document alone (tag 0, or a group of one).
-    How much raw text makes that much is estimated from the last group's ratio, aiming a
-    little high; a group that comes out too long gives back documents in proportion. A
-    document too long for one page gets overflow pages of its own: it takes the documents
-    after it while it still fits those pages (at most GROUP_DOCS)."""
+def _encode_run(raws: list, starts: list, lo: int, hi: int, psize: int
+                ) -> list[tuple[int, bytes]]:
+    """(start, value, count) of the entries documents lo..hi-1 (given as their relative msgpack and
+    their starts, in any frame) are stored in, each keyed by its first document's start:
+    groups of at most GROUP_DOCS documents whose compressed value comes close to filling
+    one LMDB overflow page (values that large get pages of their own, never split or
+    shared); or one document alone (tag 4, or a group of one). How much raw text makes
+    that much is estimated from the last group's ratio, aiming a little high; a group that
+    comes out too long gives back documents in proportion. A document too long for one
+    page gets overflow pages of its own: it takes the documents after it while it still
+    fits those pages (at most GROUP_DOCS)."""
     out = []
     room = psize - PAGE_HEADER          # one overflow page
     target = room - GROUP_SLACK
     ratio = 0.4  # compressed / raw bytes of the last group
+
+    def group(i, j):
+        if j - i == 1:
+            return _single(raws[i])
+        first = starts[i]
+        return _group(raws[i:j], [x - first for x in starts[i:j]])
+
     i = lo
     while i < hi:
         if len(raws[i]) + 16 > room:  # long: its own overflow pages, filled (below)
-            value, j = _alone_or_filled(raws, i, hi, psize)
-            out.append((i, value))
+            value, j = _alone_or_filled(raws, starts, i, hi, psize)
+            out.append((starts[i], value, j - i))
             i = j
             continue
         budget = target / ratio * GROUP_AIM
@@ -327,25 +385,27 @@ def _encode_run(raws: list, lo: int, hi: int, psize: int) -> list[tuple[int, byt
                 len(raws[j]) + 16 <= room:
             size += len(raws[j])
             j += 1
-        value = _single(raws[i]) if j - i == 1 else _group(raws[i:j])
+        value = group(i, j)
         while len(value) > room and j - i > 1:  # too hopeful: give back in proportion
             keep = size * target / len(value)
             while j - i > 1 and size > keep:
                 j -= 1
                 size -= len(raws[j])
-            value = _single(raws[i]) if j - i == 1 else _group(raws[i:j])
+            value = group(i, j)
         if j - i > 1:
             ratio = len(value) / size
-        out.append((i, value))
+        out.append((starts[i], value, j - i))
         i = j
     return out
 
 
-def _alone_or_filled(raws: list, i: int, hi: int, psize: int) -> tuple[bytes, int]:
-    """(value, end): the long document raws[i] alone (tag 1) or, when that needs overflow
-    pages, the group raws[i:end] that also takes the documents after it while it fits
-    those pages: as many as its compression ratio says would fit, fewer if they do not."""
-    alone = _group(raws[i:i + 1])
+def _alone_or_filled(raws: list, starts: list, i: int, hi: int, psize: int
+                     ) -> tuple[bytes, int]:
+    """(value, end): the long document raws[i] alone (a group of one) or, when that needs
+    overflow pages, the group raws[i:end] that also takes the documents after it while it
+    fits those pages: as many as its compression ratio says would fit, fewer if they do
+    not."""
+    alone = _group(raws[i:i + 1], [0])
     if len(alone) <= _leaf_max(psize) or i + 1 == hi:
         return alone, i + 1
     cap = -(-(len(alone) + 16) // psize) * psize - 16  # the pages' room (16: a header)
@@ -355,11 +415,24 @@ def _alone_or_filled(raws: list, i: int, hi: int, psize: int) -> tuple[bytes, in
         size += ratio * len(raws[k])
         k += 1
     while k > i + 1:
-        group = _group(raws[i:k])
+        group = _group(raws[i:k], [x - starts[i] for x in starts[i:k]])
         if len(group) <= cap:
             return group, k
         k = i + 1 + (k - i - 1) * 3 // 4  # (the estimate was too hopeful)
     return alone, i + 1
+
+
+def encode_docs(raws: list, starts: list, psize: int, threads: int = 2
+                ) -> list[tuple[int, bytes, int]]:
+    """(start, value, count) of the docs entries that hold these consecutive documents (their
+    relative msgpack, see relative_raw, and their starts, ascending, in any frame: a value
+    does not depend on where its documents are). Many documents are compressed on two
+    threads (zstd releases the GIL) unless `threads` is 1."""
+    if len(raws) >= 64 and threads > 1:
+        half = len(raws) // 2
+        other = _pool().submit(_encode_run, raws, starts, half, len(raws), psize)
+        return _encode_run(raws, starts, 0, half, psize) + other.result()
+    return _encode_run(raws, starts, 0, len(raws), psize)
 
 
 _executor = None
@@ -373,59 +446,99 @@ def _pool():
     return _executor
 
 
-def decode_doc(buf) -> Document:
-    """The document of a tag 0 or 1 value (a group's value holds several: decode_docs)."""
-    kind = buf[0]
-    if kind == TAG_DOC:
-        return _doc_decoder.decode(memoryview(buf)[1:])
-    if kind == TAG_ZDOC:
-        return _doc_decoder.decode(zlib.decompress(memoryview(buf)[1:]))
-    raise StorageError(f"a docs value with tag {kind} is not one document")
+def _rel_parts(buf):
+    """(starts relative to the key, the documents' msgpack array) of a tag-3 value."""
+    starts, docs = _rel_group_decoder.decode(_unzip_group(buf))
+    return _starts_decoder.decode(starts), docs
 
 
-def decode_docs(buf) -> list[Document]:
-    """The documents of a docs value of any tag, in address order."""
+def decode_docs(buf, key: int) -> list[Document]:
+    """The documents of the docs value `buf` of any tag, keyed by `key`, in address
+    order."""
     kind = buf[0]
+    if kind == TAG_REL_GROUP:
+        rel, docs = _rel_parts(buf)
+        found = _docs_decoder.decode(docs)
+        if len(rel) != len(found):
+            raise StorageError(f"a document group lists {len(rel)} starts for "
+                               f"{len(found)} documents")
+        return [_shift(d, key + r) for d, r in zip(found, rel)]
+    if kind == TAG_REL_DOC:
+        return [_shift(_doc_decoder.decode(memoryview(buf)[1:]), key)]
     if kind == TAG_GROUP:
         return _docs_decoder.decode(_unzip_group(buf))
-    if kind in (TAG_DOC, TAG_ZDOC):
-        return [decode_doc(buf)]
+    if kind == TAG_DOC:
+        return [_doc_decoder.decode(memoryview(buf)[1:])]
+    if kind == TAG_ZDOC:
+        return [_doc_decoder.decode(zlib.decompress(memoryview(buf)[1:]))]
     raise StorageError(f"unknown docs value tag {kind}")
+
+
+def entry_raws(value, key: int) -> list[bytes]:
+    """The stored msgpack of each document of a format-3 docs value (relative addresses)."""
+    entry = _Entry(value, key)
+    if not entry.relative:
+        raise StorageError("not a format-3 docs value")
+    return [bytes(r) for r in entry.raws]
 
 
 class _Entry:
     """One docs value, decoded for lookups: its documents' starts and ends, and their
-    msgpack, each decoded to a fresh Document when asked for (so callers never share one)."""
+    msgpack, each decoded to a fresh Document when asked for (so callers never share one).
+    `relative`: the msgpack holds addresses less each document's start (tags 3, 4)."""
 
-    __slots__ = ("starts", "ends", "raws", "docnos")
+    __slots__ = ("starts", "ends", "raws", "docnos", "relative")
 
-    def __init__(self, buf):
+    def __init__(self, buf, key: int):
         kind = buf[0]
-        if kind == TAG_GROUP:
-            raw = _unzip_group(buf)
-            heads = _heads_decoder.decode(raw)
-            self.raws = _raws_decoder.decode(raw)
-        elif kind == TAG_DOC or kind == TAG_ZDOC:
-            if kind == TAG_DOC:
-                raw = bytes(memoryview(buf)[1:])  # (a read transaction's buffer dies with it)
-            else:
-                raw = zlib.decompress(memoryview(buf)[1:])
-            heads = [_head_decoder.decode(raw)]
-            self.raws = [raw]
+        self.relative = kind in (TAG_REL_GROUP, TAG_REL_DOC)
+        if kind == TAG_REL_GROUP:
+            rel, docs = _rel_parts(buf)
+            heads = _heads_decoder.decode(docs)
+            self.raws = _raws_decoder.decode(docs)
+            if len(rel) != len(heads):
+                raise StorageError(f"a document group lists {len(rel)} starts for "
+                                   f"{len(heads)} documents")
+            self.starts = [key + r + h.start for r, h in zip(rel, heads)]
+            self.ends = [key + r + h.end for r, h in zip(rel, heads)]
         else:
-            raise StorageError(f"unknown docs value tag {kind}")
-        self.starts = [h.start for h in heads]
-        self.ends = [h.end for h in heads]
+            if kind == TAG_GROUP:
+                raw = _unzip_group(buf)
+                heads = _heads_decoder.decode(raw)
+                self.raws = _raws_decoder.decode(raw)
+            elif kind in (TAG_DOC, TAG_REL_DOC):
+                raw = bytes(memoryview(buf)[1:])  # (a read transaction's buffer dies with it)
+                heads = [_head_decoder.decode(raw)]
+                self.raws = [raw]
+            elif kind == TAG_ZDOC:
+                raw = zlib.decompress(memoryview(buf)[1:])
+                heads = [_head_decoder.decode(raw)]
+                self.raws = [raw]
+            else:
+                raise StorageError(f"unknown docs value tag {kind}")
+            by = key if kind == TAG_REL_DOC else 0
+            self.starts = [by + h.start for h in heads]
+            self.ends = [by + h.end for h in heads]
         self.docnos = [h.docno for h in heads]
 
     def doc(self, i: int) -> Document:
-        return _doc_decoder.decode(self.raws[i])
+        doc = _doc_decoder.decode(self.raws[i])
+        return _shift(doc, self.starts[i] - doc.start) if self.relative else doc
 
     def copy(self) -> "_Entry":
         other = _Entry.__new__(_Entry)
         other.starts, other.ends = list(self.starts), list(self.ends)
         other.raws, other.docnos = list(self.raws), list(self.docnos)
+        other.relative = self.relative
         return other
+
+    def value(self, key: int) -> bytes:
+        """The value that stores these documents under `key` (after deletions)."""
+        if not self.relative:
+            return _legacy_group(self.raws)
+        if len(self.raws) == 1 and self.starts[0] == key:
+            return _single(self.raws[0])
+        return _group(self.raws, [s - key for s in self.starts])
 
     def find(self, address: int) -> int:
         """The index of the document holding `address`, or -1."""
@@ -435,6 +548,7 @@ class _Entry:
 
 _Entry.EMPTY = _Entry.__new__(_Entry)  # no documents (an entry that does not decode)
 _Entry.EMPTY.starts, _Entry.EMPTY.ends, _Entry.EMPTY.raws, _Entry.EMPTY.docnos = [], [], [], []
+_Entry.EMPTY.relative = False
 
 
 class Vocab(dict):
@@ -1055,7 +1169,7 @@ class Txn:
         entries = self._entries
         found = entries.get(key)
         if found is None:
-            found = _Entry(value)
+            found = _Entry(value, from_u64(key))
             if len(entries) >= GROUP_CACHE:
                 entries.pop(next(iter(entries), None), None)
             entries[key] = found
@@ -1071,39 +1185,57 @@ class Txn:
         key = cur.key()
         return bytes(key), self._entry(key, cur.value())
 
-    def put_docs(self, docs: list[Document]) -> None:
-        """Store new documents, each starting past every stored one, in groups (refilling
-        the last stored group when it has room). LMDB appends them, filling pages instead
-        of splitting them. Compression runs on a second thread (zstd releases the GIL) while
-        this thread goes on."""
-        if not docs:
+    def page_size(self) -> int:
+        """LMDB's page size in this environment."""
+        return self.txn.stat(self.dbs["docs"])["psize"]
+
+    def put_docs(self, entries: list[tuple[int, bytes, int]]) -> None:
+        """Store new docs entries: (start, value, documents) as encode_docs makes them, in
+        order, each past every stored document. LMDB appends them, filling pages instead of
+        splitting them. Entries that may grow are regrouped with those next to them, and
+        with a small last stored entry of format 3: small ones (under 3/4 of an overflow
+        page: a few documents added at a time) and a long document alone (its overflow
+        pages may take the next ones; up to REGROUP_LONG bytes). So documents added one by
+        one still end up in full groups."""
+        if not entries:
             return
         self._flush_deletions()
         self._entries.clear()
-        encode = _doc_encoder.encode
-        raws = [encode(d) for d in docs]
-        starts = [d.start for d in docs]
         db = self.dbs["docs"]
-        psize = self.txn.stat(db)["psize"]
+        psize = self.page_size()
+        small = (psize - PAGE_HEADER) * 3 // 4
+        out = []
+        raws, starts = [], []  # the documents of the entries to regroup
+
+        def regroup():
+            if raws:
+                out.extend(encode_docs(raws, starts, psize))
+                raws.clear()
+                starts.clear()
+
         with self.txn.cursor(db=db) as cur:
-            if cur.last():
+            start, value, _ = entries[0]
+            if len(value) < small and cur.last() and len(cur.value()) < small:
                 try:
-                    last = _Entry(cur.value())
+                    last = _Entry(cur.value(), from_u64(cur.key()))
                 except Exception:  # damaged (check reports it): leave it as it is
                     last = _Entry.EMPTY
-                if (len(cur.value()) < (psize - PAGE_HEADER) * 3 // 4
-                        and len(last.raws) < GROUP_DOCS
-                        and last.starts and last.ends[-1] < starts[0]):
+                if last.relative and len(last.raws) < GROUP_DOCS and last.starts and \
+                        last.ends[-1] < start:
                     cur.delete()  # refilled: its documents are written again below
-                    raws = [bytes(r) for r in last.raws] + raws
-                    starts = last.starts + starts
-            if len(raws) >= 64:
-                half = len(raws) // 2
-                other = _pool().submit(_encode_run, raws, half, len(raws), psize)
-                entries = _encode_run(raws, 0, half, psize) + other.result()
-            else:
-                entries = _encode_run(raws, 0, len(raws), psize)
-            _append_all(cur, [(u64(starts[i]), v) for i, v in entries])
+                    raws.extend(bytes(r) for r in last.raws)
+                    starts.extend(last.starts)
+            for k, (start, value, count) in enumerate(entries):
+                if len(value) < small or (count == 1 and len(value) <= REGROUP_LONG
+                                          and (raws or k + 1 < len(entries))):
+                    entry = _Entry(value, start)
+                    raws.extend(bytes(r) for r in entry.raws)
+                    starts.extend(entry.starts)
+                else:
+                    regroup()
+                    out.append((start, value, count))
+            regroup()
+            _append_all(cur, [(u64(start), value) for start, value, _ in out])
 
     def put_docnos(self, items: list[tuple[str, int]]) -> None:
         """Map docnos to document starts (items sorted by docno). Those past every stored
@@ -1147,7 +1279,7 @@ class Txn:
             key, entry = self._pending
             self._pending = None
             if entry.raws:  # (only a group holds more than one)
-                self.txn.put(key, _group(entry.raws), db=self.dbs["docs"])
+                self.txn.put(key, entry.value(from_u64(key)), db=self.dbs["docs"])
             else:
                 self.txn.delete(key, db=self.dbs["docs"])
 
@@ -1200,8 +1332,8 @@ class Txn:
         """Every document, in address order."""
         self._flush_deletions()
         with self.txn.cursor(db=self.dbs["docs"]) as cur:
-            for _, value in cur:
-                yield from decode_docs(value)
+            for key, value in cur:
+                yield from decode_docs(value, from_u64(key))
 
     def docnos(self):
         with self.txn.cursor(db=self.dbs["docnos"]) as cur:

@@ -4,6 +4,7 @@ return. `annodb.database` opens the database that hands them out."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -15,13 +16,13 @@ import numpy as np
 
 from . import batch, kernels, storage, tokenizer
 from .errors import AnnodbError, NotFoundError, StorageError
-from .storage import DocField, Document
+from .storage import Document
 
 if TYPE_CHECKING:
     from .database import Database
 
 FLUSH_TOKENS = 4_000_000  # buffered tokens that trigger a write to LMDB inside the transaction
-DOCUMENT = ":"
+DOCUMENT = batch.DOCUMENT
 
 EMPTY_I = np.empty(0, dtype=np.int64)
 EMPTY_F = np.empty(0, dtype=np.float64)
@@ -357,11 +358,12 @@ class Writer(Snapshot):
         self._format = txn.meta("format")
         self._tok_ids: list[np.ndarray] = []  # feature ids of buffered tokens, in address order
         self._tok_count = 0
-        self._tok_runs: list[tuple[int, int]] = []  # (first address, count) of each run
-        self._ann: list = []  # feature id, p, q, value, feature id, p, ... in write order
+        self._tok_runs: list = []  # (first addresses, counts) of the runs of each batch
+        self._ann: list = []  # feature id, p, q, value, feature id, p, ... (annotate())
+        self._ann_arrays: list = []  # (fids, ps, qs, values): all annotations in write order
         self._new_docnos: dict[str, int] = {}  # docno -> start, not yet written
         self._dirty = False
-        self._docs: list[Document] = []  # added, not yet written (compressed at flush)
+        self._doc_entries: list[tuple[int, bytes, int]] = []  # docs entries not yet written
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
@@ -472,8 +474,7 @@ class Writer(Snapshot):
         tokenizing; an ingest makes its batches in another process)."""
         self._check()
         seen = set()
-        for i, d in enumerate(b.docs):
-            docno = d[0]
+        for i, docno in enumerate(b.docnos):
             if docno is None:
                 continue
             check_docno(docno)
@@ -486,73 +487,73 @@ class Writer(Snapshot):
                     return out + self.add_batch(b.subset(range(i, len(b))), replace=True)
             seen.add(docno)
         if replace:
-            for d in b.docs:
-                if d[0] is not None and (d[0] in self._new_docnos or
-                                         self._txn.doc_start(d[0]) is not None):
-                    self.delete(d[0])
+            for docno in b.docnos:
+                if docno is not None and (docno in self._new_docnos or
+                                          self._txn.doc_start(docno) is not None):
+                    self.delete(docno)
         return self._append(b)
 
     def _append(self, b: batch.Batch) -> list[Added]:
+        """Place the batch's documents after the content: its addresses, relative to the
+        batch, become these; tokens and annotations are buffered until the flush, its docs
+        entries likewise."""
         vocab = self._vocab
         vocab.writer = self  # a new name calls back into this writer (Vocab.__missing__)
+        base = self._next_address
+        spans = b.spans()
+        ends = np.cumsum(spans) + (base - 1)
+        starts = ends - spans + 1
+        starts_list = starts.tolist()
+        docnos = b.docnos
+        if b.entries is None:
+            if b.documents is not None:  # name the documents without a docno by their start
+                docnos, documents = list(docnos), list(b.documents)
+                for i, docno in enumerate(docnos):
+                    if docno is None:
+                        docno = f"d{starts_list[i]}"
+                        while docno in self._new_docnos or \
+                                self._txn.doc_start(docno) is not None:
+                            docno += "_"
+                        docnos[i] = docno
+                        documents[i] = (docno,) + documents[i][1:]
+                b = dataclasses.replace(b, docnos=docnos, documents=documents)
+            try:
+                b = batch.encoded(b, self._txn.page_size())
+            except UnicodeError as err:  # a lone surrogate in a name or metadata
+                raise AnnodbError(f"document is not valid Unicode ({err})") from None
+        self._doc_entries.extend((base + start, value, n) for start, value, n in b.entries)
+        # tokens: the ids of their words, and the runs of addresses they fill
         fids = np.fromiter((vocab[name] for name in b.names), dtype=np.int64,
                            count=len(b.names))
         ids = fids[b.kinds]
         self._tok_ids.append(ids)
         self._tok_count += len(ids)
-        joined = b.joined
-        begins = b.field_begin.tolist()
-        ends = b.field_end.tolist()
-        counts = b.field_tokens.tolist()
-        ann = self._ann
-        runs = self._tok_runs
-        doc_fid = vocab[DOCUMENT]
-        out = []
-        f = 0
-        address = self._next_address
-        extend = ann.extend
-        field_ids: dict[tuple[str, str], tuple[int, int]] = {}  # (short, path) -> feature ids
-        for docno, fields_in, values, meta in b.docs:
-            start = address
-            first_field = f
-            fields = []
-            base = begins[f] if fields_in else 0
-            for short, path in fields_in:
-                n = counts[f]
-                if n and path:
-                    ids = field_ids.get((short, path))
-                    if ids is None:
-                        ids = field_ids[(short, path)] = (vocab[short + ":"], vocab[path])
-                    last = address + n - 1
-                    extend((ids[0], address, last, 0.0, ids[1], address, last, 0.0))
-                fields.append(DocField(short, path, begins[f] - base, ends[f] - base, address,
-                                       address + n - 1))
-                address += n
-                f += 1
-            n = address - start
-            end = start + max(n, 1) - 1
-            if n:
-                runs.append((start, n))
-            extend((doc_fid, start, end, 0.0))
-            for path, value in values:
-                extend((vocab[path], start, end, value))
-            address = end + 1
-            if docno is None:
-                docno = f"d{start}"
-                while docno in self._new_docnos or self._txn.doc_start(docno) is not None:
-                    docno += "_"
-            # the document's text: its fields joined by newlines, a slice of the batch's
-            text = joined[base:ends[f - 1]] if f > first_field else ""
-            self._docs.append(Document(docno, start, end, text, fields, meta, n))
-            self._new_docnos[docno] = start
-            self._tokens += n
-            out.append(Added(docno, start, end))
-        self._next_address = address
-        self._documents += len(b.docs)
+        has = b.doc_tokens > 0
+        self._tok_runs.append((starts[has], b.doc_tokens[has]))
+        # annotations
+        self._ann_flush_list()
+        names = np.fromiter((vocab[name] for name in b.ann_names), dtype=np.int64,
+                            count=len(b.ann_names))
+        at = starts[b.ann_doc]
+        self._ann_arrays.append((names[b.ann_name], at + b.ann_p, at + b.ann_q, b.ann_v))
+        self._new_docnos.update(zip(docnos, starts_list))
+        self._next_address = int(ends[-1]) + 1 if len(ends) else base
+        self._documents += len(docnos)
+        self._tokens += int(b.doc_tokens.sum())
         self._dirty = True
+        out = list(map(Added, docnos, starts_list, ends.tolist()))
         if self._tok_count >= FLUSH_TOKENS:
             self._flush()
         return out
+
+    def _ann_flush_list(self) -> None:
+        """Move annotate()'s buffered annotations to the arrays (keeping write order)."""
+        if self._ann:
+            # ids and addresses are below 2**53, exact as float64
+            table = np.array(self._ann, dtype=np.float64).reshape(-1, 4)
+            self._ann_arrays.append((table[:, 0].astype(np.int64), table[:, 1].astype(np.int64),
+                                     table[:, 2].astype(np.int64), table[:, 3]))
+            self._ann = []
 
     def annotate(self, feature: str, p: int, q: int, value: float = 0.0) -> None:
         """Annotate addresses p..q with `feature` carrying `value`. An exact duplicate (p, q)
@@ -622,9 +623,9 @@ class Writer(Snapshot):
         return True
 
     def _flush_docs(self) -> None:
-        if self._docs:
-            self._txn.put_docs(self._docs)
-            self._docs = []
+        if self._doc_entries:
+            self._txn.put_docs(self._doc_entries)
+            self._doc_entries = []
         if self._new_docnos:
             self._txn.put_docnos(sorted(self._new_docnos.items()))
             self._new_docnos = {}
@@ -650,10 +651,10 @@ class Writer(Snapshot):
             self._tok_ids, self._tok_runs = [], []
         else:
             ids = np.concatenate(self._tok_ids)
-            runs = np.array(self._tok_runs, dtype=np.int64).reshape(-1, 2)
-            offsets = np.cumsum(runs[:, 1]) - runs[:, 1]
-            addrs = np.arange(len(ids), dtype=np.int64) + np.repeat(runs[:, 0] - offsets,
-                                                                    runs[:, 1])
+            run_starts, run_counts = (np.concatenate(c) for c in zip(*self._tok_runs))
+            offsets = np.cumsum(run_counts) - run_counts
+            addrs = np.arange(len(ids), dtype=np.int64) + np.repeat(run_starts - offsets,
+                                                                    run_counts)
             order = kernels.group_order(ids, self._next_feature)
             sorted_ids = ids[order]
             sorted_addrs = addrs[order]
@@ -682,15 +683,11 @@ class Writer(Snapshot):
                 token_fids = set(fids[groups].tolist())
             self._tok_ids, self._tok_runs, self._tok_count = [], [], 0
         later = []
-        if self._ann:
-            # ids and addresses are below 2**53, exact as float64
-            table = np.array(self._ann, dtype=np.float64).reshape(-1, 4)
-            fids = table[:, 0].astype(np.int64)
+        self._ann_flush_list()
+        if self._ann_arrays:
+            fids, ps, qs, vs = (np.concatenate(c) for c in zip(*self._ann_arrays))
             order = kernels.group_order(fids, self._next_feature)  # stable: write order
-            fids = fids[order]
-            ps = table[order, 1].astype(np.int64)
-            qs = table[order, 2].astype(np.int64)
-            vs = table[order, 3]
+            fids, ps, qs, vs = fids[order], ps[order], qs[order], vs[order]
             cuts = (np.flatnonzero(np.diff(fids)) + 1).tolist()
             for a, b in zip([0] + cuts, cuts + [len(fids)]):
                 fid = int(fids[a])
@@ -699,7 +696,7 @@ class Writer(Snapshot):
                     new_blocks.append(txn.encode_list(fid, *lst))
                 else:
                     later.append((fid, lst))
-            self._ann = []
+            self._ann_arrays = []
         if new_blocks:
             fids, firsts, bufs, offsets = zip(*new_blocks)
             txn.put_blocks(np.concatenate(fids), np.concatenate(firsts), bufs, offsets)

@@ -3,7 +3,8 @@
 Run it only when creating a new golden version (`python tests/make_golden.py N`): a golden
 database is written once and then kept unchanged, so that every later annodb proves it still
 reads it. After a format change, bump storage.FORMAT_VERSION, keep golden-v1 (the test then
-expects a clear refusal or a successful read), and write golden-v2 with this script.
+expects a clear refusal or a successful read), and write golden-vN with this script
+(golden-v3: `python tests/make_golden.py 3`).
 golden-v1 was written by format 1's annodb; `python tests/make_golden.py 1` today would
 write format 2.
 """
@@ -47,6 +48,9 @@ def main(version: int) -> None:
                     words.append("tick" if i * 7919 % 301 < 60 else f"w{i % 97}")
                 w.add(" ".join(words), docno="long")
                 w.add("after the long one", docno="tail")
+        if version >= 3:  # format 3: relative addresses; a group whose first one is deleted
+            with db.write() as w:
+                w.delete("psalm0")
     for name in ("lock.mdb", "writer.lock", "turnstile.lock"):          # per-machine files, not part of it
         path = target / name
         if path.exists():

@@ -1,6 +1,7 @@
-"""Documents stored in compressed groups (docs values of tag 2, format 2), on real LMDB
-files: round trips, deletions at every place in a group, lookups at group edges, a format-1
-database written to, and random adds and deletes against a model."""
+"""Documents stored in compressed groups (docs values of tag 3, format 3: addresses
+relative to the key), on real LMDB files: round trips, deletions at every place in a group,
+lookups at group edges, format-1 and format-2 databases written to, and random adds and
+deletes against a model."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def entries(db):
     out = []
     with db.read() as r:
         for key, value in r._txn.docs_entries():
-            docs = storage.decode_docs(value)
+            docs = storage.decode_docs(value, storage.from_u64(key))
             out.append((storage.from_u64(key), value[0], [d.docno for d in docs]))
     return out
 
@@ -78,30 +79,57 @@ def test_groups_round_trip(db):
             model[f"d{i}"] = text
     found = entries(db)
     tags = {tag for _, tag, _ in found}
-    assert tags == {storage.TAG_GROUP}              # the last one alone: a group of one
-    assert found[-1][1:] == (storage.TAG_GROUP, ["d299"])
+    assert tags == {storage.TAG_REL_GROUP}          # the last one alone: a group of one
+    assert found[-1][1:] == (storage.TAG_REL_GROUP, ["d299"])
     assert any(docnos[0] == "d5" and len(docnos) > 1 for _, _, docnos in found)
     assert sum(len(d) for _, _, d in found) == 300
     assert all(len(d) <= storage.GROUP_DOCS for _, _, d in found)
     for key, tag, docnos in found:
-        if tag != storage.TAG_GROUP:
+        if tag != storage.TAG_REL_GROUP:
             assert len(docnos) == 1
     assert [d for _, _, ds in found for d in ds] == list(model)
     assert_lookups(db, model)
 
 
-def test_group_value_is_the_msgpack_of_the_list(db):
+def test_group_value_is_the_msgpack_of_starts_and_relative_documents(db):
+    import msgspec
+    import zstandard
+    with db.write() as w:
+        w.add("a first one", docno="first")
     with db.write() as w:
         for i in range(20):
             w.add(text_of(i), docno=f"d{i}")
+        w.delete("first")   # the group keeps its key: the starts are relative to it
     with db.read() as r:
         docs = list(r.documents())
         (key, value), = list(r._txn.docs_entries())
-        assert value[0] == storage.TAG_GROUP and storage.from_u64(key) == 0
-        import msgspec
-        import zstandard
+        assert value[0] == storage.TAG_REL_GROUP and storage.from_u64(key) == 0
+        assert docs[0].start == 3 and docs[1].fields[0].start == 6
+        relative = [msgspec.structs.replace(
+            d, start=0, end=d.end - d.start,
+            fields=[msgspec.structs.replace(f, start=f.start - d.start, end=f.end - d.start)
+                    for f in d.fields]) for d in docs]
         assert zstandard.ZstdDecompressor().decompress(bytes(value[1:])) == \
-            msgspec.msgpack.encode(docs)
+            msgspec.msgpack.encode([[d.start for d in docs], relative])
+        assert [msgspec.msgpack.encode(d) for d in relative] == \
+            [storage.relative_raw(d) for d in docs]
+
+
+def test_a_value_does_not_depend_on_where_its_documents_land(tmp_path):
+    values = []
+    for offset in (0, 1000):
+        with annodb.open(tmp_path / f"{offset}.db") as db:
+            with db.write() as w:
+                if offset:
+                    w.annotate("reserve", 0, offset - 1)
+                for i in range(30):
+                    w.add(text_of(i), docno=f"d{i}")
+            with db.read() as r:
+                (key, value), = [(storage.from_u64(k), bytes(v))
+                                 for k, v in r._txn.docs_entries()]
+                assert key == offset
+                values.append(value)
+    assert values[0] == values[1]
 
 
 def test_array_header_matches_msgspec():
@@ -118,7 +146,7 @@ def test_small_commits_refill_the_last_group(db):
             w.add(text_of(i), docno=f"d{i}")
             model[f"d{i}"] = text_of(i)
     found = entries(db)
-    assert len(found) < 5 and found[0][1] == storage.TAG_GROUP
+    assert len(found) < 5 and found[0][1] == storage.TAG_REL_GROUP
     assert_lookups(db, model)
 
 
@@ -130,7 +158,7 @@ def _one_group(db, n=10):
         for i in range(n):
             w.add(text_of(i), docno=f"d{i}")
     (key, tag, docnos), = entries(db)
-    assert tag == storage.TAG_GROUP and docnos == [f"d{i}" for i in range(n)]
+    assert tag == storage.TAG_REL_GROUP and docnos == [f"d{i}" for i in range(n)]
     return {f"d{i}": text_of(i) for i in range(n)}
 
 
@@ -255,7 +283,7 @@ def test_format_1_database_takes_groups_and_reads_mixed(tmp_path):
                 model[f"n{i}"] = text_of(i)
         after = entries(db)
         assert after[0] == before[0]               # untouched format-1 entries stay
-        assert storage.TAG_GROUP in {tag for _, tag, _ in after}
+        assert storage.TAG_REL_GROUP in {tag for _, tag, _ in after}
         assert_lookups(db, model)
         with db.write() as w:                      # delete old and new documents
             w.delete("intro")
@@ -371,7 +399,7 @@ def test_a_long_document_takes_the_next_ones_into_its_overflow_pages(db):
             model[f"d{i}"] = text_of(i, 5)
     found = entries(db)
     key, tag, docnos = found[0]
-    assert tag == storage.TAG_GROUP and docnos[0] == "long" and len(docnos) > 1
+    assert tag == storage.TAG_REL_GROUP and docnos[0] == "long" and len(docnos) > 1
     with db.read() as r:
         value = dict((storage.from_u64(k), v) for k, v in r._txn.docs_entries())[key]
         psize = r._txn.txn.stat(r._txn.dbs["docs"])["psize"]

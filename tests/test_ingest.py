@@ -446,3 +446,18 @@ def test_a_script_without_a_main_guard_ingests_in_parallel(tmp_path):
                          timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("ADDED") == 1 and "ADDED 4" in out.stdout
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_a_lone_surrogate_in_a_field_name_rejects_only_its_record(tmp_path, parallel):
+    src = tmp_path / "docs.jsonl"
+    src.write_text('{"docid": "a", "text": "one"}\n'
+                   '{"docid": "b", "t\\ud800": "two"}\n'
+                   '{"docid": "c", "text": "three", "m": {"x\\udcff": 1}}\n'
+                   '{"docid": "d", "text": "four"}\n')
+    summary = ingest(str(tmp_path / "db"), [str(src)], parallel=parallel)
+    assert summary.added == 2 and summary.error_count == 2
+    assert [e.split(": ")[0] for e in summary.errors] == [f"{src}:2", f"{src}:3"]
+    with annodb.open(tmp_path / "db") as db, db.read() as r:
+        assert [d.docno for d in r.documents()] == ["a", "d"]
+        assert r.count("four") == 1

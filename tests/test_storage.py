@@ -480,8 +480,55 @@ def test_golden_v2_still_opens(tmp_path):
             assert r.count("(>> : (^ golden psalm))") == 40
 
 
-def test_golden_v1_takes_writes_and_becomes_format_2(tmp_path):
-    """A format-1 database opens for writing; what is written is format 2, the meta says so
+def test_golden_v3_still_opens(tmp_path):
+    """tests/data/golden-v3 (tests/make_golden.py 3): format 3's relative document groups,
+    one of them keyed where its deleted first document was."""
+    path = tmp_path / "golden.db"
+    shutil.copytree(GOLDEN.parent / "golden-v3", path)
+    with annodb.open(path, readonly=True) as db:
+        assert check(db) == []
+        with db.read() as r:
+            assert r._txn.meta("format") == 3
+            assert [d.docno for d in r.documents()] == (
+                ["intro", "g2", "g3"] + [f"psalm{i}" for i in range(1, 40)] + ["long", "tail"])
+            assert r.document("intro").text == "The golden database keeps old formats honest."
+            assert r.document("g3").field_text("title") == "Third"
+            assert list(r.intervals(":chapter:")) == [(7, 11, 2.0), (12, 18, 3.0)]
+            psalm1 = r.document("psalm1")
+            assert (psalm1.start, psalm1.end) == (27, 32)
+            assert [(f.start, f.end) for f in psalm1.fields] == [(27, 32)]
+            assert r.document_at(26) is None and r.document_at(30).docno == "psalm1"
+            assert r.text(27, 32) == "verse 1 of the golden psalm"
+            long = r.document("long")
+            want = [long.start + i for i in range(40000) if i * 7919 % 301 < 60]
+            assert r.term("tick").starts.tolist() == want
+            kinds = {bytes(v[:1]) for _, v in r._txn.docs_entries()}
+            assert kinds <= {b"\x03", b"\x04"} and b"\x03" in kinds
+            assert r.count("(>> : (^ golden psalm))") == 39
+
+
+def test_golden_v2_takes_writes_and_deletions(tmp_path):
+    """A format-2 database takes format-3 writes; deleting from one of its groups rewrites
+    it as it was (tag 2, absolute addresses)."""
+    path = tmp_path / "golden.db"
+    shutil.copytree(GOLDEN.parent / "golden-v2", path)
+    with annodb.open(path) as db:
+        with db.write() as w:
+            w.delete("psalm5")
+            w.add_many([(f"golden words number {i}", f"new{i}") for i in range(300)])
+        assert check(db) == []
+        with db.read() as r:
+            assert r._txn.meta("format") == 3
+            kinds = [bytes(v[:1]) for _, v in r._txn.docs_entries()]
+            assert b"\x02" in kinds and b"\x03" in kinds
+            assert not r.has("psalm5") and r.document("psalm6").text == \
+                "verse 6 of the golden psalm"
+            assert r.document("new299").text == "golden words number 299"
+            assert r.count("(>> : (^ golden psalm))") == 39
+
+
+def test_golden_v1_takes_writes_and_becomes_format_3(tmp_path):
+    """A format-1 database opens for writing; what is written is format 3, the meta says so
     at commit, and the old content still reads beside the new."""
     path = tmp_path / "golden.db"
     shutil.copytree(GOLDEN, path)
@@ -493,7 +540,7 @@ def test_golden_v1_takes_writes_and_becomes_format_2(tmp_path):
             w.annotate("judgment:t1", 7, 11, 1)
         assert check(db) == []
         with db.read() as r:
-            assert r._txn.meta("format") == storage.FORMAT_VERSION == 2
+            assert r._txn.meta("format") == storage.FORMAT_VERSION == 3
             assert r.document("intro").text == "The golden database keeps old formats honest."
             assert r.document("new2999").text == "golden words number 2999"
             golden = r.term("golden").starts.tolist()
@@ -559,8 +606,8 @@ def _damage_docno_map(txn, fid):
 
 def _damage_group(txn, fid):
     docs = txn.dbs["docs"]
-    assert txn.txn.get(storage.u64(0), db=docs)[0] == storage.TAG_GROUP   # "a" and "b"
-    txn.txn.put(storage.u64(0), b"\x02" + b"not zlib", db=docs)
+    assert txn.txn.get(storage.u64(0), db=docs)[0] == storage.TAG_REL_GROUP   # "a" and "b"
+    txn.txn.put(storage.u64(0), b"\x03" + b"not zstd", db=docs)
 
 
 def _damage_group_key(txn, fid):
@@ -581,7 +628,7 @@ def _damage_group_key(txn, fid):
     (_damage_document_list, "has no ':' interval"),
     (_damage_docno_map, "docnos: 'a' -> 3"),
     (_damage_group, "the group at 0 does not decode"),
-    (_damage_group_key, "starting at 0, before its key"),
+    (_damage_group_key, "docnos: 'a' -> 0, but the document starts at 1"),
 ])
 def test_check_finds_damage(db, damage, expected):
     with db.write() as w:
