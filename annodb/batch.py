@@ -108,17 +108,10 @@ class _Names(dict):
         return n
 
 
-def _numbered(names: list, numbers: _Names, suffix: str = "") -> np.ndarray:
-    """The number of each name + suffix in `numbers` (looking each distinct name up once)."""
-    seen: dict = {}
-
-    def number(name):
-        found = seen.get(name)
-        if found is None:
-            found = seen[name] = numbers[name + suffix]
-        return found
-
-    return np.fromiter(map(number, names), dtype=np.int64, count=len(names))
+def _numbered(names, numbers: _Names, suffix: str = "") -> np.ndarray:
+    """The number of each name + suffix in `numbers` (each distinct name looked up once)."""
+    known = {name: numbers[name + suffix] for name in dict.fromkeys(names)}
+    return np.fromiter(map(known.__getitem__, names), dtype=np.int64, count=len(names))
 
 
 def document_tuple(docno, end: int, text: str, fields: list, meta: dict, tokens: int):
@@ -136,17 +129,17 @@ def make(docs: list) -> Batch:
     compresses them). UnicodeEncodeError when a text holds a lone surrogate (no UTF-8 can
     store it); bad_documents() finds which."""
     n_docs = len(docs)
-    texts = [text for d in docs for _, _, text in d[1]]
+    fields = [f for d in docs for f in d[1]]
+    shorts, paths, texts = zip(*fields) if fields else ((), (), ())
     lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
     begins = np.zeros(len(texts) + 1, dtype=np.int64)
     np.cumsum(lengths + 1, out=begins[1:])  # fields joined by newlines
-    joined = "\n".join(texts)
-    starts, kinds, names = tokenizer.distinct_tokens(joined)
+    starts, kinds, names = tokenizer.distinct_tokens("\n".join(texts))
     if len(names) < 2**31:
         kinds = kinds.astype(np.int32)  # half the bytes to hand to the writer process
     # a token never spans a newline, so field f's tokens are those starting in its text
     field_tokens = np.diff(np.searchsorted(starts, begins))
-    per_doc = np.fromiter((len(d[1]) for d in docs), dtype=np.int64, count=n_docs)
+    per_doc = np.fromiter(map(len, [d[1] for d in docs]), dtype=np.int64, count=n_docs)
     field_doc = np.repeat(np.arange(n_docs, dtype=np.int64), per_doc)
     doc_tokens = np.zeros(n_docs, dtype=np.int64)
     np.add.at(doc_tokens, field_doc, field_tokens)
@@ -166,8 +159,6 @@ def make(docs: list) -> Batch:
     # tokens), each document (":" over its range), each value (its path over the range)
     ann_names = _Names()
     document = ann_names[DOCUMENT]
-    shorts = [short for d in docs for short, _, _ in d[1]]
-    paths = [path for d in docs for _, path, _ in d[1]]
     annotated = np.flatnonzero((field_tokens > 0) & np.fromiter(
         map(bool, paths), dtype=bool, count=len(paths)))
     sel = annotated.tolist()
@@ -187,23 +178,25 @@ def make(docs: list) -> Batch:
     ann_v[len(ann_v) - len(values):] = np.fromiter((v[2] for v in values), dtype=np.float64,
                                                    count=len(values))
 
-    # the documents, as the tuples their msgpack is made of; a document's text is its
-    # fields joined by newlines, a slice of the batch's
+    # the documents, as the tuples their msgpack is made of (see document_tuple; a
+    # document's text is its fields joined by newlines)
     field_rows = list(zip(shorts, paths, field_char.tolist(),
                           (field_char + lengths).tolist(), field_at.tolist(),
                           (field_at + field_tokens - 1).tolist()))
-    text_from = doc_char.tolist()
     documents = []
-    f = 0
-    for i, (d, end, tokens) in enumerate(zip(docs, ends.tolist(), doc_tokens.tolist())):
-        k = len(d[1])
-        if k:
-            text = joined[text_from[i]:text_from[i] + field_rows[f + k - 1][3]]
+    add = documents.append
+    for d, f, end, tokens in zip(docs, first_field.tolist(), ends.tolist(),
+                                 doc_tokens.tolist()):
+        fs = d[1]
+        k = len(fs)
+        text = fs[0][2] if k == 1 else "\n".join([t for _, _, t in fs]) if k else ""
+        meta = d[3] or _NO_META
+        if tokens:
+            add((d[0], 0, end, text, field_rows[f:f + k], meta, tokens))
+        elif meta:
+            add((d[0], 0, end, text, field_rows[f:f + k], meta))
         else:
-            text = ""
-        documents.append(document_tuple(d[0], end, text, field_rows[f:f + k], d[3] or _NO_META,
-                                        tokens))
-        f += k
+            add((d[0], 0, end, text, field_rows[f:f + k]))
     return Batch([d[0] for d in docs], doc_tokens, kinds, names, ann_doc, ann_name, ann_p,
                  ann_q, ann_v, list(ann_names), documents, None, None)
 

@@ -363,7 +363,7 @@ class Writer(Snapshot):
         self._ann_arrays: list = []  # (fids, ps, qs, values): all annotations in write order
         self._new_docnos: dict[str, int] = {}  # docno -> start, not yet written
         self._dirty = False
-        self._doc_entries: list[tuple[int, bytes, int]] = []  # docs entries not yet written
+        self._doc_runs: list[list] = []  # docs entries not yet written, a list per batch
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
@@ -436,6 +436,25 @@ class Writer(Snapshot):
             return fid
         return self._intern_missing(name)
 
+    def _ids(self, names: list[str]) -> list[int]:
+        """The feature id of each name, interning the new ones in order (the process's
+        cache in one pass; what it misses looked up in LMDB at once)."""
+        found = list(map(self._vocab.get, names))
+        missing = [i for i, fid in enumerate(found) if fid is None]
+        if missing:
+            stored = self._txn.feature_ids([names[i] for i in missing])
+            vocab = self._vocab
+            for i, fid in zip(missing, stored):
+                name = names[i]
+                if fid is None:
+                    fid = vocab.get(name)  # (a name twice in `names`)
+                    if fid is None:
+                        fid = self._next_feature
+                        self._next_feature += 1
+                        self._new_names.append(name)
+                vocab[name] = found[i] = fid
+        return found
+
     def _intern_missing(self, name: str) -> int:
         """A name not in the process's cache: look it up, or give it the next id."""
         fid = self._txn.feature_id(name)
@@ -473,13 +492,16 @@ class Writer(Snapshot):
         """Append a batch of documents made by batch.make (what add_many does after
         tokenizing; an ingest makes its batches in another process)."""
         self._check()
+        named = [d for d in b.docnos if d is not None]
+        for docno in named:
+            if not docno or len(docno) > storage.MAX_KEY // 4:  # (else short enough)
+                check_docno(docno)
+        stored = self.present(named)  # (and a clear error for a lone surrogate)
         seen = set()
         for i, docno in enumerate(b.docnos):
             if docno is None:
                 continue
-            check_docno(docno)
-            if docno in seen or docno in self._new_docnos or \
-                    self._txn.doc_start(docno) is not None:
+            if docno in seen or docno in stored:
                 if not replace:
                     raise AnnodbError(f"docno {docno!r} already exists (use replace=True)")
                 if docno in seen:  # replaced again within this call: one at a time
@@ -521,10 +543,9 @@ class Writer(Snapshot):
                 b = batch.encoded(b, self._txn.page_size())
             except UnicodeError as err:  # a lone surrogate in a name or metadata
                 raise AnnodbError(f"document is not valid Unicode ({err})") from None
-        self._doc_entries.extend((base + start, value, n) for start, value, n in b.entries)
+        self._doc_runs.append([(base + start, value, n) for start, value, n in b.entries])
         # tokens: the ids of their words, and the runs of addresses they fill
-        fids = np.fromiter((vocab[name] for name in b.names), dtype=np.int64,
-                           count=len(b.names))
+        fids = np.array(self._ids(b.names), dtype=np.int64)
         ids = fids[b.kinds]
         self._tok_ids.append(ids)
         self._tok_count += len(ids)
@@ -623,9 +644,9 @@ class Writer(Snapshot):
         return True
 
     def _flush_docs(self) -> None:
-        if self._doc_entries:
-            self._txn.put_docs(self._doc_entries)
-            self._doc_entries = []
+        if self._doc_runs:
+            self._txn.put_docs(self._doc_runs)
+            self._doc_runs = []
         if self._new_docnos:
             self._txn.put_docnos(sorted(self._new_docnos.items()))
             self._new_docnos = {}
