@@ -114,13 +114,11 @@ class Source:
     size: int
 
 
-class _Doc(NamedTuple):
-    line: int
-    docno: str
-    content: object          # str, or a dict record
-    id_field: str | None
-    text_fields: list[str] | None
-    nbytes: int
+def _Doc(line: int, docno: str, content, id_field: str | None,
+         text_fields: list[str] | None, nbytes: int) -> tuple:
+    """A document as a reader yields it: a plain tuple of these (content a str or a dict
+    record), not a NamedTuple, whose construction cost more than decoding the record."""
+    return line, docno, content, id_field, text_fields, nbytes
 
 
 class _Problem(NamedTuple):
@@ -213,6 +211,8 @@ def check_inputs(paths, format: str | None = None) -> list[Source]:
 def _check_docno(docno: str) -> str | None:
     if not docno:
         return "empty docno"
+    if len(docno) <= 100 and docno.isascii():  # (most: no encoding needed to know)
+        return None
     try:
         size = len(docno.encode("utf-8"))
     except UnicodeEncodeError:
@@ -255,7 +255,7 @@ def _read_jsonl(reader, source: Source, id_field, text_fields) -> Iterator:
         if bad:
             yield _Problem(lineno, bad)
             continue
-        yield _Doc(lineno, docno, record, key, fields, len(line))
+        yield lineno, docno, record, key, fields, len(line)  # a _Doc
 
 
 def _json_kind(value) -> str:
@@ -411,9 +411,9 @@ def _chunks(source: Source, id_field, text_fields, batch_bytes: int,
             if item is None:
                 break
             pending.append(item)
-            if isinstance(item, _Doc):
+            if type(item) is tuple:  # a _Doc (else a _Problem)
                 docs += 1
-                size += item.nbytes
+                size += item[5]
                 if size >= batch_bytes or (batch_size and docs >= batch_size):
                     yield _ready(pending, raw.tell())
                     pending, docs, size = [], 0, 0
@@ -424,16 +424,18 @@ def _ready(pending: list, tell: int) -> _Chunk:
     """Prepare and tokenize the documents among `pending` (_Doc and _Problem items); a
     document that cannot be stored becomes a problem."""
     items, prepared = [], []
+    prepare = batch.prepare_item
     for item in pending:
-        if isinstance(item, _Problem):
+        if type(item) is not tuple:  # a _Problem
             items.append(item)
             continue
+        line, docno, content, id_field, text_fields, _ = item
         try:
-            p = batch.prepare_item(item.content, item.docno, item.id_field, item.text_fields)
+            p = prepare(content, docno, id_field, text_fields)
         except Exception as err:  # noqa: BLE001 - reported against its line, not raised
-            items.append(_Problem(item.line, f"not stored: {err}"))
+            items.append(_Problem(line, f"not stored: {err}"))
             continue
-        items.append((item.line, item.docno))
+        items.append((line, docno))
         prepared.append(p)
     if not prepared:
         return _Chunk(items, None, tell)
