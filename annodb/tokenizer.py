@@ -81,11 +81,12 @@ def distinct_tokens(text: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
     surrogate."""
     from . import kernels
     cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    surrogates = (cps >= 0xD800) & (cps <= 0xDFFF)
-    if surrogates.any():
-        at = int(np.argmax(surrogates))
-        raise UnicodeEncodeError("utf-8", text, at, at + 1, "a lone surrogate")
-    starts, kinds, arena, bounds = kernels.intern_tokens(cps, _class_table(), _fold_table())
+    try:
+        starts, kinds, arena, bounds = kernels.intern_tokens(cps, _class_table(),
+                                                             _fold_table())
+    except kernels.LoneSurrogate as err:
+        at = err.position
+        raise UnicodeEncodeError("utf-8", text, at, at + 1, "a lone surrogate") from None
     words = arena.tobytes().decode("utf-32-le")
     edges = bounds.tolist()
     return starts, kinds, [words[a:b] for a, b in zip(edges, edges[1:])]

@@ -4,7 +4,7 @@ GC-lists (algebra.py), the storage block codec (codec.py) and tokenizing (text.p
 from .algebra import (both_of, contained_in, containing, drop_erased, followed_by,
                       is_gc_list, merge_ranges, normalize, not_contained_in, not_containing,
                       one_of, phrase, ssr, ssr_touched, top)
-from .text import intern_tokens, token_spans
+from .text import LoneSurrogate, intern_tokens, token_spans
 from .codec import (append_point_groups, block_bounds, block_bytes, decode_block,
                     decode_blocks, encode_block, encode_point_groups, group_order)
 
@@ -13,5 +13,5 @@ __all__ = [
     "not_contained_in", "not_containing", "phrase", "ssr", "ssr_touched", "top", "drop_erased",
     "merge_ranges", "is_gc_list", "encode_block", "block_bytes", "decode_block",
     "decode_blocks", "encode_point_groups", "append_point_groups", "block_bounds",
-    "group_order", "token_spans", "intern_tokens",
+    "group_order", "token_spans", "intern_tokens", "LoneSurrogate",
 ]

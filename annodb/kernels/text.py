@@ -65,10 +65,12 @@ def _intern_run(cps, classes, fold, i, t, m, starts, kinds, table, hashes, bound
         c = fold[cps[i]]
         cls = classes[c]
         if cls == 0:
+            if 0xD800 <= c <= 0xDFFF:  # a lone surrogate (a separator; only they fold to one)
+                return i, t, m, i
             i += 1
             continue
         if t == len(starts):
-            return i, t, m
+            return i, t, m, -1
         a = i
         h = 2166136261  # 32-bit FNV-1a over the folded code points (int64: no overflow)
         while True:
@@ -100,7 +102,7 @@ def _intern_run(cps, classes, fold, i, t, m, starts, kinds, table, hashes, bound
         if kind < 0:  # a new kind, into the empty slot found
             base = bounds[m]
             if m + 1 == len(hashes) or base + length > len(arena) or 2 * (m + 1) > len(table):
-                return a, t, m  # grow first, then redo this token
+                return a, t, m, -1  # grow first, then redo this token
             for j in range(length):
                 arena[base + j] = fold[cps[a + j]]
             bounds[m + 1] = base + length
@@ -111,7 +113,7 @@ def _intern_run(cps, classes, fold, i, t, m, starts, kinds, table, hashes, bound
         starts[t] = a
         kinds[t] = kind
         t += 1
-    return i, t, m
+    return i, t, m, -1
 
 
 @njit(cache=True, nogil=True)
@@ -125,8 +127,10 @@ def _intern_tokens(cps, classes, fold):
     arena = np.empty(16384, np.uint32)
     i = t = m = 0
     while True:
-        i, t, m = _intern_run(cps, classes, fold, i, t, m, starts, kinds, table, hashes,
-                              bounds, arena)
+        i, t, m, bad = _intern_run(cps, classes, fold, i, t, m, starts, kinds, table, hashes,
+                                   bounds, arena)
+        if bad >= 0:
+            return starts[:0], kinds[:0], arena[:0], bounds[:1], bad
         if i >= n:
             break
         if t == len(starts):
@@ -144,7 +148,8 @@ def _intern_tokens(cps, classes, fold):
                     slot = (slot + 1) & mask
                 table[slot] = k
         arena = _room(arena, bounds[m], cps, classes, fold, i)
-    return starts[:t].copy(), kinds[:t].copy(), arena[:bounds[m]].copy(), bounds[:m + 1].copy()
+    return (starts[:t].copy(), kinds[:t].copy(), arena[:bounds[m]].copy(),
+            bounds[:m + 1].copy(), -1)
 
 
 @njit(cache=True, nogil=True)
@@ -178,7 +183,9 @@ def intern_tokens(codepoints, classes, fold):
     point to 0 separator, 1 word character, 2 one-character token). Returns (starts, kinds,
     arena, bounds): token i starts at character starts[i] and is of kind kinds[i]; kinds
     are numbered in order of first appearance, and kind k's folded code points are
-    arena[bounds[k]:bounds[k+1]]. The same tokens as token_spans on the folded text."""
+    arena[bounds[k]:bounds[k+1]]. The same tokens as token_spans on the folded text.
+    LoneSurrogate (a ValueError) when a code point is a surrogate (no UTF-8 can hold it;
+    checked here rather than in another pass over the text)."""
     cps = np.ascontiguousarray(codepoints, dtype=np.uint32)
     table = np.ascontiguousarray(classes, dtype=np.uint8)
     folding = np.ascontiguousarray(fold, dtype=np.uint32)
@@ -186,4 +193,15 @@ def intern_tokens(codepoints, classes, fold):
         raise ValueError("the class and fold tables need one entry per code point (0x110000)")
     if len(cps) and int(cps.max()) >= 0x110000:
         raise ValueError("not a code point")
-    return _intern_tokens(cps, table, folding)
+    starts, kinds, arena, bounds, bad = _intern_tokens(cps, table, folding)
+    if bad >= 0:
+        raise LoneSurrogate(bad)
+    return starts, kinds, arena, bounds
+
+
+class LoneSurrogate(ValueError):
+    """A lone surrogate among the code points: `position` is its index."""
+
+    def __init__(self, position: int):
+        super().__init__(f"a lone surrogate at code point {position}")
+        self.position = int(position)
