@@ -58,13 +58,32 @@ def _bits_of(x):
 
 
 @njit(cache=True, nogil=True)
+def _packs(bits, width, count):
+    """Whether a stream of `count` numbers of at most `bits` bits (`width` bytes) is
+    bit-packed: when that saves at least a quarter of the bytes (packed numbers decode ~2x
+    slower than whole bytes: not worth it for less)."""
+    return bits <= MAX_PACKED_BITS and ((bits * count + 7) >> 3) * 4 <= width * count * 3
+
+
+@njit(cache=True, nogil=True)
+def _sized(bits, width, count):
+    """Bytes of a stream of `count` numbers of at most `bits` bits (`width` bytes): the
+    size _stream_width's code gives it, without the code (block cutting asks at every
+    interval, with bits and width kept from the last time the largest number grew)."""
+    packed = (bits * count + 7) >> 3
+    if bits <= MAX_PACKED_BITS and packed * 4 <= width * count * 3:
+        return packed
+    return width * count
+
+
+@njit(cache=True, nogil=True)
 def _stream_width(largest, count):
     """The width byte of a stream of `count` numbers whose largest is `largest`: its byte
     width (1, 2, 4, 8), or PACKED | bits when bit-packing saves at least a quarter of the
-    bytes (packed numbers decode ~2x slower than whole bytes: not worth it for less)."""
+    bytes (see _packs)."""
     width = _width_of(largest)
     bits = _bits_of(largest)
-    if bits <= MAX_PACKED_BITS and ((bits * count + 7) >> 3) * 4 <= width * count * 3:
+    if _packs(bits, width, count):
         return PACKED | bits
     return width
 
@@ -89,6 +108,14 @@ def _get_uint(buf, pos, width):
     for b in range(width):
         x |= np.int64(buf[pos + b]) << (8 * b)
     return x
+
+
+@njit(cache=True, nogil=True)
+def _store_word(out, pos, x):
+    """Write the 64-bit x little-endian at out[pos:pos+8]."""
+    u = np.uint64(pos)  # unsigned indices (no wraparound test): LLVM makes one store
+    for b in range(8):
+        out[u + np.uint64(b)] = np.uint8((x >> np.uint64(8 * b)) & np.uint64(255))
 
 
 @njit(cache=True, nogil=True)
@@ -144,6 +171,52 @@ def _put_number(out, pos, i, y, width):
 
 
 @njit(cache=True, nogil=True)
+def _put_stream(out, pos, s, e, lo, count, width, lengths):
+    """Write `count` numbers at out[pos:] of `width` bytes or PACKED | bits: the gaps
+    s[lo+i+1] - s[lo+i] or, with `lengths`, e[lo+i] - s[lo+i]. Returns the position after
+    them. Packed numbers go through a 64-bit buffer written out a word at a time (each byte
+    written once: no zeroing first)."""
+    if width & PACKED:
+        bits = width & 127
+        acc = np.uint64(0)  # the pending bits: `have` of them (< 64)
+        have = 0
+        for i in range(count):
+            if lengths:
+                x = np.uint64(e[lo + i] - s[lo + i])
+            else:
+                x = np.uint64(s[lo + i + 1] - s[lo + i])
+            acc |= x << np.uint64(have)
+            have += bits
+            if have >= 64:
+                _store_word(out, pos, acc)
+                pos += 8
+                have -= 64
+                acc = x >> np.uint64(bits - have)  # the bits of x not in that word
+        for b in range((have + 7) >> 3):
+            out[pos] = np.uint8((acc >> np.uint64(8 * b)) & np.uint64(255))
+            pos += 1
+        return pos
+    for i in range(count):
+        if lengths:
+            x = e[lo + i] - s[lo + i]
+        else:
+            x = s[lo + i + 1] - s[lo + i]
+        if width == 1:
+            out[pos] = x & 255
+        elif width == 2:
+            for b in range(2):
+                out[pos + b] = (x >> (8 * b)) & 255
+        elif width == 4:
+            for b in range(4):
+                out[pos + b] = (x >> (8 * b)) & 255
+        else:
+            for b in range(8):
+                out[pos + b] = (x >> (8 * b)) & 255
+        pos += width
+    return pos
+
+
+@njit(cache=True, nogil=True)
 def _encode_into(out, pos, s, e, v, lo, hi, flags, sw, lw):
     """Write the block of intervals lo..hi-1 (shaped by _block_shape) at out[pos:]; returns
     the position after it. No temporary arrays: ingest encodes ~100k small blocks a flush."""
@@ -159,19 +232,9 @@ def _encode_into(out, pos, s, e, v, lo, hi, flags, sw, lw):
         out[pos:pos + 8 * n] = v[lo:hi].copy().view(np.uint8)
         pos += 8 * n
     if n > 1:
-        size = _stream_bytes(sw, n - 1)
-        if sw & PACKED:
-            out[pos:pos + size] = 0
-        for i in range(n - 1):
-            _put_number(out, pos, i, s[lo + i + 1] - s[lo + i], sw)
-        pos += size
+        pos = _put_stream(out, pos, s, e, lo, n - 1, sw, False)
     if not (flags & _FLAG_POINTS):
-        size = _stream_bytes(lw, n)
-        if lw & PACKED:
-            out[pos:pos + size] = 0
-        for i in range(n):
-            _put_number(out, pos, i, e[lo + i] - s[lo + i], lw)
-        pos += size
+        pos = _put_stream(out, pos, s, e, lo, n, lw, True)
     return pos
 
 
@@ -348,32 +411,107 @@ def encode_point_groups(addresses, bounds, budget: int, max_count: int):
 
 
 @njit(cache=True, nogil=True)
-def _block_end(s, e, v, lo, hi, budget, max_count):
-    """The end (exclusive) of the block that starts at lo: as many intervals as fit in
-    `budget` encoded bytes (at least one), at most max_count. The size it tests is exactly
-    what _encode_block writes (the same widths from the same maxima)."""
+def _cut(s, e, v, lo, hi, budget, max_count):
+    """The block that starts at lo: as many intervals as fit in `budget` encoded bytes (at
+    least one), at most max_count. Returns (end (exclusive), size, flags, start width,
+    length width): what _block_shape says of lo..end-1. The size it tests is exactly what
+    _encode_into writes (the same widths from the same maxima); each stream's bits and
+    byte width are recomputed only when its largest number grows."""
     zero = v[lo] == 0.0
     points = e[lo] == s[lo]
     max_delta = 0
+    dbits = 1
+    dwidth = 1
     max_len = e[lo] - s[lo]
+    lbits = _bits_of(max_len)
+    lwidth = _width_of(max_len)
     i = lo + 1
     while i < hi and i - lo < max_count:
-        nmax_delta = max(max_delta, s[i] - s[i - 1])
+        g = s[i] - s[i - 1]
         d = e[i] - s[i]
-        nmax_len = max(max_len, d)
+        ndbits, ndwidth, nlbits, nlwidth = dbits, dwidth, lbits, lwidth
+        if g > max_delta:
+            ndbits = _bits_of(g)
+            ndwidth = _width_of(g)
+        if d > max_len:
+            nlbits = _bits_of(d)
+            nlwidth = _width_of(d)
         nzero = zero and v[i] == 0.0
         npoints = points and d == 0
         count = i - lo + 1
-        size = _HEADER_SIZE + _stream_bytes(_stream_width(nmax_delta, count - 1), count - 1)
+        size = _HEADER_SIZE + _sized(ndbits, ndwidth, count - 1)
         if not nzero:
             size += 8 * count
         if not npoints:
-            size += _stream_bytes(_stream_width(nmax_len, count), count)
+            size += _sized(nlbits, nlwidth, count)
         if size > budget:
             break
-        max_delta, zero, points, max_len = nmax_delta, nzero, npoints, nmax_len
+        if g > max_delta:
+            max_delta = g
+        if d > max_len:
+            max_len = d
+        dbits, dwidth, lbits, lwidth = ndbits, ndwidth, nlbits, nlwidth
+        zero, points = nzero, npoints
         i += 1
-    return i
+    n = i - lo
+    sw = _stream_width(max_delta, n - 1)
+    lw = 1 if points else _stream_width(max_len, n)
+    size = _HEADER_SIZE + (0 if zero else 8 * n) + _stream_bytes(sw, n - 1)
+    if not points:
+        size += _stream_bytes(lw, n)
+    flags = (_FLAG_POINTS if points else 0) | (_FLAG_ZERO if zero else 0)
+    return i, size, flags, sw, lw
+
+
+@njit(cache=True, nogil=True)
+def _fitting(bits, width, room):
+    """A count c such that every stream of 0..c numbers of at most `bits` bits (`width`
+    bytes) takes at most `room` bytes (see _sized): whole bytes take at most as many as
+    packed bits would, and past 6 numbers packing is always chosen when bits < 6 * width
+    (4 * ceil(bits*c/8) <= 4 * (bits*c + 7)/8 <= 3*width*c once c * (6*width - bits) >= 7)."""
+    c = room // width
+    if c >= 6 and bits < 6 * width and bits <= MAX_PACKED_BITS:
+        c = max(c, 8 * room // bits)
+    return c
+
+
+@njit(cache=True, nogil=True)
+def _cut_points(s, lo, hi, budget, max_count):
+    """_cut for points of value 0 (token postings; e and v are not read): (end, size, start
+    width). While the largest gap holds and the count is below what surely fits
+    (_fitting), a step is one comparison; past that, each step tests the size."""
+    max_delta = 0
+    bits = 1
+    width = 1
+    room = budget - _HEADER_SIZE
+    safe = _fitting(bits, width, room)  # gaps that surely fit at this width
+    limit = hi if max_count >= hi - lo else lo + max_count
+    i = lo + 1
+    while i < limit:
+        stop = min(limit, lo + safe + 1)
+        while i < stop and s[i] - s[i - 1] <= max_delta:
+            i += 1
+        if i == limit:
+            break
+        g = s[i] - s[i - 1]
+        if g > max_delta:
+            nbits = _bits_of(g)
+            nwidth = _width_of(g)
+            if _sized(nbits, nwidth, i - lo) > room:
+                break
+            max_delta, bits, width = g, nbits, nwidth
+            safe = _fitting(bits, width, room)
+        elif _sized(bits, width, i - lo) > room:
+            break
+        i += 1
+    sw = _stream_width(max_delta, i - lo - 1)
+    return i, _HEADER_SIZE + _stream_bytes(sw, i - lo - 1), sw
+
+
+@njit(cache=True, nogil=True)
+def _block_end(s, e, v, lo, hi, budget, max_count):
+    """The end (exclusive) of the block that starts at lo (see _cut)."""
+    return _cut(s, e, v, lo, hi, budget, max_count)[0]
 
 
 @njit(cache=True, nogil=True)
