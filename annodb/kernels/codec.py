@@ -111,6 +111,25 @@ def _get_uint(buf, pos, width):
 
 
 @njit(cache=True, nogil=True)
+def _load_word(buf, pos, end):
+    """The little-endian 64-bit word at buf[pos:pos+8], bytes at or past `end` read as 0."""
+    if pos + 8 <= end:
+        # unsigned indices (no wraparound test): LLVM makes one load of the eight
+        u = np.uint64(pos)
+        return np.uint64(buf[u]) | (np.uint64(buf[u + np.uint64(1)]) << np.uint64(8)) | \
+            (np.uint64(buf[u + np.uint64(2)]) << np.uint64(16)) | \
+            (np.uint64(buf[u + np.uint64(3)]) << np.uint64(24)) | \
+            (np.uint64(buf[u + np.uint64(4)]) << np.uint64(32)) | \
+            (np.uint64(buf[u + np.uint64(5)]) << np.uint64(40)) | \
+            (np.uint64(buf[u + np.uint64(6)]) << np.uint64(48)) | \
+            (np.uint64(buf[u + np.uint64(7)]) << np.uint64(56))
+    x = np.uint64(0)
+    for b in range(end - pos):
+        x |= np.uint64(buf[pos + b]) << np.uint64(8 * b)
+    return x
+
+
+@njit(cache=True, nogil=True)
 def _store_word(out, pos, x):
     """Write the 64-bit x little-endian at out[pos:pos+8]."""
     u = np.uint64(pos)  # unsigned indices (no wraparound test): LLVM makes one store
@@ -591,32 +610,79 @@ def _get_number(buf, pos, i, width):
 
 
 @njit(cache=True, nogil=True)
+def _stream_sum(buf, pos, width, count):
+    """The sum of the `count` numbers at buf[pos:] of `width` bytes or PACKED | bits (a
+    block's last start from its gaps: ~1 ns a number, where _get_number each is ~7)."""
+    if width & PACKED:
+        # number i is bits i*bits.. : 8 bytes loaded at its first byte hold it (bits <= 56)
+        bits = width & 127
+        end = pos + ((bits * count + 7) >> 3)
+        mask = (np.uint64(1) << np.uint64(bits)) - np.uint64(1)
+        total = np.uint64(0)
+        bit = 0
+        for i in range(count):
+            word = _load_word(buf, pos + (bit >> 3), end)
+            total += (word >> np.uint64(bit & 7)) & mask
+            bit += bits
+        return np.int64(total)
+    total = 0
+    if width == 1:
+        for i in range(count):
+            total += np.int64(buf[pos + i])
+    elif width == 2:
+        for i in range(count):
+            total += np.int64(buf[pos + 2 * i]) | (np.int64(buf[pos + 2 * i + 1]) << 8)
+    elif width == 4:
+        for i in range(count):
+            at = pos + 4 * i
+            total += np.int64(buf[at]) | (np.int64(buf[at + 1]) << 8) | \
+                (np.int64(buf[at + 2]) << 16) | (np.int64(buf[at + 3]) << 24)
+    else:
+        for i in range(count):
+            total += _get_uint(buf, pos + i * width, width)
+    return total
+
+
+@njit(cache=True, nogil=True)
+def _block_last(block):
+    """(start, end) of the last interval of the block `block`, without decoding it."""
+    m = _get_uint(block, 4, 4)
+    flags = block[0]
+    sw = np.int64(block[1])
+    pos = _HEADER_SIZE + (0 if flags & _FLAG_ZERO else 8 * m)
+    last = _get_uint(block, 8, 8) + _stream_sum(block, pos, sw, m - 1)
+    if flags & _FLAG_POINTS:
+        return last, last
+    pos += _stream_bytes(sw, m - 1)
+    return last, last + _get_number(block, pos, m - 1, np.int64(block[2]))
+
+
+@njit(cache=True, nogil=True)
 def _appendable(block, addrs, lo, hi, budget, max_count):
-    """(size, last): the size of the token block `block` (points, zero values) with the
-    points addrs[lo:hi] appended as they are (its numbers' width kept, its bytes
-    untouched), and its last point. The size is -1 when that cannot be (a gap too wide
-    for the width, over the budget or the count), -2 when the first point is not after
-    its last (not an append)."""
+    """(size, last): the size of the token block `block` (points, zero values, at least
+    two) with the points addrs[lo:hi] appended as they are (its numbers' width kept, its
+    bytes untouched), and its last point. The size is -2 when the first point is not after
+    the block's last (not an append), else -1 when the append cannot be (a gap too wide for
+    the width, over the budget or the count). The cheap tests come first: with -1, `last`
+    may be -1 (not computed) and the block may also be no append."""
     m = _get_uint(block, 4, 4)
     code = np.int64(block[1])
-    last = _get_uint(block, 8, 8)
-    for i in range(m - 1):
-        last += _get_number(block, _HEADER_SIZE, i, code)
-    if addrs[lo] <= last:
-        return -2, last
     count = m + hi - lo
     if count > max_count:
-        return -1, last
+        return -1, -1
     size = _HEADER_SIZE + _stream_bytes(code, count - 1)
     if size > budget:
-        return -1, last
+        return -1, -1
     limit = (np.int64(1) << (code & 127)) if code & PACKED else \
         (np.int64(1) << (8 * code) if code < 8 else np.int64(9223372036854775807))
-    prev = last
-    for j in range(lo, hi):
-        if addrs[j] - prev >= limit:
-            return -1, last
-        prev = addrs[j]
+    for j in range(lo + 1, hi):
+        if addrs[j] - addrs[j - 1] >= limit:
+            return -1, -1
+    last = _get_uint(block, 8, 8) + _stream_sum(block, _HEADER_SIZE, code, m - 1)
+    if addrs[lo] <= last:
+        return -2, last
+    if addrs[lo] - last >= limit:
+        return -1, last
     return size, last
 
 
@@ -639,106 +705,124 @@ def _append_into(out, pos, block, last, addrs, lo, hi):
 
 
 @njit(cache=True, nogil=True)
+def _grown(buf, pos, size):
+    """buf, or a copy twice as large when `size` more bytes at pos do not fit."""
+    if pos + size <= len(buf):
+        return buf
+    out = np.empty(max(2 * len(buf), pos + size), np.uint8)
+    out[:pos] = buf[:pos]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _grown_rows(rows, n):
+    """rows, or a copy with twice the rows when row n is past its end."""
+    if n < len(rows):
+        return rows
+    out = np.empty((2 * len(rows), rows.shape[1]), rows.dtype)
+    out[:n] = rows[:n]
+    return out
+
+
+@njit(cache=True, nogil=True)
 def _append_point_groups(last_buf, last_offsets, addrs, bounds, budget, max_count):
-    """See append_point_groups. Two passes: size everything, then encode into one buffer.
-    A token list's last block that takes the new points as it is (same number width,
-    within budget and count) is appended to in place: copied with the new gaps after its
-    own, never decoded and re-encoded (an ingest flush would otherwise re-encode the
-    growing last block of every common word, every flush)."""
+    """See append_point_groups. One pass over the groups, each written to the output as it
+    is cut. A token list's last block that takes the new points as it is (same number
+    width, within budget and count) is appended to in place: copied with the new gaps
+    after its own, never decoded and re-encoded (an ingest flush would otherwise re-encode
+    the growing last block of every common word, every flush). Otherwise the group's list
+    (the last block's intervals when refilled, then the new points) is gathered in scratch
+    arrays of the largest group's length, not of all groups' (their pages cost more than
+    the cutting), and cut and encoded from there; lists of points of value 0 (token
+    postings: the usual case) from their starts alone."""
     n_groups = len(bounds) - 1
     ok = np.ones(n_groups, np.bool_)
-    appended = np.full(n_groups, -1, np.int64)  # the size of the block appended to, or -1
-    lasts = np.zeros(n_groups, np.int64)  # and its last point
-    # the lists to write: per group, the last block's intervals (when refilled) + new points
-    total = 0
+    # the largest list to cut, an estimate of the bytes (grown when short)
+    most = 0
+    estimate = 64
+    all_pz = True
     for g in range(n_groups):
-        total += bounds[g + 1] - bounds[g]
-        if last_offsets[g + 1] > last_offsets[g]:
-            total += _get_uint(last_buf, last_offsets[g] + 4, 4)
-    s = np.empty(total, np.int64)
-    e = np.empty(total, np.int64)
-    v = np.zeros(total, np.float64)
-    starts = np.empty(n_groups + 1, np.int64)
-    at = 0
-    for g in range(n_groups):
-        starts[g] = at
+        k = bounds[g + 1] - bounds[g]
+        estimate += 8 * k + 32
         lo, hi = last_offsets[g], last_offsets[g + 1]
-        if hi > lo:  # decoded in place; kept (refilled) only when it has room
+        if hi > lo:
+            m = _get_uint(last_buf, lo + 4, 4)
+            if m < max_count and hi - lo < budget:
+                k += m
+                estimate += hi - lo
+                if last_buf[lo] != (_FLAG_POINTS | _FLAG_ZERO):
+                    all_pz = False
+        most = max(most, k)
+    s = np.empty(most, np.int64)
+    e = s if all_pz else np.empty(most, np.int64)
+    v = np.zeros(0 if all_pz else most, np.float64)
+    buf = np.empty(estimate, np.uint8)
+    blocks = np.empty((n_groups + 16, 3), np.int64)  # offset, group, first (grown)
+    nb = 0
+    pos = 0
+    for g in range(n_groups):
+        a, b = bounds[g], bounds[g + 1]
+        lo, hi = last_offsets[g], last_offsets[g + 1]
+        k = 0  # the last block's intervals refilled
+        pz = True
+        if hi > lo:
             block = last_buf[lo:hi]
             m = _get_uint(block, 4, 4)
-            room = m < max_count and hi - lo < budget
-            if room and block[0] == (_FLAG_POINTS | _FLAG_ZERO) and m > 1:
-                size, lasts[g] = _appendable(block, addrs, bounds[g], bounds[g + 1], budget,
-                                             max_count)
-                if size == -2:
-                    ok[g] = False  # not an append: the caller merges this one
-                    continue
-                if size >= 0:
-                    appended[g] = size
-                    continue
-            _decode_into(block, s[at:at + m], e[at:at + m], v[at:at + m], True, True)
-            if not (s[at + m - 1] < addrs[bounds[g]] and e[at + m - 1] < addrs[bounds[g]]):
+            if m < max_count and hi - lo < budget:  # room: appended to or refilled
+                points_zero = block[0] == (_FLAG_POINTS | _FLAG_ZERO)
+                if points_zero and m > 1:
+                    size, last = _appendable(block, addrs, a, b, budget, max_count)
+                    if size == -2:
+                        ok[g] = False  # not an append: the caller merges this one
+                        continue
+                    if size >= 0:
+                        buf = _grown(buf, pos, size)
+                        _append_into(buf, pos, block, last, addrs, a, b)
+                        blocks = _grown_rows(blocks, nb)
+                        blocks[nb, 0] = pos
+                        blocks[nb, 1] = g
+                        blocks[nb, 2] = _get_uint(block, 8, 8)
+                        nb += 1
+                        pos += size
+                        continue
+                if points_zero:
+                    _decode_into(block, s[:m], s[:m], v, False, False)
+                    last_s = last_e = s[m - 1]
+                else:
+                    pz = False
+                    _decode_into(block, s[:m], e[:m], v[:m], True, True)
+                    last_s, last_e = s[m - 1], e[m - 1]
+                k = m
+            else:
+                last_s, last_e = _block_last(block)
+            if not (last_s < addrs[a] and last_e < addrs[a]):
                 ok[g] = False  # not an append: the caller merges this one
                 continue
-            if room:  # refill the last block
-                at += m
-        n = bounds[g + 1] - bounds[g]
-        s[at:at + n] = addrs[bounds[g]:bounds[g + 1]]
-        e[at:at + n] = addrs[bounds[g]:bounds[g + 1]]
-        at += n
-    starts[n_groups] = at
-    # cut into blocks (a block appended to is one block, marked by lows = -1 - group)
-    n_appended = 0
-    for g in range(n_groups):
-        if appended[g] >= 0:
-            n_appended += 1
-    lows = np.empty(at + n_appended, np.int64)
-    highs = np.empty(at + n_appended, np.int64)
-    group = np.empty(at + n_appended, np.int64)
-    nb = 0
-    for g in range(n_groups):
-        if appended[g] >= 0:
-            lows[nb] = -1 - g
-            highs[nb] = 0
-            group[nb] = g
+        n = k + b - a
+        s[k:n] = addrs[a:b]
+        if not pz:
+            e[k:n] = addrs[a:b]
+            v[k:n] = 0.0
+        lo = 0
+        while lo < n:
+            if pz:
+                hi, size, sw = _cut_points(s, lo, n, budget, max_count)
+                flags, lw = _FLAG_POINTS | _FLAG_ZERO, 1
+            else:
+                hi, size, flags, sw, lw = _cut(s, e, v, lo, n, budget, max_count)
+            buf = _grown(buf, pos, size)
+            _encode_into(buf, pos, s, e, v, lo, hi, flags, sw, lw)
+            blocks = _grown_rows(blocks, nb)
+            blocks[nb, 0] = pos
+            blocks[nb, 1] = g
+            blocks[nb, 2] = s[lo]
             nb += 1
-            continue
-        lo = starts[g]
-        while lo < starts[g + 1]:
-            hi = _block_end(s, e, v, lo, starts[g + 1], budget, max_count)
-            lows[nb] = lo
-            highs[nb] = hi
-            group[nb] = g
-            nb += 1
+            pos += size
             lo = hi
-    # sizes first, then every block encoded in place in one buffer
     offsets = np.empty(nb + 1, np.int64)
-    shapes = np.empty((nb, 3), np.int64)
-    pos = 0
-    for b in range(nb):
-        if lows[b] < 0:
-            size = appended[-1 - lows[b]]
-        else:
-            size, flags, sw, lw = _block_shape(s, e, v, lows[b], highs[b])
-            shapes[b, 0] = flags
-            shapes[b, 1] = sw
-            shapes[b, 2] = lw
-        offsets[b] = pos
-        pos += size
+    offsets[:nb] = blocks[:nb, 0]
     offsets[nb] = pos
-    buf = np.empty(pos, np.uint8)
-    first = np.empty(nb, np.int64)
-    for b in range(nb):
-        if lows[b] < 0:
-            g = -1 - lows[b]
-            block = last_buf[last_offsets[g]:last_offsets[g + 1]]
-            _append_into(buf, offsets[b], block, lasts[g], addrs, bounds[g], bounds[g + 1])
-            first[b] = _get_uint(block, 8, 8)
-        else:
-            _encode_into(buf, offsets[b], s, e, v, lows[b], highs[b], shapes[b, 0],
-                         shapes[b, 1], shapes[b, 2])
-            first[b] = s[lows[b]]
-    return buf, offsets, group[:nb].copy(), first, ok
+    return buf[:pos], offsets, blocks[:nb, 1].copy(), blocks[:nb, 2].copy(), ok
 
 
 def append_point_groups(last_blocks, last_offsets, addresses, bounds, budget: int,
