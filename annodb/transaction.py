@@ -4,6 +4,7 @@ return. `annodb.database` opens the database that hands them out."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -650,16 +651,11 @@ class Writer(Snapshot):
             self._tok_ids, self._tok_runs = [], []
         else:
             ids = np.concatenate(self._tok_ids)
-            runs = np.array(self._tok_runs, dtype=np.int64).reshape(-1, 2)
-            offsets = np.cumsum(runs[:, 1]) - runs[:, 1]
-            addrs = np.arange(len(ids), dtype=np.int64) + np.repeat(runs[:, 0] - offsets,
-                                                                    runs[:, 1])
-            order = kernels.group_order(ids, self._next_feature)
-            sorted_ids = ids[order]
-            sorted_addrs = addrs[order]
-            cuts = np.flatnonzero(np.diff(sorted_ids)) + 1
-            bounds = np.concatenate(([0], cuts, [len(ids)]))
-            fids = sorted_ids[bounds[:-1]]
+            runs = np.fromiter(itertools.chain.from_iterable(self._tok_runs), dtype=np.int64,
+                               count=2 * len(self._tok_runs)).reshape(-1, 2)
+            # the tokens' addresses grouped by feature (ascending), in address order
+            fids, bounds, sorted_addrs = kernels.group_postings(ids, runs[:, 0], runs[:, 1],
+                                                                self._next_feature)
             new = fids >= fresh
             sizes = np.diff(bounds)
             new_points = np.repeat(new, sizes)  # (groups are runs of the sorted points)
@@ -669,7 +665,7 @@ class Writer(Snapshot):
                 # grow (annotate reserves any address it uses past the content)
                 txn.add_point_groups(fids[old].tolist(), sorted_addrs[~new_points],
                                      np.concatenate(([0], np.cumsum(sizes[old]))),
-                                     after=int(addrs.min()))
+                                     after=int(runs[:, 0].min()))  # (no empty runs)
             if new.any():
                 groups = np.flatnonzero(new)
                 if len(groups) == len(fids):

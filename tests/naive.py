@@ -294,3 +294,19 @@ def block_cuts(s, e, v, budget, max_count):
         cuts.append(hi)
         lo = hi
     return cuts
+
+
+def group_postings(ids, runs):
+    """(fids, bounds, addrs) of token ids in address order whose addresses are the runs
+    [(first, count), ...]: the distinct ids ascending, and id fids[g]'s addresses
+    addrs[bounds[g]:bounds[g+1]] ascending."""
+    addrs = [a + t for a, c in runs for t in range(c)]
+    groups = {}
+    for i, a in zip(ids, addrs):
+        groups.setdefault(int(i), []).append(a)
+    fids = sorted(groups)
+    bounds, out = [0], []
+    for f in fids:
+        out += sorted(groups[f])
+        bounds.append(len(out))
+    return fids, bounds, out

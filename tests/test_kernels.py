@@ -713,3 +713,51 @@ def test_new_points_after_a_full_block_with_values_have_value_0():
         assert np.concatenate([b[0] for b in blocks]).tolist() == want.tolist()
         assert all((b[0] == b[1]).all() and not b[2].any() for b in blocks)
         assert all(buf[offs[i]] == 3 for i in range(len(grp)) if grp[i] == g)
+
+
+@settings(max_examples=100)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 60)), max_size=25),
+       st.integers(1, 30), st.randoms(use_true_random=False))
+def test_group_postings_against_numpy_and_naive(spec, n_ids, rnd):
+    runs, at = [], 0  # (first address, count), in address order
+    for gap, count in spec:
+        runs.append((at + gap, count))
+        at += gap + count
+    n = sum(c for _, c in runs)
+    # skewed to small ids, as word frequencies are
+    ids = np.array([min(rnd.randrange(n_ids) for _ in range(3)) for _ in range(n)],
+                   dtype=np.int64)
+    starts = np.array([a for a, _ in runs], dtype=np.int64)
+    counts = np.array([c for _, c in runs], dtype=np.int64)
+    fids, bounds, addrs = K.group_postings(ids, starts, counts, n_ids)
+    assert fids.dtype == bounds.dtype == addrs.dtype == np.int64
+    want = naive.group_postings(ids.tolist(), runs)
+    assert (fids.tolist(), bounds.tolist(), addrs.tolist()) == want
+    if n:  # the numpy code Writer._flush had (it fails on no tokens)
+        offsets = np.cumsum(counts) - counts
+        all_addrs = np.arange(n, dtype=np.int64) + np.repeat(starts - offsets, counts)
+        order = K.group_order(ids, n_ids)
+        sorted_ids = ids[order]
+        cuts = np.flatnonzero(np.diff(sorted_ids)) + 1
+        ref_bounds = np.concatenate(([0], cuts, [n]))
+        assert fids.tolist() == sorted_ids[ref_bounds[:-1]].tolist()
+        assert bounds.tolist() == ref_bounds.tolist()
+        assert addrs.tolist() == all_addrs[order].tolist()
+
+
+def test_group_postings_edges_and_validation():
+    fids, bounds, addrs = K.group_postings(np.zeros(0, np.int64), [], [], 5)
+    assert fids.tolist() == [] and bounds.tolist() == [0] and addrs.tolist() == []
+    fids, bounds, addrs = K.group_postings([2, 0, 2, 2], [10], [4], 3)   # one run
+    assert fids.tolist() == [0, 2] and bounds.tolist() == [0, 1, 4]
+    assert addrs.tolist() == [11, 10, 12, 13]
+    with pytest.raises(ValueError):
+        K.group_postings([0, 1], [0], [3], 2)         # counts do not sum to len(ids)
+    with pytest.raises(ValueError):
+        K.group_postings([0, 2], [0], [2], 2)         # id out of range
+    with pytest.raises(ValueError):
+        K.group_postings([0, -1], [0], [2], 2)
+    with pytest.raises(ValueError):
+        K.group_postings([0, 1], [0, 5], [3, -1], 2)  # a negative count
+    with pytest.raises(ValueError):
+        K.group_postings([0, 1], [0, 5], [2], 2)      # one count per run

@@ -868,3 +868,63 @@ def group_order(ids, n_ids: int) -> np.ndarray:
     if len(a) and (int(a.min()) < 0 or int(a.max()) >= n_ids):
         raise ValueError("ids must lie in 0..n_ids-1")
     return _group_order(a, int(n_ids))
+
+
+@njit(cache=True, nogil=True)
+def _group_postings(ids, run_starts, run_counts, n_ids):
+    """See group_postings: count per id, then scatter each token's address (its run's
+    start + its place in the run) to its id's next slot."""
+    n = len(ids)
+    counts = np.zeros(n_ids, np.int64)
+    for j in range(n):
+        counts[np.uint64(ids[j])] += 1
+    n_fids = 0
+    for k in range(n_ids):
+        if counts[k]:
+            n_fids += 1
+    fids = np.empty(n_fids, np.int64)
+    bounds = np.empty(n_fids + 1, np.int64)
+    f = 0
+    at = 0
+    for k in range(n_ids):  # counts[k] becomes where id k's next address goes
+        c = counts[k]
+        if c:
+            fids[f] = k
+            bounds[f] = at
+            f += 1
+            counts[k] = at
+            at += c
+    bounds[n_fids] = n
+    addrs = np.empty(n, np.int64)
+    j = 0
+    for r in range(len(run_starts)):
+        a = run_starts[r]
+        for t in range(run_counts[r]):
+            k = np.uint64(ids[j])  # unsigned indices: no wraparound tests (~15% faster)
+            at = counts[k]
+            addrs[np.uint64(at)] = a + t
+            counts[k] = at + 1
+            j += 1
+    return fids, bounds, addrs
+
+
+def group_postings(ids, run_starts, run_counts, n_ids: int):
+    """Group a flush's token postings by feature. Token j has feature id ids[j] (in
+    0..n_ids-1); the tokens' addresses are runs: run r is run_counts[r] consecutive
+    addresses from run_starts[r], the runs in the order of the tokens. Returns (fids,
+    bounds, addrs): the distinct ids ascending, and feature fids[g]'s addresses are
+    addrs[bounds[g]:bounds[g+1]], in token order. One counting sort that computes each
+    token's address from its run and puts it in place: no address array, no sort order, no
+    gathers (the numpy version, with repeat, a sort order and two random gathers, took
+    ~0.13 s for the ~4M tokens of a flush; this ~0.03 s)."""
+    a = np.ascontiguousarray(ids, dtype=np.int64)
+    rs = np.ascontiguousarray(run_starts, dtype=np.int64)
+    rc = np.ascontiguousarray(run_counts, dtype=np.int64)
+    n_ids = int(n_ids)
+    if a.ndim != 1 or rs.ndim != 1 or rc.ndim != 1 or len(rs) != len(rc):
+        raise ValueError("ids, run_starts and run_counts must be 1-d, one count per run")
+    if (len(rc) and int(rc.min()) < 0) or int(rc.sum()) != len(a):
+        raise ValueError("run_counts must be non-negative and sum to len(ids)")
+    if len(a) and (int(a.min()) < 0 or int(a.max()) >= n_ids):
+        raise ValueError("ids must lie in 0..n_ids-1")
+    return _group_postings(a, rs, rc, max(n_ids, 0))
