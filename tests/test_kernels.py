@@ -688,31 +688,36 @@ def naive_stream_size(code, count):
     return ((code & 127) * count + 7) // 8 if code & 128 else code * count
 
 
-def test_new_points_after_a_full_block_with_values_have_value_0():
-    """A last block without room is not refilled: the new points make blocks of their own,
-    points of value 0 whatever that block holds (they once took its values)."""
+def test_new_points_after_blocks_with_values_have_value_0():
+    """A last block with values that is not refilled (full, or the new points do not come
+    after it) does not lend its values to the points written after it: they make points of
+    value 0 (they once took that block's values)."""
     s = np.arange(0, 4000, 10, dtype=np.int64)
     e = s + 3
     v = np.arange(1, len(s) + 1, dtype=np.float64)
     k = int(K.block_bounds(s, e, v, 300, 8192)[1])
     full = K.encode_block(s[:k], e[:k], v[:k])  # full: max_count below is k
+    some = K.encode_block(s[:k - 3], e[:k - 3], v[:k - 3])  # room
     tokens = K.encode_block(s[:5], s[:5], np.zeros(5))
-    lasts = [full, tokens, full]
+    lasts = [full, tokens, full, some, b""]
     offsets = np.cumsum([0] + [len(b) for b in lasts])
     last_end = int(K.decode_block(full)[1][-1])
     groups = [np.arange(last_end + 1, last_end + 80, dtype=np.int64),
               np.arange(100, 140, dtype=np.int64),
-              np.array([last_end], dtype=np.int64)]  # not after its last interval
+              np.array([last_end], dtype=np.int64),  # not after its last interval
+              np.arange(50, 90, dtype=np.int64),  # nor this
+              np.arange(5000, 5050, dtype=np.int64)]
     bounds = np.cumsum([0] + [len(x) for x in groups])
     buf, offs, grp, first, ok = K.append_point_groups(b"".join(lasts), offsets,
                                                       np.concatenate(groups), bounds, 300, k)
-    assert ok.tolist() == [True, True, False]
-    for g, want in ((0, groups[0]), (1, np.concatenate((s[:5], groups[1])))):
+    assert ok.tolist() == [True, True, False, False, True]
+    for g, want in ((0, groups[0]), (1, np.concatenate((s[:5], groups[1]))), (4, groups[4])):
         blocks = [K.decode_block(bytes(buf[offs[i]:offs[i + 1]]))
                   for i in range(len(grp)) if grp[i] == g]
         assert np.concatenate([b[0] for b in blocks]).tolist() == want.tolist()
         assert all((b[0] == b[1]).all() and not b[2].any() for b in blocks)
         assert all(buf[offs[i]] == 3 for i in range(len(grp)) if grp[i] == g)
+    assert set(grp.tolist()) == {0, 1, 4}
 
 
 @settings(max_examples=100)
