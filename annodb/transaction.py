@@ -673,15 +673,9 @@ class Writer(Snapshot):
         else:
             ids = np.concatenate(self._tok_ids)
             run_starts, run_counts = (np.concatenate(c) for c in zip(*self._tok_runs))
-            offsets = np.cumsum(run_counts) - run_counts
-            addrs = np.arange(len(ids), dtype=np.int64) + np.repeat(run_starts - offsets,
-                                                                    run_counts)
-            order = kernels.group_order(ids, self._next_feature)
-            sorted_ids = ids[order]
-            sorted_addrs = addrs[order]
-            cuts = np.flatnonzero(np.diff(sorted_ids)) + 1
-            bounds = np.concatenate(([0], cuts, [len(ids)]))
-            fids = sorted_ids[bounds[:-1]]
+            # the tokens' addresses grouped by feature (ascending), in address order
+            fids, bounds, sorted_addrs = kernels.group_postings(ids, run_starts, run_counts,
+                                                                self._next_feature)
             new = fids >= fresh
             sizes = np.diff(bounds)
             new_points = np.repeat(new, sizes)  # (groups are runs of the sorted points)
@@ -691,7 +685,7 @@ class Writer(Snapshot):
                 # grow (annotate reserves any address it uses past the content)
                 txn.add_point_groups(fids[old].tolist(), sorted_addrs[~new_points],
                                      np.concatenate(([0], np.cumsum(sizes[old]))),
-                                     after=int(addrs.min()))
+                                     after=int(run_starts.min()))  # (no empty runs)
             if new.any():
                 groups = np.flatnonzero(new)
                 if len(groups) == len(fids):

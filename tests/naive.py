@@ -255,3 +255,58 @@ def snippet(toks, a, b, width=200):
     mid = " ".join(toks[a:hb + 1])
     right = " ".join(toks[hb + 1:hi + 1])
     return " ".join(x for x in (left, "<cover>" + mid + "</cover>", right) if x)
+
+
+# ---------------------------------------------------------------- storage blocks
+
+
+def stream_bytes(largest, count):
+    """Bytes of a stream of `count` numbers whose largest is `largest` (format 2): whole
+    bytes (1, 2, 4, 8) or, when that saves a quarter of them, `bits` bits each."""
+    width = next(w for w in (1, 2, 4, 8) if largest < 256 ** w)
+    bits = max(1, int(largest).bit_length())
+    packed = (bits * count + 7) // 8
+    return packed if bits <= 56 and packed * 4 <= width * count * 3 else width * count
+
+
+def block_cuts(s, e, v, budget, max_count):
+    """Where block_bounds cuts a GC-list: each block takes intervals while the block they
+    make fits in `budget` bytes (at least one, at most max_count); the first that does not
+    fit starts the next block. The size is recomputed from scratch at every interval."""
+    s, e, v = [int(x) for x in s], [int(x) for x in e], [float(x) for x in v]
+    cuts, lo, n = [0], 0, len(s)
+    while lo < n:
+        hi, max_gap, max_len, values, lengths = lo + 1, 0, e[lo] - s[lo], v[lo] != 0.0, \
+            e[lo] != s[lo]
+        while hi < n and hi - lo < max_count:
+            gap, length = s[hi] - s[hi - 1], e[hi] - s[hi]
+            count = hi - lo + 1
+            size = 16 + stream_bytes(max(max_gap, gap), count - 1)
+            if values or v[hi] != 0.0:
+                size += 8 * count
+            if lengths or length != 0:
+                size += stream_bytes(max(max_len, length), count)
+            if size > budget:
+                break
+            max_gap, max_len = max(max_gap, gap), max(max_len, length)
+            values, lengths = values or v[hi] != 0.0, lengths or length != 0
+            hi += 1
+        cuts.append(hi)
+        lo = hi
+    return cuts
+
+
+def group_postings(ids, runs):
+    """(fids, bounds, addrs) of token ids in address order whose addresses are the runs
+    [(first, count), ...]: the distinct ids ascending, and id fids[g]'s addresses
+    addrs[bounds[g]:bounds[g+1]] ascending."""
+    addrs = [a + t for a, c in runs for t in range(c)]
+    groups = {}
+    for i, a in zip(ids, addrs):
+        groups.setdefault(int(i), []).append(a)
+    fids = sorted(groups)
+    bounds, out = [0], []
+    for f in fids:
+        out += sorted(groups[f])
+        bounds.append(len(out))
+    return fids, bounds, out

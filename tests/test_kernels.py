@@ -598,3 +598,171 @@ def test_a_token_block_with_room_is_appended_to_in_place():
     _, _, grp, _, ok = K.append_point_groups(block, [0, len(block)], np.array([5]), [0, 1],
                                              4080, 8192)
     assert not ok[0] and len(grp) == 0
+
+
+# ---------------------------------------------------------------- the ingest writer's kernels
+
+from annodb.kernels import codec as C  # noqa: E402  (the kernels behind the wrappers)
+
+
+@settings(max_examples=150)
+@given(gc_lists(max_size=1200), st.sampled_from([16, 17, 30, 40, 100, 333, 2000, 4080, 9000]),
+       st.sampled_from([1, 2, 5, 100, 1000, 8192, 1 << 40]))
+def test_block_cuts_equal_the_naive_ones(lst, budget, max_count):
+    """_cut keeps the widths between intervals and _cut_points skips the size test while
+    the count surely fits: the cuts and shapes are still the ones a fresh size computation
+    at every interval gives (the block format depends on them)."""
+    s, e, v = lst
+    cuts = K.block_bounds(s, e, v, budget, max_count).tolist()
+    assert cuts == naive.block_cuts(s, e, v, budget, max_count)
+    points = s.copy()
+    assert K.block_bounds(points, points, np.zeros(len(s)), budget, max_count).tolist() == \
+        naive.block_cuts(points, points, np.zeros(len(s)), budget, max_count)
+    for i, j in zip(cuts[:-1], cuts[1:]):
+        end, size, flags, sw, lw = C._cut(s, e, v, i, len(s), budget, max_count)
+        assert end == j
+        assert (size, flags, sw, lw) == tuple(C._block_shape(s, e, v, i, j))
+        assert size == len(K.encode_block(s[i:j], e[i:j], v[i:j]))
+    lo = 0
+    while lo < len(s):
+        end, size, sw = C._cut_points(points, lo, len(s), budget, max_count)
+        assert (end, size, 3, sw, 1) == C._cut(points, points, np.zeros(len(s)), lo, len(s),
+                                               budget, max_count)
+        lo = end
+
+
+@settings(max_examples=100)
+@given(gc_lists(max_size=600))
+def test_a_blocks_last_interval_without_decoding(lst):
+    s, e, v = lst
+    buf = np.frombuffer(K.encode_block(s, e, v), np.uint8)
+    assert C._block_last(buf) == (s[-1], e[-1])
+    # the gap stream's sum, wherever the stream ends in the buffer
+    sw = int(buf[1])
+    pos = 16 + (0 if buf[0] & 2 else 8 * len(s))
+    for tail in (0, 3, 8):
+        padded = np.concatenate((buf, np.full(tail, 255, np.uint8)))
+        assert C._stream_sum(padded, pos, sw, len(s) - 1) == s[-1] - s[0]
+
+
+@settings(max_examples=150)
+@given(st.sampled_from([1, 4, 7, 9, 16, 17, 24, 33]), st.integers(2, 1500),
+       st.sampled_from([1, 4, 7, 9, 16, 17, 24, 33]), st.integers(1, 600),
+       st.integers(-3, 3), st.sampled_from([100, 1000, 4080]),
+       st.sampled_from([50, 700, 8192]), st.randoms(use_true_random=False))
+def test_appendable_against_a_decoding_reference(old_bits, n_old, new_bits, n_new, shift,
+                                                 budget, max_count, rnd):
+    """_appendable tests the cheap conditions first and sums the gaps only then; its answer
+    is the one got by decoding the block."""
+    old = np.cumsum([rnd.randint(1, (1 << old_bits) - 1) for _ in range(n_old)])
+    new = np.cumsum([rnd.randint(1, (1 << new_bits) - 1) for _ in range(n_new)])
+    old, new = old.astype(np.int64), new.astype(np.int64) + old[-1]
+    if shift <= 0:  # the first new point at or before the last: no append
+        new += old[-1] + shift - new[0]
+    elif shift == 1:  # right after it
+        new += old[-1] + 1 - new[0]
+    block = np.frombuffer(K.encode_block(old, old, np.zeros(n_old)), np.uint8)
+    addrs = np.concatenate(([7, 7], new, [0])).astype(np.int64)  # new is addrs[2:-1]
+    size, last = C._appendable(block, addrs, 2, 2 + n_new, budget, max_count)
+    # the reference: decode, then test every condition
+    code = int(block[1])
+    last_ref = int(K.decode_block(block.tobytes())[0][-1])
+    limit = 1 << (code & 127) if code & 128 else 1 << (8 * code)
+    gaps = np.diff(np.concatenate(([last_ref], new)))
+    count = n_old + n_new
+    want = 16 + naive_stream_size(code, count - 1)
+    no_append = new[0] <= last_ref
+    fits = count <= max_count and want <= budget and bool((gaps < limit).all())
+    if not no_append and fits:
+        assert (size, last) == (want, last_ref)
+    elif size == -2:
+        assert no_append and last == last_ref
+    else:
+        assert size == -1 and (no_append or not fits)
+        assert last in (-1, last_ref)
+    if no_append and fits:
+        assert size == -2
+
+
+def naive_stream_size(code, count):
+    return ((code & 127) * count + 7) // 8 if code & 128 else code * count
+
+
+def test_new_points_after_blocks_with_values_have_value_0():
+    """A last block with values that is not refilled (full, or the new points do not come
+    after it) does not lend its values to the points written after it: they make points of
+    value 0 (they once took that block's values)."""
+    s = np.arange(0, 4000, 10, dtype=np.int64)
+    e = s + 3
+    v = np.arange(1, len(s) + 1, dtype=np.float64)
+    k = int(K.block_bounds(s, e, v, 300, 8192)[1])
+    full = K.encode_block(s[:k], e[:k], v[:k])  # full: max_count below is k
+    some = K.encode_block(s[:k - 3], e[:k - 3], v[:k - 3])  # room
+    tokens = K.encode_block(s[:5], s[:5], np.zeros(5))
+    lasts = [full, tokens, full, some, b""]
+    offsets = np.cumsum([0] + [len(b) for b in lasts])
+    last_end = int(K.decode_block(full)[1][-1])
+    groups = [np.arange(last_end + 1, last_end + 80, dtype=np.int64),
+              np.arange(100, 140, dtype=np.int64),
+              np.array([last_end], dtype=np.int64),  # not after its last interval
+              np.arange(50, 90, dtype=np.int64),  # nor this
+              np.arange(5000, 5050, dtype=np.int64)]
+    bounds = np.cumsum([0] + [len(x) for x in groups])
+    buf, offs, grp, first, ok = K.append_point_groups(b"".join(lasts), offsets,
+                                                      np.concatenate(groups), bounds, 300, k)
+    assert ok.tolist() == [True, True, False, False, True]
+    for g, want in ((0, groups[0]), (1, np.concatenate((s[:5], groups[1]))), (4, groups[4])):
+        blocks = [K.decode_block(bytes(buf[offs[i]:offs[i + 1]]))
+                  for i in range(len(grp)) if grp[i] == g]
+        assert np.concatenate([b[0] for b in blocks]).tolist() == want.tolist()
+        assert all((b[0] == b[1]).all() and not b[2].any() for b in blocks)
+        assert all(buf[offs[i]] == 3 for i in range(len(grp)) if grp[i] == g)
+    assert set(grp.tolist()) == {0, 1, 4}
+
+
+@settings(max_examples=100)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 60)), max_size=25),
+       st.integers(1, 30), st.randoms(use_true_random=False))
+def test_group_postings_against_numpy_and_naive(spec, n_ids, rnd):
+    runs, at = [], 0  # (first address, count), in address order
+    for gap, count in spec:
+        runs.append((at + gap, count))
+        at += gap + count
+    n = sum(c for _, c in runs)
+    # skewed to small ids, as word frequencies are
+    ids = np.array([min(rnd.randrange(n_ids) for _ in range(3)) for _ in range(n)],
+                   dtype=np.int64)
+    starts = np.array([a for a, _ in runs], dtype=np.int64)
+    counts = np.array([c for _, c in runs], dtype=np.int64)
+    fids, bounds, addrs = K.group_postings(ids, starts, counts, n_ids)
+    assert fids.dtype == bounds.dtype == addrs.dtype == np.int64
+    want = naive.group_postings(ids.tolist(), runs)
+    assert (fids.tolist(), bounds.tolist(), addrs.tolist()) == want
+    if n:  # the numpy code Writer._flush had (it fails on no tokens)
+        offsets = np.cumsum(counts) - counts
+        all_addrs = np.arange(n, dtype=np.int64) + np.repeat(starts - offsets, counts)
+        order = K.group_order(ids, n_ids)
+        sorted_ids = ids[order]
+        cuts = np.flatnonzero(np.diff(sorted_ids)) + 1
+        ref_bounds = np.concatenate(([0], cuts, [n]))
+        assert fids.tolist() == sorted_ids[ref_bounds[:-1]].tolist()
+        assert bounds.tolist() == ref_bounds.tolist()
+        assert addrs.tolist() == all_addrs[order].tolist()
+
+
+def test_group_postings_edges_and_validation():
+    fids, bounds, addrs = K.group_postings(np.zeros(0, np.int64), [], [], 5)
+    assert fids.tolist() == [] and bounds.tolist() == [0] and addrs.tolist() == []
+    fids, bounds, addrs = K.group_postings([2, 0, 2, 2], [10], [4], 3)   # one run
+    assert fids.tolist() == [0, 2] and bounds.tolist() == [0, 1, 4]
+    assert addrs.tolist() == [11, 10, 12, 13]
+    with pytest.raises(ValueError):
+        K.group_postings([0, 1], [0], [3], 2)         # counts do not sum to len(ids)
+    with pytest.raises(ValueError):
+        K.group_postings([0, 2], [0], [2], 2)         # id out of range
+    with pytest.raises(ValueError):
+        K.group_postings([0, -1], [0], [2], 2)
+    with pytest.raises(ValueError):
+        K.group_postings([0, 1], [0, 5], [3, -1], 2)  # a negative count
+    with pytest.raises(ValueError):
+        K.group_postings([0, 1], [0, 5], [2], 2)      # one count per run
