@@ -201,6 +201,17 @@ def make(docs: list) -> Batch:
                  ann_q, ann_v, list(ann_names), documents, None, None)
 
 
+def with_raws(b: Batch) -> Batch:
+    """The batch with its documents encoded (every docno given), not yet compressed: what
+    an ingest's reading process hands the writer, which compresses them on a thread of
+    its own while it does the rest (the reading process is the busier one)."""
+    if b.raws is not None or b.entries is not None:
+        return b
+    if any(d is None for d in b.docnos):
+        raise ValueError("a document has no docno yet")
+    return replace(b, raws=b.doc_raws(), documents=None)
+
+
 def encoded(b: Batch, psize: int = mmap.PAGESIZE, threads: int = 2) -> Batch:
     """The batch with its docs entries made (every docno given), for LMDB pages of `psize`
     bytes: what the writer stores. (The documents themselves are dropped: the entries hold

@@ -393,6 +393,13 @@ _READERS = {"jsonl": _read_jsonl, "msmarco": _read_jsonl, "tsv": _read_tsv,
 def _chunks(source: Source, id_field, text_fields, batch_bytes: int,
             batch_size: int | None) -> Iterator[_Chunk]:
     """The file's batches, made ready to add."""
+    for pending, tell in _read_chunks(source, id_field, text_fields, batch_bytes, batch_size):
+        yield _ready(pending, tell)
+
+
+def _read_chunks(source: Source, id_field, text_fields, batch_bytes: int,
+                 batch_size: int | None) -> Iterator[tuple[list, int]]:
+    """The file's batches as read: (_Doc and _Problem items, bytes consumed after them)."""
     try:
         reader, raw = _open_binary(source.path, source.gzip)
     except OSError as err:
@@ -415,9 +422,9 @@ def _chunks(source: Source, id_field, text_fields, batch_bytes: int,
                 docs += 1
                 size += item[5]
                 if size >= batch_bytes or (batch_size and docs >= batch_size):
-                    yield _ready(pending, raw.tell())
+                    yield pending, raw.tell()
                     pending, docs, size = [], 0, 0
-        yield _ready(pending, raw.tell())
+        yield pending, raw.tell()
 
 
 def _ready(pending: list, tell: int) -> _Chunk:
@@ -459,11 +466,11 @@ def _ready(pending: list, tell: int) -> _Chunk:
 
 
 def _encoded(chunk: _Chunk) -> _Chunk:
-    """The chunk with its documents compressed for the writer (see batch.encoded)."""
+    """The chunk with its documents encoded for the writer (see batch.with_raws)."""
     if chunk.batch is None or any(d is None for d in chunk.batch.docnos):
         return chunk
     try:
-        return chunk._replace(batch=batch.encoded(chunk.batch, threads=1))
+        return chunk._replace(batch=batch.with_raws(chunk.batch))
     except UnicodeError:  # the writer finds which document (see _Run._culprit)
         return chunk
 
@@ -476,24 +483,25 @@ def _reader_main() -> None:
     _set_malloc(_INGEST_MALLOC)  # see _keep_freed_memory (for the life of this process)
     out = sys.stdout.buffer
     source = None
-    compressing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="annodb-encode")
+    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="annodb-make")
 
-    def send(chunk):
-        pickle.dump(("chunk", chunk.result()), out, protocol=pickle.HIGHEST_PROTOCOL)
+    def make_and_send(pending: list, tell: int) -> None:
+        chunk = _encoded(_ready(pending, tell))
+        pickle.dump(("chunk", chunk), out, protocol=pickle.HIGHEST_PROTOCOL)
         out.flush()
 
     try:
         source, id_field, text_fields, batch_bytes, batch_size = pickle.load(sys.stdin.buffer)
-        last = None
-        for chunk in _chunks(source, id_field, text_fields, batch_bytes, batch_size):
-            # compressed on a thread while this one reads the next chunk (zstd releases
-            # the GIL), so the compression runs beside the writer's work
-            ready = compressing.submit(_encoded, chunk)
-            if last is not None:
-                send(last)
-            last = ready
-        if last is not None:
-            send(last)
+        # this thread reads and parses; a second one prepares, tokenizes (the kernel
+        # releases the GIL), encodes and sends, in order, at most a chunk behind
+        in_flight: list = []
+        for pending, tell in _read_chunks(source, id_field, text_fields, batch_bytes,
+                                          batch_size):
+            in_flight.append(worker.submit(make_and_send, pending, tell))
+            if len(in_flight) > 1:
+                in_flight.pop(0).result()
+        for done in in_flight:
+            done.result()
         message = ("end", None)
     except BrokenPipeError:  # the writer stopped reading (it failed or was interrupted)
         return

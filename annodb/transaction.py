@@ -540,10 +540,14 @@ class Writer(Snapshot):
                         documents[i] = (docno,) + documents[i][1:]
                 b = dataclasses.replace(b, docnos=docnos, documents=documents)
             try:
-                b = batch.encoded(b, self._txn.page_size())
+                raws = b.doc_raws()
             except UnicodeError as err:  # a lone surrogate in a name or metadata
                 raise AnnodbError(f"document is not valid Unicode ({err})") from None
-        self._doc_runs.append([(base + start, value, n) for start, value, n in b.entries])
+            # compressed on a thread (zstd releases the GIL) while this one goes on
+            self._doc_runs.append(storage.encode_docs_later(
+                raws, b.starts().tolist(), base, self._txn.page_size()))
+        else:
+            self._doc_runs.append([(base + start, value, n) for start, value, n in b.entries])
         # tokens: the ids of their words, and the runs of addresses they fill
         fids = np.array(self._ids(b.names), dtype=np.int64)
         ids = fids[b.kinds]
@@ -645,8 +649,9 @@ class Writer(Snapshot):
 
     def _flush_docs(self) -> None:
         if self._doc_runs:
-            self._txn.put_docs(self._doc_runs)
+            runs = [r if isinstance(r, list) else r.result() for r in self._doc_runs]
             self._doc_runs = []
+            self._txn.put_docs(runs)
         if self._new_docnos:
             self._txn.put_docnos(sorted(self._new_docnos.items()))
             self._new_docnos = {}
@@ -660,7 +665,6 @@ class Writer(Snapshot):
         other features add to their existing lists (append to, or merge into, the last
         blocks)."""
         txn = self._txn
-        self._flush_docs()
         if self._new_names:
             vocab = self._vocab
             txn.add_features([(name, vocab[name]) for name in self._new_names[self._named:]])
@@ -717,6 +721,7 @@ class Writer(Snapshot):
             txn.put_blocks(np.concatenate(fids), np.concatenate(firsts), bufs, offsets)
         for fid, lst in later:  # old features, or new ones with tokens too: after the append
             txn.add_to_list(fid, *lst)
+        self._flush_docs()  # last: their compression ran meanwhile
         self._first_new_feature = self._next_feature
         self._lists.clear()
         self._dirty = False
