@@ -430,6 +430,12 @@ def _read_chunks(source: Source, id_field, text_fields, batch_bytes: int,
 def _ready(pending: list, tell: int) -> _Chunk:
     """Prepare and tokenize the documents among `pending` (_Doc and _Problem items); a
     document that cannot be stored becomes a problem."""
+    return _made(*_prepared(pending), tell)
+
+
+def _prepared(pending: list) -> tuple[list, list]:
+    """(items, prepared): the _Problems and (line, docno) of the documents, in order, and
+    the documents prepared (batch.prepare_item); one that cannot be is a problem."""
     items, prepared = [], []
     prepare = batch.prepare_item
     for item in pending:
@@ -444,6 +450,11 @@ def _ready(pending: list, tell: int) -> _Chunk:
             continue
         items.append((line, docno))
         prepared.append(p)
+    return items, prepared
+
+
+def _made(items: list, prepared: list, tell: int) -> _Chunk:
+    """The chunk of these prepared documents, tokenized (see _prepared)."""
     if not prepared:
         return _Chunk(items, None, tell)
     try:
@@ -485,19 +496,19 @@ def _reader_main() -> None:
     source = None
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="annodb-make")
 
-    def make_and_send(pending: list, tell: int) -> None:
-        chunk = _encoded(_ready(pending, tell))
+    def make_and_send(items: list, prepared: list, tell: int) -> None:
+        chunk = _encoded(_made(items, prepared, tell))
         pickle.dump(("chunk", chunk), out, protocol=pickle.HIGHEST_PROTOCOL)
         out.flush()
 
     try:
         source, id_field, text_fields, batch_bytes, batch_size = pickle.load(sys.stdin.buffer)
-        # this thread reads and parses; a second one prepares, tokenizes (the kernel
+        # this thread reads, parses and prepares; a second one tokenizes (the kernel
         # releases the GIL), encodes and sends, in order, at most a chunk behind
         in_flight: list = []
         for pending, tell in _read_chunks(source, id_field, text_fields, batch_bytes,
                                           batch_size):
-            in_flight.append(worker.submit(make_and_send, pending, tell))
+            in_flight.append(worker.submit(make_and_send, *_prepared(pending), tell))
             if len(in_flight) > 1:
                 in_flight.pop(0).result()
         for done in in_flight:
