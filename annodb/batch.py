@@ -130,7 +130,9 @@ def make(docs: list) -> Batch:
     store it); bad_documents() finds which."""
     n_docs = len(docs)
     fields = [f for d in docs for f in d[1]]
-    shorts, paths, texts = zip(*fields) if fields else ((), (), ())
+    shorts = [f[0] for f in fields]
+    paths = [f[1] for f in fields]
+    texts = [f[2] for f in fields]
     lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
     begins = np.zeros(len(texts) + 1, dtype=np.int64)
     np.cumsum(lengths + 1, out=begins[1:])  # fields joined by newlines
@@ -189,7 +191,12 @@ def make(docs: list) -> Batch:
                                  doc_tokens.tolist()):
         fs = d[1]
         k = len(fs)
-        text = fs[0][2] if k == 1 else "\n".join([t for _, _, t in fs]) if k else ""
+        if k == 1:
+            text = fs[0][2]
+        elif k == 2:
+            text = fs[0][2] + "\n" + fs[1][2]
+        else:
+            text = "\n".join([t for _, _, t in fs])
         meta = d[3] or _NO_META
         if tokens:
             add((d[0], 0, end, text, field_rows[f:f + k], meta, tokens))
