@@ -39,6 +39,7 @@ import gc
 import gzip
 import html
 import io
+import itertools
 import os
 import pickle
 import re
@@ -52,6 +53,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, NamedTuple
 
 import msgspec
+import numpy as np
 
 from . import batch, database, records, storage, transaction
 from .errors import AnnodbError, IngestError, WriterBusyError
@@ -486,6 +488,27 @@ def _encoded(chunk: _Chunk) -> _Chunk:
         return chunk
 
 
+def _packed(chunk: _Chunk) -> tuple:
+    """The chunk as it crosses the pipe: its documents' lines as an array (their docnos
+    are the batch's), its problems with their places: not a tuple per document, which
+    took the reading process (the busier one) ~2 s to pickle on the scale corpus."""
+    problems = [(i, item) for i, item in enumerate(chunk.items) if isinstance(item, _Problem)]
+    lines = np.fromiter((item[0] for item in chunk.items if not isinstance(item, _Problem)),
+                        dtype=np.int64)
+    return problems, lines, chunk.batch, chunk.tell
+
+
+def _unpacked(packed: tuple) -> _Chunk:
+    problems, lines, made, tell = packed
+    docs = zip(lines.tolist(), made.docnos) if made is not None else iter(())
+    items: list = []
+    for i, problem in problems:  # each back where it was
+        items.extend(itertools.islice(docs, i - len(items)))
+        items.append(problem)
+    items.extend(docs)
+    return _Chunk(items, made, tell)
+
+
 def _reader_main() -> None:
     """The second process (`python -c` of this, see _chunks_from_process): read the
     arguments from stdin, write ("chunk", _Chunk) pickles to stdout, then ("end", None), or
@@ -498,7 +521,7 @@ def _reader_main() -> None:
 
     def make_and_send(items: list, prepared: list, tell: int) -> None:
         chunk = _encoded(_made(items, prepared, tell))
-        pickle.dump(("chunk", chunk), out, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump(("chunk", _packed(chunk)), out, protocol=pickle.HIGHEST_PROTOCOL)
         out.flush()
 
     try:
@@ -558,7 +581,7 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
                 return
             if kind == "error":
                 raise IngestError(value)
-            yield value
+            yield _unpacked(value)
     finally:
         if child.poll() is None:
             child.kill()

@@ -461,3 +461,26 @@ def test_a_lone_surrogate_in_a_field_name_rejects_only_its_record(tmp_path, para
     with annodb.open(tmp_path / "db") as db, db.read() as r:
         assert [d.docno for d in r.documents()] == ["a", "d"]
         assert r.count("four") == 1
+
+
+def test_a_chunk_crosses_the_pipe_unchanged():
+    """_packed/_unpacked: documents' lines as an array, problems put back in place."""
+    import random
+    from annodb.ingest import _Chunk, _Problem, _packed, _unpacked
+
+    class Made:
+        def __init__(self, docnos):
+            self.docnos = docnos
+
+    rng = random.Random(7)
+    for _ in range(200):
+        items, docnos = [], []
+        for line in range(1, rng.randrange(0, 30) + 1):
+            if rng.random() < 0.4:
+                items.append(_Problem(line, f"bad {line}"))
+            else:
+                docnos.append(f"d{line}")
+                items.append((line, docnos[-1]))
+        chunk = _Chunk(items, Made(docnos) if docnos else None, 99)
+        back = _unpacked(_packed(chunk))
+        assert back.items == items and back.tell == 99
