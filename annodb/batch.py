@@ -38,8 +38,8 @@ class Batch:
     ann_names: list           # the distinct annotation feature names
     documents: list | None    # each document as a tuple (see document_tuple) while a docno
     #                           is missing: the writer names them, then encodes them
-    raws: list | None         # bytes per document, its stored msgpack (storage.relative_raw),
-    #                           after subset()
+    raws: list | bytes | None  # each document's stored msgpack (storage.relative_raw), or
+    #                           the msgpack array of them all (what crosses the pipe)
     entries: list | None      # (start, value, documents) of the docs entries holding them, starts
     #                           relative to the batch's first address (storage.encode_docs);
     #                           None until every docno is known, and after subset()
@@ -58,6 +58,8 @@ class Batch:
 
     def doc_raws(self) -> list:
         """Each document's stored msgpack (decoded from the entries when need be)."""
+        if isinstance(self.raws, bytes):
+            return storage.split_raws(self.raws)
         if self.raws is not None:
             return self.raws
         if self.entries is not None:
@@ -209,14 +211,15 @@ def make(docs: list) -> Batch:
 
 
 def with_raws(b: Batch) -> Batch:
-    """The batch with its documents encoded (every docno given), not yet compressed: what
-    an ingest's reading process hands the writer, which compresses them on a thread of
-    its own while it does the rest (the reading process is the busier one)."""
+    """The batch with its documents encoded (every docno given) as one msgpack array, not
+    yet compressed (one bytes object pickles at once): what an ingest's reading process
+    hands the writer, which compresses them on a thread of its own while it does the rest
+    (the reading process is the busier one)."""
     if b.raws is not None or b.entries is not None:
         return b
     if any(d is None for d in b.docnos):
         raise ValueError("a document has no docno yet")
-    return replace(b, raws=b.doc_raws(), documents=None)
+    return replace(b, raws=storage.encode_relative(b.documents), documents=None)
 
 
 def encoded(b: Batch, psize: int = mmap.PAGESIZE, threads: int = 2) -> Batch:

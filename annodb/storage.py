@@ -349,6 +349,12 @@ def encode_relative(doc) -> bytes:
     return _doc_encoder.encode(doc)
 
 
+def split_raws(array: bytes) -> list:
+    """The msgpack of each document of an encoded list of them (encode_relative of the
+    list), without decoding them."""
+    return _raws_decoder.decode(array)
+
+
 def encode_doc(doc: Document) -> bytes:
     """The value of one document alone (tag 4, or a group of one), keyed by its start."""
     return _single(relative_raw(doc))
