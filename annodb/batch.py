@@ -1,9 +1,9 @@
 """A batch of documents made ready to add: each one prepared (docno, text fields, values,
 metadata), all their text tokenized in one pass, their annotations laid out in columns and
-the documents encoded and compressed for the docs sub-database. Making one needs no
-database (addresses are relative to the batch, a document's stored form to its own start),
-so a big ingest makes the next batch in a second process while the writer adds this one
-(see ingest.py); `Writer.add_many` makes one for its items.
+the documents in their stored form. Making one needs no database (addresses are relative
+to the batch, a stored document's to its own start), so a big ingest makes the next batch
+in a second process while the writer adds this one (see ingest.py); `Writer.add_many`
+makes one for its items.
 
 The tokens are numbered by kind (distinct folded word of the batch), so the writer looks up
 each distinct word's feature id once, not once per occurrence; likewise the annotation
@@ -12,7 +12,6 @@ names.
 
 from __future__ import annotations
 
-import mmap
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -36,13 +35,10 @@ class Batch:
     ann_q: np.ndarray
     ann_v: np.ndarray         # float64: its value
     ann_names: list           # the distinct annotation feature names
-    documents: list | None    # each document as a tuple (see document_tuple) while a docno
-    #                           is missing: the writer names them, then encodes them
+    documents: list | None    # each document as the tuple of its stored fields (see make),
+    #                           until encoded (a missing docno: the writer names it first)
     raws: list | bytes | None  # each document's stored msgpack (storage.relative_raw), or
-    #                           the msgpack array of them all (what crosses the pipe)
-    entries: list | None      # (start, value, documents) of the docs entries holding them, starts
-    #                           relative to the batch's first address (storage.encode_docs);
-    #                           None until every docno is known, and after subset()
+    #                           the msgpack array of them all (with_raws: what crosses the pipe)
 
     def __len__(self) -> int:
         return len(self.docnos)
@@ -57,20 +53,16 @@ class Batch:
         return np.cumsum(spans) - spans
 
     def doc_raws(self) -> list:
-        """Each document's stored msgpack (decoded from the entries when need be)."""
+        """Each document's stored msgpack (every docno given)."""
         if isinstance(self.raws, bytes):
             return storage.split_raws(self.raws)
         if self.raws is not None:
             return self.raws
-        if self.entries is not None:
-            return [r for start, value, _ in self.entries
-                    for r in storage.entry_raws(value, start)]
         encode = storage.encode_relative
         return [encode(d) for d in self.documents]
 
     def subset(self, keep) -> "Batch":
-        """The batch of the documents at the indices `keep` (ascending). Its documents are
-        encoded as they were; the docs entries are made again when it is added."""
+        """The batch of the documents at the indices `keep` (ascending)."""
         keep = np.asarray(keep, dtype=np.int64)
         doc_mask = np.zeros(len(self), dtype=bool)
         doc_mask[keep] = True
@@ -84,8 +76,7 @@ class Batch:
             ann_doc=renumber[self.ann_doc[rows]], ann_name=self.ann_name[rows],
             ann_p=self.ann_p[rows], ann_q=self.ann_q[rows], ann_v=self.ann_v[rows],
             documents=None if self.documents is None else [self.documents[i] for i in pick],
-            raws=None if raws is None else [raws[i] for i in pick],
-            entries=None)
+            raws=None if raws is None else [raws[i] for i in pick])
 
 
 def prepare_item(content, docno=None, id_field=None, text_fields=None) -> Prepared:
@@ -116,20 +107,10 @@ def _numbered(names, numbers: _Names, suffix: str = "") -> np.ndarray:
     return np.fromiter(map(known.__getitem__, names), dtype=np.int64, count=len(names))
 
 
-def document_tuple(docno, end: int, text: str, fields: list, meta: dict, tokens: int):
-    """A document with addresses relative to its start as the tuple whose msgpack is the
-    Document's (storage.relative_raw): an array, trailing defaults left out."""
-    if tokens:
-        return docno, 0, end, text, fields, meta, tokens
-    if meta:
-        return docno, 0, end, text, fields, meta
-    return docno, 0, end, text, fields
-
-
 def make(docs: list) -> Batch:
-    """Tokenize prepared documents and lay out their annotations and stored form (encoded()
-    compresses them). UnicodeEncodeError when a text holds a lone surrogate (no UTF-8 can
-    store it); bad_documents() finds which."""
+    """Tokenize prepared documents and lay out their annotations and stored form.
+    UnicodeEncodeError when a text holds a lone surrogate (no UTF-8 can store it);
+    bad_documents() finds which."""
     n_docs = len(docs)
     fields = [f for d in docs for f in d[1]]
     shorts = [f[0] for f in fields]
@@ -182,8 +163,9 @@ def make(docs: list) -> Batch:
     ann_v[len(ann_v) - len(values):] = np.fromiter((v[2] for v in values), dtype=np.float64,
                                                    count=len(values))
 
-    # the documents, as the tuples their msgpack is made of (see document_tuple; a
-    # document's text is its fields joined by newlines)
+    # the documents, as the tuples whose msgpack is a storage.Document's (an array of its
+    # fields) with its addresses less its start; a document's text is its fields joined
+    # by newlines
     field_rows = list(zip(shorts, paths, field_char.tolist(),
                           (field_char + lengths).tolist(), field_at.tolist(),
                           (field_at + field_tokens - 1).tolist()))
@@ -199,15 +181,9 @@ def make(docs: list) -> Batch:
             text = fs[0][2] + "\n" + fs[1][2]
         else:
             text = "\n".join([t for _, _, t in fs])
-        meta = d[3] or _NO_META
-        if tokens:
-            add((d[0], 0, end, text, field_rows[f:f + k], meta, tokens))
-        elif meta:
-            add((d[0], 0, end, text, field_rows[f:f + k], meta))
-        else:
-            add((d[0], 0, end, text, field_rows[f:f + k]))
+        add((d[0], 0, end, text, field_rows[f:f + k], d[3] or _NO_META, tokens))
     return Batch([d[0] for d in docs], doc_tokens, kinds, names, ann_doc, ann_name, ann_p,
-                 ann_q, ann_v, list(ann_names), documents, None, None)
+                 ann_q, ann_v, list(ann_names), documents, None)
 
 
 def with_raws(b: Batch) -> Batch:
@@ -215,23 +191,11 @@ def with_raws(b: Batch) -> Batch:
     yet compressed (one bytes object pickles at once): what an ingest's reading process
     hands the writer, which compresses them on a thread of its own while it does the rest
     (the reading process is the busier one)."""
-    if b.raws is not None or b.entries is not None:
+    if b.raws is not None:
         return b
     if any(d is None for d in b.docnos):
         raise ValueError("a document has no docno yet")
     return replace(b, raws=storage.encode_relative(b.documents), documents=None)
-
-
-def encoded(b: Batch, psize: int = mmap.PAGESIZE, threads: int = 2) -> Batch:
-    """The batch with its docs entries made (every docno given), for LMDB pages of `psize`
-    bytes: what the writer stores. (The documents themselves are dropped: the entries hold
-    them.) The writer does this when the batch comes without them."""
-    if b.entries is not None:
-        return b
-    if any(d is None for d in b.docnos):
-        raise ValueError("a document has no docno yet")
-    entries = storage.encode_docs(b.doc_raws(), b.starts().tolist(), psize, threads)
-    return replace(b, documents=None, raws=None, entries=entries)
 
 
 def bad_documents(docs: list) -> list[int]:

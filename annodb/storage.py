@@ -345,7 +345,7 @@ def relative_raw(doc: Document) -> bytes:
 
 def encode_relative(doc) -> bytes:
     """The msgpack of a document whose addresses are relative already (a Document, or the
-    tuple of its fields, see batch.document_tuple)."""
+    tuple of its fields, see batch.make)."""
     return _doc_encoder.encode(doc)
 
 
@@ -369,8 +369,8 @@ def _leaf_max(psize: int) -> int:
 
 def _encode_run(raws: list, starts: list, lo: int, hi: int, psize: int
                 ) -> list[tuple[int, bytes]]:
-    """(start, value, count) of the entries documents lo..hi-1 (given as their relative msgpack and
-    their starts, in any frame) are stored in, each keyed by its first document's start:
+    """(start, value, count) of the entries documents lo..hi-1 (given as their relative
+    msgpack and their starts, in any frame) are stored in, keyed by their first starts:
     groups of at most GROUP_DOCS documents whose compressed value comes close to filling
     one LMDB overflow page (values that large get pages of their own, never split or
     shared); or one document alone (tag 4, or a group of one). How much raw text makes
@@ -450,10 +450,10 @@ def encode_docs_later(raws: list, starts: list, base: int, psize: int):
 
 def encode_docs(raws: list, starts: list, psize: int, threads: int = 2
                 ) -> list[tuple[int, bytes, int]]:
-    """(start, value, count) of the docs entries that hold these consecutive documents (their
-    relative msgpack, see relative_raw, and their starts, ascending, in any frame: a value
-    does not depend on where its documents are). Many documents are compressed on two
-    threads (zstd releases the GIL) unless `threads` is 1."""
+    """(start, value, count) of the docs entries that hold these consecutive documents
+    (their relative msgpack, see relative_raw, and their starts, ascending, in any frame:
+    a value does not depend on where its documents are). Many documents are compressed on
+    two threads (zstd releases the GIL) unless `threads` is 1."""
     if len(raws) >= 64 and threads > 1:
         half = len(raws) // 2
         other = _pool().submit(_encode_run, raws, starts, half, len(raws), psize)
@@ -498,14 +498,6 @@ def decode_docs(buf, key: int) -> list[Document]:
     if kind == TAG_ZDOC:
         return [_doc_decoder.decode(zlib.decompress(memoryview(buf)[1:]))]
     raise StorageError(f"unknown docs value tag {kind}")
-
-
-def entry_raws(value, key: int) -> list[bytes]:
-    """The stored msgpack of each document of a format-3 docs value (relative addresses)."""
-    entry = _Entry(value, key)
-    if not entry.relative:
-        raise StorageError("not a format-3 docs value")
-    return [bytes(r) for r in entry.raws]
 
 
 class _Entry:

@@ -527,27 +527,26 @@ class Writer(Snapshot):
         starts = ends - spans + 1
         starts_list = starts.tolist()
         docnos = b.docnos
-        if b.entries is None:
-            if b.documents is not None:  # name the documents without a docno by their start
-                docnos, documents = list(docnos), list(b.documents)
-                for i, docno in enumerate(docnos):
-                    if docno is None:
-                        docno = f"d{starts_list[i]}"
-                        while docno in self._new_docnos or \
-                                self._txn.doc_start(docno) is not None:
-                            docno += "_"
-                        docnos[i] = docno
-                        documents[i] = (docno,) + documents[i][1:]
-                b = dataclasses.replace(b, docnos=docnos, documents=documents)
-            try:
-                raws = b.doc_raws()
-            except UnicodeError as err:  # a lone surrogate in a name or metadata
-                raise AnnodbError(f"document is not valid Unicode ({err})") from None
-            # compressed on a thread (zstd releases the GIL) while this one goes on
-            self._doc_runs.append(storage.encode_docs_later(
-                raws, b.starts().tolist(), base, self._txn.page_size()))
-        else:
-            self._doc_runs.append([(base + start, value, n) for start, value, n in b.entries])
+        if b.documents is not None:  # name the documents without a docno by their start
+            docnos, documents = list(docnos), list(b.documents)
+            taken = set(docnos)
+            for i, docno in enumerate(docnos):
+                if docno is None:
+                    docno = f"d{starts_list[i]}"
+                    while docno in taken or docno in self._new_docnos or \
+                            self._txn.doc_start(docno) is not None:
+                        docno += "_"
+                    taken.add(docno)
+                    docnos[i] = docno
+                    documents[i] = (docno,) + documents[i][1:]
+            b = dataclasses.replace(b, docnos=docnos, documents=documents)
+        try:
+            raws = b.doc_raws()
+        except UnicodeError as err:  # a lone surrogate in a name or metadata
+            raise AnnodbError(f"document is not valid Unicode ({err})") from None
+        # compressed on a thread (zstd releases the GIL) while this one goes on
+        self._doc_runs.append(storage.encode_docs_later(raws, b.starts().tolist(), base,
+                                                        self._txn.page_size()))
         # tokens: the ids of their words, and the runs of addresses they fill
         fids = np.array(self._ids(b.names), dtype=np.int64)
         ids = fids[b.kinds]

@@ -20,7 +20,7 @@ from annodb.check import check
 SEED = 20_240_917
 KILLS = 5
 BATCH = 200
-COPIES = 40     # 40 copies of the 398-verse example: 15,920 records
+COPIES = 80     # 80 copies of the 398-verse example: 31,840 records (kills must land mid-ingest)
 EXAMPLE = Path(__file__).parent.parent / "examples" / "bible-sample.jsonl"
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")

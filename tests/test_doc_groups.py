@@ -407,3 +407,33 @@ def test_a_long_document_takes_the_next_ones_into_its_overflow_pages(db):
         pages = -(-(alone + 16) // psize)
         assert alone > storage._leaf_max(psize) and len(value) <= pages * psize - 16
     assert_lookups(db, model)
+
+
+def test_stored_documents_are_the_documents_msgpack(db):
+    """batch.make's document tuples encode to exactly what storage.relative_raw gives for
+    the Document (trailing defaults left out the same way)."""
+    import msgspec
+    from annodb import batch
+    items = [batch.prepare_item("three plain words", "a"),
+             batch.prepare_item("", "b"),                                   # no tokens
+             batch.prepare_item({"docid": "c", "text": ""}),
+             batch.prepare_item({"docid": "d", "title": "T", "n": 2, "tags": ["x y", "z"]}),
+             batch.prepare_item({"docid": "e", "t": "", "x": 5}, text_fields=["t"]),
+             batch.prepare_item({"docid": "f", "t": "one two"}, text_fields=["t"])]
+    made = batch.make([i for i in items])
+    for raw in made.doc_raws():
+        doc = msgspec.msgpack.decode(raw, type=storage.Document)
+        assert storage.relative_raw(doc) == raw
+    assert [msgspec.msgpack.decode(r, type=storage.Document).meta
+            for r in made.doc_raws()][4:] == [{"x": 5}, {}]
+
+
+def test_a_made_up_docno_does_not_take_one_given_in_the_same_batch(db):
+    with db.write() as w:
+        added = w.add_many([("first words", None), ("second", "d2"), ("third", None)])
+    assert [a.docno for a in added] == ["d0", "d2", "d3"]
+    with db.write() as w:
+        added = w.add_many([("x", None), ("y", f"d{w.address_space()}")])
+    assert added[0].docno == added[1].docno + "_"
+    assert_lookups(db, {"d0": "first words", "d2": "second", "d3": "third",
+                        added[0].docno: "x", added[1].docno: "y"})
