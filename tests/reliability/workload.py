@@ -445,10 +445,13 @@ def _stopped(stop_file: str) -> bool:
 
 
 def _warm_up(db) -> None:
-    """Load the compiled kernels (a first call costs a moment) with a write thrown away."""
+    """Load the compiled kernels (a first call costs a moment) with a write thrown away.
+    On a clean checkout numba compiles them first, in every process at once, while each
+    warm-up holds the write lock in turn: the lock waits as long as that takes (CI timed
+    out at 30 s once the codec's kernels grew)."""
     with db.read() as r:
         r.search("(^ alpha bravo)", k=3)
-    w = db.write()
+    w = db.write(timeout=600)
     try:
         w.add_many([(doc_text("b0.0.1"), "warm-up")])
         w.annotate("tag:0", 0, 0, 1)
