@@ -46,6 +46,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -518,24 +519,31 @@ def _reader_main() -> None:
     out = sys.stdout.buffer
     source = None
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="annodb-make")
+    failed = threading.Event()  # a chunk could not be made or sent: send none after it
+    in_flight: list = []
 
     def make_and_send(items: list, prepared: list, tell: int) -> None:
-        chunk = _encoded(_made(items, prepared, tell))
-        pickle.dump(("chunk", _packed(chunk)), out, protocol=pickle.HIGHEST_PROTOCOL)
-        out.flush()
+        if failed.is_set():
+            return
+        try:
+            chunk = _encoded(_made(items, prepared, tell))
+            pickle.dump(("chunk", _packed(chunk)), out, protocol=pickle.HIGHEST_PROTOCOL)
+            out.flush()
+        except BaseException:
+            failed.set()
+            raise
 
     try:
         source, id_field, text_fields, batch_bytes, batch_size = pickle.load(sys.stdin.buffer)
         # this thread reads, parses and prepares; a second one tokenizes (the kernel
         # releases the GIL), encodes and sends, in order, at most a chunk behind
-        in_flight: list = []
         for pending, tell in _read_chunks(source, id_field, text_fields, batch_bytes,
                                           batch_size):
             in_flight.append(worker.submit(make_and_send, *_prepared(pending), tell))
             if len(in_flight) > 1:
                 in_flight.pop(0).result()
-        for done in in_flight:
-            done.result()
+        while in_flight:
+            in_flight.pop(0).result()
         message = ("end", None)
     except BrokenPipeError:  # the writer stopped reading (it failed or was interrupted)
         return
@@ -543,6 +551,11 @@ def _reader_main() -> None:
         message = ("error", str(err) if isinstance(err, AnnodbError) else
                    f"{getattr(source, 'path', 'input')}: reading failed: "
                    f"{type(err).__name__}: {err}")
+    for done in in_flight:  # the chunks before the error go first (none after a failed one)
+        try:
+            done.result()
+        except BaseException:  # noqa: BLE001 - the first failure is the one reported
+            pass
     try:
         pickle.dump(message, out)
         out.flush()

@@ -484,3 +484,64 @@ def test_a_chunk_crosses_the_pipe_unchanged():
         chunk = _Chunk(items, Made(docnos) if docnos else None, 99)
         back = _unpacked(_packed(chunk))
         assert back.items == items and back.tell == 99
+
+
+@pytest.mark.parametrize("where", ["making", "reading"])
+def test_the_reading_process_sends_no_chunk_after_a_failure(tmp_path, monkeypatch, where):
+    """_reader_main with its two threads: the chunks before a failure are sent in order,
+    then the error, and never a chunk after it."""
+    import io
+    import pickle
+    import sys
+    import types
+    from annodb import ingest as module
+
+    source = module.check_inputs([str(DATA / "sample.jsonl")])[0]
+    chunks = list(module._read_chunks(source, None, None, 1, None))[:4]
+    assert len(chunks) == 4
+
+    def read_chunks(*args):
+        for k, chunk in enumerate(chunks):
+            if where == "reading" and k == 2:
+                raise OSError("the disk went away")
+            yield chunk
+
+    made = module._made
+
+    def make(items, prepared, tell):
+        if where == "making" and len(made_calls) == 1:
+            made_calls.append(tell)
+            raise ValueError("a bug")
+        made_calls.append(tell)
+        return made(items, prepared, tell)
+
+    made_calls: list = []
+    monkeypatch.setattr(module, "_read_chunks", read_chunks)
+    monkeypatch.setattr(module, "_made", make)
+    stdin = types.SimpleNamespace(buffer=io.BytesIO(pickle.dumps(
+        (source, None, None, 1, None))))
+    stdout = types.SimpleNamespace(buffer=io.BytesIO())
+    monkeypatch.setattr(sys, "stdin", stdin)
+    monkeypatch.setattr(sys, "stdout", stdout)
+    import gc
+    was = gc.isenabled()
+    try:
+        module._reader_main()       # (made for a process of its own: it turns gc off ...)
+    finally:
+        if was:
+            gc.enable()
+        module._set_malloc(module._GLIBC_DEFAULTS)  # (... and tunes malloc)
+    stdout.buffer.seek(0)
+    sent = []
+    while True:
+        kind, value = pickle.load(stdout.buffer)
+        sent.append((kind, value))
+        if kind in ("end", "error"):
+            break
+    kinds = [kind for kind, _ in sent]
+    if where == "making":
+        assert kinds == ["chunk", "error"] and "a bug" in sent[-1][1]
+        assert module._unpacked(sent[0][1]).tell == chunks[0][1]
+    else:
+        assert kinds == ["chunk", "chunk", "error"] and "the disk went away" in sent[-1][1]
+        assert [module._unpacked(v).tell for _, v in sent[:2]] == [c[1] for c in chunks[:2]]
