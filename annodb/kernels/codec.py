@@ -157,6 +157,13 @@ def _block_shape(s, e, v, lo, hi):
             g = s[i] - s[i - 1]
             if g > max_delta:
                 max_delta = g
+    return _shape(max_delta, max_len, n, zero, points)
+
+
+@njit(cache=True, nogil=True)
+def _shape(max_delta, max_len, n, zero, points):
+    """(size, flags, start width, length width) of a block of n intervals with these
+    maxima (largest gap between starts, largest length) and kinds."""
     sw = _stream_width(max_delta, n - 1)
     lw = 1 if points else _stream_width(max_len, n)
     size = _HEADER_SIZE + (0 if zero else 8 * n) + _stream_bytes(sw, n - 1)
@@ -472,13 +479,7 @@ def _cut(s, e, v, lo, hi, budget, max_count):
         dbits, dwidth, lbits, lwidth = ndbits, ndwidth, nlbits, nlwidth
         zero, points = nzero, npoints
         i += 1
-    n = i - lo
-    sw = _stream_width(max_delta, n - 1)
-    lw = 1 if points else _stream_width(max_len, n)
-    size = _HEADER_SIZE + (0 if zero else 8 * n) + _stream_bytes(sw, n - 1)
-    if not points:
-        size += _stream_bytes(lw, n)
-    flags = (_FLAG_POINTS if points else 0) | (_FLAG_ZERO if zero else 0)
+    size, flags, sw, lw = _shape(max_delta, max_len, i - lo, zero, points)
     return i, size, flags, sw, lw
 
 
