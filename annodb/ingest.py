@@ -759,8 +759,8 @@ class _Run:
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3  # glibc's mallopt options
 _GLIBC_DEFAULTS = {_M_TRIM_THRESHOLD: 128 << 10, _M_TOP_PAD: 128 << 10,
                    _M_MMAP_THRESHOLD: 128 << 10}
-_INGEST_MALLOC = {_M_TRIM_THRESHOLD: 4 << 30, _M_TOP_PAD: 256 << 20,
-                  _M_MMAP_THRESHOLD: 32 << 20}
+_INGEST_MALLOC = {_M_TRIM_THRESHOLD: (1 << 31) - 1, _M_TOP_PAD: 256 << 20,
+                  _M_MMAP_THRESHOLD: 32 << 20}  # (C ints: ctypes wraps a larger one silently)
 
 
 def _libc():
