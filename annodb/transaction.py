@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 FLUSH_TOKENS = 4_000_000  # buffered tokens that trigger a write to LMDB inside the transaction
 DOCUMENT = batch.DOCUMENT
 
+_LOOK_UP = object()  # (see Writer._intern_missing)
 EMPTY_I = np.empty(0, dtype=np.int64)
 EMPTY_F = np.empty(0, dtype=np.float64)
 
@@ -443,21 +444,16 @@ class Writer(Snapshot):
         missing = [i for i, fid in enumerate(found) if fid is None]
         if missing:
             stored = self._txn.feature_ids([names[i] for i in missing])
-            vocab = self._vocab
             for i, fid in zip(missing, stored):
-                name = names[i]
-                if fid is None:
-                    fid = vocab.get(name)  # (a name twice in `names`)
-                    if fid is None:
-                        fid = self._next_feature
-                        self._next_feature += 1
-                        self._new_names.append(name)
-                vocab[name] = found[i] = fid
+                found[i] = self._intern_missing(names[i], fid)
         return found
 
-    def _intern_missing(self, name: str) -> int:
-        """A name not in the process's cache: look it up, or give it the next id."""
-        fid = self._txn.feature_id(name)
+    def _intern_missing(self, name: str, stored=_LOOK_UP) -> int:
+        """A name not in the process's cache: its stored id (`stored`, None when it has
+        none; looked up unless given), or the next id."""
+        if stored is _LOOK_UP:
+            stored = self._txn.feature_id(name)
+        fid = stored if stored is not None else self._vocab.get(name)  # (twice in a batch)
         if fid is None:
             fid = self._next_feature
             self._next_feature += 1

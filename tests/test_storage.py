@@ -4,6 +4,7 @@ visibility, atomicity, two processes, reopening, format versions, and the golden
 from __future__ import annotations
 
 import bisect
+import contextlib
 import random
 import shutil
 import subprocess
@@ -454,57 +455,60 @@ def test_golden_database_still_opens(tmp_path):
                 3, 19, 21, 24)
 
 
-def test_golden_v2_still_opens(tmp_path):
-    """tests/data/golden-v2 (tests/make_golden.py 2): format 2's document groups (a long
-    document's group with overflow pages) and a bit-packed block on an overflow page."""
+@contextlib.contextmanager
+def golden_snapshot(tmp_path, version: int):
+    """A read snapshot of a copy of tests/data/golden-v<version>, checked clean and of
+    that format."""
     path = tmp_path / "golden.db"
-    shutil.copytree(GOLDEN.parent / "golden-v2", path)
+    shutil.copytree(GOLDEN.parent / f"golden-v{version}", path)
     with annodb.open(path, readonly=True) as db:
         assert check(db) == []
         with db.read() as r:
-            assert r._txn.meta("format") == 2
-            assert [d.docno for d in r.documents()] == (
-                ["intro", "g2", "g3"] + [f"psalm{i}" for i in range(40)] + ["long", "tail"])
-            assert r.document("intro").text == "The golden database keeps old formats honest."
-            assert r.term("erased").starts.tolist() == []
-            assert r.document("psalm39").text == "verse 39 of the golden psalm"
-            assert len(r.term("psalm")) == 40 and r.document("tail").text == "after the long one"
-            long = r.document("long")
-            want = [long.start + i for i in range(40000) if i * 7919 % 301 < 60]
-            assert r.term("tick").starts.tolist() == want
-            fid = r._txn.feature_id("tick")
-            (_, _, block), = [b for b in r._txn.all_blocks() if b[0] == fid]
-            assert block[1] & 128 and len(block) > 2014        # packed, on an overflow page
-            kinds = {bytes(v[:1]) for _, v in r._txn.docs_entries()}
-            assert kinds == {b"\x02"}                          # groups only
-            assert r.count("(>> : (^ golden psalm))") == 40
+            assert r._txn.meta("format") == version
+            yield r
+
+
+def test_golden_v2_still_opens(tmp_path):
+    """tests/data/golden-v2 (tests/make_golden.py 2): format 2's document groups (a long
+    document's group with overflow pages) and a bit-packed block on an overflow page."""
+    with golden_snapshot(tmp_path, 2) as r:
+        assert [d.docno for d in r.documents()] == (
+            ["intro", "g2", "g3"] + [f"psalm{i}" for i in range(40)] + ["long", "tail"])
+        assert r.document("intro").text == "The golden database keeps old formats honest."
+        assert r.term("erased").starts.tolist() == []
+        assert r.document("psalm39").text == "verse 39 of the golden psalm"
+        assert len(r.term("psalm")) == 40 and r.document("tail").text == "after the long one"
+        long = r.document("long")
+        want = [long.start + i for i in range(40000) if i * 7919 % 301 < 60]
+        assert r.term("tick").starts.tolist() == want
+        fid = r._txn.feature_id("tick")
+        (_, _, block), = [b for b in r._txn.all_blocks() if b[0] == fid]
+        assert block[1] & 128 and len(block) > 2014        # packed, on an overflow page
+        kinds = {bytes(v[:1]) for _, v in r._txn.docs_entries()}
+        assert kinds == {b"\x02"}                          # groups only
+        assert r.count("(>> : (^ golden psalm))") == 40
 
 
 def test_golden_v3_still_opens(tmp_path):
     """tests/data/golden-v3 (tests/make_golden.py 3): format 3's relative document groups,
     one of them keyed where its deleted first document was."""
-    path = tmp_path / "golden.db"
-    shutil.copytree(GOLDEN.parent / "golden-v3", path)
-    with annodb.open(path, readonly=True) as db:
-        assert check(db) == []
-        with db.read() as r:
-            assert r._txn.meta("format") == 3
-            assert [d.docno for d in r.documents()] == (
-                ["intro", "g2", "g3"] + [f"psalm{i}" for i in range(1, 40)] + ["long", "tail"])
-            assert r.document("intro").text == "The golden database keeps old formats honest."
-            assert r.document("g3").field_text("title") == "Third"
-            assert list(r.intervals(":chapter:")) == [(7, 11, 2.0), (12, 18, 3.0)]
-            psalm1 = r.document("psalm1")
-            assert (psalm1.start, psalm1.end) == (27, 32)
-            assert [(f.start, f.end) for f in psalm1.fields] == [(27, 32)]
-            assert r.document_at(26) is None and r.document_at(30).docno == "psalm1"
-            assert r.text(27, 32) == "verse 1 of the golden psalm"
-            long = r.document("long")
-            want = [long.start + i for i in range(40000) if i * 7919 % 301 < 60]
-            assert r.term("tick").starts.tolist() == want
-            kinds = {bytes(v[:1]) for _, v in r._txn.docs_entries()}
-            assert kinds <= {b"\x03", b"\x04"} and b"\x03" in kinds
-            assert r.count("(>> : (^ golden psalm))") == 39
+    with golden_snapshot(tmp_path, 3) as r:
+        assert [d.docno for d in r.documents()] == (
+            ["intro", "g2", "g3"] + [f"psalm{i}" for i in range(1, 40)] + ["long", "tail"])
+        assert r.document("intro").text == "The golden database keeps old formats honest."
+        assert r.document("g3").field_text("title") == "Third"
+        assert list(r.intervals(":chapter:")) == [(7, 11, 2.0), (12, 18, 3.0)]
+        psalm1 = r.document("psalm1")
+        assert (psalm1.start, psalm1.end) == (27, 32)
+        assert [(f.start, f.end) for f in psalm1.fields] == [(27, 32)]
+        assert r.document_at(26) is None and r.document_at(30).docno == "psalm1"
+        assert r.text(27, 32) == "verse 1 of the golden psalm"
+        long = r.document("long")
+        want = [long.start + i for i in range(40000) if i * 7919 % 301 < 60]
+        assert r.term("tick").starts.tolist() == want
+        kinds = {bytes(v[:1]) for _, v in r._txn.docs_entries()}
+        assert kinds <= {b"\x03", b"\x04"} and b"\x03" in kinds
+        assert r.count("(>> : (^ golden psalm))") == 39
 
 
 def test_golden_v2_takes_writes_and_deletions(tmp_path):
