@@ -120,6 +120,7 @@ def _check_blocks(txn, names, problems) -> None:
     last_start = last_end = -1
     name = ""
     lengths: dict[int, int] = {}
+    overlapping: set[int] = set()  # lists two of whose intervals overlap
     for fid, key_start, buf in txn.all_blocks():
         lengths[fid] = lengths.get(fid, 0) + storage._HEADER.unpack_from(buf, 0)[3]
         if fid != fid_prev:
@@ -155,9 +156,21 @@ def _check_blocks(txn, names, problems) -> None:
         if ends[0] <= last_end:
             problems.add(f"{where}: first end {int(ends[0])} is not after the previous "
                          f"block's last end {last_end} (nested or out of order)")
+        if starts[0] <= last_end or (len(starts) > 1 and (starts[1:] <= ends[:-1]).any()):
+            overlapping.add(fid)
         last_start, last_end = int(starts[-1]), int(ends[-1])
     with txn.txn.cursor(db=txn.dbs["counts"]) as cur:
-        counts = {storage.from_u64(k): storage.from_u64(v) for k, v in cur}
+        counts = {}
+        for k, v in cur:
+            if len(v) not in (8, 17):
+                problems.add(f"counts: feature {storage.from_u64(k)} has a value of "
+                             f"{len(v)} bytes (8 or 17 expected)")
+                continue
+            fid = storage.from_u64(k)
+            counts[fid], _, flags = storage._count_value(v)
+            if fid in overlapping and not flags:
+                problems.add(f"counts: feature {names.get(fid, fid)!r} is marked as holding "
+                             "no overlapping intervals, but two of them overlap")
     for fid in sorted(set(counts) | set(lengths)):
         if counts.get(fid, 0) != lengths.get(fid, 0):
             problems.add(f"counts: feature {names.get(fid, fid)!r} is counted "

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import os
 
-from . import storage
+from . import lists, storage
 from .errors import StorageError
-from .transaction import (DOCUMENT, Added, Intervals, ListCache, Snapshot, Stats, Writer,
-                          token_offsets)
+from .lists import Intervals, ListCache
+from .snippets import token_offsets
+from .transaction import DOCUMENT, Added, Snapshot, Stats, Writer
 
 DEFAULT_PATH = "annodb.db"
 
@@ -29,31 +30,40 @@ __all__ = ["open", "Database", "Snapshot", "Writer", "Intervals", "Added", "Stat
 
 
 def open(path: str | os.PathLike | None = None, *, readonly: bool = False,
-         create: bool = True, timeout: float = 30.0) -> "Database":
+         create: bool = True, timeout: float = 30.0,
+         cache_bytes: int | None = None) -> "Database":
     """Open the database at `path` (default: $ANNODB_DB or ./annodb.db), creating it unless
-    `readonly` or `create=False`. `timeout` bounds how long a writer waits for another."""
+    `readonly` or `create=False`. `timeout` bounds how long a writer waits for another.
+    `cache_bytes` is the budget of decoded lists this process keeps for its snapshots
+    (default 256 MiB; every opening of one path in a process shares one cache, and the
+    last budget given applies)."""
     if path is None:
         path = os.environ.get("ANNODB_DB") or DEFAULT_PATH
-    return Database(os.fspath(path), readonly=readonly, create=create, timeout=timeout)
+    return Database(os.fspath(path), readonly=readonly, create=create, timeout=timeout,
+                    cache_bytes=cache_bytes)
 
 
 class Database:
     def __init__(self, path: str, *, readonly: bool = False, create: bool = True,
-                 timeout: float = 30.0):
+                 timeout: float = 30.0, cache_bytes: int | None = None):
         self.path = path
         self.readonly = readonly
         self.timeout = timeout
+        if cache_bytes is not None and cache_bytes < 0:
+            raise StorageError(f"cache_bytes must be >= 0, not {cache_bytes}")
         self._env = storage.open_environment(path, readonly=readonly, create=create,
                                              timeout=timeout)
         if self._env.lists is None:
-            self._env.lists = ListCache()
+            self._env.lists = ListCache(lists.CACHE_BYTES if cache_bytes is None else cache_bytes)
+        elif cache_bytes is not None:
+            self._env.lists.max_bytes = int(cache_bytes)
         self._lists = self._env.lists  # decoded lists shared by snapshots of one commit
         self._closed = False
 
     def read(self) -> "Snapshot":
         """A read snapshot: a context manager that sees one committed state for its life."""
         self._check_open()
-        return Snapshot(self, storage.Txn(self._env, write=False))
+        return Snapshot(self, storage.Txn(self._env, write=False), self._lists)
 
     def write(self, timeout: float | None = None) -> "Writer":
         """A write transaction: a context manager that commits on a clean exit and aborts on

@@ -17,6 +17,11 @@ class QueryError(AnnodbError):
         super().__init__(f"query error at offset {offset}: {message}")
 
 
+class QueryCostError(AnnodbError):
+    """A query stopped at its work or time budget: the message says which, and to make the
+    query more selective."""
+
+
 class StorageError(AnnodbError):
     """The database cannot be opened or written (format, permissions, damage)."""
 

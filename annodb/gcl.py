@@ -1,8 +1,29 @@
 """GCL evaluation: a query AST -> the GC-list it denotes, on one read snapshot (DESIGN §4).
 
-Every node evaluates to an Intervals (starts, ends, values) by numba kernels over whole
-lists. Identical subexpressions are evaluated once per query (a memo keyed by the frozen
-AST node), so `(+ (^ "a b" x) (^ "a b" y))` solves the phrase once.
+Every node evaluates to an Intervals (starts, ends, values) by numba kernels over sorted
+arrays. Identical subexpressions are evaluated once per query (a memo keyed by the frozen
+AST node), so `(+ (^ "a b" x) (^ "a b" y))` solves the phrase once; `(+ a a)` and
+`(^ a a)` are `a` (both are idempotent).
+
+Two ways to evaluate, both exact:
+
+- `eval(node)`: the node's whole result (what `count` and `query` return).
+- `eval_in(node, region)`: the node's intervals lying inside one of the region's ranges
+  (sorted, disjoint). Ranking needs only covers inside the containers that can hold one,
+  so it evaluates in the region of those containers: an operand's common word is read
+  only in the blocks overlapping the region, never whole. Inside a range r, `(^ A B)`,
+  `(... A B)` and `(+ A B)` need only A and B inside r, so all-of narrows the region to
+  the ranges holding its rarest operand before it evaluates the others; `(>> A B)` and
+  `(!> A B)` need B inside A's intervals; `(<< A B)` and `(!< A B)` need the B-intervals
+  containing A's, which for a feature are found by probing its blocks.
+
+Plans follow the lists' counts (read without decoding a list): all-of and phrases start
+from the rarest operand and read the others only near the candidates so far; one-of merges
+its operands pairwise, so n operands cost O(N log n), not O(N n).
+
+A Budget bounds one query's work inside evaluation: postings decoded plus intervals
+produced, and a deadline, checked before each list is read and after each node, so a
+query over its limit stops there with QueryCostError instead of running on.
 
 The windows `(# n)` are "every window of n addresses" of the database's address space
 [0, next address). Inside a containment operator they need no materialising:
@@ -13,21 +34,25 @@ which is refused (QueryError) past MAX_WINDOWS windows.
 
 from __future__ import annotations
 
+import itertools
+import time
 from functools import lru_cache
 
 import numpy as np
 
 from . import kernels
-from .database import Intervals
-from .errors import QueryError
+from .errors import QueryCostError, QueryError
+from .lists import Intervals
 from .query import Combine, Compare, Feature, Link, Node, Parsed, Term, Window, parse
 
 MAX_WINDOWS = 20_000_000
 # A word's list longer than this is not decoded whole when a few positions of it are all a
-# query needs (the neighbours of a rare operand's matches, a phrase's candidates): only the
-# blocks holding them are read. Below it, decoding the list is cheaper than planning.
+# query needs (the neighbours of a rare operand's matches): only the blocks holding them
+# are read. Below it, decoding the list is cheaper than planning.
 PARTIAL_OVER = 200_000
 PARTIAL_RATIO = 500  # ... and only when it holds PARTIAL_RATIO x more points than positions
+MAX_LEAVES = 10_000  # distinct terms, phrases and features in one query
+_REGION_KEYS = itertools.count()
 
 _COMPARE = {
     "=": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
@@ -48,15 +73,6 @@ def _parse(text: str, lenient: bool) -> tuple[Node, tuple[str, ...]]:
     return parsed.node, tuple(parsed.warnings)
 
 
-def _members(x: np.ndarray, sorted_values: np.ndarray) -> np.ndarray:
-    """Which of x are in sorted_values."""
-    if not len(sorted_values):
-        return np.zeros(len(x), dtype=bool)
-    i = np.searchsorted(sorted_values, x)
-    i[i == len(sorted_values)] = 0
-    return sorted_values[i] == x
-
-
 def as_node(gcl, *, lenient: bool = False) -> tuple[Node, list[str]]:
     """Accept query text, a Parsed or an AST node; return (node, warnings). Query text is
     parsed once per process (the AST is immutable)."""
@@ -70,130 +86,319 @@ def as_node(gcl, *, lenient: bool = False) -> tuple[Node, list[str]]:
     raise TypeError(f"a query is text or a parsed query, not {type(gcl).__name__}")
 
 
-def evaluate(snapshot, gcl, *, lenient: bool = False) -> Intervals:
+def evaluate(snapshot, gcl, *, lenient: bool = False, budget: "Budget | None" = None
+             ) -> Intervals:
     node, _ = as_node(gcl, lenient=lenient)
-    return Evaluator(snapshot).eval(node)
+    return Evaluator(snapshot, budget).eval(node)
+
+
+class Budget:
+    """The work one query may do: `postings` (intervals decoded from storage plus
+    intervals the operators produce) and `seconds` from now. None: no limit."""
+
+    def __init__(self, postings: int | None = None, seconds: float | None = None):
+        self.postings = postings
+        self.seconds = seconds
+        self.deadline = None if seconds is None else time.monotonic() + seconds
+        self.spent = 0
+
+    def afford(self, n: int, what: str) -> None:
+        """QueryCostError unless n more postings fit (checked before the work is done)."""
+        if self.postings is not None and self.spent + n > self.postings:
+            raise QueryCostError(
+                f"query too expensive: {what} would take it past its budget of "
+                f"{self.postings:,} postings ({self.spent + n:,}); make it more selective")
+
+    def spend(self, n: int) -> None:
+        self.spent += n
+        if self.postings is not None and self.spent > self.postings:
+            raise QueryCostError(
+                f"query too expensive: it read or produced {self.spent:,} intervals, past "
+                f"its budget of {self.postings:,}; make it more selective")
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise QueryCostError(
+                f"query too expensive: it ran past its time limit of {self.seconds:g}s; "
+                "make it more selective")
+
+
+class Region:
+    """Sorted, disjoint address ranges [los[i], his[i]]; `key` tells regions apart in a
+    memo (unique to each Region made)."""
+
+    __slots__ = ("los", "his", "key")
+
+    def __init__(self, los: np.ndarray, his: np.ndarray):
+        self.los, self.his, self.key = los, his, next(_REGION_KEYS)
+
+    def __len__(self) -> int:
+        return len(self.los)
+
+    @staticmethod
+    def around(boxes: Intervals) -> "Region":
+        """The ranges of a GC-list of containers (merged where they overlap)."""
+        s, e = boxes.starts, boxes.ends
+        if len(s) > 1 and not bool((s[1:] > e[:-1]).all()):
+            s, e = kernels.merge_ranges(s, e)
+        return Region(s, e)
+
+    def holding(self, a: Intervals) -> "Region":
+        """The ranges that hold at least one interval of `a` (a inside this region)."""
+        idx = kernels.containing(self.los, self.his, a.starts, a.ends)
+        if len(idx) == len(self.los):
+            return self
+        return Region(self.los[idx], self.his[idx])
+
+    def select(self, a: Intervals) -> Intervals:
+        """The intervals of `a` lying inside a range."""
+        return a.take(kernels.contained_in(a.starts, a.ends, self.los, self.his))
+
+
+def leaves(node: Node) -> set:
+    """The distinct terms, phrases and features of a query."""
+    out, todo = set(), [node]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (Term, Feature)):
+            out.add(n)
+        elif isinstance(n, Combine):
+            todo.extend(n.args)
+        elif isinstance(n, (Link, Compare)):
+            todo.append(n.arg)
+    return out
+
+
+def _distinct(args: tuple) -> list:
+    """The operands without repeats (for the idempotent ^ and +), in order."""
+    return list(dict.fromkeys(args))
 
 
 class Evaluator:
-    """Evaluates AST nodes against one snapshot; remembers every subexpression it solved."""
+    """Evaluates AST nodes against one snapshot (anything with `.lists`, a lists.Lists, and
+    `.address_space()`); remembers every subexpression it solved."""
 
-    def __init__(self, snapshot):
+    def __init__(self, snapshot, budget: Budget | None = None):
         self.snapshot = snapshot
+        self.lists = snapshot.lists
+        self.budget = budget or Budget()
         self.memo: dict[Node, Intervals] = {}
+        self.memo_in: dict = {}
+        self._estimates: dict[Node, int] = {}
+        self._read = self.lists.read
+
+    # ------------------------------------------------------------------ accounting
+
+    def _spent(self, result: Intervals) -> Intervals:
+        read = self.lists.read
+        self.budget.spend(len(result) + read - self._read)
+        self._read = read
+        return result
+
+    def check(self, node: Node) -> None:
+        """QueryCostError for a query with more distinct leaves than MAX_LEAVES."""
+        n = len(leaves(node))
+        if n > MAX_LEAVES:
+            raise QueryCostError(f"query too expensive: {n:,} distinct terms, phrases and "
+                                 f"features, more than the limit of {MAX_LEAVES:,}")
+
+    def _whole(self, feature: str) -> Intervals:
+        if self.lists.cached(feature) is None:
+            self.budget.afford(self.lists.count(feature), f"reading the list of {feature!r}")
+        return self.lists.whole(feature)
+
+    # ------------------------------------------------------------------ estimates
+
+    def estimate(self, node: Node) -> int:
+        """An upper bound of the node's intervals (or of the work to find them), from the
+        lists' counts: nothing is decoded."""
+        found = self._estimates.get(node)
+        if found is not None:
+            return found
+        if node in self.memo:
+            found = len(self.memo[node])
+        elif isinstance(node, Term):
+            found = min((self.lists.count(t) for t in node.tokens), default=0)
+        elif isinstance(node, Feature):
+            found = self.lists.count(node.name)
+        elif isinstance(node, Combine) and node.op in ("^", "..."):
+            found = min(self.estimate(a) for a in node.args)
+        elif isinstance(node, Combine) and node.op == "+":
+            found = sum(self.estimate(a) for a in node.args)
+        elif isinstance(node, Combine):
+            found = self.estimate(node.args[0])
+        elif isinstance(node, (Compare, Link)):
+            found = self.estimate(node.arg)
+        else:
+            found = self.snapshot.address_space()
+        self._estimates[node] = found
+        return found
+
+    # ------------------------------------------------------------------ whole results
 
     def eval(self, node: Node) -> Intervals:
         found = self.memo.get(node)
         if found is None:
-            found = self.memo[node] = self._eval(node)
+            found = self.memo[node] = self._spent(self._eval(node))
         return found
 
     def _eval(self, node: Node) -> Intervals:
         if isinstance(node, Term):
-            return self._term(node.tokens)
+            return self._term(node.tokens, None)
         if isinstance(node, Feature):
-            return self.snapshot.intervals(node.name)
+            return self._whole(node.name)
         if isinstance(node, Combine) and node.op == "^":
-            return self._all_of(node.args)
-        if isinstance(node, Combine):
+            return self._all_of(_distinct(node.args))
+        if isinstance(node, Combine) and node.op == "+":
+            return self._one_of([self.eval(a) for a in _distinct(node.args)])
+        if isinstance(node, Combine) and node.op == "...":
             acc = self.eval(node.args[0])
             for arg in node.args[1:]:
-                acc = self._combine(node.op, acc, arg)
+                b = self.eval(arg)
+                s, e = kernels.followed_by(acc.starts, acc.ends, b.starts, b.ends)
+                acc = Intervals(s, e, np.zeros(len(s)))
+            return acc
+        if isinstance(node, Combine):
+            first, rest = node.args[0], node.args[1:]
+            acc = self._containing(first, rest[0]) if node.op == ">>" else None
+            if acc is None:
+                acc = self.eval(first)
+            else:
+                rest = rest[1:]
+            for arg in rest:
+                acc = self._select(node.op, acc, arg, None)
             return acc
         if isinstance(node, Compare):
-            a = self.eval(node.arg)
-            keep = _COMPARE[node.op](a.values, node.value)
-            return Intervals(a.starts[keep], a.ends[keep], a.values[keep])
+            return _compare(node, self.eval(node.arg))
         if isinstance(node, Link):
             return self._link(self.eval(node.arg))
         if isinstance(node, Window):
             return self._windows(node.size)
         raise TypeError(f"not a query node: {node!r}")
 
-    def _term(self, toks: tuple[str, ...]) -> Intervals:
+    def _word(self, token: str, region: Region | None) -> Intervals:
+        if region is None:
+            return self._whole(token)
+        return self.lists.inside(token, region.los, region.his)
+
+    def _term(self, toks: tuple[str, ...], region: Region | None) -> Intervals:
+        """A word or a phrase (inside `region` when given). A phrase is solved from its
+        rarest word; each run of one word (`a a a` is one run of three) is then checked at
+        the candidates left, rarest word first, reading a long list only where the
+        candidates are. Repeating a word costs nothing more than its run's length."""
         if not toks:
             return Intervals.empty()
         if len(toks) == 1:
-            return self.snapshot.intervals(toks[0])
-        counts = [self.snapshot.list_count(t) for t in toks]
-        if min(counts) == 0:
+            return self._word(toks[0], region)
+        counts = {t: self.lists.count(t) for t in toks}
+        if min(counts.values()) == 0:
             return Intervals.empty()
-        if max(counts) <= PARTIAL_OVER:  # short lists: one merge
-            lists = [self.eval(Term((t,))).starts for t in toks]
-            offsets = np.zeros(len(lists) + 1, dtype=np.int64)
-            offsets[1:] = np.cumsum([len(x) for x in lists])
-            starts = kernels.phrase(np.concatenate(lists), offsets)
-        else:
-            # rarest word first; a common word's list is read only where candidates are, or
-            # searched at them (merging the whole list of "the" took up to 80 ms)
-            order = sorted(range(len(toks)), key=counts.__getitem__)
-            r = order[0]
-            starts = self.eval(Term((toks[r],))).starts - r
-            starts = starts[starts >= 0]
-            for i in order[1:]:
-                if not len(starts):
-                    break
-                want = starts + i
-                if self._partial(toks[i], counts[i], len(want)):
-                    have = self.snapshot.points_near(toks[i], want)
-                else:
-                    have = self.eval(Term((toks[i],))).starts
-                starts = starts[_members(want, have)]
+        runs = []  # (word, offset, length) of each run of one word
+        for i, t in enumerate(toks):
+            if runs and runs[-1][0] == t:
+                runs[-1][2] += 1
+            else:
+                runs.append([t, i, 1])
+        runs.sort(key=lambda r: (counts[r[0]], -r[2], r[1]))
+        word, offset, length = runs[0]
+        starts = self._word(word, region).starts - offset
+        starts = starts[starts >= 0]
+        for word, offset, length in runs[1:] if length == 1 else runs:
+            if not len(starts):
+                break
+            lo = starts + offset
+            hi = lo + (length - 1)
+            s, e = kernels.merge_ranges(lo, hi)
+            self.budget.spend(len(lo))
+            have = self.lists.inside(word, s, e).starts
+            filled = np.searchsorted(have, hi, side="right") - \
+                np.searchsorted(have, lo, side="left")
+            starts = starts[filled == length]
         return Intervals(starts, starts + (len(toks) - 1), np.zeros(len(starts)))
 
     def _partial(self, token: str, count: int, positions: int) -> bool:
         """Read only the blocks of `token`'s list near `positions` positions?"""
         return (count > PARTIAL_OVER and positions * PARTIAL_RATIO < count and
-                not self.snapshot.is_loaded(token) and not len(self.snapshot.erased()[0]))
+                self.lists.cached(token) is None)
 
-    def _all_of(self, args) -> Intervals:
+    def _all_of(self, args: list) -> Intervals:
         """`(^ A B ...)`. All-of is associative and commutative, so the operands are folded
-        rarest words last: a common word then only needs its postings next to the matches
-        so far (the last one at or before, the first at or after each start), read from
-        the blocks that hold them."""
-        words = {i: a.tokens[0] for i, a in enumerate(args)
-                 if isinstance(a, Term) and len(a.tokens) == 1}
-        counts = {i: self.snapshot.list_count(w) for i, w in words.items()}
-        common = [i for i in words if self._partial(words[i], counts[i], 1)]
-        if not common:
-            acc = self.eval(args[0])
-            for arg in args[1:]:
-                acc = self._combine("^", acc, arg)
-            return acc
-        rest = [i for i in range(len(args)) if i not in common]
-        common.sort(key=counts.__getitem__)
-        if not rest:
-            rest = [common.pop(0)]
-        acc = self.eval(args[rest[0]])
-        for i in rest[1:]:
-            acc = self._combine("^", acc, args[i])
-        for i in common:
+        rarest first, and a common word needs only its postings next to the matches so far
+        (the last one at or before, the first at or after each start), read from the
+        blocks that hold them."""
+        if len(args) == 1:
+            return self.eval(args[0])
+        args = sorted(args, key=self.estimate)
+        acc = self.eval(args[0])
+        for arg in args[1:]:
             if not len(acc):
                 break
-            if self._partial(words[i], counts[i], len(acc)):
-                b = self.snapshot.points_near(words[i], acc.starts)
+            if isinstance(arg, Term) and len(arg.tokens) == 1 and \
+                    self._partial(arg.tokens[0], self.estimate(arg), len(acc)):
+                b = self.lists.near(arg.tokens[0], acc.starts)
                 s, e = kernels.both_of(acc.starts, acc.ends, b, b)
-                acc = Intervals(s, e, np.zeros(len(s)))
             else:
-                acc = self._combine("^", acc, args[i])
+                b = self.eval(arg)
+                s, e = kernels.both_of(acc.starts, acc.ends, b.starts, b.ends)
+            acc = self._spent(Intervals(s, e, np.zeros(len(s))))
         return acc
 
-    def _combine(self, op: str, a: Intervals, b_node: Node) -> Intervals:
-        if op in _SELECT:
-            if isinstance(b_node, Window):
-                lengths = a.ends - a.starts + 1
-                keep = _WINDOW_SELECT[op](lengths, b_node.size)
-                return Intervals(a.starts[keep], a.ends[keep], a.values[keep])
+    def _one_of(self, parts: list[Intervals]) -> Intervals:
+        """`(+ ...)` of evaluated operands, merged pairwise (a balanced tree of merges)."""
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return Intervals.empty()
+        while len(parts) > 1:
+            merged = []
+            for a, b in zip(parts[0::2], parts[1::2]):
+                s, e = kernels.one_of(a.starts, a.ends, b.starts, b.ends)
+                merged.append(self._spent(Intervals(s, e, np.zeros(len(s)))))
+            if len(parts) % 2:
+                merged.append(parts[-1])
+            parts = merged
+        only = parts[0]
+        return only if not only.values.any() else \
+            Intervals(only.starts, only.ends, np.zeros(len(only)))
+
+    def _select(self, op: str, a: Intervals, b_node: Node, region: Region | None
+                ) -> Intervals:
+        """`(op A B)` for a containment operator, A evaluated. The B-intervals that decide:
+        inside A's (>>, !>), or containing A's (<<, !<) — for a feature or a word, found by
+        probing its blocks at A's intervals when A is the shorter side."""
+        if isinstance(b_node, Window):
+            lengths = a.ends - a.starts + 1
+            return a.take(np.flatnonzero(_WINDOW_SELECT[op](lengths, b_node.size)))
+        if not len(a):
+            return a
+        name = list_name(b_node)
+        if op in ("<<", "!<") and b_node not in self.memo and name is not None:
+            if region is not None or len(a) * 4 < self.estimate(b_node):
+                b = self._spent(self.lists.containing(name, a.starts, a.ends))
+            else:
+                b = self.eval(b_node)
+        elif op in (">>", "!>") and region is None and b_node not in self.memo and \
+                self.estimate(b_node) > 4 * len(a):
+            b = self.eval_in(b_node, Region.around(a))
+        elif region is not None and op in (">>", "!>"):
+            b = self.eval_in(b_node, region.holding(a))
+        else:
             b = self.eval(b_node)
-            idx = _SELECT[op](a.starts, a.ends, b.starts, b.ends)
-            return Intervals(a.starts[idx], a.ends[idx], a.values[idx])
+        return a.take(_SELECT[op](a.starts, a.ends, b.starts, b.ends))
+
+    def _containing(self, a_node: Node, b_node: Node) -> Intervals | None:
+        """`(>> A B)` for a feature or word A with a long list and a B much shorter: A's
+        intervals containing one of B's, found by probing A's blocks at B's intervals
+        (the documents holding a label: `(>> : judgment:T)`). None when A is short or not
+        a list, or B is a window."""
+        name = list_name(a_node)
+        if name is None or isinstance(b_node, Window) or a_node in self.memo or \
+                self.lists.cached(name) is not None or \
+                self.estimate(a_node) <= 4 * self.estimate(b_node):
+            return None
         b = self.eval(b_node)
-        s, e = _MERGE[op](a.starts, a.ends, b.starts, b.ends)
-        return Intervals(s, e, np.zeros(len(s)))
+        return self._spent(self.lists.containing(name, b.starts, b.ends))
 
     def _link(self, a: Intervals) -> Intervals:
         v = a.values
-        v = v[np.isfinite(v) & (v >= 0) & (v == np.floor(v))]
+        v = v[np.isfinite(v) & (v >= 0) & (v == np.floor(v)) & (v < 2.0 ** 63)]
         addrs = np.unique(v.astype(np.int64))
         return self._live(Intervals(addrs, addrs.copy(), np.zeros(len(addrs))))
 
@@ -206,12 +411,96 @@ class Evaluator:
             raise QueryError(
                 f"(# {n}) would make {count} windows; use it inside << or >> (for example "
                 f"(<< (^ a b) (# {n})))", 0, "a window inside a containment operator")
+        self.budget.afford(count, f"(# {n})")
         starts = np.arange(count, dtype=np.int64)
         return self._live(Intervals(starts, starts + (n - 1), np.zeros(count)))
 
     def _live(self, a: Intervals) -> Intervals:
-        es, ee = self.snapshot.erased()
+        es, ee = self.lists.erased()
         if len(es) and len(a):
-            keep = kernels.drop_erased(a.starts, a.ends, es, ee)
-            return Intervals(a.starts[keep], a.ends[keep], a.values[keep])
+            return a.take(kernels.drop_erased(a.starts, a.ends, es, ee))
         return a
+
+    # ------------------------------------------------------------------ inside a region
+
+    def eval_in(self, node: Node, region: Region) -> Intervals:
+        """The node's intervals lying inside one of the region's ranges: exactly
+        `region.select(self.eval(node))`, reading only what lies in the region."""
+        found = self.memo.get(node)
+        if found is not None:
+            return region.select(found)
+        key = (node, region.key)
+        found = self.memo_in.get(key)
+        if found is None:
+            found = self.memo_in[key] = self._spent(self._eval_in(node, region))
+        return found
+
+    def _eval_in(self, node: Node, region: Region) -> Intervals:
+        if not len(region):
+            return Intervals.empty()
+        if isinstance(node, Term):
+            return self._term(node.tokens, region)
+        if isinstance(node, Feature):
+            return self.lists.inside(node.name, region.los, region.his)
+        if isinstance(node, Combine) and node.op in ("^", "..."):
+            args = _distinct(node.args) if node.op == "^" else list(node.args)
+            rarest = min(args, key=self.estimate)
+            first = self.eval_in(rarest, region)
+            if not len(first):
+                return Intervals.empty()
+            region = region.holding(first)
+            parts = {arg: self.eval_in(arg, region) for arg in args}
+            if node.op == "^":
+                order = sorted(parts, key=lambda a: len(parts[a]))
+                acc = parts[order[0]]
+                for arg in order[1:]:
+                    b = parts[arg]
+                    s, e = kernels.both_of(acc.starts, acc.ends, b.starts, b.ends)
+                    acc = self._spent(Intervals(s, e, np.zeros(len(s))))
+            else:
+                acc = parts[args[0]]
+                for arg in args[1:]:
+                    b = parts[arg]
+                    s, e = kernels.followed_by(acc.starts, acc.ends, b.starts, b.ends)
+                    acc = self._spent(Intervals(s, e, np.zeros(len(s))))
+            return region.select(acc)
+        if isinstance(node, Combine) and node.op == "+":
+            return self._one_of([self.eval_in(a, region) for a in _distinct(node.args)])
+        if isinstance(node, Combine):
+            acc = self.eval_in(node.args[0], region)
+            for arg in node.args[1:]:
+                acc = self._select(node.op, acc, arg, region)
+            return acc
+        if isinstance(node, Compare):
+            return _compare(node, self.eval_in(node.arg, region))
+        return region.select(self.eval(node))  # (@ A), (# n): their whole result
+
+    # ------------------------------------------------------------------ ranking
+
+    def drivers(self, node: Node) -> Intervals:
+        """A GC-list such that every container holding an interval of the node also holds
+        one of these: what finds the containers a ranking needs. For all-of and followed-by
+        the rarest operand's, for one-of all operands', for a containment or a value filter
+        its left operand's; else the node's own intervals."""
+        if isinstance(node, Combine) and node.op in ("^", "..."):
+            return self.drivers(min(node.args, key=self.estimate))
+        if isinstance(node, Combine) and node.op == "+":
+            return self._one_of([self.drivers(a) for a in _distinct(node.args)])
+        if isinstance(node, Combine):
+            return self.drivers(node.args[0])
+        if isinstance(node, Compare):
+            return self.eval(node)
+        return self.eval(node)
+
+
+def list_name(node: Node) -> str | None:
+    """The feature a node reads as one stored list (a feature, or a one-word term)."""
+    if isinstance(node, Feature):
+        return node.name
+    if isinstance(node, Term) and len(node.tokens) == 1:
+        return node.tokens[0]
+    return None
+
+
+def _compare(node: Compare, a: Intervals) -> Intervals:
+    return a.take(np.flatnonzero(_COMPARE[node.op](a.values, node.value)))

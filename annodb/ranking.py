@@ -17,7 +17,8 @@ from itertools import combinations
 import numpy as np
 
 from . import kernels, snippets
-from .gcl import Evaluator, as_node
+from .gcl import Budget, Evaluator, Region, as_node, list_name
+from .lists import Intervals
 from .query import Combine, Term, format as format_query
 from .tokenizer import tokens
 
@@ -98,13 +99,14 @@ class Results:
 
 
 def rank(snapshot, gcl, *, depth: int = DEPTH, container: str = ":", lenient: bool = False,
-         evaluator: Evaluator | None = None) -> Ranking:
-    """Evaluate `gcl` and rank the containers by SSR, keeping the best `depth`."""
+         evaluator: Evaluator | None = None, budget: Budget | None = None) -> Ranking:
+    """Evaluate `gcl` and rank the containers by SSR, keeping the best `depth`. Only the
+    containers that can hold a cover are read (found from the query's rarest operands, see
+    Evaluator.drivers), and the query is evaluated inside them."""
     node, warnings = as_node(gcl, lenient=lenient)
-    ev = evaluator or Evaluator(snapshot)
-    covers = ev.eval(node)
-    cnode, _ = as_node(container)
-    boxes = ev.eval(cnode)
+    ev = evaluator or Evaluator(snapshot, budget)
+    ev.check(node)
+    covers, boxes = _covers_and_boxes(ev, node, as_node(container)[0])
     idx, scores, best = kernels.ssr_touched(covers.starts, covers.ends, boxes.starts,
                                             boxes.ends, K)
     order = kernels.top(scores, depth)  # ties: container order, i.e. by address
@@ -112,6 +114,32 @@ def rank(snapshot, gcl, *, depth: int = DEPTH, container: str = ":", lenient: bo
     d = idx[order]
     return Ranking(snapshot, _text(node), warnings, boxes.starts[d], boxes.ends[d],
                    scores[order], covers.starts[b], covers.ends[b])
+
+
+def _covers_and_boxes(ev: Evaluator, node, cnode) -> tuple[Intervals, Intervals]:
+    """The query's covers inside containers (and maybe a few more), and the containers
+    that hold at least one of them (and maybe a few more).
+
+    A container list named by a feature (`:` or a field) is probed only where the query's
+    drivers are. When its intervals never overlap (documents), the query is evaluated
+    inside the address ranges of the list's blocks holding a driver — read from the
+    list's directory, nothing decoded — and only its covers' containers are looked up;
+    else the containers holding a driver are looked up first, and the query evaluated
+    inside them. Another container query is evaluated whole."""
+    name = list_name(cnode)
+    if name is None:
+        boxes = ev.eval(cnode)
+    elif ev.lists.disjoint(name):
+        drivers = ev.drivers(node)
+        los, his = ev.lists.block_ranges(name, drivers.starts)
+        covers = ev.eval_in(node, Region(los, his))
+        return covers, ev.lists.containing(name, covers.starts, covers.ends)
+    else:
+        drivers = ev.drivers(node)
+        boxes = ev.lists.containing(name, drivers.starts, drivers.ends)
+    if not len(boxes):
+        return Intervals.empty(), boxes
+    return ev.eval_in(node, Region.around(boxes)), boxes
 
 
 def _text(node) -> str:
@@ -164,10 +192,10 @@ def text_tiers(snapshot, text: str) -> list[list[tuple[Combine | Term, float]]]:
     n_docs = max(snapshot.document_count(), 1)
     weighted = []
     for w in words:
-        forms = [f for f in word_forms(snapshot, w) if len(snapshot.intervals(f))]
+        forms = [f for f in word_forms(snapshot, w) if snapshot.list_count(f)]
         if not forms:
             continue
-        df = sum(len(snapshot.intervals(f)) for f in forms)
+        df = sum(snapshot.list_count(f) for f in forms)
         node = Term((forms[0],)) if len(forms) == 1 else \
             Combine("+", tuple(Term((f,)) for f in forms))
         weighted.append((node, math.log(1 + n_docs / df)))
@@ -189,8 +217,8 @@ def search_text(snapshot, text: str, *, k: int = 10, container: str = ":") -> Re
     """Free-text search: containers matching an earlier tier rank above later ones; within a
     tier, by the sum over its subsets of weight x SSR score."""
     ev = Evaluator(snapshot)
-    boxes = ev.eval(as_node(container)[0])
-    seen = set()
+    cnode = as_node(container)[0]
+    seen = set()  # containers ranked already (by start)
     hits: list[Hit] = []
     ran = []
     for tier in text_tiers(snapshot, text):
@@ -198,30 +226,30 @@ def search_text(snapshot, text: str, *, k: int = 10, container: str = ":") -> Re
             break
         parts = []  # per subset: touched containers, weighted scores, cover starts and ends
         for node, weight in tier:
-            covers = ev.eval(node)
+            covers, boxes = _covers_and_boxes(ev, node, cnode)
             idx, scores, best = kernels.ssr_touched(covers.starts, covers.ends,
                                                     boxes.starts, boxes.ends, K)
-            parts.append((idx, weight * scores, covers.starts[best], covers.ends[best]))
+            parts.append((boxes.starts[idx], boxes.ends[idx], weight * scores,
+                          covers.starts[best], covers.ends[best]))
         ran.append(format_query(Combine("+", tuple(n for n, _ in tier)))
                    if len(tier) > 1 else format_query(tier[0][0]))
-        idx, contrib, cp, cq = (np.concatenate(x) for x in zip(*parts))
-        if not len(idx):
+        bs, be, contrib, cp, cq = (np.concatenate(x) for x in zip(*parts))
+        if not len(bs):
             continue
         # per container: the sum in subset order, and the shortest cover (first on ties)
-        boxes_hit, inverse = np.unique(idx, return_inverse=True)
+        boxes_hit, inverse = np.unique(bs, return_inverse=True)
         total = np.zeros(len(boxes_hit))
         np.add.at(total, inverse, contrib)
-        pick = np.lexsort((np.arange(len(idx)), cq - cp, inverse))
+        pick = np.lexsort((np.arange(len(bs)), cq - cp, inverse))
         first = pick[np.r_[True, inverse[pick][1:] != inverse[pick][:-1]]]
         for j, d in enumerate(boxes_hit.tolist()):
             if d in seen:
                 total[j] = 0.0
         for j in kernels.top(total, k - len(hits)).tolist():
-            d = int(boxes_hit[j])
-            seen.add(d)
+            seen.add(int(boxes_hit[j]))
             f = first[j]
-            ranking = Ranking(snapshot, "", [], boxes.starts[[d]], boxes.ends[[d]],
-                              total[[j]], cp[[f]], cq[[f]])
+            ranking = Ranking(snapshot, "", [], bs[[f]], be[[f]], total[[j]], cp[[f]],
+                              cq[[f]])
             h = ranking.hit(0)
             hits.append(Hit(len(hits) + 1, h.docno, h.score, h.start, h.end, h.cover,
                             h.snippet))

@@ -10,11 +10,20 @@ the server and the CLI show. Newlines become spaces.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
-from .database import token_offsets
+import numpy as np
+
+from . import tokenizer
 from .storage import Document
 
 WIDTH = 200
+
+
+@lru_cache(maxsize=256)
+def token_offsets(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """Character offsets of the tokens of a document's text (cached: snippets reuse them)."""
+    return tokenizer.offsets(text)
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,14 @@ writer.lock and turnstile.lock that writers take (with a timeout, fairly) before
 own writer mutex, so a second writer waits for a bounded time and then gets a clear error
 instead of hanging.
 
-Format version 2 (format 1 databases are read as they are: everything format 1 stores,
-format 2 reads the same way; the first write to one records format 2). Sub-databases and their keys (integers are unsigned 64-bit big-endian,
+Format version 4 (older databases are read as they are: everything format n stores,
+format n + 1 reads the same way; the first write to one records format 4). Sub-databases and their keys (integers are unsigned 64-bit big-endian,
 so LMDB's byte order is numeric order; addresses are >= 0):
 
-    meta      utf-8 name -> msgpack value. "format": 2; "tokenizer": tokenizer.VERSION;
+    meta      utf-8 name -> msgpack value. "format": 4; "tokenizer": tokenizer.VERSION;
               "next_address": first unused address; "documents", "tokens": live counts;
-              "next_feature": next feature id to hand out.
+              "next_feature": next feature id to hand out; (format 4) "erased_version":
+              the id of the last write transaction that changed the erased ranges.
     features  feature name (utf-8; a name over 480 bytes: its first 400 bytes, a NUL and the
               hex SHA-256 of the whole name) -> feature id (u64)
     names     feature id (u64) -> feature name (utf-8)
@@ -49,7 +50,13 @@ so LMDB's byte order is numeric order; addresses are >= 0):
               Annotations lying inside an erased range are invisible to every read.
     counts    feature id (u64) -> how many intervals its list holds (u64), erased ones
               included: lets a query plan (decode a common word's list, or only the blocks
-              it needs) without reading the list.
+              it needs) without reading the list. Format 4 follows it with the list's
+              version (u64): the id of the last write transaction that changed the list,
+              so what a reader decoded of it stays valid across commits that did not
+              touch it; and a flags byte: bit 0 set when two of its intervals may
+              overlap (else no interval of it overlaps another, as documents and fields
+              do not), bit 1 set when that is not known (the list was written by format
+              3, whose values are the 8 bytes of the count alone).
 
 A block (at most BLOCK_SIZE intervals) is a 16-byte header then up to three arrays:
 
@@ -95,8 +102,8 @@ import zstandard
 from . import kernels, tokenizer
 from .errors import AnnodbError, FormatVersionError, StorageError, WriterBusyError
 
-FORMAT_VERSION = 3
-READS_FORMATS = (1, 2, 3)  # each a subset of the next; a write upgrades the meta to 3
+FORMAT_VERSION = 4
+READS_FORMATS = (1, 2, 3, 4)  # each a subset of the next; a write upgrades the meta to 4
 # A full block fills one LMDB overflow page exactly: LMDB stores a value over ~2014 bytes
 # (4096-byte pages) on overflow pages of its own, psize - 16 bytes each, which are never
 # split; the leaf then holds a small stub. (Blocks of at most ~2000 bytes kept inline in
@@ -112,6 +119,15 @@ BLOCK_BYTES = 4096 - PAGE_HEADER
 def block_limits(psize: int) -> tuple[int, int]:
     """(bytes, intervals): the most a block may hold in an environment of page size psize."""
     return psize - PAGE_HEADER, 2 * psize
+
+
+# Lists of annotations other than token postings (the document list `:`, fields, values,
+# labels) are cut into blocks of at most this many intervals: a query probes them far more
+# than it reads them whole (which documents hold a rare word's matches?), and probing
+# decodes whole blocks. Blocks of 128 documents of `:` made finding the documents of a
+# query's matches 10x cheaper than one overflow page (~1,700) each, for 0.3 bytes of
+# LMDB overhead a document.
+ANNOTATION_BLOCK = 128
 MAP_SIZE = 1 << 40  # 1 TiB of address space: sparse on disk, so the map never fills in use
 MAX_READERS = 1024
 COMPRESS_OVER = 1024  # a document alone this long (msgpack bytes) is compressed (a group of one)
@@ -141,6 +157,8 @@ FLAG_ZERO = 2
 _HEADER = struct.Struct("<BBBxIq")
 _U64 = struct.Struct(">Q")
 _KEY = struct.Struct(">QQ")
+_COUNT = struct.Struct(">QQB")  # a counts value: intervals, version, flags
+OVERLAPPING, UNKNOWN = 1, 2      # its flags
 _ZEROS = np.zeros(4096, dtype=np.float64)  # (add_points allocates for more)
 
 _SUBDBS = ("meta", "features", "names", "blocks", "docs", "docnos", "erased", "counts")
@@ -174,6 +192,13 @@ def name_key(name: str) -> bytes:
     if len(raw) <= MAX_KEY:
         return raw
     return raw[:400] + b"\x00" + hashlib.sha256(raw).hexdigest().encode()
+
+
+def _count_value(raw) -> tuple[int, int | None, int]:
+    """(count, version, flags) of a counts value (format 3's 8 bytes: count alone)."""
+    if len(raw) == _COUNT.size:
+        return _COUNT.unpack(bytes(raw))
+    return from_u64(raw), None, UNKNOWN
 
 
 def u64(n: int) -> bytes:
@@ -820,6 +845,7 @@ class Txn:
         self.id = self.txn.id()  # the committed state a read sees
         self._append_cursor = None
         self._counts: dict[int, int] = {}  # list length changes of this transaction
+        self._overlaps: set[int] = set()   # lists it may have given overlapping intervals
         self.block_bytes, self.block_count = env.block_bytes, env.block_count
         self._entries: dict[bytes, _Entry] = {}  # decoded docs entries (see _entry)
         self._pending = None  # (key, entry): a group delete_doc has not rewritten yet
@@ -830,12 +856,21 @@ class Txn:
         if self._counts:
             pack = _U64.pack
             unpack = _U64.unpack
-            keys = [pack(fid) for fid in sorted(self._counts)]
+            fids = sorted(self._counts)
+            keys = [pack(fid) for fid in fids]
+            version = self.id
             with self.txn.cursor(db=self.dbs["counts"]) as cur:
-                old = {k: unpack(v)[0] for k, v in cur.getmulti(keys)}
-                deltas = self._counts
-                cur.putmulti([(k, pack(old.get(k, 0) + deltas[unpack(k)[0]])) for k in keys])
+                old = {bytes(k): _count_value(v) for k, v in cur.getmulti(keys)}
+                deltas, overlaps = self._counts, self._overlaps
+                items = []
+                for fid, k in zip(fids, keys):
+                    n, _, flags = old.get(k, (0, None, 0))
+                    if fid in overlaps:
+                        flags |= OVERLAPPING
+                    items.append((k, _COUNT.pack(n + deltas[fid], version, flags)))
+                cur.putmulti(items)
             self._counts.clear()
+            self._overlaps.clear()
         self.txn.commit()
 
     def abort(self) -> None:
@@ -924,6 +959,42 @@ class Txn:
             v = np.broadcast_to(np.float64(0.0), s.shape)
         return s, e, v
 
+    def block_firsts(self, fid: int) -> np.ndarray:
+        """The first start of each of the feature's blocks, ascending: the list's directory
+        (block i holds the intervals starting in [firsts[i], firsts[i + 1])). Reads keys
+        only, no block."""
+        prefix = u64(fid)
+        keys = []
+        with self.txn.cursor(db=self.dbs["blocks"]) as cur:
+            if cur.set_range(prefix):
+                for key in cur.iternext(values=False):
+                    if key[:8] != prefix:
+                        break
+                    keys.append(key)
+        if not keys:
+            return np.empty(0, dtype=np.int64)
+        return np.frombuffer(b"".join(keys), dtype=">u8").reshape(-1, 2)[:, 1].astype(np.int64)
+
+    def read_blocks(self, fid: int, firsts: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The intervals of the feature's blocks that start at `firsts` (ascending, each a
+        block's first start, see block_firsts), decoded as one list in one kernel call."""
+        if not len(firsts):
+            return (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64))
+        pack = _KEY.pack
+        with self.txn.cursor(db=self.dbs["blocks"]) as cur:
+            found = cur.getmulti([pack(fid, f) for f in firsts.tolist()])
+        if len(found) != len(firsts):
+            raise StorageError(f"feature {fid}: {len(firsts) - len(found)} of its blocks "
+                               "are missing (run `annodb check`)")
+        bufs = [v for _, v in found]
+        offsets = np.zeros(len(bufs) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in bufs], out=offsets[1:])
+        s, e, v, _, zero = kernels.decode_blocks(b"".join(bufs), offsets)
+        if zero:
+            v = np.broadcast_to(np.float64(0.0), s.shape)
+        return s, e, v
+
     def iter_blocks(self, fid: int, first: int = 0):
         """(key start, (starts, ends, values)) of each block of `fid` from the block holding
         address `first` on."""
@@ -948,8 +1019,21 @@ class Txn:
 
     def list_count(self, fid: int) -> int:
         """How many intervals the feature's list holds (committed, erased ones included)."""
+        return self.list_state(fid)[0]
+
+    def list_state(self, fid: int) -> tuple[int, int | None, int]:
+        """(how many intervals the list holds, its version: the id of the write transaction
+        that last changed it, None when not known; its flags, OVERLAPPING | UNKNOWN)."""
         raw = self.txn.get(u64(fid), db=self.dbs["counts"])
-        return 0 if raw is None else from_u64(raw)
+        if raw is None:
+            return 0, None, 0
+        return _count_value(raw)
+
+    def _mark_overlaps(self, fid: int, s: np.ndarray, e: np.ndarray, before: int = -1) -> None:
+        """Note that list `fid` may now hold overlapping intervals, if the sorted (s, e)
+        written to it overlap each other or the interval ending at `before` just before."""
+        if len(s) and (before >= s[0] or (len(s) > 1 and bool((s[1:] <= e[:-1]).any()))):
+            self._overlaps.add(fid)
 
     def _count(self, fid: int, delta: int) -> None:
         self._counts[fid] = self._counts.get(fid, 0) + delta
@@ -998,9 +1082,12 @@ class Txn:
                 n += _HEADER.unpack_from(value, 0)[3]
         return n
 
-    def merge_into_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray) -> None:
+    def merge_into_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray,
+                        count: int | None = None) -> None:
         """Merge the GC-list (s, e, v) into feature `fid`'s list. New intervals win exact
-        duplicates; where two would nest, the inner one stays (normalize's rule)."""
+        duplicates; where two would nest, the inner one stays (normalize's rule). The
+        rewritten blocks hold at most `count` intervals (default: the environment's
+        limit)."""
         if len(s) == 0:
             return
         blocks = self.dbs["blocks"]
@@ -1054,15 +1141,21 @@ class Txn:
                                                np.concatenate((old_v, v)))
             for key in keys:
                 txn.delete(key, db=blocks)
+            if ms[0] < old_s[0]:  # a new first interval: it may overlap the list before
+                self._overlaps.add(fid)
         else:
             ms, me, mv = s, e, v
+            self._overlaps.add(fid)  # (not checked against the intervals around)
+        self._mark_overlaps(fid, ms, me)
         self._count(fid, len(ms))
-        self._put_list(fid, ms, me, mv)
+        self._put_list(fid, ms, me, mv, count)
 
-    def add_to_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray) -> None:
-        """Add a GC-list to a feature's list: appended when it comes after, else merged."""
-        if not self.append_to_list(fid, s, e, v):
-            self.merge_into_list(fid, s, e, v)
+    def add_to_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray,
+                    count: int | None = None) -> None:
+        """Add a GC-list to a feature's list: appended when it comes after, else merged
+        (new blocks of at most `count` intervals)."""
+        if not self.append_to_list(fid, s, e, v, count):
+            self.merge_into_list(fid, s, e, v, count)
 
     def add_point_groups(self, fids: list[int], addresses: np.ndarray,
                          bounds: np.ndarray, after: int | None = None) -> None:
@@ -1117,7 +1210,8 @@ class Txn:
             np.zeros(len(addresses), dtype=np.float64)
         self.add_to_list(fid, addresses, addresses, v)
 
-    def append_to_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray) -> bool:
+    def append_to_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray,
+                       count: int | None = None) -> bool:
         """Append a GC-list that lies wholly after the feature's list. Touches only the last
         block. Returns False (and writes nothing) when the new intervals do not come after."""
         blocks = self.dbs["blocks"]
@@ -1125,36 +1219,47 @@ class Txn:
         if self._append_cursor is None:
             self._append_cursor = self.txn.cursor(db=blocks)
         cur = self._append_cursor
-        if True:
-            found = cur.set_range(_KEY.pack(fid + 1, 0))
-            found = cur.prev() if found else cur.last()
-            if found and bytes(cur.key()[:8]) == prefix:
-                buf = cur.value()
-                n = _HEADER.unpack_from(buf, 0)[3]
-                ls, le, lv = decode_block(buf)
-                if not (ls[-1] < s[0] and le[-1] < e[0]):
-                    return False
-                if n < self.block_count and len(buf) < self.block_bytes:
-                    # refill the last block (and go on in new blocks past it)
-                    cur.delete()
-                    self._count(fid, -len(ls))
-                    s, e, v = (np.concatenate((ls, s)), np.concatenate((le, e)),
-                               np.concatenate((lv, v)))
+        found = cur.set_range(_KEY.pack(fid + 1, 0))
+        found = cur.prev() if found else cur.last()
+        if found and bytes(cur.key()[:8]) == prefix:
+            buf = cur.value()
+            n = _HEADER.unpack_from(buf, 0)[3]
+            ls, le, lv = decode_block(buf)
+            if not (ls[-1] < s[0] and le[-1] < e[0]):
+                return False
+            self._mark_overlaps(fid, s, e, int(le[-1]))
+            if n < self._limit(count) and len(buf) < self.block_bytes:
+                # refill the last block (and go on in new blocks past it)
+                cur.delete()
+                self._count(fid, -len(ls))
+                s, e, v = (np.concatenate((ls, s)), np.concatenate((le, e)),
+                           np.concatenate((lv, v)))
+        else:
+            self._mark_overlaps(fid, s, e)
         self._count(fid, len(s))
-        self._put_list(fid, s, e, v)
+        self._put_list(fid, s, e, v, count)
         return True
 
-    def _put_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray) -> None:
-        """Write a GC-list as new blocks (cut so each fits self.block_bytes)."""
-        cuts = kernels.block_bounds(s, e, v, self.block_bytes, self.block_count).tolist()
+    def _limit(self, count: int | None) -> int:
+        """Intervals a new block may hold: `count`, within the environment's limit."""
+        return self.block_count if count is None else min(count, self.block_count)
+
+    def _put_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray,
+                  count: int | None = None) -> None:
+        """Write a GC-list as new blocks (cut so each fits self.block_bytes, and holds at
+        most `count` intervals, default self.block_count)."""
+        cuts = kernels.block_bounds(s, e, v, self.block_bytes, self._limit(count)).tolist()
         blocks = self.dbs["blocks"]
         put = self.txn.put
         for i, j in zip(cuts[:-1], cuts[1:]):
             put(_KEY.pack(fid, int(s[i])), encode_block(s[i:j], e[i:j], v[i:j]), db=blocks)
 
-    def encode_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray):
-        """A GC-list as blocks, in put_blocks' form (fids, firsts, buf, offsets)."""
-        cuts = kernels.block_bounds(s, e, v, self.block_bytes, self.block_count).tolist()
+    def encode_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray,
+                    count: int | None = None):
+        """A GC-list as blocks (of at most `count` intervals, default self.block_count), in
+        put_blocks' form (fids, firsts, buf, offsets)."""
+        self._mark_overlaps(fid, s, e)
+        cuts = kernels.block_bounds(s, e, v, self.block_bytes, self._limit(count)).tolist()
         parts = [encode_block(s[i:j], e[i:j], v[i:j]) for i, j in zip(cuts[:-1], cuts[1:])]
         offsets = np.zeros(len(parts) + 1, dtype=np.int64)
         offsets[1:] = np.cumsum([len(p) for p in parts])
@@ -1394,7 +1499,11 @@ class Txn:
                 ends.append(from_u64(v))
         return np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
 
+    def has_erased(self) -> bool:
+        return self.txn.stat(self.dbs["erased"])["entries"] > 0
+
     def set_erased(self, starts, ends) -> None:
+        self.set_meta("erased_version", self.id)
         db = self.dbs["erased"]
         self.txn.drop(db, delete=False)
         for p, q in zip(starts, ends):

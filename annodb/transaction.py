@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -16,6 +14,8 @@ import numpy as np
 
 from . import batch, kernels, storage, tokenizer
 from .errors import AnnodbError, NotFoundError, StorageError
+from .lists import Intervals, Lists
+from .snippets import token_offsets
 from .storage import Document
 
 if TYPE_CHECKING:
@@ -25,27 +25,6 @@ FLUSH_TOKENS = 4_000_000  # buffered tokens that trigger a write to LMDB inside 
 DOCUMENT = batch.DOCUMENT
 
 _LOOK_UP = object()  # (see Writer._intern_missing)
-EMPTY_I = np.empty(0, dtype=np.int64)
-EMPTY_F = np.empty(0, dtype=np.float64)
-
-
-@dataclass(frozen=True)
-class Intervals:
-    """An annotation list: parallel arrays sorted by start, no interval nested in another."""
-
-    starts: np.ndarray
-    ends: np.ndarray
-    values: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def __iter__(self):
-        return zip(self.starts.tolist(), self.ends.tolist(), self.values.tolist())
-
-    @staticmethod
-    def empty() -> "Intervals":
-        return Intervals(EMPTY_I, EMPTY_I, EMPTY_F)
 
 
 class Added(msgspec.Struct, frozen=True):
@@ -74,11 +53,10 @@ class Stats:
 class Snapshot:
     """Read access to one committed state of the database."""
 
-    def __init__(self, db: Database, txn: storage.Txn):
+    def __init__(self, db: Database, txn: storage.Txn, shared=None):
         self.db = db
         self._txn = txn
-        self._lists: dict[str, Intervals] = {}
-        self._erased = None
+        self.lists = Lists(txn, shared)  # the annotation lists, whole or by blocks
         self._done = False
 
     # context manager
@@ -104,66 +82,19 @@ class Snapshot:
     def erased(self) -> tuple[np.ndarray, np.ndarray]:
         """The erased ranges: sorted, disjoint."""
         self._before_read()
-        if self._erased is None:
-            self._erased = self._txn.erased()
-        return self._erased
+        return self.lists.erased()
 
     def intervals(self, feature: str) -> Intervals:
         """The annotation list of `feature` as it stands in this snapshot (erased content
         removed): starts, ends, values."""
         self._before_read()
-        found = self._lists.get(feature)
-        if found is not None:
-            return found
-        shared = self.db._lists if not isinstance(self, Writer) else None
-        key = (self._txn.id, feature)
-        if shared is not None:
-            found = shared.get(key)
-            if found is not None:
-                self._lists[feature] = found
-                return found
-        fid = self._txn.feature_id(feature)
-        if fid is None:
-            result = Intervals.empty()
-        else:
-            s, e, v = self._txn.read_list(fid)
-            es, ee = self.erased()
-            if len(es) and len(s):
-                keep = kernels.drop_erased(s, e, es, ee)
-                if len(keep) != len(s):
-                    s, e, v = s[keep], e[keep], v[keep]
-            result = Intervals(s, e, v)
-        self._lists[feature] = result
-        if shared is not None:
-            shared.put(key, result)
-        return result
+        return self.lists.whole(feature)
 
     def list_count(self, feature: str) -> int:
         """How many intervals the feature's list holds, without reading it (erased ones
         included: an upper bound)."""
         self._before_read()
-        found = self._lists.get(feature)
-        if found is not None:
-            return len(found)
-        fid = self._txn.feature_id(feature)
-        return 0 if fid is None else self._txn.list_count(fid)
-
-    def is_loaded(self, feature: str) -> bool:
-        """Whether the feature's list is decoded already (in this snapshot or the cache)."""
-        if feature in self._lists:
-            return True
-        return not isinstance(self, Writer) and \
-            self.db._lists.get((self._txn.id, feature)) is not None
-
-    def points_near(self, feature: str, positions: np.ndarray) -> np.ndarray:
-        """For sorted positions, the points of the feature's list (a word's postings) just
-        at or before and at or after each: reads only the blocks holding them. Meaningful
-        only without erased ranges (callers check erased())."""
-        self._before_read()
-        fid = self._txn.feature_id(feature)
-        if fid is None or not len(positions):
-            return np.empty(0, dtype=np.int64)
-        return self._txn.points_near(fid, np.asarray(positions, dtype=np.int64))
+        return self.lists.count(feature)
 
     def features_with_prefix(self, prefix: str, limit: int = 100) -> list[str]:
         """Feature names starting with `prefix` (at most `limit`), in name order."""
@@ -284,54 +215,6 @@ class Snapshot:
         from . import ranking
         self._before_read()
         return ranking.search_text(self, text, k=k, container=container)
-
-
-class ListCache:
-    """Decoded annotation lists shared by the snapshots of one committed state: keyed by
-    (LMDB transaction id, feature), least recently used dropped past `max_bytes`. A commit
-    changes the id, so a snapshot never sees another state's lists."""
-
-    def __init__(self, max_bytes: int = 256 << 20):
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self._items: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key):
-        with self._lock:
-            found = self._items.get(key)
-            if found is not None:
-                self._items.move_to_end(key)
-            return found
-
-    @staticmethod
-    def _size(value: Intervals) -> int:
-        """Bytes held: ends may be starts itself, values a zero-stride broadcast."""
-        size = value.starts.nbytes + 100
-        if value.ends is not value.starts:
-            size += value.ends.nbytes
-        if value.values.strides != (0,):
-            size += value.values.nbytes
-        return size
-
-    def put(self, key, value: Intervals) -> None:
-        size = self._size(value)
-        if size > self.max_bytes // 4:
-            return
-        with self._lock:
-            if key in self._items:
-                return
-            self._items[key] = value
-            self.bytes += size
-            while self.bytes > self.max_bytes:
-                _, old = self._items.popitem(last=False)
-                self.bytes -= self._size(old)
-
-
-@lru_cache(maxsize=256)
-def token_offsets(text: str) -> tuple[np.ndarray, np.ndarray]:
-    """Character offsets of the tokens of a document's text (cached: snippets reuse them)."""
-    return tokenizer.offsets(text)
 
 
 def check_docno(docno: str) -> None:
@@ -628,8 +511,7 @@ class Writer(Snapshot):
         es, ee = self._txn.erased()
         es, ee = kernels.merge_ranges(np.append(es, p), np.append(ee, q))
         self._txn.set_erased(es, ee)
-        self._erased = None
-        self._lists.clear()
+        self.lists.reset()
 
     def delete(self, docno: str) -> bool:
         """Delete the document with this docno (erasing its addresses). False if absent."""
@@ -707,7 +589,7 @@ class Writer(Snapshot):
                 fid = int(fids[a])
                 lst = kernels.normalize(ps[a:b], qs[a:b], vs[a:b])
                 if fid >= fresh and fid not in token_fids:
-                    new_blocks.append(txn.encode_list(fid, *lst))
+                    new_blocks.append(txn.encode_list(fid, *lst, storage.ANNOTATION_BLOCK))
                 else:
                     later.append((fid, lst))
             self._ann_arrays = []
@@ -715,8 +597,8 @@ class Writer(Snapshot):
             fids, firsts, bufs, offsets = zip(*new_blocks)
             txn.put_blocks(np.concatenate(fids), np.concatenate(firsts), bufs, offsets)
         for fid, lst in later:  # old features, or new ones with tokens too: after the append
-            txn.add_to_list(fid, *lst)
+            txn.add_to_list(fid, *lst, storage.ANNOTATION_BLOCK)
         self._flush_docs()  # last: their compression ran meanwhile
         self._first_new_feature = self._next_feature
-        self._lists.clear()
+        self.lists.reset()
         self._dirty = False

@@ -220,7 +220,8 @@ def evaluate(model, node):
 
 
 def search(model, node, container_node, k):
-    """SSR ranking: [(docno, score, cover)] of the top k containers (documents only)."""
+    """SSR ranking: [(docno, score, cover)] of the top k containers; a container inside no
+    document is named "@<its start>"."""
     covers = [t[:2] for t in evaluate(model, node)]
     boxes = [t[:2] for t in evaluate(model, container_node)]
     scores, best = ssr(covers, boxes)
@@ -228,7 +229,7 @@ def search(model, node, container_node, k):
     for i in top(scores, k):
         start = boxes[i][0]
         doc = next((d for d in model.docs if d[1] <= start <= d[2]), None)
-        out.append((doc[0] if doc else None, scores[i], covers[best[i]]))
+        out.append((doc[0] if doc else f"@{start}", scores[i], covers[best[i]]))
     return out
 
 

@@ -24,7 +24,8 @@ WORDS = ["a", "b", "c", "d"]
 FEATURES = ["x:", "y:"]
 SETTINGS = settings(max_examples=int(os.environ.get("ENGINE_EXAMPLES", "150")),
                     deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                           HealthCheck.function_scoped_fixture])
 
 leaves = st.one_of(
     st.sampled_from(WORDS).map(lambda w: Term((w,))),
@@ -92,9 +93,11 @@ def test_queries_agree_with_reference(database, nodes):
                 for node in nodes:
                     assert parse(format(node)).node == node
                     assert triples(r.query(node)) == naive.evaluate(model, node), format(node)
-                    got = [(h.docno, h.score, h.cover) for h in r.search(node, k=3,
-                                                                        snippets=False)]
-                    assert got == naive.search(model, node, Feature(":"), 3), format(node)
+                    for box in (":", "x:"):
+                        got = [(h.docno, h.score, h.cover) for h in r.search(
+                            node, k=3, container=box, snippets=False)]
+                        assert got == naive.search(model, node, Feature(box), 3), \
+                            (format(node), box)
         finally:
             db.close()
 
@@ -133,16 +136,20 @@ def test_snippet_newlines_and_cover(tmp_path):
 
 
 def test_identical_subexpressions_are_solved_once(tmp_path, monkeypatch):
-    from annodb import gcl, kernels
+    from annodb import gcl
     db = annodb.open(tmp_path / "db")
     with db.write() as w:
         w.add("the cat sat on the mat of the cat", docno="d")
     calls = []
-    real = kernels.phrase
-    monkeypatch.setattr(gcl.kernels, "phrase", lambda *a: calls.append(1) or real(*a))
+    real = gcl.Evaluator._term
+    monkeypatch.setattr(gcl.Evaluator, "_term",
+                        lambda self, toks, region: calls.append(toks) or real(self, toks, region))
     with db.read() as r:
         r.count('(+ (^ "the cat" sat) (^ "the cat" mat) (^ "the cat" of))')
-    assert len(calls) == 1
+        assert calls.count(("the", "cat")) == 1
+        calls.clear()
+        r.search('(+ (^ "the cat" sat) (^ "the cat" mat) (^ "the cat" of))')
+        assert calls.count(("the", "cat")) == 1
     db.close()
 
 
@@ -206,6 +213,38 @@ def test_queries_agree_when_common_words_are_read_in_part(database, nodes):
                 db.close()
     finally:
         gcl.PARTIAL_OVER, gcl.PARTIAL_RATIO = old
+
+
+@pytest.fixture
+def read_by_blocks(monkeypatch):
+    """Lists of at most 2 intervals a block, never decoded whole nor cached: every probe
+    of a list (ranking's containers, a word inside them, a phrase's candidates) reads
+    blocks."""
+    from annodb import lists, storage
+    monkeypatch.setattr(storage, "block_limits", lambda psize: (psize - 16, 2))
+    monkeypatch.setattr(storage, "ANNOTATION_BLOCK", 2)
+    monkeypatch.setattr(lists, "SMALL_LIST", -1)
+    monkeypatch.setattr(lists, "WHOLE_FRACTION", 2.0)
+    monkeypatch.setattr(lists, "CACHE_BYTES", 0)
+
+
+@SETTINGS
+@given(databases(), st.lists(queries, min_size=1, max_size=4))
+def test_queries_agree_when_lists_are_read_by_blocks(read_by_blocks, database, nodes):
+    docs, notes, erased = database
+    with tempfile.TemporaryDirectory() as tmp:
+        db, model = build(os.path.join(tmp, "db"), docs, notes, erased)
+        try:
+            with db.read() as r:
+                for node in nodes:
+                    assert triples(r.query(node)) == naive.evaluate(model, node), format(node)
+                    for box in (":", "x:"):
+                        got = [(h.docno, h.score, h.cover) for h in r.search(
+                            node, k=5, container=box, snippets=False)]
+                        assert got == naive.search(model, node, Feature(box), 5), \
+                            (format(node), box)
+        finally:
+            db.close()
 
 
 def test_regression_phrase_candidates_before_address_zero(tmp_path, monkeypatch):

@@ -103,12 +103,6 @@ def run_select(name, a, b):
     return idx.tolist()
 
 
-def run_phrase(lists):
-    positions = np.array([p for lst in lists for p in lst], dtype=np.int64)
-    offsets = np.cumsum([0] + [len(lst) for lst in lists])
-    return K.phrase(positions, offsets).tolist()
-
-
 def run_ssr(covers, containers, k=42.0):
     scores, best = K.ssr(*cols(covers), *cols(containers), k)
     assert scores.dtype == np.float64 and best.dtype == np.int64
@@ -209,45 +203,6 @@ def test_select_empty(name):
     assert run_select(name, [], []) == []
     assert run_select(name, [], a) == []
     assert run_select(name, a, []) == ([0, 1] if negated else [])
-
-
-# ---------------------------------------------------------------- phrase
-
-
-def phrase_lists(k_max=4, max_addr=30, max_size=20):
-    lst = st.lists(st.integers(0, max_addr), max_size=max_size).map(lambda xs: sorted(set(xs)))
-    return st.lists(lst, min_size=1, max_size=k_max)
-
-
-@settings(max_examples=300)
-@given(phrase_lists() | phrase_lists(k_max=3, max_addr=6, max_size=6))
-def test_phrase(lists):
-    assert run_phrase(lists) == naive.phrase(lists)
-
-
-@settings(max_examples=100)
-@given(
-    st.lists(st.integers(0, 2000), min_size=1, max_size=3).map(lambda xs: sorted(set(xs))),
-    st.lists(st.tuples(st.integers(0, 1900), st.integers(1, 300)), min_size=1, max_size=3),
-    st.integers(0, 3),
-)
-def test_phrase_rare_term(rare, runs, where):
-    # dense lists are runs of consecutive addresses, so that the rare term often matches
-    dense = [sorted({p for p in range(s, s + n)}) for s, n in runs]
-    lists = dense[:where] + [rare] + dense[where:]
-    assert run_phrase(lists) == naive.phrase(lists)
-
-
-def test_phrase_examples():
-    assert run_phrase([[1, 5, 9], [2, 6, 11]]) == [1, 5]
-    assert run_phrase([[3, 4]]) == [3, 4]
-    assert run_phrase([[], [1]]) == []
-    assert run_phrase([[7], [7]]) == []  # "the the" needs two adjacent addresses
-    assert run_phrase([[7, 8], [8, 9]]) == [7, 8]
-    with pytest.raises(ValueError):
-        K.phrase([1, 2], [0])
-    with pytest.raises(ValueError):
-        K.phrase([1, 2], [0, 1])
 
 
 # ---------------------------------------------------------------- ranking

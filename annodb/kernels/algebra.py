@@ -33,7 +33,6 @@ __all__ = [
     "containing",
     "not_contained_in",
     "not_containing",
-    "phrase",
     "ssr",
     "top",
     "drop_erased",
@@ -417,60 +416,6 @@ def not_contained_in(as_, ae, bs, be):
 def not_containing(as_, ae, bs, be):
     """``(!> A B)``: increasing indices of the A-intervals containing no B-interval."""
     return _select_wrapper(as_, ae, bs, be, False, True)
-
-
-# ---------------------------------------------------------------- phrase
-
-
-@njit(cache=True, nogil=True)
-def _phrase(pos, off, order):
-    k = off.shape[0] - 1
-    r = order[0]  # the rarest list drives; the others are probed rarest first
-    ir = off[r]
-    rhi = off[r + 1]
-    out = np.empty(rhi - ir, np.int64)
-    m = 0
-    ptr = off[:k].copy()
-    while ir < rhi:
-        p = pos[ir] - r
-        ok = True
-        for t in range(1, k):
-            i = order[t]
-            hi = off[i + 1]
-            want = p + i
-            ptr[i] = _ge(pos, ptr[i], hi, want)
-            if ptr[i] >= hi:  # list i is exhausted: no later p can match
-                ok = False
-                ir = rhi
-                break
-            got = pos[ptr[i]]
-            if got != want:
-                # the next possible p is got - i: leap the driver there
-                ok = False
-                ir = _ge(pos, ir + 1, rhi, got - i + r)
-                break
-        if ok:
-            out[m] = p
-            m += 1
-            ir += 1
-    return _trim(out, m)
-
-
-def phrase(positions, offsets):
-    """Starts p with p + i in list i for every i; list i is positions[offsets[i]:offsets[i+1]].
-
-    Each list is sorted and unique; offsets has k + 1 >= 2 entries.
-    """
-    pos = _ints(positions, "phrase positions")
-    off = _ints(offsets, "phrase offsets")
-    if off.shape[0] < 2:
-        raise ValueError("phrase: offsets needs k + 1 >= 2 entries")
-    if off[0] != 0 or off[-1] != pos.shape[0] or bool((np.diff(off) < 0).any()):
-        raise ValueError(
-            f"phrase: offsets must rise from 0 to len(positions) = {pos.shape[0]}"
-        )
-    order = np.argsort(np.diff(off), kind="stable").astype(np.int64)
-    return _phrase(pos, off, order)
 
 
 # ---------------------------------------------------------------- ranking
