@@ -995,28 +995,6 @@ class Txn:
             v = np.broadcast_to(np.float64(0.0), s.shape)
         return s, e, v
 
-    def iter_blocks(self, fid: int, first: int = 0):
-        """(key start, (starts, ends, values)) of each block of `fid` from the block holding
-        address `first` on."""
-        prefix = u64(fid)
-        with self.txn.cursor(db=self.dbs["blocks"]) as cur:
-            if first > 0:
-                if cur.set_range(_KEY.pack(fid, first + 1)):
-                    if not cur.prev() or bytes(cur.key()[:8]) != prefix:
-                        cur.set_range(prefix)
-                elif cur.last():
-                    if bytes(cur.key()[:8]) != prefix:
-                        return
-            elif not cur.set_range(prefix):
-                return
-            while True:
-                key = cur.key()
-                if bytes(key[:8]) != prefix:
-                    return
-                yield from_u64(key[8:]), decode_block(cur.value())
-                if not cur.next():
-                    return
-
     def list_count(self, fid: int) -> int:
         """How many intervals the feature's list holds (committed, erased ones included)."""
         return self.list_state(fid)[0]
@@ -1037,50 +1015,6 @@ class Txn:
 
     def _count(self, fid: int, delta: int) -> None:
         self._counts[fid] = self._counts.get(fid, 0) + delta
-
-    def points_near(self, fid: int, positions: np.ndarray) -> np.ndarray:
-        """For each position x (sorted), the last point <= x and the first point >= x of the
-        feature's list (a list of points): sorted, distinct. Reads only the blocks that
-        hold them, so a common word's list costs a few blocks, not all of them."""
-        prefix = u64(fid)
-        out = []
-        block_first, block_next, block = None, None, None
-        with self.txn.cursor(db=self.dbs["blocks"]) as cur:
-            for x in positions.tolist():
-                if block is None or not (block_first <= x and
-                                         (block_next is None or x < block_next)):
-                    found = cur.set_range(_KEY.pack(fid, x + 1))
-                    found = cur.prev() if found else cur.last()
-                    if not found or cur.key()[:8] != prefix:  # x before the first block
-                        if not cur.set_range(prefix) or cur.key()[:8] != prefix:
-                            return np.asarray(sorted(set(out)), dtype=np.int64)
-                    block_first = from_u64(cur.key()[8:])
-                    block = decode_block(cur.value())[0]
-                    block_next = None
-                    if cur.next() and cur.key()[:8] == prefix:
-                        block_next = from_u64(cur.key()[8:])
-                i = int(np.searchsorted(block, x, side="right"))
-                if i > 0:
-                    out.append(int(block[i - 1]))  # the last point <= x
-                if i > 0 and block[i - 1] == x:
-                    continue
-                if i < len(block):
-                    out.append(int(block[i]))      # the first point > x
-                elif block_next is not None:
-                    out.append(block_next)         # ... is the next block's first
-        return np.asarray(sorted(set(out)), dtype=np.int64)
-
-    def list_length(self, fid: int) -> int:
-        n = 0
-        prefix = u64(fid)
-        with self.txn.cursor(db=self.dbs["blocks"]) as cur:
-            if not cur.set_range(prefix):
-                return 0
-            for key, value in cur:
-                if bytes(key[:8]) != prefix:
-                    break
-                n += _HEADER.unpack_from(value, 0)[3]
-        return n
 
     def merge_into_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray,
                         count: int | None = None) -> None:

@@ -7,19 +7,17 @@ from __future__ import annotations
 import dataclasses
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
 
-from . import batch, kernels, storage, tokenizer
+from . import batch, kernels, ranking, storage, tokenizer
 from .errors import AnnodbError, NotFoundError, StorageError
+from .gcl import evaluate
 from .lists import Intervals, Lists
 from .snippets import token_offsets
 from .storage import Document
 
-if TYPE_CHECKING:
-    from .database import Database
 
 FLUSH_TOKENS = 4_000_000  # buffered tokens that trigger a write to LMDB inside the transaction
 DOCUMENT = batch.DOCUMENT
@@ -53,7 +51,7 @@ class Stats:
 class Snapshot:
     """Read access to one committed state of the database."""
 
-    def __init__(self, db: Database, txn: storage.Txn, shared=None):
+    def __init__(self, db, txn: storage.Txn, shared=None):
         self.db = db
         self._txn = txn
         self.lists = Lists(txn, shared)  # the annotation lists, whole or by blocks
@@ -195,9 +193,8 @@ class Snapshot:
     # queries (the evaluator lives in gcl, ranking in ranking)
     def query(self, gcl, *, lenient: bool = False) -> Intervals:
         """The intervals (and values) that a GCL query denotes."""
-        from . import gcl as _gcl
         self._before_read()
-        return _gcl.evaluate(self, gcl, lenient=lenient)
+        return evaluate(self, gcl, lenient=lenient)
 
     def count(self, gcl, *, lenient: bool = False) -> int:
         return len(self.query(gcl, lenient=lenient))
@@ -205,14 +202,12 @@ class Snapshot:
     def search(self, gcl, k: int = 10, *, container: str = DOCUMENT, lenient: bool = False,
                snippets: bool = True):
         """Rank the containers (documents by default) by shortest-substring ranking."""
-        from . import ranking
         self._before_read()
         return ranking.search(self, gcl, k=k, container=container, lenient=lenient,
                               snippets=snippets)
 
     def search_text(self, text: str, k: int = 10, *, container: str = DOCUMENT):
         """Free-text search: Boolean tiers built from the words, ranked by SSR."""
-        from . import ranking
         self._before_read()
         return ranking.search_text(self, text, k=k, container=container)
 
@@ -228,7 +223,7 @@ def check_docno(docno: str) -> None:
 class Writer(Snapshot):
     """A write transaction. Everything it does is invisible to others until commit."""
 
-    def __init__(self, db: Database, txn: storage.Txn, lock: storage.WriterLock):
+    def __init__(self, db, txn: storage.Txn, lock: storage.WriterLock):
         super().__init__(db, txn)
         self._lock = lock
         self._vocab: storage.Vocab = db._env.vocab
