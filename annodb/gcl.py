@@ -89,7 +89,9 @@ def as_node(gcl, *, lenient: bool = False) -> tuple[Node, list[str]]:
 def evaluate(snapshot, gcl, *, lenient: bool = False, budget: "Budget | None" = None
              ) -> Intervals:
     node, _ = as_node(gcl, lenient=lenient)
-    return Evaluator(snapshot, budget).eval(node)
+    ev = Evaluator(snapshot, budget)
+    ev.check(node)
+    return ev.eval(node)
 
 
 class Budget:

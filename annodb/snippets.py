@@ -9,8 +9,9 @@ the server and the CLI show. Newlines become spaces.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
@@ -20,10 +21,32 @@ from .storage import Document
 WIDTH = 200
 
 
-@lru_cache(maxsize=256)
+OFFSETS_CACHE_BYTES = 32 << 20  # token offsets (and the texts they key) kept for snippets
+_offsets: OrderedDict = OrderedDict()  # text -> (starts, ends, bytes)
+_offsets_bytes = 0
+_offsets_lock = threading.Lock()
+
+
 def token_offsets(text: str) -> tuple[np.ndarray, np.ndarray]:
-    """Character offsets of the tokens of a document's text (cached: snippets reuse them)."""
-    return tokenizer.offsets(text)
+    """Character offsets of the tokens of a document's text. The most recently used are
+    kept (snippets of a query's hits and the next query's often share documents), within
+    OFFSETS_CACHE_BYTES counting the text too: a huge document is not kept at all."""
+    global _offsets_bytes
+    with _offsets_lock:
+        found = _offsets.get(text)
+        if found is not None:
+            _offsets.move_to_end(text)
+            return found[0], found[1]
+    starts, ends = tokenizer.offsets(text)
+    size = starts.nbytes + ends.nbytes + len(text) + 100
+    if size <= OFFSETS_CACHE_BYTES // 8:
+        with _offsets_lock:
+            if text not in _offsets:
+                _offsets[text] = (starts, ends, size)
+                _offsets_bytes += size
+                while _offsets_bytes > OFFSETS_CACHE_BYTES:
+                    _offsets_bytes -= _offsets.popitem(last=False)[1][2]
+    return starts, ends
 
 
 @dataclass(frozen=True)

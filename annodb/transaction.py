@@ -191,10 +191,11 @@ class Snapshot:
                      size_bytes=storage.disk_size(self.db._env.path))
 
     # queries (the evaluator lives in gcl, ranking in ranking)
-    def query(self, gcl, *, lenient: bool = False) -> Intervals:
-        """The intervals (and values) that a GCL query denotes."""
+    def query(self, gcl, *, lenient: bool = False, budget=None) -> Intervals:
+        """The intervals (and values) that a GCL query denotes (within `budget`, a
+        gcl.Budget, when given)."""
         self._before_read()
-        return evaluate(self, gcl, lenient=lenient)
+        return evaluate(self, gcl, lenient=lenient, budget=budget)
 
     def count(self, gcl, *, lenient: bool = False) -> int:
         return len(self.query(gcl, lenient=lenient))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -9,7 +10,8 @@ import click
 from annodb.database import DEFAULT_PATH
 from annodb.errors import AnnodbError
 from annodb.ranking import DEPTH
-from annodb.server import QUERY_TIMEOUT, Server
+from annodb.protocol import MAX_POSTINGS
+from annodb.server import IDLE_TIMEOUT, LINE_TIMEOUT, QUERY_TIMEOUT, THREADS, Server
 
 
 def _fields(ctx, param, value: str | None) -> list[str] | None:
@@ -40,8 +42,27 @@ def _fields(ctx, param, value: str | None) -> list[str] | None:
               help="Require \"token\": T in every request.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=QUERY_TIMEOUT,
               show_default=True, metavar="SECONDS",
-              help="Answer a query still running after this long with an error (0: no limit).")
-def serve(db, host, port, container, fields, depth, token, timeout):
+              help="Stop a query still running after this long, with an error (0: no limit).")
+@click.option("--max-postings", type=click.IntRange(min=0), default=MAX_POSTINGS,
+              show_default=True, metavar="N",
+              help="Stop a query that reads or makes more than N intervals (0: no limit).")
+@click.option("--processes", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Worker processes serving connections  [default: one per core]")
+@click.option("--threads", type=click.IntRange(min=1), default=THREADS, show_default=True,
+              metavar="N", help="Query threads in each worker process.")
+@click.option("--idle-timeout", type=click.FloatRange(min=1), default=IDLE_TIMEOUT,
+              show_default=True, metavar="SECONDS",
+              help="Close a connection silent this long.")
+@click.option("--line-timeout", type=click.FloatRange(min=1), default=LINE_TIMEOUT,
+              show_default=True, metavar="SECONDS",
+              help="Close a connection whose request line is not complete this long after "
+                   "it began.")
+@click.option("--cache-mb", type=click.IntRange(min=0), default=256, show_default=True,
+              metavar="MB", help="Decoded lists kept for queries, over all processes.")
+@click.option("--read-only", "readonly", is_flag=True,
+              help="Open the database read-only: annotate and note are refused.")
+def serve(db, host, port, container, fields, depth, token, timeout, max_postings, processes,
+          threads, idle_timeout, line_timeout, cache_mb, readonly):
     """Serve the database to search agents: newline-delimited JSON over TCP.
 
     Speaks the protocol of Cottontail's ssr-server, so the Vole runner works unchanged:
@@ -49,7 +70,8 @@ def serve(db, host, port, container, fields, depth, token, timeout):
     {"op":"count","query":G}, {"op":"stats"} and {"op":"annotate","docno":D,
     "feature":F,"value":V}. Prints `listening on port N` on stderr once it accepts
     connections; stops cleanly on Ctrl-C or SIGTERM. `annodb ingest` may run beside it:
-    new documents are seen by the next query.
+    new documents are seen by the next query. Connections are spread over worker
+    processes (one per core by default), so many agents are served at once.
 
     \b
     Example:
@@ -58,7 +80,11 @@ def serve(db, host, port, container, fields, depth, token, timeout):
     """
     try:
         server = Server(db, host=host, port=port, container=container, fields=fields,
-                        depth=depth, token=token, query_timeout=timeout or None)
+                        depth=depth, token=token, query_timeout=timeout or None,
+                        max_postings=max_postings or None,
+                        processes=processes or os.cpu_count() or 1, workers=threads,
+                        idle_timeout=idle_timeout, line_timeout=line_timeout,
+                        cache_bytes=cache_mb << 20, readonly=readonly)
         server.serve_forever()
     except AnnodbError as err:
         click.echo(f"annodb: error: {err}", err=True)

@@ -257,3 +257,25 @@ def test_regression_phrase_candidates_before_address_zero(tmp_path, monkeypatch)
     with db.read() as r:
         assert list(r.query('"a a b"')) == [(1, 3, 0.0)]
     db.close()
+
+
+def test_budget_stops_evaluation_inside(tmp_path):
+    """A query over its postings budget or past its deadline stops with QueryCostError
+    (checked before a list is read and after every node); within budget nothing changes."""
+    from annodb.errors import QueryCostError
+    from annodb.gcl import Budget
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        w.add_many([(f"common word {i} rare{i}", f"d{i}") for i in range(300)])
+    with db.read() as r:
+        q = "(^ common (+ word rare7))"
+        assert r.query(q, budget=Budget(postings=10_000)).starts.tolist() == \
+            r.query(q).starts.tolist()
+        with pytest.raises(QueryCostError, match="budget of 100"):
+            r.query(q, budget=Budget(postings=100))
+        with pytest.raises(QueryCostError, match="time limit"):
+            r.query(q, budget=Budget(seconds=0.0))
+        from annodb import ranking
+        with pytest.raises(QueryCostError):
+            ranking.rank(r, q, budget=Budget(postings=100))
+    db.close()

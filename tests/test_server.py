@@ -22,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 import annodb
+from annodb import protocol
 from annodb import server as server_module
 from annodb.ranking import rank
 from annodb.server import Server, ServerError
@@ -177,12 +178,16 @@ def test_no_match_is_done(server):
                                                "done": True}
 
 
-def test_qids_count_up_for_the_life_of_the_process(server):
+def test_qids_count_up_on_each_connection(server):
+    """q0, q1, ... in the order a connection issued its queries, as the reference server
+    numbers them for its (one) client; a qid names a query of its own connection only."""
     with Client(server.port) as a, Client(server.port) as b:
-        qids = [int(x(op="query", query="world")["qid"][1:]) for x in (a, b, a, b)]
-    assert qids == sorted(qids) and len(set(qids)) == 4
-    with Client(server.port) as c:                               # qids are global
-        assert c(op="next", qid=f"q{qids[0]}")["ok"]
+        qids = [x(op="query", query="world")["qid"] for x in (a, b, a, b)]
+        assert qids == ["q0", "q0", "q1", "q1"]
+        assert a(op="next", qid="q1")["ok"]
+    with Client(server.port) as c:
+        r = c(op="next", qid="q0")
+        assert r["ok"] is False and "Unknown qid" in r["error"]
 
 
 def test_lenient_repairs_appear_as_warnings(server, db):
@@ -370,14 +375,14 @@ def test_concurrent_clients_get_consistent_answers(server, db):
 
 def test_a_slow_query_times_out_and_does_not_stall_others(db, monkeypatch):
     release = threading.Event()
-    real_rank = server_module.rank
+    real_rank = protocol.rank
 
     def slow_rank(snapshot, gcl, **kw):
         if "slowpoke" in gcl:
             release.wait(10)
         return real_rank(snapshot, gcl, **kw)
 
-    monkeypatch.setattr(server_module, "rank", slow_rank)
+    monkeypatch.setattr(protocol, "rank", slow_rank)
     with Server(db.path, query_timeout=1.0) as s, Client(s.port) as slow, \
             Client(s.port) as fast:
         slow.sock.sendall(b'{"op":"query","query":"(+ slowpoke hello)"}\n')

@@ -37,7 +37,7 @@ import msgspec
 import annodb
 from annodb.errors import AnnodbError
 from annodb.ranking import DEPTH, rank
-from annodb.server import hit_response, query_response
+from annodb.protocol import hit_response, query_response
 
 from .errors import BackendError
 
