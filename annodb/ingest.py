@@ -34,6 +34,7 @@ IngestError before anything is written.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import gc
 import gzip
@@ -621,7 +622,11 @@ class _Run:
         self.total_bytes = total_bytes
         self.summary = Summary()
         self.bytes_before = 0       # bytes of the files already read
-        self.seen = set()           # hash(docno) of the docnos written by this run
+        # the address range of each batch this run committed: a document whose start lies
+        # in one was written by this run (a repeat in the input), else it was there before
+        # (or another process added it): memory by batches, not by documents
+        self.firsts: list[int] = []
+        self.lasts: list[int] = []
 
     # problems
     def problem(self, path: str, line: int, message: str, pending: int = 0) -> None:
@@ -700,6 +705,7 @@ class _Run:
             s.batches += 1
             for text in warnings:
                 self.warn(text)
+            storage.release_mapped_pages(self.db._env)  # (resident memory stays flat)
             return
 
     @staticmethod
@@ -717,18 +723,23 @@ class _Run:
                 return k
         return todo[0]
 
+    def _ours(self, start: int) -> bool:
+        """Whether the document starting at `start` was written by this run."""
+        i = bisect.bisect_right(self.firsts, start) - 1
+        return i >= 0 and start <= self.lasts[i]
+
     def _write_once(self, docs: list[tuple[int, str]], made: batch.Batch, path: str):
         counts = dict(added=0, replaced=0, skipped=0, duplicates=0, tokens=0)
         warnings = []
-        written = []
         replace = self.replace
+        added = []
         with self.db.write(self.timeout) as w:
             present = w.present([d for _, d in docs])  # before any add: no flush
             in_batch = set()
             todo = []
             for index, (line, docno) in enumerate(docs):
-                h = hash(docno)
-                repeated = docno in in_batch or (docno in present and h in self.seen)
+                repeated = docno in in_batch or (docno in present and
+                                                 self._ours(present[docno]))
                 if repeated:
                     counts["duplicates"] += 1
                     verb = "replaces the earlier one" if replace else "skipped (the first is kept)"
@@ -744,7 +755,6 @@ class _Run:
                     counts["added"] += 1
                 todo.append(index)
                 in_batch.add(docno)
-                written.append(h)
             if todo:
                 try:
                     added = w.add_batch(made if len(todo) == len(docs) else made.subset(todo),
@@ -752,14 +762,16 @@ class _Run:
                 except Exception as err:  # the transaction is thrown away, redone without it
                     raise _Rejected(self._culprit(made, todo), err) from err
                 counts["tokens"] += sum(a.end - a.start + 1 for a in added)
-        self.seen.update(written)
+        if added:  # (committed: one batch's addresses are consecutive)
+            self.firsts.append(added[0].start)
+            self.lasts.append(added[-1].end)
         return counts, warnings
 
 
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3  # glibc's mallopt options
 _GLIBC_DEFAULTS = {_M_TRIM_THRESHOLD: 128 << 10, _M_TOP_PAD: 128 << 10,
                    _M_MMAP_THRESHOLD: 128 << 10}
-_INGEST_MALLOC = {_M_TRIM_THRESHOLD: (1 << 31) - 1, _M_TOP_PAD: 256 << 20,
+_INGEST_MALLOC = {_M_TRIM_THRESHOLD: (1 << 31) - 1, _M_TOP_PAD: 32 << 20,
                   _M_MMAP_THRESHOLD: 32 << 20}  # (C ints: ctypes wraps a larger one silently)
 
 

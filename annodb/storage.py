@@ -89,6 +89,7 @@ import hashlib
 import os
 import shutil
 import struct
+import sys
 import threading
 import time
 import zlib
@@ -1355,11 +1356,12 @@ class Txn:
             else:
                 self.txn.delete(key, db=self.dbs["docs"])
 
-    def docnos_present(self, docnos: list[str]) -> set[str]:
-        """Which of the docnos are stored (one C-level getmulti, not a get each)."""
+    def docnos_present(self, docnos: list[str]) -> dict[str, int]:
+        """The docnos among these that are stored, with their documents' starts (one
+        C-level getmulti, not a get each)."""
         with self.txn.cursor(db=self.dbs["docnos"]) as cur:
             found = cur.getmulti(_utf8_all(docnos, "docno"))
-        return {bytes(k).decode() for k, _ in found}
+        return {bytes(k).decode(): from_u64(v) for k, v in found}
 
     def doc_start(self, docno: str) -> int | None:
         raw = self.txn.get(utf8(docno, "docno"), db=self.dbs["docnos"])
@@ -1484,3 +1486,41 @@ def disk_size(path: str) -> int:
         st = os.stat(os.path.join(path, name))
         total += st.st_blocks * 512
     return total
+
+
+_MADV_DONTNEED = 4
+_madvise = None
+
+
+def release_mapped_pages(e: Environment) -> bool:
+    """Let go of the pages of the database file this process has touched through LMDB's
+    memory map (Linux): they stay in the page cache, and come back at their next read
+    (a minor fault), but stop counting in this process's resident memory. A long ingest
+    reads its way through most of the file (every list it appends to), so without this
+    its resident memory grows with the database. The map is read-only (no writemap), so
+    nothing is lost. Returns whether it was done."""
+    global _madvise
+    if not sys.platform.startswith("linux"):
+        return False
+    if _madvise is None:
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            _madvise = libc.madvise
+        except (OSError, AttributeError):
+            _madvise = False
+    if not _madvise:
+        return False
+    data = os.path.join(e.path, "data.mdb")
+    done = False
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                if not line.rstrip().endswith(data):
+                    continue
+                lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                done = _madvise(lo, hi - lo, _MADV_DONTNEED) == 0 or done
+    except OSError:
+        return False
+    return done

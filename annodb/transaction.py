@@ -302,11 +302,13 @@ class Writer(Snapshot):
         self._check()
         return docno in self._new_docnos or self._txn.doc_start(docno) is not None
 
-    def present(self, docnos: list[str]) -> set[str]:
-        """The docnos among these that are in the database (or added by this writer)."""
+    def present(self, docnos: list[str]) -> dict[str, int]:
+        """The docnos among these that are in the database (or added by this writer), with
+        their documents' first addresses."""
         self._check()
         found = self._txn.docnos_present(docnos)
-        found.update(d for d in docnos if d in self._new_docnos)
+        new = self._new_docnos
+        found.update((d, new[d]) for d in docnos if d in new)
         return found
 
     # features

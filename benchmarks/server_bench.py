@@ -174,6 +174,36 @@ def _lat(ms: np.ndarray) -> str:
     return f"{p50:.2f} / {p90:.2f} / {p99:.2f} / {ms.max():.1f}"
 
 
+def measure(db: str, queries: list[str], counts: list[int], timeout: float = 60.0,
+            processes: int | None = None) -> str:
+    """Serve `db` and replay `queries` with each number of clients: a markdown table."""
+    served = Served(db, timeout, processes)
+    try:
+        replay(served.port, queries[:200], 4)                 # warm up
+        runs = [replay(served.port, queries, n) for n in counts]
+    finally:
+        code = served.stop()
+    return _table(runs, code)
+
+
+def _table(runs: list[dict], code: int) -> str:
+    lines = ["| clients | queries/s | requests/s | per query (query + next), ms: median / p90 / "
+             "p99 / max | `query` op alone, ms: median / p90 / p99 / max | wall s |",
+             "|---:|---:|---:|---|---|---:|"]
+    for r in runs:
+        lines.append(f"| {r['clients']} | {r['queries'] / r['wall']:,.0f} | "
+                     f"{r['requests'] / r['wall']:,.0f} | {_lat(r['total'])} | "
+                     f"{_lat(r['first'])} | {r['wall']:.1f} |")
+    base = runs[0]["queries"] / runs[0]["wall"]
+    lines += ["", "queries/s against " + f"{runs[0]['clients']} client(s): " + ", ".join(
+        f"{r['clients']} clients {r['queries'] / r['wall'] / base:.2f}x" for r in runs[1:])]
+    o = runs[0]["outcome"]
+    lines += ["", f"{runs[0]['queries']:,} queries per run: {o['hits']:,} with results, "
+              f"{o['empty']:,} with none, {o['query error']:,} query errors, {o['timeout']:,} "
+              f"over the time limit; {runs[0]['requests']:,} requests. Server exit code {code}."]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--clients", default="1,2,4,16", help="comma-separated client counts")
@@ -205,27 +235,7 @@ def main(argv=None) -> int:
             print(f"ingested {docs:,} documents in {seconds:.1f}s", flush=True)
         print(f"replaying {len(queries):,} queries (query + {PAGE - 1} next each), "
               f"{os.cpu_count()} CPUs", flush=True)
-        served = Served(db, args.timeout, args.processes)
-        try:
-            replay(served.port, queries[:200], 4)                 # warm up
-            runs = [replay(served.port, queries, n) for n in counts]
-        finally:
-            code = served.stop()
-    lines = ["| clients | queries/s | requests/s | per query (query + next), ms: median / p90 / "
-             "p99 / max | `query` op alone, ms: median / p90 / p99 / max | wall s |",
-             "|---:|---:|---:|---|---|---:|"]
-    for r in runs:
-        lines.append(f"| {r['clients']} | {r['queries'] / r['wall']:,.0f} | "
-                     f"{r['requests'] / r['wall']:,.0f} | {_lat(r['total'])} | "
-                     f"{_lat(r['first'])} | {r['wall']:.1f} |")
-    base = runs[0]["queries"] / runs[0]["wall"]
-    lines += ["", "queries/s against " + f"{runs[0]['clients']} client(s): " + ", ".join(
-        f"{r['clients']} clients {r['queries'] / r['wall'] / base:.2f}x" for r in runs[1:])]
-    o = runs[0]["outcome"]
-    lines += ["", f"{runs[0]['queries']:,} queries per run: {o['hits']:,} with results, "
-              f"{o['empty']:,} with none, {o['query error']:,} query errors, {o['timeout']:,} "
-              f"over the time limit; {runs[0]['requests']:,} requests. Server exit code {code}."]
-    text = "\n".join(lines)
+        text = measure(db, queries, counts, args.timeout, args.processes)
     print()
     print(text)
     if not args.limit:
@@ -240,9 +250,6 @@ def main(argv=None) -> int:
                f"Run {now} on {machine()}: `annodb serve` ({procs} worker processes) on "
                f"{what}, clients on the same machine (loopback), each query = `query` + up "
                "to 9 `next`.\n\n" + text)
-    unexpected = [line for line in served.log if "shutting down" not in line]
-    if unexpected:
-        print("server stderr:", "".join(unexpected[-20:]), sep="\n")
     return 0
 
 
