@@ -48,6 +48,19 @@ so LMDB's byte order is numeric order; addresses are >= 0):
     docnos    docno (utf-8) -> first address (u64)
     erased    first address (u64) -> last address (u64): erased ranges, disjoint and merged.
               Annotations lying inside an erased range are invisible to every read.
+    tails     (format 4) feature id (u64) -> the open end of a token list: a block, in the
+              layout below, holding the list's last postings, all after those of its
+              blocks in `blocks` (a list is its blocks, then its tail if it has one).
+              A tail holds at most TAIL_BYTES (512) bytes; token postings are appended to
+              it, and when it would grow past that, it and the new postings refill the
+              list's last block in `blocks` and go on in full blocks, the rest being the
+              new tail. Tails are about ten to a leaf page, so a batch that adds a few
+              postings to each of tens of thousands of words rewrites a few thousand
+              pages, where appending to each list's last block in `blocks` rewrote about
+              three pages a word (their keys are far apart) and an ingest's memory and
+              free pages grew with the database. Other lists (annotations) have no tail;
+              a write that rewrites the end of a token list moves its tail into `blocks`
+              first.
     counts    feature id (u64) -> how many intervals its list holds (u64), erased ones
               included: lets a query plan (decode a common word's list, or only the blocks
               it needs) without reading the list. Format 4 follows it with the list's
@@ -122,6 +135,11 @@ def block_limits(psize: int) -> tuple[int, int]:
     return psize - PAGE_HEADER, 2 * psize
 
 
+# A token list's tail (see `tails`) holds at most this many bytes: tails are then about ten
+# to a leaf page, and a batch that adds a few postings to each of ~60,000 words rewrites a
+# few thousand pages, not a page or three a word.
+TAIL_BYTES = 512
+
 # Lists of annotations other than token postings (the document list `:`, fields, values,
 # labels) are cut into blocks of at most this many intervals: a query probes them far more
 # than it reads them whole (which documents hold a rare word's matches?), and probing
@@ -162,7 +180,9 @@ _COUNT = struct.Struct(">QQB")  # a counts value: intervals, version, flags
 OVERLAPPING, UNKNOWN = 1, 2      # its flags
 _ZEROS = np.zeros(4096, dtype=np.float64)  # (add_points allocates for more)
 
-_SUBDBS = ("meta", "features", "names", "blocks", "docs", "docnos", "erased", "counts")
+_SUBDBS = ("meta", "features", "names", "blocks", "docs", "docnos", "erased", "counts",
+           "tails")
+_OPTIONAL = ("tails",)  # sub-databases an older format lacks (opened read-only: None)
 
 
 MAX_KEY = 480  # LMDB's keys are at most 511 bytes
@@ -193,6 +213,25 @@ def name_key(name: str) -> bytes:
     if len(raw) <= MAX_KEY:
         return raw
     return raw[:400] + b"\x00" + hashlib.sha256(raw).hexdigest().encode()
+
+
+def _append_groups(lasts: list, addresses, bounds, budget: int, count: int):
+    """kernels.append_point_groups over lists' last blocks given one by one (b"": none),
+    with the first starts and groups as Python lists."""
+    offsets = [0]
+    for value in lasts:
+        offsets.append(offsets[-1] + len(value))
+    buf, offs, group, first, ok = kernels.append_point_groups(
+        b"".join(lasts), offsets, addresses, bounds, budget, count)
+    return buf, offs.tolist(), group.tolist(), first.tolist(), ok
+
+
+def _by_group(n: int, group: list) -> list[list[int]]:
+    """The output blocks' indices of each of n groups, in order."""
+    out = [[] for _ in range(n)]
+    for i, g in enumerate(group):
+        out[g].append(i)
+    return out
 
 
 def _count_value(raw) -> tuple[int, int | None, int]:
@@ -732,7 +771,14 @@ def open_environment(path: str, *, readonly: bool = False, create: bool = True,
             raise StorageError(f"{path}: cannot open database: {err.strerror}") from None
         try:
             if readonly:
-                dbs = {name: env.open_db(name.encode(), create=False) for name in _SUBDBS}
+                dbs = {}
+                for name in _SUBDBS:
+                    try:
+                        dbs[name] = env.open_db(name.encode(), create=False)
+                    except lmdb.NotFoundError:
+                        if name not in _OPTIONAL:
+                            raise
+                        dbs[name] = None
             else:
                 fd = _take_writer_lock(real, timeout, path)
                 try:
@@ -951,6 +997,9 @@ class Txn:
                     if key[:8] != prefix:
                         break
                     bufs.append(value)
+        tail = self.tail(fid)
+        if tail is not None:
+            bufs.append(tail)
         if not bufs:
             return (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64))
         offsets = np.zeros(len(bufs) + 1, dtype=np.int64)
@@ -960,10 +1009,15 @@ class Txn:
             v = np.broadcast_to(np.float64(0.0), s.shape)
         return s, e, v
 
+    def tail(self, fid: int):
+        """The feature's tail block (see `tails`), or None."""
+        db = self.dbs["tails"]
+        return None if db is None else self.txn.get(u64(fid), db=db)
+
     def block_firsts(self, fid: int) -> np.ndarray:
-        """The first start of each of the feature's blocks, ascending: the list's directory
-        (block i holds the intervals starting in [firsts[i], firsts[i + 1])). Reads keys
-        only, no block."""
+        """The first start of each of the feature's blocks, its tail last, ascending: the
+        list's directory (block i holds the intervals starting in [firsts[i],
+        firsts[i + 1])). Reads keys only, and the tail's header."""
         prefix = u64(fid)
         keys = []
         with self.txn.cursor(db=self.dbs["blocks"]) as cur:
@@ -972,9 +1026,12 @@ class Txn:
                     if key[:8] != prefix:
                         break
                     keys.append(key)
-        if not keys:
-            return np.empty(0, dtype=np.int64)
-        return np.frombuffer(b"".join(keys), dtype=">u8").reshape(-1, 2)[:, 1].astype(np.int64)
+        firsts = np.frombuffer(b"".join(keys), dtype=">u8").reshape(-1, 2)[:, 1] \
+            .astype(np.int64) if keys else np.empty(0, dtype=np.int64)
+        tail = self.tail(fid)
+        if tail is not None:
+            firsts = np.append(firsts, _HEADER.unpack_from(tail, 0)[4])
+        return firsts
 
     def read_blocks(self, fid: int, firsts: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -985,10 +1042,14 @@ class Txn:
         pack = _KEY.pack
         with self.txn.cursor(db=self.dbs["blocks"]) as cur:
             found = cur.getmulti([pack(fid, f) for f in firsts.tolist()])
-        if len(found) != len(firsts):
-            raise StorageError(f"feature {fid}: {len(firsts) - len(found)} of its blocks "
-                               "are missing (run `annodb check`)")
         bufs = [v for _, v in found]
+        if len(found) == len(firsts) - 1:  # the last one asked for is the tail
+            tail = self.tail(fid)
+            if tail is not None and _HEADER.unpack_from(tail, 0)[4] == int(firsts[-1]):
+                bufs.append(tail)
+        if len(bufs) != len(firsts):
+            raise StorageError(f"feature {fid}: {len(firsts) - len(bufs)} of its blocks "
+                               "are missing (run `annodb check`)")
         offsets = np.zeros(len(bufs) + 1, dtype=np.int64)
         np.cumsum([len(b) for b in bufs], out=offsets[1:])
         s, e, v, _, zero = kernels.decode_blocks(b"".join(bufs), offsets)
@@ -1025,6 +1086,7 @@ class Txn:
         limit)."""
         if len(s) == 0:
             return
+        self._seal_tail(fid)
         blocks = self.dbs["blocks"]
         txn = self.txn
         lo, hi = int(s[0]), int(e[-1])
@@ -1093,51 +1155,105 @@ class Txn:
             self.merge_into_list(fid, s, e, v, count)
 
     def add_point_groups(self, fids: list[int], addresses: np.ndarray,
-                         bounds: np.ndarray, after: int | None = None) -> None:
-        """Add token postings to many existing lists: fids[g] gets the sorted points
-        addresses[bounds[g]:bounds[g+1]]. One kernel call refills their last blocks and
-        encodes the new ones; lists the points do not come after are merged one by one.
-        `after`: the caller knows every stored interval ends before it (a writer's new
-        text) and every point is at or past it; then a last block too full to refill is
-        neither read nor decoded (the new points start a block of their own)."""
+                         bounds: np.ndarray, after: int) -> None:
+        """Add token postings to many existing lists, each after all it holds: fids[g]
+        gets the sorted points addresses[bounds[g]:bounds[g+1]], all at or past `after`,
+        past which no stored interval of theirs ends (a writer's new text).
+
+        A list's new points join its tail while that stays within TAIL_BYTES (one
+        getmulti and one kernel call for all the lists: tails are many to a page, so this
+        rewrites few pages however many lists a batch adds to). A tail that would grow
+        past that spills: with the new points it refills the list's last block in
+        `blocks` and goes on in full blocks, and what is left over is the new tail (or,
+        when too long for one, the list's new last block)."""
         if not fids:
             return
-        if self._append_cursor is None:
-            self._append_cursor = self.txn.cursor(db=self.dbs["blocks"])
-        cur = self._append_cursor
-        last, offsets = [], [0]
-        full_bytes, full_count = self.block_bytes, self.block_count
-        header = _HEADER.unpack_from
-        for fid in fids:
-            found = cur.set_range(_KEY.pack(fid + 1, 0))
-            found = cur.prev() if found else cur.last()
-            value = b""
-            if found:
-                key = cur.key()
-                if key[:8] == u64(fid):
-                    value = cur.value()
-                    if after is not None and (len(value) >= full_bytes or
-                                              header(value, 0)[3] >= full_count) \
-                            and _KEY.unpack(bytes(key))[1] < after:
-                        value = b""  # full: the new points go after it, in new blocks
-            last.append(value)
-            offsets.append(offsets[-1] + len(value))
-        buf, offs, group, first, ok = kernels.append_point_groups(
-            b"".join(last), offsets, addresses, bounds, self.block_bytes, self.block_count)
-        fid_of = np.asarray(fids, dtype=np.int64)[group].tolist()
-        mv = memoryview(buf)
-        offs = offs.tolist()
-        # fids ascend and each one's blocks follow in order: the items are in key order
-        pack = _KEY.pack
-        cur.putmulti([(pack(f, a), mv[offs[i]:offs[i + 1]])
-                      for i, (f, a) in enumerate(zip(fid_of, first.tolist()))])
-        # (a refilled last block keeps its key: overwritten)
-        sizes = np.diff(bounds).tolist()
-        for g, fid in enumerate(fids):
-            if ok[g]:
-                self._count(fid, sizes[g])
+        tails_db = self.dbs["tails"]
+        keys = [u64(f) for f in fids]
+        with self.txn.cursor(db=tails_db) as cur:
+            found = dict(cur.getmulti(keys))
+        old = [found.get(k, b"") for k in keys]
+        buf, offs, group, first, ok = _append_groups(old, addresses, bounds, TAIL_BYTES,
+                                                     self.block_count)
+        out = _by_group(len(fids), group)
+        tails, spill = [], []
+        for g, members in enumerate(out):
+            tail_first = _HEADER.unpack_from(old[g], 0)[4] if old[g] else None
+            if ok[g] and len(members) == 1 and (tail_first is None or
+                                                first[members[0]] == tail_first):
+                i = members[0]
+                tails.append((keys[g], memoryview(buf)[offs[i]:offs[i + 1]]))
             else:
-                self.add_points(fid, addresses[bounds[g]:bounds[g + 1]])
+                spill.append(g)
+        blocks = []
+        if spill:
+            blocks, spilled_tails, dropped = self._spill(
+                [fids[g] for g in spill], [old[g] for g in spill],
+                [addresses[bounds[g]:bounds[g + 1]] for g in spill])
+            tails += spilled_tails
+            tails.sort(key=lambda item: item[0])
+        if blocks:
+            with self.txn.cursor(db=self.dbs["blocks"]) as cur:
+                cur.putmulti(blocks)
+        with self.txn.cursor(db=tails_db) as cur:
+            cur.putmulti(tails)
+            for k in dropped if spill else ():
+                if cur.set_key(k):
+                    cur.delete()
+        for g, n in enumerate(np.diff(bounds).tolist()):
+            self._count(fids[g], n)
+
+    def _spill(self, fids: list[int], old_tails: list, points: list[np.ndarray]):
+        """The blocks, tails and dropped tail keys for lists whose tail spills (see
+        add_point_groups): each list's last block in `blocks` refilled with its tail's
+        points and the new ones, then full blocks, the rest its new tail."""
+        lasts = []
+        prefix_of = u64
+        with self.txn.cursor(db=self.dbs["blocks"]) as cur:
+            for fid in fids:
+                found = cur.set_range(_KEY.pack(fid + 1, 0))
+                found = cur.prev() if found else cur.last()
+                value = b""
+                if found and cur.key()[:8] == prefix_of(fid):
+                    value = cur.value()
+                lasts.append(bytes(value))
+        joined = [np.concatenate((decode_block(t)[0], p)) if t else p
+                  for t, p in zip(old_tails, points)]
+        bounds = np.zeros(len(fids) + 1, dtype=np.int64)
+        np.cumsum([len(j) for j in joined], out=bounds[1:])
+        buf, offs, group, first, ok = _append_groups(lasts, np.concatenate(joined), bounds,
+                                                     self.block_bytes, self.block_count)
+        if not ok.all():
+            raise StorageError("internal error: new postings do not come after a list's "
+                               "end; nothing of this transaction was written")
+        mv = memoryview(buf)
+        pack = _KEY.pack
+        blocks, tails, dropped = [], [], []
+        for g, members in enumerate(_by_group(len(fids), group)):
+            fid = fids[g]
+            for n, i in enumerate(members):
+                value = mv[offs[i]:offs[i + 1]]
+                if n + 1 == len(members) and len(value) <= TAIL_BYTES:
+                    tails.append((u64(fid), value))
+                else:
+                    blocks.append((pack(fid, first[i]), value))
+            if old_tails[g] and (not members or len(mv[offs[members[-1]]:
+                                                       offs[members[-1] + 1]]) > TAIL_BYTES):
+                dropped.append(u64(fid))
+        return blocks, tails, dropped
+
+    def _seal_tail(self, fid: int) -> None:
+        """Move the feature's tail, if any, into `blocks` (before a write that rewrites the
+        end of the list)."""
+        db = self.dbs["tails"]
+        if db is None:
+            return
+        key = u64(fid)
+        tail = self.txn.get(key, db=db)
+        if tail is not None:
+            self.txn.put(_KEY.pack(fid, _HEADER.unpack_from(tail, 0)[4]), tail,
+                         db=self.dbs["blocks"])
+            self.txn.delete(key, db=db)
 
     def add_points(self, fid: int, addresses: np.ndarray) -> None:
         """Add token postings (points, value 0) to a feature's list."""
@@ -1149,6 +1265,7 @@ class Txn:
                        count: int | None = None) -> bool:
         """Append a GC-list that lies wholly after the feature's list. Touches only the last
         block. Returns False (and writes nothing) when the new intervals do not come after."""
+        self._seal_tail(fid)
         blocks = self.dbs["blocks"]
         prefix = u64(fid)
         if self._append_cursor is None:
@@ -1207,11 +1324,12 @@ class Txn:
         return kernels.encode_point_groups(addresses, bounds, self.block_bytes,
                                            self.block_count)
 
-    def put_blocks(self, fids, firsts, bufs, offsets) -> None:
+    def put_blocks(self, fids, firsts, bufs, offsets, tails=()) -> None:
         """Store the blocks of new features, whose ids are above every stored block's. Block
         i of part k is bufs[k][offsets[k][i]:offsets[k][i+1]]; fids and firsts run over all
         blocks. They are written in key order, so LMDB appends them, filling pages instead
-        of splitting them."""
+        of splitting them. The last block of each feature in `tails` (token lists) is its
+        tail (see `tails`)."""
         pack = _KEY.pack
         values = []
         for buf, offs in zip(bufs, offsets):
@@ -1224,8 +1342,19 @@ class Txn:
         for f, value in zip(fid_list, values):
             self._count(f, header(value, 0)[3])
         order = sorted(range(len(keys)), key=keys.__getitem__)
+        items, tail_items = [], []
+        for n, i in enumerate(order):
+            f = fid_list[i]
+            if f in tails and len(values[i]) <= TAIL_BYTES and \
+                    (n + 1 == len(order) or fid_list[order[n + 1]] != f):
+                tail_items.append((u64(f), values[i]))   # its last block, when short
+            else:
+                items.append((keys[i], values[i]))
         with self.txn.cursor(db=self.dbs["blocks"]) as cur:
-            _append_all(cur, [(keys[i], values[i]) for i in order])
+            _append_all(cur, items)
+        if tail_items:
+            with self.txn.cursor(db=self.dbs["tails"]) as cur:
+                _append_all(cur, tail_items)
 
     # documents
     def _entry(self, key, value) -> _Entry:
@@ -1446,11 +1575,22 @@ class Txn:
             self.txn.put(u64(int(p)), u64(int(q)), db=db)
 
     def all_blocks(self):
-        """(feature id, key start, raw block) of every block, in key order (for check)."""
+        """(feature id, first start, raw block) of every block, each list's tail after its
+        blocks, in feature order (for check)."""
+        tails = []
+        if self.dbs["tails"] is not None:
+            with self.txn.cursor(db=self.dbs["tails"]) as cur:
+                tails = [(from_u64(k), bytes(v)) for k, v in cur]
+        t = 0
         with self.txn.cursor(db=self.dbs["blocks"]) as cur:
             for k, v in cur:
                 fid, start = _KEY.unpack(bytes(k))
+                while t < len(tails) and tails[t][0] < fid:
+                    yield tails[t][0], _HEADER.unpack_from(tails[t][1], 0)[4], tails[t][1]
+                    t += 1
                 yield fid, start, v
+        for tfid, value in tails[t:]:
+            yield tfid, _HEADER.unpack_from(value, 0)[4], value
 
 
 def copy_compacted(e: Environment, dest: str) -> None:

@@ -593,7 +593,8 @@ class Writer(Snapshot):
             self._ann_arrays = []
         if new_blocks:
             fids, firsts, bufs, offsets = zip(*new_blocks)
-            txn.put_blocks(np.concatenate(fids), np.concatenate(firsts), bufs, offsets)
+            txn.put_blocks(np.concatenate(fids), np.concatenate(firsts), bufs, offsets,
+                           tails=token_fids)
         for fid, lst in later:  # old features, or new ones with tokens too: after the append
             txn.add_to_list(fid, *lst, storage.ANNOTATION_BLOCK)
         self._flush_docs()  # last: their compression ran meanwhile

@@ -239,10 +239,16 @@ def test_full_blocks_fill_one_overflow_page_each(db):
         full = sizes[:-1]
         assert len(full) >= 4 and all(budget - 16 < n <= budget for n in full)
         stat = txn.txn.stat(db._env.dbs["blocks"])
-        inline = (psize - 16) // 2 - 2 - 8 - 16  # LMDB's nodemax less node header and key
+        tails = txn.txn.stat(db._env.dbs["tails"])
+        nodemax = (psize - 16) // 2 - 2 - 8  # LMDB's nodemax less the node header
         sizes = [len(v) for _, _, v in txn.all_blocks()]
         assert all(n <= budget for n in sizes)
-        assert stat["overflow_pages"] == sum(1 for n in sizes if n > inline) >= len(full)
+        with txn.txn.cursor(db=db._env.dbs["blocks"]) as cur:   # (keys of 16 bytes)
+            big = sum(1 for v in cur.iternext(keys=False) if len(v) > nodemax - 16)
+        with txn.txn.cursor(db=db._env.dbs["tails"]) as cur:    # (keys of 8 bytes)
+            big_tails = sum(1 for v in cur.iternext(keys=False) if len(v) > nodemax - 8)
+        assert stat["overflow_pages"] == big >= len(full)
+        assert tails["overflow_pages"] == big_tails
         assert stat["leaf_pages"] < stat["overflow_pages"]
         s = txn.read_list(fid)[0]
         assert len(s) > 20_000 and (np.diff(s) > 0).all()
