@@ -43,7 +43,7 @@ import numpy as np
 from . import kernels
 from .errors import QueryCostError, QueryError
 from .lists import Intervals
-from .query import Combine, Compare, Feature, Link, Node, Parsed, Term, Window, parse
+from .query import Combine, Compare, Feature, Link, Node, Parsed, Term, Window, parse, resolve
 
 MAX_WINDOWS = 20_000_000
 # A word's list longer than this is not decoded whole when a few positions of it are all a
@@ -86,9 +86,21 @@ def as_node(gcl, *, lenient: bool = False) -> tuple[Node, list[str]]:
     raise TypeError(f"a query is text or a parsed query, not {type(gcl).__name__}")
 
 
+def prepare(snapshot, gcl, *, lenient: bool = False) -> tuple[Node, list[str]]:
+    """`as_node` for a query meeting the database of `snapshot`: query text (or a Parsed)
+    also has its raw terms naming no feature there resolved (query.resolve: a warning;
+    lenient, their words searched instead). An AST node is taken as it is."""
+    node, warnings = as_node(gcl, lenient=lenient)
+    if isinstance(gcl, (str, Parsed)):
+        node, more = resolve(node, lambda name: snapshot.lists.fid(name) is not None,
+                             lenient=lenient)
+        warnings += more
+    return node, warnings
+
+
 def evaluate(snapshot, gcl, *, lenient: bool = False, budget: "Budget | None" = None
              ) -> Intervals:
-    node, _ = as_node(gcl, lenient=lenient)
+    node, _ = prepare(snapshot, gcl, lenient=lenient)
     return Evaluator(snapshot, budget).eval(node)
 
 

@@ -17,7 +17,7 @@ from itertools import combinations
 import numpy as np
 
 from . import kernels, snippets
-from .gcl import Budget, Evaluator, Region, as_node, list_name
+from .gcl import Budget, Evaluator, Region, as_node, list_name, prepare
 from .lists import Intervals
 from .query import Combine, Term, format as format_query
 from .tokenizer import tokens
@@ -103,7 +103,7 @@ def rank(snapshot, gcl, *, depth: int = DEPTH, container: str = ":", lenient: bo
     """Evaluate `gcl` and rank the containers by SSR, keeping the best `depth`. Only the
     containers that can hold a cover are read (found from the query's rarest operands, see
     Evaluator.drivers), and the query is evaluated inside them."""
-    node, warnings = as_node(gcl, lenient=lenient)
+    node, warnings = prepare(snapshot, gcl, lenient=lenient)
     ev = evaluator or Evaluator(snapshot, budget)
     ev.check(node)
     covers, boxes = _covers_and_boxes(ev, node, as_node(container)[0])

@@ -26,9 +26,11 @@ that `where` can filter on; `forget` deletes one. Search everything before remem
 something that may already be there."""
 
 SEARCH_HELP = """\
-Search the memory. `query` is free text (words, ranked by how close together they occur) or
-a GCL query: a "quoted phrase", (^ A B) all of, (+ A B) one of, (... A B) A then B,
-(<< A B) A inside B, a label feature like user:alice, or (>= :importance: 3).
+Search the memory. `query` is free text (its words, whatever characters it holds: an email
+address, a time, a URL; ranked by how close together they occur) or a GCL query: one
+"quoted phrase", or an expression starting with `(` and an operator: (^ A B) all of,
+(+ A B) one of, (... A B) A then B, (<< A B) A inside B, (>> : user:alice) memories
+carrying the label user:alice, (>> : (>= :importance: 3)).
 `where` filters inside the ranking, so k results come back when k match: {"user": "alice"}
 (exact), {"user": ["alice", "bob"]} (any of), {"importance": [">=", 3]} (= != < <= > >=),
 {"time": [">=", 1735689600]} (seconds since the epoch). An empty query lists the most

@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from annodb import ranking
 from annodb.errors import QueryError
+from annodb.gcl import prepare
 from cli.main import db_option, echo_json, fail, open_db
 
 
@@ -130,7 +130,7 @@ def count(db, gcl, strict, as_json):
     database = open_db(db, readonly=True)
     with database.read() as r:
         try:
-            node, warnings = ranking.as_node(gcl, lenient=not strict)
+            node, warnings = prepare(r, gcl, lenient=not strict)
         except QueryError as err:
             fail(str(err), 2)
         _warn(warnings)

@@ -94,3 +94,20 @@ def test_missing_database_is_one_error_line(tmp_path):
     result = invoke("query", "--db", tmp_path / "nope.db", "god")
     assert result.exit_code == 1
     assert result.stderr.startswith("annodb: error: ") and len(result.stderr.splitlines()) == 1
+
+
+def test_a_raw_term_naming_no_feature_is_a_warning_on_stderr(db):
+    result = invoke("query", "--db", db, "-k", "1", "(^ god: light)")
+    assert result.exit_code == 0 and result.stdout.startswith("1\tGen.")
+    assert result.stderr == ("annodb: warning: 'god:' names no feature of the database; "
+                             "searched its words \"god\" instead\n")
+    result = invoke("query", "--db", db, "--strict", "(^ god: light)")
+    assert result.exit_code == 0 and result.stdout == ""
+    assert "'god:' names no feature of the database, so it matches nothing" in result.stderr
+    result = invoke("count", "--db", db, "light:")
+    assert int(result.stdout) > 0 and "searched its words" in result.stderr
+    result = invoke("count", "--db", db, "--strict", "light:")
+    assert result.stdout == "0\n" and "matches nothing" in result.stderr
+    result = invoke("query", "--db", db, "--json", "-", input="light:\n")
+    assert "searched its words" in json.loads(result.stdout)["warnings"][0]
+

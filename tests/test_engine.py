@@ -257,3 +257,22 @@ def test_regression_phrase_candidates_before_address_zero(tmp_path, monkeypatch)
     with db.read() as r:
         assert list(r.query('"a a b"')) == [(1, 3, 0.0)]
     db.close()
+
+
+def test_a_raw_term_naming_no_feature_warns_and_lenient_searches_its_words(tmp_path):
+    """Never a silent empty result: `10:30` names no feature, so the ranking says so; lenient
+    mode searches the words "10 30" instead (the Results and the server's Ranking carry the
+    warning); strict mode keeps the exact meaning (nothing) with the warning."""
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        w.add({"id": "d", "title": "Standup", "body": "meet at 10:30 in room 4"})
+    with db.read() as r:
+        found = r.search("(^ meet 10:30)", lenient=True)
+        assert [h.docno for h in found] == ["d"] and len(found.warnings) == 1
+        assert "searched its words" in found.warnings[0]
+        assert r.count("10:30", lenient=True) == 1
+        strict = r.search("(^ meet 10:30)")
+        assert len(strict) == 0 and "matches nothing" in strict.warnings[0]
+        assert r.count("10:30") == 0
+        assert r.search("(<< meet body:)").warnings == []         # a feature: no warning
+    db.close()

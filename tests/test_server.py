@@ -194,6 +194,10 @@ def test_lenient_repairs_appear_as_warnings(server, db):
         r = c(op="query", query='("hello")')
         assert r["ok"] and any("unwrapped" in w for w in r["warnings"])
         assert "warnings" not in c(op="query", query="(^ hello world)")
+        r = c(op="query", query="(^ hello world:)")     # names no feature: its words
+        assert r["ok"] and r["docno"] == expected_ranks(db, "(^ hello world)")[0]
+        assert r["warnings"] == ["'world:' names no feature of the database; searched its "
+                                 'words "world" instead']
 
 
 def test_query_errors(server):
