@@ -102,16 +102,50 @@ def test_queries_agree_with_reference(database, nodes):
             db.close()
 
 
+GAPS = st.text(" \n\r,.;:%-“”'(", max_size=4)
+
+
 @SETTINGS
 @given(st.integers(1, 450), st.data())
 def test_snippets_agree_with_reference(n, data):
-    toks = [f"w{i}" for i in range(n)]
+    """Random punctuation and whitespace between the tokens, maybe two fields."""
+    inner = st.lists(GAPS.filter(bool), min_size=n - 1, max_size=n - 1)
+    gaps = [data.draw(GAPS)] + data.draw(inner) + [data.draw(GAPS)]
+    text, spans = gaps[0], []
+    for i in range(n):
+        spans.append((len(text), len(text) + len(f"w{i}")))
+        text += f"w{i}" + gaps[i + 1]
     a = data.draw(st.integers(0, n - 1))
     b = data.draw(st.integers(a, n - 1))
     width = data.draw(st.sampled_from([5, 200]))
-    doc = annodb.Document("d", 100, 100 + n - 1, " ".join(toks), [], {}, n)
+    split = data.draw(st.integers(0, n - 1))   # a second field from token `split` on
+    fields = []
+    if split:
+        fields = [annodb.DocField("x", ":x:", 0, spans[split - 1][1], 100, 100 + split - 1),
+                  annodb.DocField("y", ":y:", spans[split][0], len(text), 100 + split,
+                                  100 + n - 1)]
+    doc = annodb.Document("d", 100, 100 + n - 1, text, fields, {}, n)
     got = snippets.make(doc, 100 + a, 100 + b, width=width).marked()
-    assert got == naive.snippet(toks, a, b, width)
+    first = split if split and a >= split else 0
+    assert got == naive.snippet(text, spans, a, b, width, first)
+
+
+def test_snippets_keep_punctuation_and_leave_out_the_fields_before_the_cover(tmp_path):
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        w.add({"id": "v", "book": "Gen", "text": "God said, “Let there be light,” and it was."})
+        w.add("Prices rose 3%. Then (briefly) they fell 10:30-ish!", docno="p")
+    with db.read() as r:
+        assert r.search("light")[0].snippet == \
+            "God said, “Let there be <cover>light</cover>,” and it was."
+        assert r.search('"gen god"')[0].snippet == "<cover>Gen God</cover> said, “Let " \
+            "there be light,” and it was."
+        assert r.search("(^ rose 3)")[0].snippet == \
+            "Prices <cover>rose 3</cover>%. Then (briefly) they fell 10:30-ish!"
+        first = snippets.make(r.document("p"), r.document("p").start + 7,
+                              r.document("p").start + 8, width=4)
+        assert first.marked() == "fell <cover>10:30</cover>-ish!"
+    db.close()
 
 
 def test_scores_are_exact(tmp_path):
@@ -131,7 +165,7 @@ def test_snippet_newlines_and_cover(tmp_path):
         w.add({"id": "r", "title": "Goth rock", "body": "line one\nline two goth"})
     with db.read() as r:
         hit = r.search("(^ two goth)")[0]
-        assert hit.snippet == "Goth rock line one line <cover>two goth</cover>"
+        assert hit.snippet == "line one line <cover>two goth</cover>"   # the body only
     db.close()
 
 
