@@ -58,6 +58,7 @@ class Ranking:
     scores: np.ndarray
     cover_starts: np.ndarray
     cover_ends: np.ndarray
+    total: int = 0                  # containers holding a cover (all, not only to depth)
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -86,7 +87,7 @@ class Results:
     hits: list[Hit]
     query: str
     warnings: list[str] = field(default_factory=list)
-    total: int = 0                  # containers with a positive score (up to the depth)
+    total: int = 0                  # how many containers match (not only the hits)
 
     def __iter__(self):
         return iter(self.hits)
@@ -113,7 +114,7 @@ def rank(snapshot, gcl, *, depth: int = DEPTH, container: str = ":", lenient: bo
     b = best[order]
     d = idx[order]
     return Ranking(snapshot, _text(node), warnings, boxes.starts[d], boxes.ends[d],
-                   scores[order], covers.starts[b], covers.ends[b])
+                   scores[order], covers.starts[b], covers.ends[b], len(idx))
 
 
 def _covers_and_boxes(ev: Evaluator, node, cnode) -> tuple[Intervals, Intervals]:
@@ -153,7 +154,7 @@ def _text(node) -> str:
 def search(snapshot, gcl, *, k: int = 10, container: str = ":", lenient: bool = False,
            snippets: bool = True) -> Results:
     r = rank(snapshot, gcl, depth=max(k, 0), container=container, lenient=lenient)
-    return Results(r.hits(k, snippets), r.query, r.warnings, len(r))
+    return Results(r.hits(k, snippets), r.query, r.warnings, r.total)
 
 
 # free text ---------------------------------------------------------------------------
@@ -215,13 +216,16 @@ def text_tiers(snapshot, text: str) -> list[list[tuple[Combine | Term, float]]]:
 
 def search_text(snapshot, text: str, *, k: int = 10, container: str = ":") -> Results:
     """Free-text search: containers matching an earlier tier rank above later ones; within a
-    tier, by the sum over its subsets of weight x SSR score."""
+    tier, by the sum s over its subsets of weight x SSR score. A hit's score is
+    n + s / (1 + s) for a tier of n words together, so scores fall with the rank and the
+    whole part says how many of the words matched together."""
     ev = Evaluator(snapshot)
     cnode = as_node(container)[0]
     seen = set()  # containers ranked already (by start)
     hits: list[Hit] = []
     ran = []
-    for tier in text_tiers(snapshot, text):
+    tiers = text_tiers(snapshot, text)
+    for level, tier in zip(range(len(tiers), 0, -1), tiers):
         if len(hits) >= k:
             break
         parts = []  # per subset: touched containers, weighted scores, cover starts and ends
@@ -251,6 +255,6 @@ def search_text(snapshot, text: str, *, k: int = 10, container: str = ":") -> Re
             ranking = Ranking(snapshot, "", [], bs[[f]], be[[f]], total[[j]], cp[[f]],
                               cq[[f]])
             h = ranking.hit(0)
-            hits.append(Hit(len(hits) + 1, h.docno, h.score, h.start, h.end, h.cover,
-                            h.snippet))
+            hits.append(Hit(len(hits) + 1, h.docno, level + h.score / (1 + h.score),
+                            h.start, h.end, h.cover, h.snippet))
     return Results(hits, " ; ".join(ran), [], len(hits))

@@ -81,6 +81,22 @@ def test_search_says_what_it_ran(db):
     assert len(result.stdout.splitlines()) == 3
 
 
+def test_search_shows_scores_in_rank_order(db):
+    """Tier by tier (all the words together first): the score's whole part is how many
+    words matched together, so scores fall with the rank across tiers too."""
+    result = invoke("search", "--db", db, "--json", "-k", "12", "waters divided light")
+    hits = [json.loads(line) for line in result.stdout.splitlines()]
+    scores = [h["score"] for h in hits]
+    assert len(hits) == 12 and scores == sorted(scores, reverse=True)
+    assert {int(s) for s in scores} == {1, 2}       # pairs of words first, then single ones
+
+
+def test_total_counts_every_matching_document(db):
+    with annodb.open(db, readonly=True) as database, database.read() as r:
+        found = r.search("god", k=5)
+        assert len(found) == 5 and found.total == r.count("(>> : god)") == 78
+
+
 def test_count(db):
     assert invoke("count", "--db", db, '"the light"').stdout.strip().isdigit()
     result = invoke("count", "--db", db, "--json", "(<< god text:)")
