@@ -193,8 +193,10 @@ class Memory:
                     w.annotate(label(key, value), added.start, added.end)
         return added.docno
 
-    def annotate(self, docno: str, label: str, value: float = 1.0) -> None:
-        """Set `:label:` = value over the memory `docno` (NotFoundError if there is none)."""
+    def annotate(self, docno: str, label: str, value: float = 0.0) -> None:
+        """Set `:label:` = value over the memory `docno` (NotFoundError if there is none).
+        Without a value it carries 0, as every annotation does (Writer.annotate, `annodb
+        annotate`, the server and MCP)."""
         value = _number(label, value)
         with self.db.write() as w:
             doc = w.document(docno)

@@ -83,10 +83,10 @@ def make_server(path: str):
         return {"docno": call(memory.remember, text, docno=docno, **(metadata or {}))}
 
     @server.tool()
-    def annotate(docno: str, label: str, value: float = 1.0) -> dict[str, Any]:
-        """Put VALUE on the memory DOCNO under LABEL (replacing an earlier value), e.g. a
-        judgment like useful = 2; then search where={"useful": [">=", 2]} or the GCL
-        (>> : (>= :useful: 2)) finds it."""
+    def annotate(docno: str, label: str, value: float = 0.0) -> dict[str, Any]:
+        """Put VALUE (default 0) on the memory DOCNO under LABEL (replacing an earlier
+        value), e.g. a judgment like useful = 2; then search where={"useful": [">=", 2]} or
+        the GCL (>> : (>= :useful: 2)) finds it."""
         call(memory.annotate, docno, label, value)
         return {"docno": docno, "label": label, "value": value}
 

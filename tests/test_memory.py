@@ -166,10 +166,10 @@ def test_annotate_labels_filter_like_metadata(mem):
     a = mem.remember("the deploy key lives in the vault", importance=1)
     b = mem.remember("the deploy runs on fridays")
     mem.annotate(a, "useful", 3)
-    mem.annotate(b, "useful")                        # default 1.0
+    mem.annotate(b, "useful")                        # default 0, as every annotation
     mem.annotate(a, "importance", 5)                 # overrides the remembered value
     assert mem.get(a).metadata["useful"] == 3 and mem.get(a).metadata["importance"] == 5
-    assert mem.get(b).metadata["useful"] == 1
+    assert mem.get(b).metadata["useful"] == 0
     assert docnos(mem.recall("deploy", where={"useful": (">=", 2)})) == [a]
     assert docnos(mem.recall("(>> : (>= :useful: 2))")) == [a]
     assert docnos(mem.recall("deploy", where={"importance": 1})) == []
@@ -336,6 +336,7 @@ def test_mcp_server_with_the_mcp_client(tmp_path):
             doc = await call("read_document", docno=a)
             assert doc["text"] == "Alice is allergic to peanuts"
             assert doc["metadata"]["user"] == "alice"
+            assert (await call("annotate", docno=b, label="seen"))["value"] == 0   # default
             await call("annotate", docno=b, label="useful", value=2)
             found = await call("search", query="allergic", where={"useful": [">=", 2]})
             assert [r["docno"] for r in found["results"]] == [b]
