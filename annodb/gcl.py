@@ -58,9 +58,8 @@ _COMPARE = {
     "=": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
     ">": np.greater, ">=": np.greater_equal,
 }
-_MERGE = {"^": kernels.both_of, "+": kernels.one_of, "...": kernels.followed_by}
-_SELECT = {"<<": kernels.contained_in, ">>": kernels.containing,
-           "!<": kernels.not_contained_in, "!>": kernels.not_containing}
+_SELECT = {"<<": "contained_in", ">>": "containing", "!<": "not_contained_in",
+           "!>": "not_containing"}   # the kernels, by name (imported on first use)
 # (# n) as the right operand of a containment operator: keep A-intervals whose length
 # (q - p + 1) compares so with n.
 _WINDOW_SELECT = {"<<": np.less_equal, "!<": np.greater, ">>": np.greater_equal,
@@ -393,7 +392,7 @@ class Evaluator:
             b = self.eval_in(b_node, region.holding(a))
         else:
             b = self.eval(b_node)
-        return a.take(_SELECT[op](a.starts, a.ends, b.starts, b.ends))
+        return a.take(getattr(kernels, _SELECT[op])(a.starts, a.ends, b.starts, b.ends))
 
     def _containing(self, a_node: Node, b_node: Node) -> Intervals | None:
         """`(>> A B)` for a feature or word A with a long list and a B much shorter: A's

@@ -13,7 +13,7 @@ import click
 
 from annodb.errors import AnnodbError
 from annodb.memory import Memory
-from cli.main import db_option
+from .main import db_option
 
 SNIPPET_CHARS = 1000       # a listing without a query shows this much of each text
 

@@ -8,7 +8,7 @@ import click
 
 from annodb.errors import QueryError
 from annodb.gcl import prepare
-from cli.main import db_option, echo_json, fail, open_db
+from .main import db_option, echo_json, fail, open_db
 
 
 def _show(hits, as_json: bool) -> None:

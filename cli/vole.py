@@ -11,12 +11,11 @@ import os
 import click
 import msgspec
 
-from cli import errors as _errors
+from . import errors as _errors
 
 from annodb.database import DEFAULT_PATH
 from annodb.errors import AnnodbError
 from vole import agent as _agent
-from vole import evaluate as _evaluate
 from vole import judge as _judge
 from vole.backend import open_backend
 from vole.errors import VoleError
@@ -148,6 +147,13 @@ def eval_(qrels, run_path, per_topic, as_json, measures):
       vole eval --qrels man86.qrels runs/a/vole.run
       vole eval --qrels man86.qrels runs/a/vole.run --per-topic --measure "R(rel=2)@100"
     """
+    try:
+        from vole import evaluate as _evaluate
+    except ImportError as err:
+        if err.name not in ("ir_measures", "pytrec_eval", "scipy"):
+            raise
+        fail(f"vole eval needs the evaluation extra ({err.name} is not installed): "
+             "pip install 'annodb[eval]'")
     result = _evaluate.evaluate(qrels, run_path, measures or _evaluate.MEASURES)
     if as_json:
         value = msgspec.to_builtins(result)

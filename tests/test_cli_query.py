@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 import annodb
-from cli.main import annodb as cli
+from annodb_cli.main import annodb as cli
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "bible-sample.jsonl"
 

@@ -262,7 +262,7 @@ def test_several_processes_share_one_memory(tmp_path):
                                cwd=ROOT) for name in ("a", "b")]
     cli_runs = 0
     while any(p.poll() is None for p in agents) or cli_runs < 2:
-        done = subprocess.run([sys.executable, "-c", "from cli.main import annodb; annodb()",
+        done = subprocess.run([sys.executable, "-c", "from annodb_cli.main import annodb; annodb()",
                                "query", "--db", path, "--json", "-k", "3",
                                "(^ observation agent)"],
                               capture_output=True, text=True, cwd=ROOT, timeout=60)
@@ -293,7 +293,7 @@ def _server_params(path):
     if os.path.exists(ANNODB):
         return StdioServerParameters(command=ANNODB, args=["mcp", "--db", path], cwd=ROOT)
     return StdioServerParameters(command=sys.executable, cwd=ROOT, args=[
-        "-c", "from cli.main import annodb; annodb()", "mcp", "--db", path])
+        "-c", "from annodb_cli.main import annodb; annodb()", "mcp", "--db", path])
 
 
 def test_mcp_server_with_the_mcp_client(tmp_path):

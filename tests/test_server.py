@@ -25,7 +25,7 @@ import annodb
 from annodb import server as server_module
 from annodb.ranking import rank
 from annodb.server import Server, ServerError
-from cli.serve import serve
+from annodb_cli.serve import serve
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIELDS = ["title:", "headings:", "segment:"]
@@ -546,7 +546,7 @@ def test_subprocess_server_with_sigterm(db):
     """The real command: listening line on stderr, queries, a commit from this process seen
     by the next query, an annotation (the read-only handle reopened read-write), SIGTERM."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from cli.serve import serve; serve()", "--db", db.path,
+        [sys.executable, "-c", "from annodb_cli.serve import serve; serve()", "--db", db.path,
          "--port", "0", "--fields", "title:,segment:"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": REPO})

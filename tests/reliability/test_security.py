@@ -21,7 +21,7 @@ from click.testing import CliRunner
 import annodb
 from annodb import server as server_module
 from annodb.server import Server, ServerError
-from cli.serve import serve
+from annodb_cli.serve import serve
 
 from .workload import size
 
