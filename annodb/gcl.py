@@ -43,7 +43,9 @@ import numpy as np
 from . import kernels
 from .errors import QueryCostError, QueryError
 from .lists import Intervals
-from .query import Combine, Compare, Feature, Link, Node, Parsed, Term, Window, parse, resolve
+from .query import (Combine, Compare, Feature, Link, Node, Parsed, Term, Window, map_leaves,
+                    parse, resolve)
+from .tokenizer import strip_diacritics
 
 MAX_WINDOWS = 20_000_000
 # A word's list longer than this is not decoded whole when a few positions of it are all a
@@ -195,6 +197,21 @@ class Evaluator:
         self.memo_in: dict = {}
         self._estimates: dict[Node, int] = {}
         self._read = self.lists.read
+        # a database made with fold_diacritics stores its words without them: so are a
+        # query's (the parser cannot know; see folded)
+        self._fold = getattr(snapshot, "fold_diacritics", False)
+        self._folded: dict[Node, Node] = {}
+
+    def folded(self, node: Node) -> Node:
+        """The node with its words as this database stores them: without diacritics in a
+        database made with fold_diacritics (every entry point applies it), else itself."""
+        if not self._fold:
+            return node
+        found = self._folded.get(node)
+        if found is None:
+            found = map_leaves(node, _strip_term)
+            self._folded[node] = self._folded[found] = found
+        return found
 
     # ------------------------------------------------------------------ accounting
 
@@ -221,6 +238,8 @@ class Evaluator:
     def estimate(self, node: Node) -> int:
         """An upper bound of the node's intervals (or of the work to find them), from the
         lists' counts: nothing is decoded."""
+        if self._fold:
+            node = self.folded(node)
         found = self._estimates.get(node)
         if found is not None:
             return found
@@ -246,6 +265,8 @@ class Evaluator:
     # ------------------------------------------------------------------ whole results
 
     def eval(self, node: Node) -> Intervals:
+        if self._fold:
+            node = self.folded(node)
         found = self.memo.get(node)
         if found is None:
             found = self.memo[node] = self._spent(self._eval(node))
@@ -437,6 +458,8 @@ class Evaluator:
     def eval_in(self, node: Node, region: Region) -> Intervals:
         """The node's intervals lying inside one of the region's ranges: exactly
         `region.select(self.eval(node))`, reading only what lies in the region."""
+        if self._fold:
+            node = self.folded(node)
         found = self.memo.get(node)
         if found is not None:
             return region.select(found)
@@ -493,6 +516,8 @@ class Evaluator:
         one of these: what finds the containers a ranking needs. For all-of and followed-by
         the rarest operand's, for one-of all operands', for a containment or a value filter
         its left operand's; else the node's own intervals."""
+        if self._fold:
+            node = self.folded(node)
         if isinstance(node, Combine) and node.op in ("^", "..."):
             return self.drivers(min(node.args, key=self.estimate))
         if isinstance(node, Combine) and node.op == "+":
@@ -502,6 +527,12 @@ class Evaluator:
         if isinstance(node, Compare):
             return self.eval(node)
         return self.eval(node)
+
+
+def _strip_term(node: Term | Feature) -> Node:
+    if isinstance(node, Term):
+        return Term(tuple(map(strip_diacritics, node.tokens)))
+    return node
 
 
 def list_name(node: Node) -> str | None:

@@ -146,10 +146,11 @@ def is_gcl(text: str) -> bool:
 
 
 class Memory:
-    """An agent's memory in the annodb database at `path` (created if missing)."""
+    """An agent's memory in the annodb database at `path` (created if missing;
+    `fold_diacritics=True` for a new one whose recall ignores accents, see annodb.open)."""
 
-    def __init__(self, path, *, timeout: float = 30.0):
-        self.db = _open(path, timeout=timeout)
+    def __init__(self, path, *, timeout: float = 30.0, fold_diacritics: bool | None = None):
+        self.db = _open(path, timeout=timeout, fold_diacritics=fold_diacritics)
 
     def close(self) -> None:
         self.db.close()

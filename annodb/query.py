@@ -253,19 +253,16 @@ def parse(text: str, *, lenient: bool = False) -> Parsed:
     return Parsed(top[0], warnings)
 
 
-def resolve(node: Node, known, *, lenient: bool = False) -> tuple[Node, list[str]]:
-    """The query `node` as it runs on a database, and a warning for each raw term with a
-    structural character that names no feature there (`known(name)` is false). Lenient: the
-    term's words are searched instead (a Term), and the warning says so; strict: the term is
-    kept (it matches nothing) and the warning says how to search its words."""
-    warnings: list[str] = []
+def map_leaves(node: Node, fn) -> Node:
+    """`node` with each term and feature replaced by fn(leaf) (the rest rebuilt only where
+    something changed; each distinct leaf is passed to fn once)."""
     done: dict[Node, Node] = {}
 
     def walk(n: Node) -> Node:
-        if isinstance(n, Feature):
+        if isinstance(n, (Term, Feature)):
             found = done.get(n)
             if found is None:
-                found = done[n] = _resolve_feature(n, known, lenient, warnings)
+                found = done[n] = fn(n)
             return found
         if isinstance(n, Combine):
             args = tuple(walk(a) for a in n.args)
@@ -278,7 +275,22 @@ def resolve(node: Node, known, *, lenient: bool = False) -> tuple[Node, list[str
             return n if arg is n.arg else Compare(n.op, arg, n.value)
         return n
 
-    return walk(node), warnings
+    return walk(node)
+
+
+def resolve(node: Node, known, *, lenient: bool = False) -> tuple[Node, list[str]]:
+    """The query `node` as it runs on a database, and a warning for each raw term with a
+    structural character that names no feature there (`known(name)` is false). Lenient: the
+    term's words are searched instead (a Term), and the warning says so; strict: the term is
+    kept (it matches nothing) and the warning says how to search its words."""
+    warnings: list[str] = []
+
+    def leaf(n: Term | Feature) -> Node:
+        if isinstance(n, Feature):
+            return _resolve_feature(n, known, lenient, warnings)
+        return n
+
+    return map_leaves(node, leaf), warnings
 
 
 def _resolve_feature(node: Feature, known, lenient: bool, warnings: list[str]) -> Node:

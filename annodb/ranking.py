@@ -20,7 +20,7 @@ from . import kernels, snippets
 from .gcl import Budget, Evaluator, Region, as_node, list_name, prepare
 from .lists import Intervals
 from .query import Combine, Term, format as format_query
-from .tokenizer import tokens
+from .tokenizer import strip_diacritics, tokens
 
 K = 42.0
 DEPTH = 1000
@@ -127,6 +127,7 @@ def _covers_and_boxes(ev: Evaluator, node, cnode) -> tuple[Intervals, Intervals]
     list's directory, nothing decoded — and only its covers' containers are looked up;
     else the containers holding a driver are looked up first, and the query evaluated
     inside them. Another container query is evaluated whole."""
+    cnode = ev.folded(cnode)
     name = list_name(cnode)
     if name is None:
         boxes = ev.eval(cnode)
@@ -189,7 +190,10 @@ def text_tiers(snapshot, text: str) -> list[list[tuple[Combine | Term, float]]]:
     subset weighted by the rarity (idf) of its words; at most MAX_SUBSETS per tier, the
     rarest first. A word stands for itself or any word of the database with the same
     English stem; words absent from it are dropped."""
-    words = list(dict.fromkeys(tokens(text)))
+    words = tokens(text)
+    if getattr(snapshot, "fold_diacritics", False):   # stored without diacritics
+        words = list(map(strip_diacritics, words))
+    words = list(dict.fromkeys(words))
     n_docs = max(snapshot.document_count(), 1)
     weighted = []
     for w in words:

@@ -175,8 +175,12 @@ class _Bar:
               "reporting and skipping it.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no problem list.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
+@click.option("--fold-diacritics", is_flag=True,
+              help="Make a new database that folds diacritics (cafe finds Café): chosen "
+                   "when it is created, recorded in it; refused for one that holds "
+                   "content without it.")
 def ingest(files, db, id_field, text_fields, fmt, batch_size, replace, strict, quiet,
-           as_json):
+           as_json, fold_diacritics):
     """Add documents from FILES (JSONL, TSV, TREC, MS MARCO segments or plain text; .gz too).
 
     The format follows the file name: .jsonl/.json/.ndjson one JSON record per line,
@@ -192,14 +196,21 @@ def ingest(files, db, id_field, text_fields, fmt, batch_size, replace, strict, q
     Example:
       annodb ingest --db bible.db examples/bible-sample.jsonl
       annodb ingest --db web.db --id-field url --text-field title --text-field body pages.jsonl.gz
+      annodb ingest --db cafes.db --fold-diacritics reviews.jsonl
     """
     bar = _Bar(enabled=not quiet and sys.stderr.isatty())
+    target = db
+    if fold_diacritics:
+        _ingest.check_inputs(files, fmt)       # before the database is created
+        target = _annodb.open(db, fold_diacritics=True)
     try:
-        summary = _ingest.ingest(db, files, format=fmt, id_field=id_field,
+        summary = _ingest.ingest(target, files, format=fmt, id_field=id_field,
                                  text_fields=list(text_fields) or None, batch_size=batch_size,
                                  replace=replace, strict=strict, progress=bar)
     finally:
         bar.close()
+        if target is not db:
+            target.close()
     if not quiet:
         for text in summary.errors[:MAX_PROBLEMS_SHOWN]:
             click.echo(f"annodb: skipped {text}", err=True)

@@ -287,6 +287,20 @@ def test_the_first_compilation_is_announced_once(monkeypatch):
         assert calls == [1]
 
 
+def test_ingest_fold_diacritics_only_into_a_new_database(tmp_path, db):
+    src = tmp_path / "cafes.jsonl"
+    src.write_text('{"id": "a", "text": "Un Café crème"}\n')
+    path = tmp_path / "fold.db"
+    assert invoke("ingest", "--db", path, "--quiet", "--fold-diacritics", src).exit_code == 0
+    assert invoke("count", "--db", path, '"cafe creme"').stdout == "1\n"
+    assert invoke("count", "--db", path, "CAFÉ").stdout == "1\n"
+    line = one_error_line(invoke("ingest", "--db", db, "--fold-diacritics", src), 1)
+    assert "does not fold diacritics" in line and "new database" in line
+    missing = tmp_path / "new.db"
+    one_error_line(invoke("ingest", "--db", missing, "--fold-diacritics", tmp_path / "no"), 1)
+    assert not missing.exists()                     # inputs are checked first
+
+
 def test_compact_writes_a_smaller_copy_that_passes_check(tmp_path):
     path = tmp_path / "many.db"
     for i in range(6):  # many small transactions leave free pages behind

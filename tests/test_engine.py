@@ -310,3 +310,71 @@ def test_a_raw_term_naming_no_feature_warns_and_lenient_searches_its_words(tmp_p
         assert r.count("10:30") == 0
         assert r.search("(<< meet body:)").warnings == []         # a feature: no warning
     db.close()
+
+
+FOLD_WORDS = ["café", "cafe", "Café", "naïve", "naive", "résumé", "resume", "crème",
+              "ø", "ελληνικά", "e\u0301te", "ete", "x"]
+
+
+@pytest.fixture(scope="module")
+def folding(tmp_path_factory):
+    """The same documents in a database made with fold_diacritics and, with their words
+    stripped of diacritics by hand, in a plain one."""
+    from annodb.tokenizer import strip_diacritics, tokens
+    import random
+    rng = random.Random(7)
+    texts = [" ".join(rng.choice(FOLD_WORDS) for _ in range(rng.randint(1, 12)))
+             for _ in range(40)]
+    base = tmp_path_factory.mktemp("fold")
+    fold = annodb.open(base / "fold.db", fold_diacritics=True)
+    plain = annodb.open(base / "plain.db")
+    with fold.write() as a, plain.write() as b:
+        for i, text in enumerate(texts):
+            a.add({"id": f"d{i}", "text": text})
+            b.add({"id": f"d{i}", "text": " ".join(map(strip_diacritics, tokens(text)))})
+    yield fold, plain
+    fold.close()
+    plain.close()
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from(FOLD_WORDS), min_size=1, max_size=3),
+       st.sampled_from(["^", "+", "...", "phrase"]))
+def test_a_folding_database_matches_without_diacritics(folding, words, op):
+    """Queries are folded the same way when they meet the database: a query on the folding
+    database gives exactly what its diacritic-free twin gives on the stripped text."""
+    from annodb.tokenizer import strip_diacritics, tokens
+    fold, plain = folding
+    stripped = [" ".join(map(strip_diacritics, tokens(w))) for w in words]
+    if op == "phrase":
+        query, twin = '"' + " ".join(words) + '"', '"' + " ".join(stripped) + '"'
+    else:
+        query, twin = (f"({op} {' '.join(x)})" for x in (words, stripped))
+    with fold.read() as a, plain.read() as b:
+        assert list(a.query(query)) == list(b.query(twin)), query
+        assert [(h.docno, h.score) for h in a.search(query, k=5)] == \
+            [(h.docno, h.score) for h in b.search(twin, k=5)]
+        assert [h.docno for h in a.search_text(" ".join(words), k=5)] == \
+            [h.docno for h in b.search_text(" ".join(stripped), k=5)]
+
+
+def test_diacritic_folding_is_chosen_when_a_database_is_made(tmp_path, folding):
+    fold, plain = folding
+    with fold.read() as r:
+        assert r.fold_diacritics and r.count("cafe") == r.count("CAFÉ") > 0
+        assert list(r.term("Résumé")) == list(r.term("resume"))
+    with plain.read() as r:
+        assert not r.fold_diacritics
+    db = annodb.open(tmp_path / "p.db")
+    with db.write() as w:
+        w.add("Un café", docno="a")
+    with db.read() as r:
+        assert (r.count("cafe"), r.count("café")) == (0, 1)   # the default: Cottontail's
+    db.close()
+    with pytest.raises(annodb.AnnodbError, match="does not fold diacritics .* holds content"):
+        annodb.open(tmp_path / "p.db", fold_diacritics=True)
+    annodb.open(tmp_path / "p.db", fold_diacritics=False).close()   # as it is: fine
+    db = annodb.open(tmp_path / "f.db", fold_diacritics=True)
+    db.close()
+    with annodb.open(tmp_path / "f.db") as again, again.read() as r:   # recorded
+        assert r.fold_diacritics
