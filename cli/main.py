@@ -42,7 +42,7 @@ from annodb.check import check as _check
 from annodb.database import DEFAULT_PATH
 from annodb.errors import AnnodbError, NotFoundError
 
-COMMAND_MODULES = ("serve", "query", "mcp")   # more commands, one module each (in cli/)
+COMMAND_MODULES = ("query", "serve", "mcp")   # more commands, one module each (in cli/)
 MAX_PROBLEMS_SHOWN = 20
 
 
@@ -65,7 +65,7 @@ class Group(_errors.ErrorGroup):
         return super().list_commands(ctx)
 
     def get_command(self, ctx, name):
-        _add_commands(COMMAND_MODULES)
+        _add_commands(COMMAND_MODULES, until=name)
         return super().get_command(ctx, name)
 
 
@@ -373,13 +373,16 @@ def compact(db, dest):
     click.echo(f"annodb: compact: {before:,} -> {after:,} bytes in {dest}", err=True)
 
 
-def _add_commands(names) -> None:
-    """Add the commands of the modules `names` (once; when the group first needs them, so
-    a module importing this one is wholly imported by then)."""
-    if _added:
-        return
-    _added.append(True)
+def _add_commands(names, until: str | None = None) -> None:
+    """Add the commands of the modules `names`, in order, each once, stopping as soon as
+    the command `until` is there (when the group first needs them, so a module importing
+    this one is wholly imported by then; `annodb query` imports the query module only)."""
     for name in names:
+        if until is not None and until in annodb.commands:
+            return
+        if name in _added:
+            continue
+        _added.append(name)
         try:
             module = importlib.import_module(f"{__package__}.{name}")
         except ModuleNotFoundError as err:
@@ -392,7 +395,7 @@ def _add_commands(names) -> None:
                 annodb.add_command(value)
 
 
-_added: list = []
+_added: list[str] = []   # the modules imported
 
 
 def main() -> None:
