@@ -13,6 +13,7 @@ import msgspec
 
 from . import errors as _errors
 
+from annodb import kernels as _kernels
 from annodb.database import DEFAULT_PATH
 from annodb.errors import AnnodbError
 from vole import agent as _agent
@@ -43,6 +44,12 @@ def vole():
       vole run --topics topics.tsv --db msmarco.db --model gpt-4.1 --out runs/a
       vole eval --qrels qrels.txt runs/a/vole.run
     """
+    _kernels.on_compile(_say_compiling)
+
+
+def _say_compiling() -> None:
+    click.echo("vole: compiling annodb's numba kernels on this first run (about a minute on "
+               "2 cores); they are cached for later runs", err=True)
 
 
 def backend_options(f):
