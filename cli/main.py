@@ -51,8 +51,8 @@ def fail(message: str, code: int = 1):
     _errors.fail("annodb", message, code)
 
 
-COMPILING = ("annodb: compiling the numba kernels on this first run (about a minute on 2 "
-             "cores); they are cached, so later runs start in well under a second")
+COMPILING = ("annodb: compiling numba kernels on their first use (up to about a minute on "
+             "2 cores); they are cached for later runs")
 
 
 class Group(_errors.ErrorGroup):

@@ -48,8 +48,8 @@ def vole():
 
 
 def _say_compiling() -> None:
-    click.echo("vole: compiling annodb's numba kernels on this first run (about a minute on "
-               "2 cores); they are cached for later runs", err=True)
+    click.echo("vole: compiling annodb's numba kernels on their first use (up to about a "
+               "minute on 2 cores); they are cached for later runs", err=True)
 
 
 def backend_options(f):

@@ -127,3 +127,11 @@ def test_a_raw_term_naming_no_feature_is_a_warning_on_stderr(db):
     result = invoke("query", "--db", db, "--json", "-", input="light:\n")
     assert "searched its words" in json.loads(result.stdout)["warnings"][0]
 
+
+
+def test_an_empty_result_says_so(db):
+    result = invoke("query", "--db", db, "(^ water (+ well spring))")  # only across verses
+    assert result.exit_code == 0 and result.stdout == ""
+    assert result.stderr == ("annodb: no document holds a match of "
+                             "(^ water (+ well spring))\n")
+    assert invoke("count", "--db", db, "(^ water (+ well spring))").stdout == "3\n"
