@@ -103,13 +103,11 @@ class Snapshot:
         return self._txn.features_with_prefix(prefix, limit)
 
     def term(self, token: str) -> Intervals:
-        """The postings of a word (folded the way the tokenizer folds)."""
-        return self.intervals(self.word(tokenizer.fold(token)))
-
-    def word(self, token: str) -> str:
-        """The feature a (case-folded) token is stored under in this database: itself, or
-        without diacritics in a database made with fold_diacritics."""
-        return tokenizer.strip_diacritics(token) if self.fold_diacritics else token
+        """The postings of a word (folded the way the tokenizer folds, and without
+        diacritics in a database made with fold_diacritics)."""
+        token = tokenizer.fold(token)
+        return self.intervals(tokenizer.strip_diacritics(token) if self.fold_diacritics
+                              else token)
 
     # documents
     def has(self, docno: str) -> bool:

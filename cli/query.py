@@ -108,7 +108,7 @@ def search(db, text, k, as_json):
     \b
     Example:
       annodb search --db bible.db 'waters divided'
-      annodb search --db bible.db 'contact bob@example.com at 10:30'   # any text'
+      annodb search --db bible.db 'contact bob@example.com at 10:30'   # any text
     """
     database = open_db(db, readonly=True)
     with database.read() as r:
