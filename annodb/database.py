@@ -31,16 +31,26 @@ __all__ = ["open", "Database", "Snapshot", "Writer", "Intervals", "Added", "Stat
 
 def open(path: str | os.PathLike | None = None, *, readonly: bool = False,
          create: bool = True, timeout: float = 30.0,
-         cache_bytes: int | None = None) -> "Database":
+         cache_bytes: int | None = None, fold_diacritics: bool | None = None) -> "Database":
     """Open the database at `path` (default: $ANNODB_DB or ./annodb.db), creating it unless
     `readonly` or `create=False`. `timeout` bounds how long a writer waits for another.
     `cache_bytes` is the budget of decoded lists this process keeps for its snapshots
     (default 256 MiB; every opening of one path in a process shares one cache, and the
-    last budget given applies)."""
+    last budget given applies). `fold_diacritics=True` makes a new (empty) database fold
+    diacritics in its words and queries (tokenizer.strip_diacritics: `cafe` finds `Café`),
+    recorded in it for good; a database that holds content keeps what it was created with
+    (asking for another is an error). None: as recorded."""
     if path is None:
         path = os.environ.get("ANNODB_DB") or DEFAULT_PATH
-    return Database(os.fspath(path), readonly=readonly, create=create, timeout=timeout,
-                    cache_bytes=cache_bytes)
+    db = Database(os.fspath(path), readonly=readonly, create=create, timeout=timeout,
+                  cache_bytes=cache_bytes)
+    if fold_diacritics is not None:
+        try:
+            db._record_folding(bool(fold_diacritics))
+        except BaseException:
+            db.close()
+            raise
+    return db
 
 
 class Database:
@@ -79,6 +89,20 @@ class Database:
         except BaseException:
             lock.release()
             raise
+
+    def _record_folding(self, fold: bool) -> None:
+        with self.read() as r:
+            if r.fold_diacritics == fold:
+                return
+            empty = r.address_space() == 0 and r.document_count() == 0
+        if not empty or self.readonly:
+            have = "folds" if not fold else "does not fold"
+            raise StorageError(
+                f"{self.path}: this database {have} diacritics (set when it was created) "
+                f"and holds content; ingest into a new database "
+                f"{'with' if fold else 'without'} --fold-diacritics to change it")
+        with self.write() as w:
+            w.set_folding(fold)
 
     def compact(self, dest: str | os.PathLike) -> None:
         """Write a compacted copy of the database to the new directory `dest`: the pages

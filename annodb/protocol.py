@@ -69,7 +69,7 @@ import msgspec
 
 from . import database as _database
 from .errors import AnnodbError, QueryCostError, StorageError
-from .gcl import Budget, as_node
+from .gcl import Budget, as_node, prepare
 from .query import STRUCTURAL
 from .ranking import DEPTH, rank
 
@@ -371,8 +371,8 @@ class Protocol:
 
     def _count(self, request: dict, session: Session) -> dict:
         text = _query_text(request)
-        node, warnings = as_node(text, lenient=True)
         with self._handle.db.read() as snap:
+            node, warnings = prepare(snap, text, lenient=True)
             count = len(snap.query(node, budget=self._budget()))
         response = {"op": "count", "ok": True, "count": count}
         if warnings:

@@ -17,10 +17,10 @@ from itertools import combinations
 import numpy as np
 
 from . import kernels, snippets
-from .gcl import Budget, Evaluator, Region, as_node, list_name
+from .gcl import Budget, Evaluator, Region, as_node, list_name, prepare
 from .lists import Intervals
 from .query import Combine, Term, format as format_query
-from .tokenizer import tokens
+from .tokenizer import strip_diacritics, tokens
 
 K = 42.0
 DEPTH = 1000
@@ -58,6 +58,7 @@ class Ranking:
     scores: np.ndarray
     cover_starts: np.ndarray
     cover_ends: np.ndarray
+    total: int = 0                  # containers holding a cover (all, not only to depth)
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -86,7 +87,7 @@ class Results:
     hits: list[Hit]
     query: str
     warnings: list[str] = field(default_factory=list)
-    total: int = 0                  # containers with a positive score (up to the depth)
+    total: int = 0                  # how many containers match (not only the hits)
 
     def __iter__(self):
         return iter(self.hits)
@@ -103,7 +104,7 @@ def rank(snapshot, gcl, *, depth: int = DEPTH, container: str = ":", lenient: bo
     """Evaluate `gcl` and rank the containers by SSR, keeping the best `depth`. Only the
     containers that can hold a cover are read (found from the query's rarest operands, see
     Evaluator.drivers), and the query is evaluated inside them."""
-    node, warnings = as_node(gcl, lenient=lenient)
+    node, warnings = prepare(snapshot, gcl, lenient=lenient)
     ev = evaluator or Evaluator(snapshot, budget)
     ev.check(node)
     covers, boxes = _covers_and_boxes(ev, node, as_node(container)[0])
@@ -113,7 +114,7 @@ def rank(snapshot, gcl, *, depth: int = DEPTH, container: str = ":", lenient: bo
     b = best[order]
     d = idx[order]
     return Ranking(snapshot, _text(node), warnings, boxes.starts[d], boxes.ends[d],
-                   scores[order], covers.starts[b], covers.ends[b])
+                   scores[order], covers.starts[b], covers.ends[b], len(idx))
 
 
 def _covers_and_boxes(ev: Evaluator, node, cnode) -> tuple[Intervals, Intervals]:
@@ -126,6 +127,7 @@ def _covers_and_boxes(ev: Evaluator, node, cnode) -> tuple[Intervals, Intervals]
     list's directory, nothing decoded — and only its covers' containers are looked up;
     else the containers holding a driver are looked up first, and the query evaluated
     inside them. Another container query is evaluated whole."""
+    cnode = ev.folded(cnode)
     name = list_name(cnode)
     if name is None:
         boxes = ev.eval(cnode)
@@ -153,7 +155,7 @@ def _text(node) -> str:
 def search(snapshot, gcl, *, k: int = 10, container: str = ":", lenient: bool = False,
            snippets: bool = True) -> Results:
     r = rank(snapshot, gcl, depth=max(k, 0), container=container, lenient=lenient)
-    return Results(r.hits(k, snippets), r.query, r.warnings, len(r))
+    return Results(r.hits(k, snippets), r.query, r.warnings, r.total)
 
 
 # free text ---------------------------------------------------------------------------
@@ -188,7 +190,10 @@ def text_tiers(snapshot, text: str) -> list[list[tuple[Combine | Term, float]]]:
     subset weighted by the rarity (idf) of its words; at most MAX_SUBSETS per tier, the
     rarest first. A word stands for itself or any word of the database with the same
     English stem; words absent from it are dropped."""
-    words = list(dict.fromkeys(tokens(text)))
+    words = tokens(text)
+    if getattr(snapshot, "fold_diacritics", False):   # stored without diacritics
+        words = list(map(strip_diacritics, words))
+    words = list(dict.fromkeys(words))
     n_docs = max(snapshot.document_count(), 1)
     weighted = []
     for w in words:
@@ -215,13 +220,16 @@ def text_tiers(snapshot, text: str) -> list[list[tuple[Combine | Term, float]]]:
 
 def search_text(snapshot, text: str, *, k: int = 10, container: str = ":") -> Results:
     """Free-text search: containers matching an earlier tier rank above later ones; within a
-    tier, by the sum over its subsets of weight x SSR score."""
+    tier, by the sum s over its subsets of weight x SSR score. A hit's score is
+    n + s / (1 + s) for a tier of n words together, so scores fall with the rank and the
+    whole part says how many of the words matched together."""
     ev = Evaluator(snapshot)
     cnode = as_node(container)[0]
     seen = set()  # containers ranked already (by start)
     hits: list[Hit] = []
     ran = []
-    for tier in text_tiers(snapshot, text):
+    tiers = text_tiers(snapshot, text)
+    for level, tier in zip(range(len(tiers), 0, -1), tiers):
         if len(hits) >= k:
             break
         parts = []  # per subset: touched containers, weighted scores, cover starts and ends
@@ -251,6 +259,6 @@ def search_text(snapshot, text: str, *, k: int = 10, container: str = ":") -> Re
             ranking = Ranking(snapshot, "", [], bs[[f]], be[[f]], total[[j]], cp[[f]],
                               cq[[f]])
             h = ranking.hit(0)
-            hits.append(Hit(len(hits) + 1, h.docno, h.score, h.start, h.end, h.cover,
-                            h.snippet))
+            hits.append(Hit(len(hits) + 1, h.docno, level + h.score / (1 + h.score),
+                            h.start, h.end, h.cover, h.snippet))
     return Results(hits, " ; ".join(ran), [], len(hits))

@@ -19,6 +19,7 @@ from .snippets import token_offsets
 from .storage import Document
 
 
+FOLD_DIACRITICS = "fold_diacritics"  # meta: True when words are stored without diacritics
 FLUSH_TOKENS = 4_000_000  # buffered tokens that trigger a write to LMDB inside the transaction
 DOCUMENT = batch.DOCUMENT
 
@@ -56,6 +57,8 @@ class Snapshot:
         self._txn = txn
         self.lists = Lists(txn, shared)  # the annotation lists, whole or by blocks
         self._done = False
+        # words are stored without diacritics (an option set when the database was made)
+        self.fold_diacritics = bool(txn.meta(FOLD_DIACRITICS, False))
 
     # context manager
     def __enter__(self):
@@ -100,8 +103,11 @@ class Snapshot:
         return self._txn.features_with_prefix(prefix, limit)
 
     def term(self, token: str) -> Intervals:
-        """The postings of a word (folded the way the tokenizer folds)."""
-        return self.intervals(tokenizer.fold(token))
+        """The postings of a word (folded the way the tokenizer folds, and without
+        diacritics in a database made with fold_diacritics)."""
+        token = tokenizer.fold(token)
+        return self.intervals(tokenizer.strip_diacritics(token) if self.fold_diacritics
+                              else token)
 
     # documents
     def has(self, docno: str) -> bool:
@@ -425,7 +431,9 @@ class Writer(Snapshot):
         self._doc_runs.append(storage.encode_docs_later(raws, b.starts().tolist(), base,
                                                         self._txn.page_size()))
         # tokens: the ids of their words, and the runs of addresses they fill
-        fids = np.array(self._ids(b.names), dtype=np.int64)
+        names = b.names if not self.fold_diacritics else \
+            list(map(tokenizer.strip_diacritics, b.names))
+        fids = np.array(self._ids(names), dtype=np.int64)
         ids = fids[b.kinds]
         self._tok_ids.append(ids)
         self._tok_count += len(ids)
@@ -455,6 +463,15 @@ class Writer(Snapshot):
             self._ann_arrays.append((table[:, 0].astype(np.int64), table[:, 1].astype(np.int64),
                                      table[:, 2].astype(np.int64), table[:, 3]))
             self._ann = []
+
+    def set_folding(self, fold: bool) -> None:
+        """Record whether this (empty) database folds diacritics (see annodb.open)."""
+        self._check()
+        if self._next_address or self._documents:
+            raise StorageError(f"{self.db.path}: diacritic folding is chosen when a database "
+                               "is created, before it holds content")
+        self._txn.set_meta(FOLD_DIACRITICS, bool(fold))
+        self.fold_diacritics = bool(fold)
 
     def annotate(self, feature: str, p: int, q: int, value: float = 0.0) -> None:
         """Annotate addresses p..q with `feature` carrying `value`. An exact duplicate (p, q)

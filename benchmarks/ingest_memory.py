@@ -65,7 +65,7 @@ def measure(corpus: str, workdir: str, extra: list[str] = ()) -> dict:
     db = os.path.join(workdir, "ingest-memory.db")
     shutil.rmtree(db, ignore_errors=True)
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", "from cli.main import annodb; annodb()",
+    proc = subprocess.Popen([sys.executable, "-c", "from annodb_cli.main import annodb; annodb()",
                              "ingest", "--db", db, corpus, *extra], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": REPO})

@@ -66,7 +66,7 @@ class Served:
     def __init__(self, db: str, timeout: float, processes: int | None = None):
         extra = ["--processes", str(processes)] if processes else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from cli.serve import serve; serve()", "--db", db,
+            [sys.executable, "-c", "from annodb_cli.serve import serve; serve()", "--db", db,
              "--port", "0", "--timeout", str(timeout)] + extra,
             cwd=REPO, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": REPO})
         line = self.proc.stderr.readline().decode()

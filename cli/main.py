@@ -6,19 +6,20 @@ commands in another file:
 
     # cli/query.py
     import click
-    from cli.main import db_option, open_db
+    from .main import db_option, open_db
 
     @click.command()
     @db_option
     def query(db, ...):
         '''... \\b Example: ...'''
 
-then add "cli.query" to COMMAND_MODULES below: every click command defined at the top level
-of a listed module joins the group (decorating with `@annodb.command()` works too).
+then add "query" to COMMAND_MODULES below: every click command defined at the top level
+of a listed module joins the group (decorating with `@annodb.command()` works too). The
+folder cli/ is installed as the module `annodb_cli`, so import each other relatively.
 
 Commands raise AnnodbError (or OSError) for anything that goes wrong; the group prints it as
 one line `annodb: error: ...` and exits 1 (usage errors exit 2). No command prints a
-traceback.
+traceback. `--db PATH` may come before the command (`annodb --db X check`) or after it.
 """
 
 from __future__ import annotations
@@ -30,15 +31,18 @@ import time
 
 import click
 import msgspec
+from click.core import ParameterSource
 
-from cli import errors as _errors
+from . import errors as _errors
 
 import annodb as _annodb
 from annodb import ingest as _ingest
+from annodb import kernels as _kernels
 from annodb.check import check as _check
+from annodb.database import DEFAULT_PATH
 from annodb.errors import AnnodbError, NotFoundError
 
-COMMAND_MODULES = ("cli.serve", "cli.query", "cli.mcp")   # more commands, one module each
+COMMAND_MODULES = ("query", "serve", "mcp")   # more commands, one module each (in cli/)
 MAX_PROBLEMS_SHOWN = 20
 
 
@@ -47,34 +51,68 @@ def fail(message: str, code: int = 1):
     _errors.fail("annodb", message, code)
 
 
+COMPILING = ("annodb: compiling numba kernels on their first use (up to about a minute on "
+             "2 cores); they are cached for later runs")
+
+
 class Group(_errors.ErrorGroup):
     prog = "annodb"
     debug_env = "ANNODB_DEBUG"
     expected = (AnnodbError,)
 
+    def list_commands(self, ctx):
+        _add_commands(COMMAND_MODULES)
+        return super().list_commands(ctx)
+
+    def get_command(self, ctx, name):
+        _add_commands(COMMAND_MODULES, until=name)
+        return super().get_command(ctx, name)
+
+
+def _given_db(ctx, param, value):
+    if value is not None:
+        ctx.meta["annodb.db"] = value
+    return value
+
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(_annodb.__version__, prog_name="annodb")
+@click.option("--db", metavar="PATH", expose_value=False, callback=_given_db,
+              type=click.Path(dir_okay=True, file_okay=True),
+              help="The database directory, for the command that follows (it may also "
+                   "come after the command).")
 def annodb():
     """annodb: an embedded, transactional search database (an annotative index on LMDB).
 
-    Every command takes --db PATH (or the environment variable ANNODB_DB; default
-    ./annodb.db).
+    Every command takes --db PATH, before or after the command name (or the
+    environment variable ANNODB_DB; default ./annodb.db).
 
     \b
     Example:
       annodb ingest --db bible.db examples/bible-sample.jsonl
-      annodb stats --db bible.db
+      annodb --db bible.db stats
       annodb show --db bible.db Gen.1.1
     """
+    _kernels.on_compile(_say_compiling)
+
+
+def _say_compiling() -> None:
+    click.echo(COMPILING, err=True)
+
+
+def _db(ctx, param, value):
+    """A --db given before the command counts unless one is given after it."""
+    if ctx.get_parameter_source(param.name) is not ParameterSource.COMMANDLINE:
+        return ctx.meta.get("annodb.db", value)
+    return value
 
 
 def db_option(f):
     """The shared `--db PATH` option: passes `db` (a path string) to the command."""
     return click.option(
-        "--db", "db", metavar="PATH", envvar="ANNODB_DB", default=_annodb.database.DEFAULT_PATH,
+        "--db", "db", metavar="PATH", envvar="ANNODB_DB", default=DEFAULT_PATH,
         show_default=True, show_envvar=True, type=click.Path(dir_okay=True, file_okay=True),
-        help="The database directory.")(f)
+        callback=_db, help="The database directory.")(f)
 
 
 def open_db(path: str, *, readonly: bool = False) -> _annodb.Database:
@@ -137,8 +175,12 @@ class _Bar:
               "reporting and skipping it.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no problem list.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
+@click.option("--fold-diacritics", is_flag=True,
+              help="Make a new database that folds diacritics (cafe finds Café): chosen "
+                   "when it is created, recorded in it; refused for one that holds "
+                   "content without it.")
 def ingest(files, db, id_field, text_fields, fmt, batch_size, replace, strict, quiet,
-           as_json):
+           as_json, fold_diacritics):
     """Add documents from FILES (JSONL, TSV, TREC, MS MARCO segments or plain text; .gz too).
 
     The format follows the file name: .jsonl/.json/.ndjson one JSON record per line,
@@ -154,14 +196,21 @@ def ingest(files, db, id_field, text_fields, fmt, batch_size, replace, strict, q
     Example:
       annodb ingest --db bible.db examples/bible-sample.jsonl
       annodb ingest --db web.db --id-field url --text-field title --text-field body pages.jsonl.gz
+      annodb ingest --db cafes.db --fold-diacritics reviews.jsonl
     """
     bar = _Bar(enabled=not quiet and sys.stderr.isatty())
+    target = db
+    if fold_diacritics:
+        _ingest.check_inputs(files, fmt)       # before the database is created
+        target = _annodb.open(db, fold_diacritics=True)
     try:
-        summary = _ingest.ingest(db, files, format=fmt, id_field=id_field,
+        summary = _ingest.ingest(target, files, format=fmt, id_field=id_field,
                                  text_fields=list(text_fields) or None, batch_size=batch_size,
                                  replace=replace, strict=strict, progress=bar)
     finally:
         bar.close()
+        if target is not db:
+            target.close()
     if not quiet:
         for text in summary.errors[:MAX_PROBLEMS_SHOWN]:
             click.echo(f"annodb: skipped {text}", err=True)
@@ -324,12 +373,20 @@ def compact(db, dest):
     click.echo(f"annodb: compact: {before:,} -> {after:,} bytes in {dest}", err=True)
 
 
-def _add_commands(names) -> None:
+def _add_commands(names, until: str | None = None) -> None:
+    """Add the commands of the modules `names`, in order, each once, stopping as soon as
+    the command `until` is there (when the group first needs them, so a module importing
+    this one is wholly imported by then; `annodb query` imports the query module only)."""
     for name in names:
+        if until is not None and until in annodb.commands:
+            return
+        if name in _added:
+            continue
+        _added.append(name)
         try:
-            module = importlib.import_module(name)
+            module = importlib.import_module(f"{__package__}.{name}")
         except ModuleNotFoundError as err:
-            if err.name == name:   # not written yet
+            if err.name == f"{__package__}.{name}":   # not written yet
                 continue
             raise
         for value in list(vars(module).values()):
@@ -338,4 +395,9 @@ def _add_commands(names) -> None:
                 annodb.add_command(value)
 
 
-_add_commands(COMMAND_MODULES)
+_added: list[str] = []   # the modules imported
+
+
+def main() -> None:
+    """The console script (and `python -m annodb`)."""
+    annodb(prog_name="annodb")

@@ -6,9 +6,9 @@ import sys
 
 import click
 
-from annodb import ranking
 from annodb.errors import QueryError
-from cli.main import db_option, echo_json, fail, open_db
+from annodb.gcl import prepare
+from .main import db_option, echo_json, fail, open_db
 
 
 def _show(hits, as_json: bool) -> None:
@@ -49,7 +49,7 @@ def query(db, gcl, k, container, strict, as_json):
 
     \b
     Example:
-      annodb query --db bible.db '(^ "living water" (+ well spring))'
+      annodb query --db bible.db '(^ "living creature" (+ sea birds))'
       annodb query --db bible.db -k 3 --json '(<< god title:)'
       printf 'light\\n(^ day night)\\n' | annodb query --db bible.db --json -
     """
@@ -87,6 +87,9 @@ def query(db, gcl, k, container, strict, as_json):
             fail(str(err), 2)
         _warn(results.warnings)
         _show(results, as_json)
+    if not results.total:
+        click.echo(f"annodb: no {'document' if container == ':' else container} holds a "
+                   f"match of {results.query}", err=True)
 
 
 @click.command()
@@ -104,7 +107,8 @@ def search(db, text, k, as_json):
 
     \b
     Example:
-      annodb search --db bible.db 'living water well'
+      annodb search --db bible.db 'waters divided'
+      annodb search --db bible.db 'contact bob@example.com at 10:30'   # any text
     """
     database = open_db(db, readonly=True)
     with database.read() as r:
@@ -124,13 +128,13 @@ def count(db, gcl, strict, as_json):
 
     \b
     Example:
-      annodb count --db bible.db '"living water"'
+      annodb count --db bible.db '"living creature"'
       annodb count --db bible.db '(>> : (= :chapter: 2))'
     """
     database = open_db(db, readonly=True)
     with database.read() as r:
         try:
-            node, warnings = ranking.as_node(gcl, lenient=not strict)
+            node, warnings = prepare(r, gcl, lenient=not strict)
         except QueryError as err:
             fail(str(err), 2)
         _warn(warnings)

@@ -7,11 +7,12 @@ import sys
 
 import click
 
-from annodb.database import DEFAULT_PATH
 from annodb.errors import AnnodbError
 from annodb.ranking import DEPTH
 from annodb.protocol import MAX_POSTINGS
 from annodb.server import IDLE_TIMEOUT, LINE_TIMEOUT, QUERY_TIMEOUT, THREADS, Server
+
+from .main import db_option
 
 
 def _fields(ctx, param, value: str | None) -> list[str] | None:
@@ -25,8 +26,7 @@ def _fields(ctx, param, value: str | None) -> list[str] | None:
 
 
 @click.command()
-@click.option("--db", "db", metavar="PATH", envvar="ANNODB_DB", default=DEFAULT_PATH,
-              show_default=True, show_envvar=True, help="The database directory.")
+@db_option
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="The address to listen on; anything but loopback requires --token.")
 @click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,

@@ -11,12 +11,12 @@ import os
 import click
 import msgspec
 
-from cli import errors as _errors
+from . import errors as _errors
 
+from annodb import kernels as _kernels
 from annodb.database import DEFAULT_PATH
 from annodb.errors import AnnodbError
 from vole import agent as _agent
-from vole import evaluate as _evaluate
 from vole import judge as _judge
 from vole.backend import open_backend
 from vole.errors import VoleError
@@ -44,6 +44,12 @@ def vole():
       vole run --topics topics.tsv --db msmarco.db --model gpt-4.1 --out runs/a
       vole eval --qrels qrels.txt runs/a/vole.run
     """
+    _kernels.on_compile(_say_compiling)
+
+
+def _say_compiling() -> None:
+    click.echo("vole: compiling annodb's numba kernels on their first use (up to about a "
+               "minute on 2 cores); they are cached for later runs", err=True)
 
 
 def backend_options(f):
@@ -148,6 +154,13 @@ def eval_(qrels, run_path, per_topic, as_json, measures):
       vole eval --qrels man86.qrels runs/a/vole.run
       vole eval --qrels man86.qrels runs/a/vole.run --per-topic --measure "R(rel=2)@100"
     """
+    try:
+        from vole import evaluate as _evaluate
+    except ImportError as err:
+        if err.name not in ("ir_measures", "pytrec_eval", "scipy"):
+            raise
+        fail(f"vole eval needs the evaluation extra ({err.name} is not installed): "
+             "pip install 'annodb[eval]'")
     result = _evaluate.evaluate(qrels, run_path, measures or _evaluate.MEASURES)
     if as_json:
         value = msgspec.to_builtins(result)

@@ -233,16 +233,22 @@ def search(model, node, container_node, k):
     return out
 
 
-def snippet(toks, a, b, width=200):
-    """The snippet of a document of tokens `toks` (joined by single spaces) for the cover of
-    token indices a..b: `width` tokens centred on the cover, clipped to the document; a
-    cover longer than `width` shows its first `width` tokens, all inside the tags."""
-    n = len(toks)
+def snippet(text, spans, a, b, width=200, first=0):
+    """The snippet of a document `text` whose tokens are at the character ranges `spans`
+    ((start, end) pairs) for the cover of token indices a..b: `width` tokens centred on the
+    cover, clipped to the tokens first..n-1 (the fields from the cover's on); a cover longer
+    than `width` shows its first `width` tokens, all inside the tags. The characters run
+    from the first token's leading punctuation (after the last whitespace before it; the
+    whole text before the document's first token; none when the text between it and the
+    token before has no whitespace) to the last token's trailing punctuation (up to the
+    first whitespace after it), newlines and carriage returns as spaces."""
+    n = len(spans)
+    a = max(a, first)
     if b - a + 1 >= width:
         lo, hi, hb = a, a + width - 1, a + width - 1
     else:
         best = None
-        for lo in range(0, max(n - width, 0) + 1):
+        for lo in range(first, max(n - width, first) + 1):
             hi = min(lo + width - 1, n - 1)
             if lo <= a and b <= hi:
                 # centred: the left margin is (width - cover length) // 2 when it fits
@@ -252,10 +258,19 @@ def snippet(toks, a, b, width=200):
                     best = (key, lo, hi)
         _, lo, hi = best
         hb = b
-    left = " ".join(toks[lo:a])
-    mid = " ".join(toks[a:hb + 1])
-    right = " ".join(toks[hb + 1:hi + 1])
-    return " ".join(x for x in (left, "<cover>" + mid + "</cover>", right) if x)
+    begin = spans[lo][0]
+    floor = spans[lo - 1][1] if lo else 0
+    while begin > floor and not text[begin - 1].isspace():
+        begin -= 1
+    if lo and begin == floor:               # no whitespace: it belongs to the token before
+        begin = spans[lo][0]
+    stop = spans[hi][1]
+    ceiling = spans[hi + 1][0] if hi + 1 < n else len(text)
+    while stop < ceiling and not text[stop].isspace():
+        stop += 1
+    shown = "".join(" " if c in "\r\n" else c for c in text)
+    return (shown[begin:spans[a][0]] + "<cover>" + shown[spans[a][0]:spans[hb][1]] +
+            "</cover>" + shown[spans[hb][1]:stop])
 
 
 # ---------------------------------------------------------------- storage blocks

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 import annodb
 from annodb import storage
-from cli.main import _Bar, annodb as cli
+from annodb_cli.main import _Bar, annodb as cli
 
 DATA = Path(__file__).parent / "data"
 EXAMPLE = Path(__file__).parent.parent / "examples" / "bible-sample.jsonl"
@@ -122,6 +122,9 @@ def test_annotate_and_delete(db):
     with annodb.open(db) as database, database.read() as r:
         doc = r.document("ch1-v2")
         assert list(r.intervals("judgment:t1")) == [(doc.start, doc.end, 3.0)]
+    assert invoke("annotate", "--db", db, "seen", "ch1-v2").exit_code == 0
+    with annodb.open(db) as database, database.read() as r:
+        assert r.intervals("seen").values.tolist() == [0.0]   # the default, as everywhere
     assert invoke("delete", "--db", db, "ch1-v2").exit_code == 0
     with annodb.open(db) as database, database.read() as r:
         assert not r.has("ch1-v2")
@@ -217,6 +220,85 @@ def test_console_script_in_a_subprocess(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert done.stderr == "annodb: error: no document with docno 'Gen.99.1'\n"
+
+
+def test_db_before_or_after_the_command(db, tmp_path):
+    assert json.loads(invoke("--db", db, "stats", "--json").stdout)["documents"] == 4
+    assert invoke("--db", db, "check").stdout == "ok\n"
+    assert invoke("check", "--db", db).stdout == "ok\n"
+    other = tmp_path / "none.db"                   # after the command wins, then before,
+    assert invoke("--db", other, "check", "--db", db).stdout == "ok\n"   # then ANNODB_DB
+    assert invoke("--db", db, "check", env={"ANNODB_DB": str(other)}).stdout == "ok\n"
+    assert "no annodb database here" in one_error_line(invoke("--db", other, "check"), 1)
+
+
+def test_a_closed_pipe_ends_quietly_with_exit_0(tmp_path):
+    """`annodb query ... | head`: the reader goes away; no message, exit 0."""
+    path = tmp_path / "bible.db"
+    assert invoke("ingest", "--db", path, "--quiet", EXAMPLE).exit_code == 0
+    for args in (["query", "--db", str(path), "-k", "300", "the"], ["--help"],
+                 ["query", "--help"]):
+        read_end, write_end = os.pipe()
+        os.close(read_end)                         # the reader is gone before any output
+        done = subprocess.run(console_script() + args, stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+        os.close(write_end)
+        assert (done.returncode, done.stderr) == (0, ""), args
+
+
+def test_python_m_annodb_and_help_and_version_without_numba():
+    for args, out in ((["--version"], "annodb, version "), (["--help"], "Usage: annodb")):
+        done = subprocess.run([sys.executable, "-m", "annodb"] + args, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0 and done.stdout.startswith(out), done.stderr
+        probe = ("import sys\nfrom annodb_cli.main import main\nsys.argv[1:] = %r\n"
+                 "try:\n    main()\nexcept SystemExit:\n    pass\n"
+                 "print('numba' in sys.modules, 'annodb.kernels.algebra' in sys.modules, "
+                 "file=sys.stderr)" % args)
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                              timeout=120)
+        assert done.stderr == "False False\n", args
+
+
+def test_the_package_is_typed_and_the_cli_does_not_install_as_cli():
+    import importlib.resources
+    import importlib.util
+    assert importlib.resources.files("annodb").joinpath("py.typed").is_file()
+    assert importlib.util.find_spec("annodb_cli") is not None
+
+
+def test_the_first_compilation_is_announced_once(monkeypatch):
+    """kernels.on_compile calls back when numba really compiles (a cache miss), once; a
+    kernel loaded or run again says nothing."""
+    import numba
+    import numpy as np
+    from annodb import kernels
+    monkeypatch.setattr(kernels, "_callbacks", [])
+    calls = []
+    kernels.on_compile(lambda: calls.append(1))
+    kernels.both_of(np.arange(3), np.arange(3), np.arange(3), np.arange(3))
+    compiled_before = len(calls)               # 0, unless this run compiled the kernel
+    kernels.both_of(np.arange(3), np.arange(3), np.arange(3), np.arange(3))
+    assert len(calls) == compiled_before
+    if not calls:
+        numba.njit(lambda x: x + 1)(1)           # a real compilation
+        assert calls == [1]
+        numba.njit(lambda x: x + 2)(1)
+        assert calls == [1]
+
+
+def test_ingest_fold_diacritics_only_into_a_new_database(tmp_path, db):
+    src = tmp_path / "cafes.jsonl"
+    src.write_text('{"id": "a", "text": "Un Café crème"}\n')
+    path = tmp_path / "fold.db"
+    assert invoke("ingest", "--db", path, "--quiet", "--fold-diacritics", src).exit_code == 0
+    assert invoke("count", "--db", path, '"cafe creme"').stdout == "1\n"
+    assert invoke("count", "--db", path, "CAFÉ").stdout == "1\n"
+    line = one_error_line(invoke("ingest", "--db", db, "--fold-diacritics", src), 1)
+    assert "does not fold diacritics" in line and "new database" in line
+    missing = tmp_path / "new.db"
+    one_error_line(invoke("ingest", "--db", missing, "--fold-diacritics", tmp_path / "no"), 1)
+    assert not missing.exists()                     # inputs are checked first
 
 
 def test_compact_writes_a_smaller_copy_that_passes_check(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 import annodb
-from cli.main import annodb as cli
+from annodb_cli.main import annodb as cli
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "bible-sample.jsonl"
 
@@ -81,6 +81,22 @@ def test_search_says_what_it_ran(db):
     assert len(result.stdout.splitlines()) == 3
 
 
+def test_search_shows_scores_in_rank_order(db):
+    """Tier by tier (all the words together first): the score's whole part is how many
+    words matched together, so scores fall with the rank across tiers too."""
+    result = invoke("search", "--db", db, "--json", "-k", "12", "waters divided light")
+    hits = [json.loads(line) for line in result.stdout.splitlines()]
+    scores = [h["score"] for h in hits]
+    assert len(hits) == 12 and scores == sorted(scores, reverse=True)
+    assert {int(s) for s in scores} == {1, 2}       # pairs of words first, then single ones
+
+
+def test_total_counts_every_matching_document(db):
+    with annodb.open(db, readonly=True) as database, database.read() as r:
+        found = r.search("god", k=5)
+        assert len(found) == 5 and found.total == r.count("(>> : god)") == 78
+
+
 def test_count(db):
     assert invoke("count", "--db", db, '"the light"').stdout.strip().isdigit()
     result = invoke("count", "--db", db, "--json", "(<< god text:)")
@@ -94,3 +110,28 @@ def test_missing_database_is_one_error_line(tmp_path):
     result = invoke("query", "--db", tmp_path / "nope.db", "god")
     assert result.exit_code == 1
     assert result.stderr.startswith("annodb: error: ") and len(result.stderr.splitlines()) == 1
+
+
+def test_a_raw_term_naming_no_feature_is_a_warning_on_stderr(db):
+    result = invoke("query", "--db", db, "-k", "1", "(^ god: light)")
+    assert result.exit_code == 0 and result.stdout.startswith("1\tGen.")
+    assert result.stderr == ("annodb: warning: 'god:' names no feature of the database; "
+                             "searched its words \"god\" instead\n")
+    result = invoke("query", "--db", db, "--strict", "(^ god: light)")
+    assert result.exit_code == 0 and result.stdout == ""
+    assert "'god:' names no feature of the database, so it matches nothing" in result.stderr
+    result = invoke("count", "--db", db, "light:")
+    assert int(result.stdout) > 0 and "searched its words" in result.stderr
+    result = invoke("count", "--db", db, "--strict", "light:")
+    assert result.stdout == "0\n" and "matches nothing" in result.stderr
+    result = invoke("query", "--db", db, "--json", "-", input="light:\n")
+    assert "searched its words" in json.loads(result.stdout)["warnings"][0]
+
+
+
+def test_an_empty_result_says_so(db):
+    result = invoke("query", "--db", db, "(^ water (+ well spring))")  # only across verses
+    assert result.exit_code == 0 and result.stdout == ""
+    assert result.stderr == ("annodb: no document holds a match of "
+                             "(^ water (+ well spring))\n")
+    assert invoke("count", "--db", db, "(^ water (+ well spring))").stdout == "3\n"

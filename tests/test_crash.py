@@ -30,7 +30,7 @@ def annodb_command() -> list[str]:
     script = Path(sys.executable).parent / "annodb"
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-c", "from cli.main import annodb; annodb()"]
+    return [sys.executable, "-c", "from annodb_cli.main import annodb; annodb()"]
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +54,18 @@ def ingest_process(db: Path, corpus: Path) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
+def started(db: Path) -> bool:
+    """Has the ingest committed its first batch? (How long it takes to get there -- start-up,
+    loading the kernels -- must not decide whether the kills land mid-ingest.)"""
+    if not (db / "data.mdb").exists():
+        return False
+    try:
+        with annodb.open(db, readonly=True) as database:
+            return database.stats().documents > 0
+    except annodb.AnnodbError:                        # still being created
+        return False
+
+
 def committed(db: Path) -> list[str]:
     """The docnos in the database, in address order, after checking every invariant."""
     with annodb.open(db) as database:
@@ -72,7 +84,7 @@ def test_sigkill_mid_ingest_leaves_whole_batches(corpus, tmp_path):
         proc = ingest_process(db, path)
         try:
             deadline = time.monotonic() + 60
-            while not (db / "data.mdb").exists():     # the writer has started
+            while not started(db):                    # the writer has committed a batch
                 assert proc.poll() is None, proc.stderr.read().decode()
                 assert time.monotonic() < deadline
                 time.sleep(0.01)

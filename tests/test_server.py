@@ -26,7 +26,7 @@ from annodb import protocol
 from annodb import server as server_module
 from annodb.ranking import rank
 from annodb.server import Server, ServerError
-from cli.serve import serve
+from annodb_cli.serve import serve
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIELDS = ["title:", "headings:", "segment:"]
@@ -199,6 +199,10 @@ def test_lenient_repairs_appear_as_warnings(server, db):
         r = c(op="query", query='("hello")')
         assert r["ok"] and any("unwrapped" in w for w in r["warnings"])
         assert "warnings" not in c(op="query", query="(^ hello world)")
+        r = c(op="query", query="(^ hello world:)")     # names no feature: its words
+        assert r["ok"] and r["docno"] == expected_ranks(db, "(^ hello world)")[0]
+        assert r["warnings"] == ["'world:' names no feature of the database; searched its "
+                                 'words "world" instead']
 
 
 def test_query_errors(server):
@@ -547,7 +551,7 @@ def test_subprocess_server_with_sigterm(db):
     """The real command: listening line on stderr, queries, a commit from this process seen
     by the next query, an annotation (the read-only handle reopened read-write), SIGTERM."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from cli.serve import serve; serve()", "--db", db.path,
+        [sys.executable, "-c", "from annodb_cli.serve import serve; serve()", "--db", db.path,
          "--port", "0", "--fields", "title:,segment:"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": REPO})

@@ -12,6 +12,8 @@ import math
 import os
 import re
 import socket
+import subprocess
+import sys
 
 import ir_measures
 import pytest
@@ -22,7 +24,7 @@ from annodb import protocol
 from annodb import server as server_module
 from annodb.ingest import ingest
 from annodb.server import Server
-from cli.vole import vole
+from annodb_cli.vole import vole
 from fake_openai import FakeOpenAI, Status
 from vole import decision, runfile
 from vole.backend import Local, Remote, note_docno
@@ -438,6 +440,25 @@ def test_eval_gives_the_ndcg_ir_measures_computes(tmp_path):
     assert data["measures"]["nDCG@10"] == pytest.approx(expected)
     assert data["per_topic"]["2"]["nDCG@10"] == 1.0 and data["per_topic"]["3"]["P@10"] == 0
     assert evaluate(str(qrels), str(run)).missing == ["3"]
+
+
+def test_eval_without_the_eval_extra_says_how_to_install_it(tmp_path):
+    """ir-measures (and scipy) are the extra annodb[eval]: without them `vole eval` is one
+    error line saying so, and the rest of the Vole runs (this runs in a child process so
+    the missing package is really missing there)."""
+    (tmp_path / "q").write_text("1 0 a 1\n")
+    (tmp_path / "r").write_text("1 Q0 a 1 1 x\n")
+    code = ("import sys\nsys.modules['ir_measures'] = None\n"
+            "from annodb_cli.vole import vole\nvole()")
+    for args, status in ((["eval", "--qrels", "q", "r"], 1), (["--help"], 0)):
+        done = subprocess.run([sys.executable, "-c", code] + args, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == status, done.stderr
+    assert done.stdout.startswith("Usage:")
+    done = subprocess.run([sys.executable, "-c", code, "eval", "--qrels", "q", "r"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.stderr == ("vole: error: vole eval needs the evaluation extra (ir_measures "
+                           "is not installed): pip install 'annodb[eval]'\n")
 
 
 def test_judge_writes_qrels_for_the_holes_only(bible, tmp_path):

@@ -189,7 +189,7 @@ def test_three_ingests_of_the_same_files_at_once(tmp_path, figures):
                 f.write(json.dumps({"docid": docno, "text": doc_text(docno)}) + "\n")
         files.append(str(src))
     path = str(tmp_path / "db")
-    command = [sys.executable, "-c", "from cli.main import annodb; annodb()", "ingest",
+    command = [sys.executable, "-c", "from annodb_cli.main import annodb; annodb()", "ingest",
                "--db", path, "--json", "--batch-size", "10"]
     started = time.perf_counter()
     procs = [subprocess.Popen(command + (files if k % 2 == 0 else files[::-1]),

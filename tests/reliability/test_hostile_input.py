@@ -40,7 +40,7 @@ from annodb.errors import AnnodbError, IngestError, QueryError, StorageError
 from annodb.ingest import ingest
 from annodb.query import OPERATORS, format as format_query, parse
 from annodb.server import Server
-from cli.main import annodb as annodb_cli
+from annodb_cli.main import annodb as annodb_cli
 
 from .workload import SEED, size
 
@@ -243,7 +243,7 @@ def test_lone_surrogates_are_clear_errors(tmp_path):
         assert check(db) == []
     for command in (["query", "--db", str(path), "(^ alpha \udcff:)"],
                     ["show", "--db", str(path), "\udcff"]):
-        done = subprocess.run([sys.executable, "-c", "from cli.main import annodb; annodb()",
+        done = subprocess.run([sys.executable, "-c", "from annodb_cli.main import annodb; annodb()",
                                *[os.fsencode(a) for a in command]],
                               capture_output=True, text=True, timeout=60)
         assert "internal error" not in done.stderr, done.stderr
@@ -546,7 +546,7 @@ def test_ingest_a_huge_document(tmp_path, figures):
     src.write_text(json.dumps({"docid": "huge", "text": text}) + "\n")
     path = base_db(tmp_path / "db")
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", "from cli.main import annodb; annodb()",
+    done = subprocess.run([sys.executable, "-c", "from annodb_cli.main import annodb; annodb()",
                            "ingest", "--db", str(path), "--json", str(src)],
                           capture_output=True, text=True, timeout=1800)
     seconds = time.perf_counter() - started
@@ -750,7 +750,7 @@ def test_creating_a_database_on_a_full_disk_is_an_error_not_a_crash(tmp_path):
     good.write_text("ok1\tgood words\n")
     with mounted("-t", "tmpfs", "-o", "size=1m", "tmpfs", at=tmp_path / "small") as disk:
         _filler(disk)
-        done = subprocess.run([sys.executable, "-c", "from cli.main import annodb; annodb()",
+        done = subprocess.run([sys.executable, "-c", "from annodb_cli.main import annodb; annodb()",
                                "ingest", "--db", str(disk / "new.db"), str(good)],
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 1, (done.returncode, done.stderr)

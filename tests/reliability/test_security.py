@@ -22,7 +22,7 @@ import annodb
 from annodb import protocol
 from annodb import server as server_module
 from annodb.server import Server, ServerError
-from cli.serve import serve
+from annodb_cli.serve import serve
 
 from .workload import size
 
