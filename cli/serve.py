@@ -41,24 +41,31 @@ def _fields(ctx, param, value: str | None) -> list[str] | None:
 @click.option("--timeout", type=click.FloatRange(min=0), default=QUERY_TIMEOUT,
               show_default=True, metavar="SECONDS",
               help="Answer a query still running after this long with an error (0: no limit).")
-def serve(db, host, port, container, fields, depth, token, timeout):
+@click.option("--strict", is_flag=True,
+              help="Refuse malformed queries with an error, as the reference server does "
+                   "(default: lenient, repairs listed in \"warnings\").")
+def serve(db, host, port, container, fields, depth, token, timeout, strict):
     """Serve the database to search agents: newline-delimited JSON over TCP.
 
     Speaks the protocol of Cottontail's ssr-server, so the Vole runner works unchanged:
     {"op":"query","query":G}, {"op":"next","qid":Q}, {"op":"document","docno":D}, plus
-    {"op":"count","query":G}, {"op":"stats"} and {"op":"annotate","docno":D,
-    "feature":F,"value":V}. Prints `listening on port N` on stderr once it accepts
+    {"op":"count","query":G}, {"op":"stats"}, {"op":"annotate","docno":D,
+    "feature":F,"value":V}, and the Vole's {"op":"judge",...}, {"op":"judgments",
+    "topic":T} and {"op":"topic",...}. Notes are kept apart from the collection: a query
+    finds them with "container":"note:". Prints `listening on port N` on stderr once it accepts
     connections; stops cleanly on Ctrl-C or SIGTERM. `annodb ingest` may run beside it:
     new documents are seen by the next query.
 
     \b
     Example:
       annodb serve --db msmarco.db --fields title:,headings:,segment:
+      annodb serve --db msmarco.db --strict --port 8765
       printf '%s\\n' '{"op":"query","query":"(^ goth rock)"}' | nc 127.0.0.1 PORT
     """
     try:
         server = Server(db, host=host, port=port, container=container, fields=fields,
-                        depth=depth, token=token, query_timeout=timeout or None)
+                        depth=depth, token=token, query_timeout=timeout or None,
+                        strict=strict)
         server.serve_forever()
     except AnnodbError as err:
         click.echo(f"annodb: error: {err}", err=True)
