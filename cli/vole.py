@@ -161,6 +161,9 @@ def run(topics_path, db, server, token, model_name, base_url, api, no_schema, ou
     failed = [s for s in summaries if s.error]
     click.echo(f"vole: {len(summaries)} topics, {sum(s.judgments for s in summaries)} "
                f"judgments; wrote {os.path.join(out, RUN)}", err=True)
+    if len(summaries) < len(topics):
+        fail(f"{summaries[-1].error} (the run stopped: {len(topics) - len(summaries)} "
+             "topics not run)")
     if failed:
         fail(f"{len(failed)} of {len(summaries)} topics stopped on an error "
              f"(first: {failed[0].qid}: {failed[0].error})")

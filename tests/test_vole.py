@@ -300,11 +300,11 @@ def test_run_end_to_end_then_resume(bible, topics, tmp_path):
     assert len([a for a in audit if a["kind"] == "model-retry"]) == 2
     backend = [a for a in audit if a["kind"] == "backend"]
     assert [a["request"]["op"] for a in backend] == [
-        "judgments", "topic", "query", "query", "judge", "next", "judge", "next", "judge",
+        "judgments", "query", "query", "judge", "next", "judge", "next", "judge",
         "document", "judge", "topic"]
     assert all(a["topic"] == "t1" for a in audit)
     assert all("time" in a and "response" in a for a in backend)
-    assert backend[2]["response"]["ok"] is False                 # the invalid query
+    assert backend[1]["response"]["ok"] is False                 # the invalid query
     summary = jsonl(out, "summary.jsonl")
     assert summary[0]["calls"] == 8 and summary[0]["grade3"] == 2
     assert summary[0]["stop"] == "max-judgments" and summary[0]["input_tokens"] > 0
@@ -659,7 +659,7 @@ def test_the_last_call_is_judged_but_its_action_not_executed(bible, topics, tmp_
     assert result.exit_code == 0, result.output
     assert "t1: 2 calls, 1 judgments (1 new, 0 of grade 3), stop max-calls" in result.stdout
     ops = [a["request"] for a in jsonl(out, "audit.jsonl") if a["kind"] == "backend"]
-    assert [r["op"] for r in ops] == ["judgments", "topic", "query", "judge", "topic"]
+    assert [r["op"] for r in ops] == ["judgments", "query", "judge", "topic"]
     last = jsonl(out, "conversation.jsonl")[-1]["content"]
     assert last.startswith("Recorded Gen.1.16: grade 2.\nStopped: the call limit is reached")
     # a rerun skips the finished topic; --continue gives it more calls
@@ -717,3 +717,33 @@ def test_sigterm_says_which_topics_are_complete_and_a_rerun_resumes(bible, tmp_p
     result, lines, _ = policy_run(bible, tmp_path, "rest", [policy] * 200)
     assert result.exit_code == 0, result.output
     assert "t1: finished earlier" in result.stdout and len(lines) == 15
+
+
+def test_an_endpoint_that_cannot_be_reached_or_an_unknown_model_fails_fast():
+    waits = []
+    with socket.socket() as s:          # a port nobody listens on: connections are refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with Model("m", base_url=f"http://127.0.0.1:{port}/v1", sleep=waits.append) as model:
+        with pytest.raises(ModelError, match=r"cannot reach the model endpoint .*"
+                                             r"gave up after 3 attempts.*check --base-url"):
+            model.complete("i", [{"role": "user", "content": "x"}])
+    assert len(waits) == 2 and sum(waits) < 5
+    with FakeOpenAI([Status(404, "The model `nope` does not exist")]) as fake, \
+            Model("nope", base_url=fake.base_url, sleep=waits.append) as model:
+        with pytest.raises(ModelError, match=r"404.*does not exist.*check --model"):
+            model.complete("i", [{"role": "user", "content": "x"}])
+        assert len(fake.requests) == 1
+
+
+def test_a_run_ends_when_the_model_endpoint_cannot_be_reached(bible, tmp_path):
+    topics = tmp_path / "topics.tsv"
+    topics.write_text("t1\tlight\nt2\tdarkness\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = vole_run("--topics", topics, "--db", bible, "--model", "m", "--base-url",
+                      f"http://127.0.0.1:{port}/v1", "--out", tmp_path / "out")
+    assert result.exit_code == 1
+    assert result.stdout.count("stop model-error") == 1 and "t2" not in result.stdout
+    assert "(the run stopped: 1 topics not run)" in result.stderr.splitlines()[-1]

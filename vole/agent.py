@@ -34,7 +34,7 @@ import msgspec
 
 from . import decision, prompts
 from .backend import Backend, is_note
-from .errors import BackendError, DecisionError, ModelError
+from .errors import BackendError, DecisionError, ModelError, UnreachableError
 from .model import Model
 from .topics import Topic
 
@@ -125,6 +125,7 @@ class Agent:
         self.call_limit = limits.max_calls
         self._base = 0
         self._step = 0
+        self.fatal = False                      # the run cannot go on (no model endpoint)
 
     # the loop -----------------------------------------------------------------
 
@@ -140,6 +141,7 @@ class Agent:
                 self._loop()
         except ModelError as err:
             s.stop, s.error = MODEL_ERROR, str(err)
+            self.fatal = isinstance(err, UnreachableError)
         except BackendError as err:
             s.stop, s.error = BACKEND_ERROR, str(err)
         except Exception as err:  # a bug: keep it in the audit, go on with the next topic
@@ -180,7 +182,8 @@ class Agent:
                     return False
                 self._base = self.call
         self.call_limit = self._base + self.limits.max_calls
-        self._write_record(None, None)
+        if self._base != (record["base"] if record else 0):   # a --continue session
+            self._write_record(None, None)
         return True
 
     def _write_record(self, stop: str | None, error: str | None) -> None:
@@ -308,7 +311,8 @@ def run(topics: list[Topic], model: Model, backend: Backend, outputs=None,
         continue_topics: bool = False, summaries: list | None = None) -> list[Summary]:
     """Every topic in turn; after each, its run lines and summary go to `outputs` (an
     outputs.Outputs), its summary line to `echo`, and the summary to `summaries` (so a
-    caller interrupted midway knows which topics are done)."""
+    caller interrupted midway knows which topics are done). A model endpoint that cannot
+    be reached ends the run after the topic it failed (the others would fail the same)."""
     summaries = [] if summaries is None else summaries
     for topic in topics:
         if outputs is not None:
@@ -324,4 +328,6 @@ def run(topics: list[Topic], model: Model, backend: Backend, outputs=None,
         if echo is not None:
             echo(summary.line())
         summaries.append(summary)
+        if agent.fatal:
+            break
     return summaries
