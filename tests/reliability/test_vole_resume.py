@@ -14,7 +14,6 @@ recorded, or between topics.
 
 from __future__ import annotations
 
-import io
 import os
 import random
 import re
