@@ -141,5 +141,9 @@ def judgments(snap, topic: str) -> tuple[list[Judgment], Record | None]:
 def record(w, state: Record) -> None:
     """Write (replace) the topic's record in the write transaction `w`."""
     check_topic(state.topic)
-    w.add(_encode(state).decode(), docno=topic_docno(state.topic), replace=True,
-          container=TOPICS)
+    docno = topic_docno(state.topic)
+    old = w.find(docno)
+    if old is not None and old.container != TOPICS:
+        raise AnnodbError(f"cannot record topic {state.topic!r}: the docno {docno!r} is a "
+                          "document of the collection")
+    w.add(_encode(state).decode(), docno=docno, replace=True, container=TOPICS)

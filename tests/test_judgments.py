@@ -61,6 +61,9 @@ def test_judge_records_order_and_call_and_reads_back_in_discovery_order(path):
                 judgments.judge(w, "t1", "note:t1:d7", 1, "x")
             with pytest.raises(AnnodbError, match="one word"):
                 judgments.judge(w, "t (1)", "d1", 1, "x")
+            w.add("a collection document that happens to be named so", docno="topic:t9")
+            with pytest.raises(AnnodbError, match="is a document of the collection"):
+                judgments.record(w, judgments.Record("t9"))
         assert check(db) == []
 
 
