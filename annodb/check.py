@@ -284,7 +284,7 @@ def _check_document_list(txn, docs, erased, problems) -> None:
     by_container: dict[str, dict] = {}
     for start, end, docno, container in docs:
         by_container.setdefault(container, {})[(start, end)] = docno
-    if docs and txn.feature_id(DOCUMENT) is None and DOCUMENT in by_container:
+    if DOCUMENT in by_container and txn.feature_id(DOCUMENT) is None:
         problems.add(f"features: no {DOCUMENT!r} feature, but there are documents")
         return
     for container, ranges in by_container.items():
