@@ -367,12 +367,13 @@ def relative_raw(doc: Document) -> bytes:
     """The msgpack of the document with its addresses less its start (its start 0): what
     tags 3 and 4 hold. Leaves `doc` as it is."""
     s = doc.start
-    if s == 0:
-        return _doc_encoder.encode(doc)
-    return _doc_encoder.encode(Document(
-        doc.docno, 0, doc.end - s, doc.text,
-        [DocField(f.name, f.path, f.char_start, f.char_end, f.start - s, f.end - s)
-         for f in doc.fields], doc.meta, doc.tokens, doc.container))
+    fields = doc.fields if s == 0 else [
+        DocField(f.name, f.path, f.char_start, f.char_end, f.start - s, f.end - s)
+        for f in doc.fields]
+    row = (doc.docno, 0, doc.end - s, doc.text, fields, doc.meta, doc.tokens)
+    # the container only when it is not ":", as batch.make writes documents (msgspec
+    # writes every field of an array-like struct, defaults too)
+    return _doc_encoder.encode(row if doc.container == ":" else row + (doc.container,))
 
 
 def encode_relative(doc) -> bytes:

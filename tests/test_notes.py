@@ -10,9 +10,11 @@ import io
 import json
 import socket
 
+import msgspec
 import pytest
 
 import annodb
+from annodb import storage
 from annodb.check import check
 from annodb.errors import AnnodbError
 from annodb.server import Server
@@ -55,6 +57,10 @@ def test_notes_are_no_hits_of_ordinary_searches_nor_counted(db):
         assert [h.docno for h in r.search("(>> : (@ note:t1))")] == ["Gen.1.3"]
         assert r.document("note:t1:Gen.1.3").container == "note:"
         assert r.document("Gen.1.3").container == ":"
+        for docno in ("note:t1:Gen.1.3", "Gen.1.3"):   # the stored form keeps it
+            doc = r.document(docno)
+            again = msgspec.msgpack.decode(storage.relative_raw(doc), type=storage.Document)
+            assert again.container == doc.container and again.text == doc.text
     assert check(db) == []
 
 
