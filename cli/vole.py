@@ -152,8 +152,8 @@ def run(topics_path, db, server, token, model_name, base_url, api, no_schema, ou
         rest = [t.qid for t in topics if t.qid not in complete]
         click.echo(f"vole: interrupted ({signame}): {len(complete)} of {len(topics)} topics "
                    f"complete ({', '.join(complete) or 'none'}); not complete: "
-                   f"{', '.join(rest) or 'none'}. Every judgment made is recorded in the database: "
-                   "rerun the same command to resume.", err=True)
+                   f"{', '.join(rest) or 'none'}. Every judgment made is recorded in the "
+                   "database: rerun the same command to resume.", err=True)
         sys.exit(143 if isinstance(err, _Terminated) else 130)
     finally:
         if main:
