@@ -14,9 +14,12 @@ What is verified, in one read snapshot:
 - documents: each docs entry decodes (a group: to one or more documents, starts
   ascending); a single document's key is its start, a group's key is at most its first
   start and after the previous entry's last end; 0 <= start <= end < next_address; no two
-  overlap; docs and docnos agree exactly; meta's document and token counts match.
+  overlap; docs and docnos agree exactly; meta's document and token counts match, those of
+  the collection (container `:`) and those of the documents kept apart (notes) each.
 - erased: each range has start <= end and they are sorted and disjoint.
-- the `:` list, with erased intervals dropped, is exactly the live documents' ranges.
+- the `:` list, with erased intervals dropped, is exactly the ranges of the live documents
+  of the collection; every document kept apart has an interval of its container (e.g.
+  `note:`) over its range.
 
 It reads everything, so it takes time proportional to the database's size.
 """
@@ -180,10 +183,10 @@ def _check_blocks(txn, names, problems) -> None:
 _GROUPS = (storage.TAG_GROUP, storage.TAG_REL_GROUP)
 
 
-def _check_documents(txn, next_address, problems) -> list[tuple[int, int, str]]:
-    """(start, end, docno) of every document that decodes, in address order."""
+def _check_documents(txn, next_address, problems) -> list[tuple[int, int, str, str]]:
+    """(start, end, docno, container) of every document that decodes, in address order."""
     docs = []
-    tokens = 0
+    tokens = apart = apart_tokens = 0
     prev_end, prev_docno = -1, None
     for key, value in txn.docs_entries():
         key_start = storage.from_u64(key) if len(key) == 8 else None
@@ -217,12 +220,16 @@ def _check_documents(txn, next_address, problems) -> list[tuple[int, int, str]]:
             if doc.start <= prev_end:
                 problems.add(f"{where} [{doc.start}, {doc.end}] overlaps {prev_docno!r}")
             prev_end, prev_docno = max(prev_end, doc.end), doc.docno
-            tokens += doc.tokens
-            docs.append((doc.start, doc.end, doc.docno))
+            if doc.container == DOCUMENT:
+                tokens += doc.tokens
+            else:
+                apart += 1
+                apart_tokens += doc.tokens
+            docs.append((doc.start, doc.end, doc.docno, doc.container))
     by_docno = {}
     for docno, start in txn.docnos():
         by_docno[docno] = start
-    stored = {docno: start for start, _, docno in docs}
+    stored = {docno: start for start, _, docno, _ in docs}
     for docno, start in by_docno.items():
         if stored.get(docno) != start:
             found = stored.get(docno)
@@ -234,12 +241,14 @@ def _check_documents(txn, next_address, problems) -> list[tuple[int, int, str]]:
             problems.add(f"docnos: {docno!r} (document at {start}) is missing")
     if len(stored) != len(docs):
         problems.add(f"docs: {len(docs) - len(stored)} documents share a docno")
-    count = txn.meta("documents", 0)
-    if count != len(docs):
-        problems.add(f"meta: 'documents' is {count}, but there are {len(docs)} documents")
-    meta_tokens = txn.meta("tokens", 0)
-    if meta_tokens != tokens:
-        problems.add(f"meta: 'tokens' is {meta_tokens}, but the documents hold {tokens}")
+    for key, found, what in (
+            ("documents", len(docs) - apart, "documents in the collection"),
+            ("tokens", tokens, "tokens in the collection's documents"),
+            ("agent_documents", apart, "documents kept apart"),
+            ("agent_tokens", apart_tokens, "tokens in the documents kept apart")):
+        count = txn.meta(key, 0)
+        if count != found:
+            problems.add(f"meta: {key!r} is {count}, but there are {found} {what}")
     return docs
 
 
@@ -253,23 +262,43 @@ def _check_erased(txn, problems) -> tuple[np.ndarray, np.ndarray]:
     return starts, ends
 
 
-def _check_document_list(txn, docs, erased, problems) -> None:
-    fid = txn.feature_id(DOCUMENT)
+def _live_list(txn, name, erased, problems) -> set | None:
+    """The (start, end) of the feature's intervals outside the erased ranges (None when it
+    cannot be read: reported)."""
+    fid = txn.feature_id(name)
     if fid is None:
-        if docs:
-            problems.add(f"features: no {DOCUMENT!r} feature, but there are documents")
-        return
+        return set()
     try:
         s, e, _ = txn.read_list(fid)
     except Exception as err:  # reported in detail by _check_blocks
-        problems.add(f"the {DOCUMENT!r} list cannot be read: {err}")
-        return
+        problems.add(f"the {name!r} list cannot be read: {err}")
+        return None
     es, ee = erased
     if len(es) and len(s):
         keep = kernels.drop_erased(s, e, es, ee)
         s, e = s[keep], e[keep]
-    live = set(zip(s.tolist(), e.tolist()))
-    ranges = {(start, end): docno for start, end, docno in docs}
+    return set(zip(s.tolist(), e.tolist()))
+
+
+def _check_document_list(txn, docs, erased, problems) -> None:
+    by_container: dict[str, dict] = {}
+    for start, end, docno, container in docs:
+        by_container.setdefault(container, {})[(start, end)] = docno
+    if DOCUMENT in by_container and txn.feature_id(DOCUMENT) is None:
+        problems.add(f"features: no {DOCUMENT!r} feature, but there are documents")
+        return
+    for container, ranges in by_container.items():
+        if container == DOCUMENT:
+            continue
+        live = _live_list(txn, container, erased, problems)
+        for (start, end), docno in ranges.items():
+            if live is not None and (start, end) not in live:
+                problems.add(f"documents: {docno!r} [{start}, {end}] (kept apart) has no "
+                             f"{container!r} interval over its range")
+    live = _live_list(txn, DOCUMENT, erased, problems)
+    if live is None:
+        return
+    ranges = by_container.get(DOCUMENT, {})
     for (start, end), docno in ranges.items():
         if (start, end) not in live:
             problems.add(f"documents: {docno!r} [{start}, {end}] has no {DOCUMENT!r} "

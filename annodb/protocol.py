@@ -9,8 +9,12 @@ written for that server runs unchanged. Exactly one reply line per request, in o
 
 Requests and their responses:
 
-    {"op":"query","query":G}    evaluate G (lenient parse: repairs are listed in "warnings"),
-                                rank containers by SSR to the server's depth, answer rank 1:
+    {"op":"query","query":G}    evaluate G (lenient parse: repairs are listed in "warnings";
+                                `strict`: a malformed query is an error, as the reference
+                                server answers), rank containers (the server's container,
+                                or the request's "container", e.g. "note:" for the notes
+                                kept apart from the collection) by SSR to the server's
+                                depth, answer rank 1:
         {"op":"query","ok":true,"qid":"q0","rank":1,"docno":D,"snippet":S}
         {"op":"query","ok":true,"qid":"q0","done":true}             (nothing matched)
     {"op":"next","qid":Q}       the next rank of Q (same shape, "op":"next"), or "done":true
@@ -36,6 +40,20 @@ Extensions (additive; the reference server answers "Unknown op" to them):
                                 Writer.note): a document `note:Q:D` (Q optional) annotated
                                 `note:` and `note:Q` with D's first address as value:
                                 {"op":"note","ok":true,"docno":"note:Q:D","target":D}
+    {"op":"judge","topic":T,"docno":D,"grade":G,"text":R,"call":C}
+                                commits, in one transaction, a judgment of document D for
+                                topic T (grade G 0-3, made by model call C) and its note R
+                                (see annodb.judgments): {"op":"judge","ok":true,"topic":T,
+                                "docno":D,"grade":G,"note":"note:T:D","order":N,
+                                "regraded":false}, N the judgment's discovery order
+    {"op":"judgments","topic":T}
+                                every judgment of topic T, never cut by a depth, in
+                                discovery order, and its record: {"op":"judgments","ok":true,
+                                "topic":T,"judgments":[{"docno","grade","order","call"}...],
+                                "record":{"topic","stop","calls","judgments",...} or null}
+    {"op":"topic","topic":T,"stop":S,"calls":C,"judgments":J,"base":B,"error":E}
+                                commits topic T's record (S null while a session runs):
+                                {"op":"topic","ok":true,"topic":T}
 
 Every error has one shape, `{"op": <the op, or "parse">, "ok": false, "error": message}`:
 a line that is not JSON (or not UTF-8, or not an object), a line longer than `max_line`,
@@ -68,6 +86,7 @@ from dataclasses import replace
 import msgspec
 
 from . import database as _database
+from . import judgments as _judgments
 from .errors import AnnodbError, QueryCostError, StorageError
 from .gcl import Budget, as_node, prepare
 from .query import STRUCTURAL
@@ -80,7 +99,8 @@ MAX_QUERIES = 10_000                # query states kept (least recently used are
 MAX_QUERY_BYTES = 256 << 20         # bytes of query states kept
 WRITE_TIMEOUT = 10.0                # seconds `annotate` waits for another writer
 STATE_OVERHEAD = 256                # bytes counted per query state besides its arrays
-OPS = ("query", "next", "document", "count", "stats", "annotate", "note")
+OPS = ("query", "next", "document", "count", "stats", "annotate", "note", "judge",
+       "judgments", "topic")
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
@@ -201,8 +221,8 @@ class Protocol:
                  query_timeout: float | None = QUERY_TIMEOUT,
                  max_postings: int | None = MAX_POSTINGS, max_line: int = MAX_LINE,
                  max_queries: int = MAX_QUERIES, max_query_bytes: int = MAX_QUERY_BYTES,
-                 cache_bytes: int | None = None, readonly: bool = False, log=None,
-                 info=None):
+                 cache_bytes: int | None = None, readonly: bool = False,
+                 strict: bool = False, log=None, info=None):
         if depth < 1:
             raise ServerError(f"depth must be at least 1, not {depth}")
         if max_line < 1:
@@ -220,12 +240,14 @@ class Protocol:
         self.query_timeout = query_timeout if query_timeout and query_timeout > 0 else None
         self.max_postings = max_postings if max_postings and max_postings > 0 else None
         self.max_line = int(max_line)
+        self.strict = bool(strict)
         self._log = log
         self._info = info or (lambda: {})  # what the transport adds to stats' "server"
         self._states = _States(max_queries, max_query_bytes)
         self._ops = {"query": self._query, "next": self._next, "document": self._document,
                      "count": self._count, "stats": self._stats, "annotate": self._annotate,
-                     "note": self._note}
+                     "note": self._note, "judge": self._judge, "judgments": self._judgments,
+                     "topic": self._topic}
         self._handle = Handle(path, cache_bytes, readonly)  # StorageError when missing
 
     def close(self) -> None:
@@ -343,9 +365,13 @@ class Protocol:
 
     def _query(self, request: dict, session: Session) -> dict:
         text = _query_text(request)
+        container = request.get("container", self.container)
+        if not isinstance(container, str) or not container:
+            raise _Refusal(f"container must be a feature name or query (e.g. \"note:\"), "
+                           f"not {_shown(container)}")
         with self._handle.db.read() as snap:
-            ranking = rank(snap, text, depth=self.depth, container=self.container,
-                           lenient=True, budget=self._budget())
+            ranking = rank(snap, text, depth=self.depth, container=container,
+                           lenient=not self.strict, budget=self._budget())
             first = ranking.hit(0, snapshot=snap) if len(ranking) else None
         ranking = replace(ranking, snapshot=None)
         qid = self._states.add(session, ranking, 1 if first is not None else 0)
@@ -372,7 +398,7 @@ class Protocol:
     def _count(self, request: dict, session: Session) -> dict:
         text = _query_text(request)
         with self._handle.db.read() as snap:
-            node, warnings = prepare(snap, text, lenient=True)
+            node, warnings = prepare(snap, text, lenient=not self.strict)
             count = len(snap.query(node, budget=self._budget()))
         response = {"op": "count", "ok": True, "count": count}
         if warnings:
@@ -424,6 +450,45 @@ class Protocol:
                            note_docno=f"note:{qid}:{doc.docno}" if qid else None)
         return {"op": "note", "ok": True, "docno": added.docno, "target": doc.docno}
 
+    def _judge(self, request: dict, session: Session) -> dict:
+        topic = _topic_of(request)
+        docno = _docno(request)
+        grade = request.get("grade")
+        if isinstance(grade, bool) or not isinstance(grade, int) or not 0 <= grade <= 3:
+            raise _Refusal(f"grade must be 0, 1, 2 or 3, not {_shown(grade)}")
+        text = request.get("text", "")
+        if not isinstance(text, str):
+            raise _Refusal(f"text must be a string (the reason), not {_json_kind(text)}")
+        call = _count_field(request, "call")
+        db = self._handle.writable()
+        with db.write(timeout=WRITE_TIMEOUT) as w:
+            done = _judgments.judge(w, topic, docno, grade, text, call)
+        return {"op": "judge", "ok": True, "topic": topic, "docno": done.docno,
+                "grade": grade, "note": done.note, "order": done.order,
+                "regraded": done.regraded}
+
+    def _judgments(self, request: dict, session: Session) -> dict:
+        topic = _topic_of(request)
+        with self._handle.db.read() as snap:
+            found, record = _judgments.judgments(snap, topic)
+        return {"op": "judgments", "ok": True, "topic": topic,
+                "judgments": msgspec.to_builtins(found),
+                "record": None if record is None else msgspec.to_builtins(record)}
+
+    def _topic(self, request: dict, session: Session) -> dict:
+        topic = _topic_of(request)
+        stop, error = request.get("stop"), request.get("error")
+        for name, value in (("stop", stop), ("error", error)):
+            if value is not None and not isinstance(value, str):
+                raise _Refusal(f"{name} must be a string or null, not {_json_kind(value)}")
+        state = _judgments.Record(topic, stop, _count_field(request, "calls"),
+                                  _count_field(request, "judgments"),
+                                  _count_field(request, "base"), error)
+        db = self._handle.writable()
+        with db.write(timeout=WRITE_TIMEOUT) as w:
+            _judgments.record(w, state)
+        return {"op": "topic", "ok": True, "topic": topic}
+
 
 # ---------------------------------------------------------------- helpers
 
@@ -452,6 +517,23 @@ def _query_text(request: dict) -> str:
     if not isinstance(text, str):
         raise _Refusal(f"query must be a string (GCL text), not {_json_kind(text)}")
     return text
+
+
+def _topic_of(request: dict) -> str:
+    topic = request.get("topic")
+    if topic is None or topic == "":
+        raise _Refusal("Missing topic: give \"topic\", e.g. \"2024-105741\"")
+    try:
+        return _judgments.check_topic(topic)
+    except AnnodbError as err:
+        raise _Refusal(str(err)) from None
+
+
+def _count_field(request: dict, name: str) -> int:
+    value = request.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _Refusal(f"{name} must be a whole number >= 0, not {_shown(value)}")
+    return value
 
 
 def _docno(request: dict) -> str:

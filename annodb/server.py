@@ -365,7 +365,7 @@ class Server:
                  max_clients: int = MAX_CLIENTS, workers: int | None = None,
                  processes: int = 1, idle_timeout: float = IDLE_TIMEOUT,
                  line_timeout: float = LINE_TIMEOUT, cache_bytes: int | None = None,
-                 readonly: bool = False, log=None):
+                 readonly: bool = False, strict: bool = False, log=None):
         if token is None and not is_loopback(host):
             raise ServerError(
                 f"refusing to listen on {host!r} without a token: anyone who can reach it "
@@ -389,7 +389,7 @@ class Server:
             query_timeout=query_timeout, max_postings=max_postings, max_line=max_line,
             max_queries=max(int(max_queries) // self.processes, 1),
             max_query_bytes=int(max_query_bytes) // self.processes, cache_bytes=per_process,
-            readonly=readonly)
+            readonly=readonly, strict=strict)
         self._core_options = dict(threads=workers or THREADS, idle_timeout=idle_timeout,
                                   line_timeout=line_timeout, max_clients=self.max_clients)
         # checks the options and opens the database here (in every mode): a missing

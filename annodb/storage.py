@@ -10,9 +10,12 @@ format n + 1 reads the same way; the first write to one records format 4). Sub-d
 so LMDB's byte order is numeric order; addresses are >= 0):
 
     meta      utf-8 name -> msgpack value. "format": 4; "tokenizer": tokenizer.VERSION;
-              "next_address": first unused address; "documents", "tokens": live counts;
-              "next_feature": next feature id to hand out; (format 4) "erased_version":
-              the id of the last write transaction that changed the erased ranges.
+              "next_address": first unused address; "documents", "tokens": live counts
+              of the collection's documents (container `:`); (format 4) "agent_documents",
+              "agent_tokens": those of the documents kept apart from the collection (see
+              Document.container; absent: 0); "next_feature": next feature id to hand
+              out; (format 4) "erased_version": the id of the last write transaction that
+              changed the erased ranges.
     features  feature name (utf-8; a name over 480 bytes: its first 400 bytes, a NUL and the
               hex SHA-256 of the whole name) -> feature id (u64)
     names     feature id (u64) -> feature name (utf-8)
@@ -21,7 +24,10 @@ so LMDB's byte order is numeric order; addresses are >= 0):
               and together hold its whole list, sorted by start with no interval nested in
               another (a GC-list: starts and ends both strictly increase).
     docs      address (u64) -> one or more consecutive documents, as a tag byte then:
-                0  msgpack Document (docno, address range, text, fields, metadata)
+                0  msgpack Document (docno, address range, text, fields, metadata,
+                   tokens, and (format 4) container: the feature over its whole range,
+                   `:` for the collection's documents, else e.g. `note:` for an agent's
+                   notes, which stay out of the collection's searches and counts)
                 1  the same, zlib-compressed (format 1 wrote 0 or 1, one per document,
                    keyed by the document's start)
                 2  (format 2) a group: zstd of the msgpack array of consecutive Documents,
@@ -283,6 +289,7 @@ class Document(msgspec.Struct, array_like=True, omit_defaults=True):
     fields: list[DocField]
     meta: dict = {}
     tokens: int = 0
+    container: str = ":"   # the feature over its range: ":" for the collection's documents
 
     def display_text(self, fields=()) -> str:
         """The text of the named fields (short names, `title:` or full paths; every field
@@ -400,12 +407,13 @@ def relative_raw(doc: Document) -> bytes:
     """The msgpack of the document with its addresses less its start (its start 0): what
     tags 3 and 4 hold. Leaves `doc` as it is."""
     s = doc.start
-    if s == 0:
-        return _doc_encoder.encode(doc)
-    return _doc_encoder.encode(Document(
-        doc.docno, 0, doc.end - s, doc.text,
-        [DocField(f.name, f.path, f.char_start, f.char_end, f.start - s, f.end - s)
-         for f in doc.fields], doc.meta, doc.tokens))
+    fields = doc.fields if s == 0 else [
+        DocField(f.name, f.path, f.char_start, f.char_end, f.start - s, f.end - s)
+        for f in doc.fields]
+    row = (doc.docno, 0, doc.end - s, doc.text, fields, doc.meta, doc.tokens)
+    # the container only when it is not ":", as batch.make writes documents (msgspec
+    # writes every field of an array-like struct, defaults too)
+    return _doc_encoder.encode(row if doc.container == ":" else row + (doc.container,))
 
 
 def encode_relative(doc) -> bytes:

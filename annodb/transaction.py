@@ -15,6 +15,7 @@ from . import batch, kernels, ranking, storage, tokenizer
 from .errors import AnnodbError, NotFoundError, StorageError
 from .gcl import evaluate
 from .lists import Intervals, Lists
+from .query import STRUCTURAL
 from .snippets import token_offsets
 from .storage import Document
 
@@ -22,6 +23,7 @@ from .storage import Document
 FOLD_DIACRITICS = "fold_diacritics"  # meta: True when words are stored without diacritics
 FLUSH_TOKENS = 4_000_000  # buffered tokens that trigger a write to LMDB inside the transaction
 DOCUMENT = batch.DOCUMENT
+NOTES = "note:"           # the container of notes (Writer.note): apart from the collection
 
 _LOOK_UP = object()  # (see Writer._intern_missing)
 
@@ -44,6 +46,8 @@ class Stats:
     erased_ranges: int
     path: str
     size_bytes: int
+    agent_documents: int = 0   # documents kept apart from the collection (notes), and
+    agent_tokens: int = 0      # their tokens: not in `documents` and `tokens`
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -183,6 +187,8 @@ class Snapshot:
         return self._txn.meta("next_address", 0)
 
     def document_count(self) -> int:
+        """How many documents the collection holds (container `:`; notes and other
+        documents kept apart are not counted)."""
         self._before_read()
         if isinstance(self, Writer):
             return self._documents
@@ -194,7 +200,9 @@ class Snapshot:
         return Stats(documents=txn.meta("documents", 0), tokens=txn.meta("tokens", 0),
                      features=txn.feature_count(), addresses=txn.meta("next_address", 0),
                      erased_ranges=len(self.erased()[0]), path=self.db.path,
-                     size_bytes=storage.disk_size(self.db._env.path))
+                     size_bytes=storage.disk_size(self.db._env.path),
+                     agent_documents=txn.meta("agent_documents", 0),
+                     agent_tokens=txn.meta("agent_tokens", 0))
 
     # queries (the evaluator lives in gcl, ranking in ranking)
     def query(self, gcl, *, lenient: bool = False, budget=None) -> Intervals:
@@ -219,6 +227,15 @@ class Snapshot:
         return ranking.search_text(self, text, k=k, container=container)
 
 
+def check_container(name: str) -> None:
+    """AnnodbError unless `name` can be a container of documents kept apart: a feature
+    name a query can use (one word holding a structural character, e.g. `note:`)."""
+    if not isinstance(name, str) or not name or name == DOCUMENT or \
+            STRUCTURAL.isdisjoint(name) or any(c.isspace() or c in '()"' for c in name):
+        raise AnnodbError(f"container {name!r} is not a feature name a query can use: one "
+                          "word holding : < > # @ or =, other than ':' alone (e.g. 'note:')")
+
+
 def check_docno(docno: str) -> None:
     """AnnodbError unless the docno can be stored (not empty, an LMDB key's length)."""
     if not docno:
@@ -241,6 +258,8 @@ class Writer(Snapshot):
         self._next_address = txn.meta("next_address", 0)
         self._documents = txn.meta("documents", 0)
         self._tokens = txn.meta("tokens", 0)
+        self._apart = self._apart_before = (txn.meta("agent_documents", 0),
+                                            txn.meta("agent_tokens", 0))
         self._format = txn.meta("format")
         self._tok_ids: list[np.ndarray] = []  # feature ids of buffered tokens, in address order
         self._tok_count = 0
@@ -267,6 +286,9 @@ class Writer(Snapshot):
             txn.set_meta("next_address", self._next_address)
             txn.set_meta("documents", self._documents)
             txn.set_meta("tokens", self._tokens)
+            if self._apart != self._apart_before:
+                txn.set_meta("agent_documents", self._apart[0])
+                txn.set_meta("agent_tokens", self._apart[1])
             if self._format != storage.FORMAT_VERSION:
                 txn.set_meta("format", storage.FORMAT_VERSION)  # what it writes now
             txn.commit()
@@ -350,25 +372,34 @@ class Writer(Snapshot):
 
     # writes
     def add(self, content, docno: str | None = None, *, id_field: str | None = None,
-            text_fields: list[str] | None = None, replace: bool = False) -> Added:
+            text_fields: list[str] | None = None, replace: bool = False,
+            container: str = DOCUMENT) -> Added:
         """Append a document: plain text (give a docno, or one is made from its address) or a
         JSON record (docno from its id field; see records.prepare). A docno already present
-        raises unless replace=True, which deletes the old document first."""
+        raises unless replace=True, which deletes the old document first. `container` is
+        the feature over its range: `:` for a document of the collection; another name
+        (e.g. `note:`) keeps it apart: it is then no hit of searches of the collection and
+        not counted among its documents, and found by searching that container."""
         return self.add_many([(content, docno)], id_field=id_field, text_fields=text_fields,
-                             replace=replace)[0]
+                             replace=replace, container=container)[0]
 
     def add_many(self, items, *, id_field: str | None = None,
-                 text_fields: list[str] | None = None, replace: bool = False) -> list[Added]:
+                 text_fields: list[str] | None = None, replace: bool = False,
+                 container: str = DOCUMENT) -> list[Added]:
         """Append many documents: each item is `(content, docno)` as for add() (docno may be
         None). The same as add() item by item, with one tokenizer pass for them all. Every
         docno is checked before anything is added: on an error nothing of the call is."""
         self._check()
+        if container != DOCUMENT:
+            check_container(container)
         docs = [batch.prepare_item(content, docno, id_field, text_fields)
                 for content, docno in items]
         try:
-            made = batch.make(docs)
+            made = batch.make(docs, container)
         except UnicodeError as err:  # a lone surrogate: no UTF-8 can store the text
             raise AnnodbError(f"document text is not valid Unicode ({err})") from None
+        except ValueError as err:    # a field named as the container
+            raise AnnodbError(str(err)) from None
         return self.add_batch(made, replace=replace)
 
     def add_batch(self, b: batch.Batch, *, replace: bool = False) -> list[Added]:
@@ -447,8 +478,12 @@ class Writer(Snapshot):
         self._ann_arrays.append((names[b.ann_name], at + b.ann_p, at + b.ann_q, b.ann_v))
         self._new_docnos.update(zip(docnos, starts_list))
         self._next_address = int(ends[-1]) + 1 if len(ends) else base
-        self._documents += len(docnos)
-        self._tokens += int(b.doc_tokens.sum())
+        if b.container == DOCUMENT:
+            self._documents += len(docnos)
+            self._tokens += int(b.doc_tokens.sum())
+        else:
+            self._apart = (self._apart[0] + len(docnos),
+                           self._apart[1] + int(b.doc_tokens.sum()))
         self._dirty = True
         out = list(map(Added, docnos, starts_list, ends.tolist()))
         if self._tok_count >= FLUSH_TOKENS:
@@ -495,18 +530,20 @@ class Writer(Snapshot):
     def _annotate_id(self, fid: int, p: int, q: int, value: float) -> None:
         self._ann.extend((fid, p, q, value))
 
-    def note(self, docno: str, text: str, *, features=("note:",),
+    def note(self, docno: str, text: str, *, features=(),
              note_docno: str | None = None) -> Added:
         """Attach a searchable note to the document `docno`: a new document holding `text`
-        (docno `note_docno`, replaced if present; default `note:<docno>:<address>`), its
-        range annotated with each of `features` valued with the target's first address, a
-        link: `(>> : (@ note:))` is the noted documents, `(<< word note:)` searches notes."""
+        (docno `note_docno`, replaced if present; default `note:<docno>:<address>`) in the
+        container `note:`, apart from the collection (no hit of its searches, not counted
+        among its documents). Its range carries `note:` and each of `features`, valued with
+        the target's first address, a link: `(>> : (@ note:))` is the noted documents;
+        `search(q, container="note:")` and `(<< word note:)` search the notes."""
         self._check()
         target = self.document(docno)
         if note_docno is None:
             note_docno = f"note:{docno}:{self._next_address}"
-        added = self.add(text, docno=note_docno, replace=True)
-        for feature in features:
+        added = self.add(text, docno=note_docno, replace=True, container=NOTES)
+        for feature in dict.fromkeys((NOTES, *features)):
             self.annotate(feature, added.start, added.end, float(target.start))
         return added
 
@@ -521,8 +558,11 @@ class Writer(Snapshot):
         for doc in list(self._txn.docs_overlapping(p, q)):
             if p <= doc.start and doc.end <= q:
                 self._txn.delete_doc(doc)
-                self._documents -= 1
-                self._tokens -= doc.tokens
+                if doc.container == DOCUMENT:
+                    self._documents -= 1
+                    self._tokens -= doc.tokens
+                else:
+                    self._apart = (self._apart[0] - 1, self._apart[1] - doc.tokens)
         es, ee = self._txn.erased()
         es, ee = kernels.merge_ranges(np.append(es, p), np.append(ee, q))
         self._txn.set_erased(es, ee)

@@ -60,15 +60,20 @@ def _fields(ctx, param, value: str | None) -> list[str] | None:
 @click.option("--cache-mb", type=click.IntRange(min=0), default=256, show_default=True,
               metavar="MB", help="Decoded lists kept for queries, over all processes.")
 @click.option("--read-only", "readonly", is_flag=True,
-              help="Open the database read-only: annotate and note are refused.")
+              help="Open the database read-only: annotate, note and judge are refused.")
+@click.option("--strict", is_flag=True,
+              help="Refuse malformed queries with an error, as the reference server does "
+                   "(default: lenient, repairs listed in \"warnings\").")
 def serve(db, host, port, container, fields, depth, token, timeout, max_postings, processes,
-          threads, idle_timeout, line_timeout, cache_mb, readonly):
+          threads, idle_timeout, line_timeout, cache_mb, readonly, strict):
     """Serve the database to search agents: newline-delimited JSON over TCP.
 
     Speaks the protocol of Cottontail's ssr-server, so the Vole runner works unchanged:
     {"op":"query","query":G}, {"op":"next","qid":Q}, {"op":"document","docno":D}, plus
-    {"op":"count","query":G}, {"op":"stats"} and {"op":"annotate","docno":D,
-    "feature":F,"value":V}. Prints `listening on port N` on stderr once it accepts
+    {"op":"count","query":G}, {"op":"stats"}, {"op":"annotate","docno":D,
+    "feature":F,"value":V}, and the Vole's {"op":"judge",...}, {"op":"judgments",
+    "topic":T} and {"op":"topic",...}. Notes are kept apart from the collection: a query
+    finds them with "container":"note:". Prints `listening on port N` on stderr once it accepts
     connections; stops cleanly on Ctrl-C or SIGTERM. `annodb ingest` may run beside it:
     new documents are seen by the next query. Connections are spread over worker
     processes (one per core by default), so many agents are served at once.
@@ -76,6 +81,7 @@ def serve(db, host, port, container, fields, depth, token, timeout, max_postings
     \b
     Example:
       annodb serve --db msmarco.db --fields title:,headings:,segment:
+      annodb serve --db msmarco.db --strict --port 8765
       printf '%s\\n' '{"op":"query","query":"(^ goth rock)"}' | nc 127.0.0.1 PORT
     """
     try:
@@ -84,7 +90,7 @@ def serve(db, host, port, container, fields, depth, token, timeout, max_postings
                         max_postings=max_postings or None,
                         processes=processes or os.cpu_count() or 1, workers=threads,
                         idle_timeout=idle_timeout, line_timeout=line_timeout,
-                        cache_bytes=cache_mb << 20, readonly=readonly)
+                        cache_bytes=cache_mb << 20, readonly=readonly, strict=strict)
         server.serve_forever()
     except AnnodbError as err:
         click.echo(f"annodb: error: {err}", err=True)
