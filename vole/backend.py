@@ -242,8 +242,9 @@ def parse_address(address: str) -> tuple[str, int]:
 
 class Remote(Backend):
     """A client of `annodb serve` at HOST:PORT. One connection, one request at a time; a
-    broken connection is reopened once per request before giving up (query states live in
-    the server process, so qids survive a reconnect)."""
+    broken connection is reopened once per request before giving up. qids name queries of
+    one connection, so after a reconnect a `next` of an earlier query is answered "Unknown
+    qid" (an observation: the model runs the query again)."""
 
     def __init__(self, address: str, *, token: str | None = None,
                  timeout: float = TIMEOUT, audit=None):
