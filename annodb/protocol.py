@@ -189,9 +189,15 @@ class Handle:
     `annotate` and `note` commit without reopening anything: readers never wait), else, or
     when asked, read-only (writes are refused with a message saying why)."""
 
-    def __init__(self, path: str, cache_bytes: int | None = None, readonly: bool = False):
-        self.path = path
+    def __init__(self, path, cache_bytes: int | None = None, readonly: bool = False):
         self.write_error = None
+        self.own = not isinstance(path, _database.Database)
+        if not self.own:  # an open Database (the Vole's in-process backend): used as it is
+            self.db, self.path = path, path.path
+            if path.readonly:
+                self.write_error = f"{path.path} is open read-only"
+            return
+        self.path = path
         if readonly:
             self.db = _database.open(path, readonly=True, cache_bytes=cache_bytes)
             self.write_error = "the server was started with --read-only"
@@ -210,11 +216,13 @@ class Handle:
         return self.db
 
     def close(self) -> None:
-        self.db.close()
+        if self.own:
+            self.db.close()
 
 
 class Protocol:
-    """Answers request lines against one database (see the module docstring)."""
+    """Answers request lines against one database (see the module docstring): `path` is
+    its directory, or an open Database (then it is used, not opened or closed)."""
 
     def __init__(self, path: str, *, container: str = ":", fields: list[str] | None = None,
                  depth: int = DEPTH, token: str | None = None,
