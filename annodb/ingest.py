@@ -2,8 +2,9 @@
 
     summary = ingest("bible.db", ["docs.jsonl.gz", "notes/"])
 
-The formats (JSONL, JSON, MS MARCO segments, CSV, TSV, TREC, plain text; `.gz` too) and
-how each is read are in formats.py.
+Which files are read in which format (JSONL, JSON, MS MARCO segments, CSV, TSV, TREC,
+plain text; `.gz` too; directories) is decided in inputs.py, how each format is read in
+formats.py.
 
 Every batch is one write transaction, so an interrupted ingest leaves whole batches and
 never a half-written document. Ingest is idempotent by docno: a document whose docno is
@@ -46,9 +47,10 @@ from typing import Callable, Iterator, NamedTuple
 import msgspec
 import numpy as np
 
-from . import batch, database, formats, storage, transaction
+from . import batch, database, formats, inputs, storage, transaction
 from .errors import AnnodbError, IngestError, WriterBusyError
-from .formats import FORMATS, Problem as _Problem, Source, check_inputs, where
+from .formats import FORMATS, Problem as _Problem
+from .inputs import Source, check_inputs, where
 
 DEFAULT_BATCH_BYTES = 32 << 20  # a batch ends after this much input (and at batch_size docs)
 MAX_MESSAGES = 1000              # problems kept in the summary (all are counted)
@@ -622,7 +624,7 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
     started = time.perf_counter()
     text_fields = list(text_fields) if text_fields else None
     own = not isinstance(db, database.Database)
-    sources = formats.grouped(check_inputs(paths, format, id_field, text_fields,
+    sources = inputs.grouped(check_inputs(paths, format, id_field, text_fields,
                                            os.fspath(db) if own else db.path))
     if own:
         db = database.open(db)

@@ -89,6 +89,18 @@ def test_a_json_array_cut_off_keeps_the_whole_elements(db, tmp_path):
                         "still being written?)"]
 
 
+def test_a_bad_line_among_json_lines_costs_that_line_only(db, tmp_path):
+    path = tmp_path / "lines.json"
+    path.write_text('{"docid": "a"}\n{"docid": "b", "t": [\n{"docid": "c"}\n{"docid": "d"')
+    s = run(db, path)
+    assert list(docs(db)) == ["a", "c"]
+    assert s.errors == [
+        f"{path}:2: invalid JSON: the file ends inside this value (a file still being "
+        "written?); reading on from line 3",
+        f"{path}:4: invalid JSON: the file ends inside this value (a file still being "
+        "written?)"]
+
+
 def test_mismatched_brackets_stop_the_file_with_a_problem(db, tmp_path):
     path = tmp_path / "broken.json"
     path.write_text('[{"docid": "a", "text": "x"},\n {"docid": "b", "t": [1}, {"docid": "c"}]')
@@ -110,7 +122,7 @@ _json = st.recursive(
 @given(values=st.lists(_json, max_size=5), layout=st.sampled_from(["array", "lines", "pretty"]),
        read_bytes=st.integers(1, 17))
 def test_the_json_scanner_splits_as_the_json_module_reads(values, layout, read_bytes):
-    """_JsonValues, reading a few bytes at a time, yields exactly the values, with the line
+    """JsonValues, reading a few bytes at a time, yields exactly the values, with the line
     each starts on."""
     if layout == "array":
         text = json.dumps(values, indent=1, ensure_ascii=False)
@@ -120,7 +132,7 @@ def test_the_json_scanner_splits_as_the_json_module_reads(values, layout, read_b
         indent = None if layout == "lines" else 2
         text = sep.join(json.dumps(v, indent=indent) for v in values)
         expected = [x for v in values for x in (v if isinstance(v, list) else [v])]
-    got = list(formats._JsonValues(io.BytesIO(text.encode()), read_bytes))
+    got = list(formats.JsonValues(io.BytesIO(text.encode()), read_bytes))
     assert [g[1] for g in got] == expected
     lines = text.split("\n")
     assert [g[0] for g in got] == sorted(g[0] for g in got)
@@ -132,7 +144,7 @@ def test_a_big_json_array_is_scanned_in_bounded_memory():
     """The scanner holds the value it is reading and one read, not the array."""
     record = json.dumps({"docid": "x", "text": "word " * 50}, indent=2).encode()
     data = b"[" + b",\n".join([record] * 20000) + b"]"       # 8 MB
-    values = formats._JsonValues(io.BytesIO(data), read_bytes=1 << 16)
+    values = formats.JsonValues(io.BytesIO(data), read_bytes=1 << 16)
     held = 0
     for n, _ in enumerate(values, 1):
         held = max(held, len(values.buf))
