@@ -190,17 +190,21 @@ def ingest(files, db, id_field, text_fields, fmt, batch_size, replace, skip_bad,
         bar.close()
     if not quiet:
         _print_problems(summary)
-    if summary.skipped and (not skip_bad or not summary.documents):
-        why = ("nothing was stored" if not summary.documents and skip_bad else
-               f"{summary.skipped:,} record{' was' if summary.skipped == 1 else 's were'} "
-               "skipped (listed above)")
-        click.echo(f"annodb: error: {why}; what was stored stays, and running the same "
-                   "command again after fixing the input adds the rest"
-                   + ("" if skip_bad else " (--skip-bad accepts skipping them)"), err=True)
+    failed = summary.skipped and (not skip_bad or not summary.documents)
+    if failed:
+        n = summary.skipped
+        skipped = f"{n:,} record{' was' if n == 1 else 's were'} skipped (listed above)"
+        if summary.documents:
+            why = f"{skipped}; what was stored stays"
+            hint = "" if skip_bad else " (or give --skip-bad to accept skipping them)"
+        else:
+            why, hint = f"nothing was stored: {skipped}", ""
+        click.echo(f"annodb: error: {why}; fix the input and run the same command again to "
+                   f"add the rest{hint}", err=True)
     click.echo(f"annodb: ingest: {summary.line()}", err=True)
     if as_json:
         echo_json(summary)
-    if summary.skipped and (not skip_bad or not summary.documents):
+    if failed:
         sys.exit(1)
 
 

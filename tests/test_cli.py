@@ -89,7 +89,9 @@ def test_ingest_reports_malformed_lines_and_strict_stops(tmp_path):
     assert f"annodb: skipped {bad}:2: invalid JSON" in result.stderr
     assert f"annodb: {bad}:6: duplicate docno 'g1' skipped (the first is kept)" in result.stderr
     *_, error, last = result.stderr.splitlines()
-    assert error.startswith("annodb: error: 5 records were skipped (listed above)")
+    assert error == ("annodb: error: 5 records were skipped (listed above); what was stored "
+                     "stays; fix the input and run the same command again to add the rest (or "
+                     "give --skip-bad to accept skipping them)")
     assert last.startswith("annodb: ingest: added 2, skipped 5 (4 malformed or unreadable, "
                            "1 repeated docnos), already present 0")
     quiet = invoke("ingest", "--db", tmp_path / "q.db", "--quiet", bad)
@@ -108,7 +110,7 @@ def test_skip_bad_accepts_skipped_records_but_never_a_run_that_stored_nothing(tm
     worse.write_text("not json\n[1]\n")
     result = invoke("ingest", "--db", tmp_path / "b.db", "--skip-bad", worse)
     assert result.exit_code == 1
-    assert "annodb: error: nothing was stored" in result.stderr
+    assert "annodb: error: nothing was stored: 2 records were skipped" in result.stderr
     assert "give one of them" in one_error_line(
         invoke("ingest", "--db", tmp_path / "c.db", "--strict", "--skip-bad", bad), 2)
     dup = tmp_path / "dup.jsonl"                          # repeated docnos are skipped too
