@@ -20,7 +20,8 @@ as "file:line: message" and skipped; with `strict=True` the first one raises Ing
 and its batch is not written. `Summary.skipped` counts what was not stored: each such
 problem, and each repeated docno skipped (not with `replace`). Inputs that cannot be read
 at all (missing, unreadable, not gzip) and options naming fields the records lack raise
-IngestError before anything is written. Ctrl-C raises Interrupted, a KeyboardInterrupt
+IngestError before anything is written. Ctrl-C stops the ingest between two records or
+batches, never inside a commit or a kernel, raising Interrupted, a KeyboardInterrupt
 carrying the Summary of what was committed.
 """
 
@@ -139,15 +140,18 @@ class _Rejected(Exception):
 
 
 def _chunks(source: Source, id_field, text_fields, batch_bytes: int,
-            batch_size: int | None) -> Iterator[_Chunk]:
+            batch_size: int | None, stop: threading.Event | None = None) -> Iterator[_Chunk]:
     """The file's batches, made ready to add."""
-    for pending, tell in _read_chunks(source, id_field, text_fields, batch_bytes, batch_size):
-        yield _ready(pending, tell)
+    for pending, tell in _read_chunks(source, id_field, text_fields, batch_bytes, batch_size,
+                                      stop):
+        yield _made(*_prepared(pending, stop), tell)
 
 
 def _read_chunks(source: Source, id_field, text_fields, batch_bytes: int,
-                 batch_size: int | None) -> Iterator[tuple[list, int]]:
-    """The file's batches as read: (Doc and _Problem items, bytes consumed after them)."""
+                 batch_size: int | None, stop: threading.Event | None = None
+                 ) -> Iterator[tuple[list, int]]:
+    """The file's batches as read: (Doc and _Problem items, bytes consumed after them).
+    KeyboardInterrupt between two records once `stop` is set (see _ctrl_c_noted)."""
     with contextlib.ExitStack() as stack:
         if source.format == "text":   # one file or a group: TextFiles opens each
             files = formats.TextFiles(source)
@@ -177,27 +181,26 @@ def _read_chunks(source: Source, id_field, text_fields, batch_bytes: int,
             if type(item) is tuple:  # a Doc (else a _Problem)
                 docs += 1
                 size += item[5]
+                if stop is not None and not docs & 63 and stop.is_set():
+                    raise KeyboardInterrupt
                 if size >= batch_bytes or (batch_size and docs >= batch_size):
                     yield pending, tell()
                     pending, docs, size = [], 0, 0
         yield pending, tell()
 
 
-def _ready(pending: list, tell: int) -> _Chunk:
-    """Prepare and tokenize the documents among `pending` (Doc and _Problem items); a
-    document that cannot be stored becomes a problem."""
-    return _made(*_prepared(pending), tell)
-
-
-def _prepared(pending: list) -> tuple[list, list]:
+def _prepared(pending: list, stop: threading.Event | None = None) -> tuple[list, list]:
     """(items, prepared): the _Problems and (line, docno) of the documents, in order, and
-    the documents prepared (batch.prepare_item); one that cannot be is a problem."""
+    the documents prepared (batch.prepare_item); one that cannot be is a problem.
+    KeyboardInterrupt between two documents once `stop` is set (see _ctrl_c_noted)."""
     items, prepared = [], []
     prepare = batch.prepare_item
     for item in pending:
         if type(item) is not tuple:  # a _Problem
             items.append(item)
             continue
+        if stop is not None and not len(items) & 63 and stop.is_set():
+            raise KeyboardInterrupt
         line, docno, content, id_field, text_fields, _ = item
         try:
             p = prepare(content, docno, id_field, text_fields)
@@ -362,8 +365,9 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
 
 class _Run:
     def __init__(self, db, *, replace, strict, timeout, batch_size, batch_bytes, progress,
-                 on_problem, total_bytes, parallel=None):
+                 on_problem, total_bytes, parallel=None, stop=None):
         self.db = db
+        self.stop = stop            # set by Ctrl-C: stop before the next batch
         self.parallel = parallel
         self.replace = replace
         self.strict = strict
@@ -413,9 +417,11 @@ class _Run:
             parallel = source.size >= PARALLEL_OVER
         notes = self.summary.notes
         notes.extend(source.notes[:MAX_MESSAGES - len(notes)])
-        chunks = _chunks_from_process(*args) if parallel else _chunks(*args)
+        chunks = _chunks_from_process(*args) if parallel else _chunks(*args, self.stop)
         with contextlib.closing(chunks):
             for chunk in chunks:
+                if self.stop is not None and self.stop.is_set():
+                    raise KeyboardInterrupt
                 docs = []
                 for item in chunk.items:
                     if isinstance(item, _Problem):
@@ -581,6 +587,30 @@ def _keep_freed_memory():
 
 
 @contextlib.contextmanager
+def _ctrl_c_noted():
+    """Ctrl-C (SIGINT) noted for the duration, not raised wherever it lands: raised inside a
+    numba kernel or a commit, KeyboardInterrupt came out as another error (a SystemError, a
+    "commit failed"). The ingest stops between two records or batches instead (the Event
+    yielded is set); a second Ctrl-C raises at once. Only where Python's default handler is
+    in place (the main thread, no handler of the caller's own); else yields None."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield None
+        return
+    stop = threading.Event()
+
+    def noted(signum, frame):
+        stop.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    signal.signal(signal.SIGINT, noted)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@contextlib.contextmanager
 def _no_cyclic_gc():
     """Python's cyclic garbage collector off for the duration: an ingest allocates millions
     of small containers (records, fields, documents) and makes no reference cycles, and the
@@ -629,15 +659,18 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
     if own:
         db = database.open(db)
     try:
-        run = _Run(db, replace=replace, strict=strict, timeout=timeout, batch_size=batch_size,
-                   batch_bytes=batch_bytes, progress=progress, on_problem=on_problem,
-                   total_bytes=sum(s.size for s in sources), parallel=parallel)
-        with _no_cyclic_gc(), _keep_freed_memory():
+        with _ctrl_c_noted() as stop, _no_cyclic_gc(), _keep_freed_memory():
+            run = _Run(db, replace=replace, strict=strict, timeout=timeout,
+                       batch_size=batch_size, batch_bytes=batch_bytes, progress=progress,
+                       on_problem=on_problem, total_bytes=sum(s.size for s in sources),
+                       parallel=parallel, stop=stop)
             try:
                 for source in sources:
                     run.file(source, id_field, text_fields)
-            except KeyboardInterrupt as err:
-                raise Interrupted(run.summary) from err
+            except BaseException as err:  # (after Ctrl-C, whatever a second one broke)
+                if isinstance(err, KeyboardInterrupt) or (stop is not None and stop.is_set()):
+                    raise Interrupted(run.summary) from err
+                raise
             finally:
                 run.summary.seconds = time.perf_counter() - started
                 run.summary.bytes = run.bytes_before

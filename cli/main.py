@@ -186,6 +186,9 @@ def ingest(files, db, id_field, text_fields, fmt, batch_size, replace, skip_bad,
         if as_json:
             echo_json(s)
         sys.exit(130)
+    except KeyboardInterrupt:   # (only before the first batch: see ingest.Interrupted)
+        click.echo("annodb: interrupted before anything was committed", err=True)
+        sys.exit(130)
     finally:
         bar.close()
     if not quiet:

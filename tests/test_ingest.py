@@ -503,6 +503,7 @@ def test_the_reading_process_sends_no_chunk_after_a_failure(tmp_path, monkeypatc
     then the error, and never a chunk after it."""
     import io
     import pickle
+    import signal
     import sys
     import types
     from annodb import ingest as module
@@ -541,7 +542,8 @@ def test_the_reading_process_sends_no_chunk_after_a_failure(tmp_path, monkeypatc
     finally:
         if was:
             gc.enable()
-        module._set_malloc(module._GLIBC_DEFAULTS)  # (... and tunes malloc)
+        module._set_malloc(module._GLIBC_DEFAULTS)  # (... tunes malloc, ignores Ctrl-C)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     stdout.buffer.seek(0)
     sent = []
     while True:
