@@ -178,8 +178,11 @@ def _record_docs(records, source: Source, id_field, text_fields) -> Iterator:
         if not isinstance(record, dict):
             yield Problem(line, f"not a JSON object but {_json_kind(record)}")
             continue
+        fields, key = text_fields, id_field
+        if text_fields is None and "segment" in record and "docid" in record:
+            fields, key = list(MSMARCO_TEXT_FIELDS), id_field or "docid"   # (as in JSONL)
         try:
-            key, docno = _docno(record, id_field)
+            key, docno = _docno(record, key)
         except IngestError as err:
             yield Problem(line, str(err))
             continue
@@ -187,7 +190,7 @@ def _record_docs(records, source: Source, id_field, text_fields) -> Iterator:
         if bad:
             yield Problem(line, bad)
             continue
-        yield line, docno, record, key, text_fields, nbytes  # a Doc
+        yield line, docno, record, key, fields, nbytes  # a Doc
 
 
 _OPENERS = {ord("{"): ord("}"), ord("["): ord("]")}

@@ -56,6 +56,17 @@ def test_a_json_array_gives_every_element(db, tmp_path, indent):
         assert list(r.intervals(":chapter:").values) == [1, 1, 2, 2]
 
 
+def test_a_json_array_of_msmarco_segments_reads_as_jsonl_does(db, tmp_path):
+    path = tmp_path / "segments.json"
+    path.write_text(json.dumps([json.loads(line) for line in
+                                (DATA / "msmarco.jsonl").read_text().splitlines()], indent=1))
+    run(db, path)
+    with db.read() as r:
+        doc = r.document("msmarco_v2.1_doc_00_0#0_0")
+        assert [f.name for f in doc.fields] == ["title", "headings", "segment"]
+        assert doc.meta["url"] == "https://example.org/owls"
+
+
 def test_a_json_file_holding_one_object_is_one_record_and_jsonl_still_works(db, tmp_path):
     one = tmp_path / "one.json"
     one.write_text(json.dumps(SAMPLE[0], indent=4))
