@@ -194,7 +194,8 @@ def _record_docs(records, source: Source, id_field, text_fields) -> Iterator:
 
 
 _OPENERS = {ord("{"): ord("}"), ord("["): ord("]")}
-_EVENT = re.compile(rb'[\[\]{}"]')                 # what matters inside an array or object
+_SKIP = re.compile(rb'(?:[^"\[\]{}]++|"(?:[^"\\]++|\\.)*+")*+', re.S)  # text, whole strings
+#                    (possessive: a string the buffer cuts is given up at once, not retried)
 _SIGNIFICANT = re.compile(rb"[^ \t\r\n]")
 _IN_ARRAY = re.compile(rb"[^ \t\r\n,]")            # (commas between elements)
 _SCALAR_END = re.compile(rb'[ \t\r\n,\[\]{}"]')
@@ -221,7 +222,8 @@ class JsonValues:
         of every index), or -1 at the end of the input."""
         if self.eof:
             return -1
-        data = self.reader.read(self.read_bytes)
+        data = self.reader.read(max(self.read_bytes, len(self.buf) - keep))  # (a big value:
+        #                                                  doubling, so it is scanned O(n))
         if not data:
             self.eof = True
             return -1
@@ -315,16 +317,16 @@ class JsonValues:
         closers = bytearray([_OPENERS[opener]])
         i = start + 1
         while True:
-            j, shift = self._find(_EVENT, i, start)
-            start -= shift
-            if j < 0:
-                return (start, -1), None
-            c = self.buf[j]
-            if c == 0x22:
-                i, start = self._string_end(j + 1, start)
-                if i < 0:
+            j = _SKIP.match(self.buf, i).end()      # past all but brackets, strings whole
+            if j == len(self.buf) or self.buf[j] == 0x22:   # the end, or a string it cuts
+                dropped = self._more(start)
+                if dropped < 0:
                     return (start, -1), None
-            elif c in _OPENERS:
+                start -= dropped
+                i = j - dropped
+                continue
+            c = self.buf[j]
+            if c in _OPENERS:
                 closers.append(_OPENERS[c])
                 i = j + 1
             elif c == closers[-1]:
