@@ -51,7 +51,7 @@ import numpy as np
 
 from . import batch, database, formats, inputs, storage, transaction
 from .errors import AnnodbError, IngestError, WriterBusyError
-from .formats import FORMATS, Problem as _Problem
+from .formats import FORMATS, Problem as _Problem  # noqa: F401 (FORMATS: for the CLI)
 from .inputs import Source, check_inputs, where
 
 DEFAULT_BATCH_BYTES = 32 << 20  # a batch ends after this much input (and at batch_size docs)
