@@ -54,7 +54,7 @@ from .errors import AnnodbError, IngestError, WriterBusyError
 from .formats import FORMATS, Problem as _Problem  # noqa: F401 (FORMATS: for the CLI)
 from .inputs import Source, check_inputs, where
 
-DEFAULT_BATCH_BYTES = 32 << 20  # a batch ends after this much input (and at batch_size docs)
+DEFAULT_BATCH_BYTES = 8 << 20   # a batch ends after this much input (and at batch_size docs)
 MAX_MESSAGES = 1000              # problems kept in the summary (all are counted)
 PARALLEL_OVER = 64 << 20          # inputs this big are read and tokenized in a second process
 
