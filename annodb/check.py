@@ -4,7 +4,9 @@
 
 What is verified, in one read snapshot:
 
-- meta: format and tokenizer versions present; counters are non-negative integers.
+- meta: format and tokenizer versions present; counters are non-negative integers;
+  next_address <= MAX_ADDRESS (2**53), and every stored interval (blocks, documents,
+  erased ranges) ends below it.
 - features <-> names: the two maps are exact inverses; every id is below next_feature.
 - blocks: every block decodes and is exactly as long as its header says; it holds 1 to
   BLOCK_SIZE intervals; its key is its first start; its feature id is known. Within each
@@ -64,6 +66,9 @@ def _check_meta(txn, problems) -> int:
             problems.add(f"meta: {key!r} is {value!r}, not a non-negative integer")
             value = 0
         values[key] = value
+    if values["next_address"] > storage.MAX_ADDRESS:
+        problems.add(f"meta: 'next_address' is {values['next_address']:,}, past the address "
+                     f"range (addresses must be below 2**53 = {storage.MAX_ADDRESS:,})")
     return values["next_address"]
 
 
@@ -150,6 +155,9 @@ def _check_blocks(txn, names, problems) -> None:
             problems.add(f"{where}: starts do not strictly increase")
         if len(ends) > 1 and (np.diff(ends) <= 0).any():
             problems.add(f"{where}: ends do not strictly increase (nested intervals)")
+        if int(ends[-1]) >= storage.MAX_ADDRESS:
+            problems.add(f"{where}: an interval ends at {int(ends[-1]):,}, past the address "
+                         "range (addresses must be below 2**53)")
         if starts[0] <= last_start:
             problems.add(f"{where}: starts at {int(starts[0])}, not after the previous "
                          f"block's last start {last_start}")
@@ -250,6 +258,9 @@ def _check_erased(txn, problems) -> tuple[np.ndarray, np.ndarray]:
             problems.add("erased: a range ends before it starts")
         if (starts[1:] <= ends[:-1]).any():
             problems.add("erased: ranges overlap")
+        if int(ends.max()) >= storage.MAX_ADDRESS:
+            problems.add(f"erased: a range ends at {int(ends.max()):,}, past the address range "
+                         "(addresses must be below 2**53)")
     return starts, ends
 
 

@@ -44,6 +44,7 @@ from . import kernels
 from .errors import QueryCostError, QueryError
 from .lists import Intervals
 from .query import Combine, Compare, Feature, Link, Node, Parsed, Term, Window, parse
+from .storage import MAX_ADDRESS
 
 MAX_WINDOWS = 20_000_000
 # A word's list longer than this is not decoded whole when a few positions of it are all a
@@ -398,7 +399,7 @@ class Evaluator:
 
     def _link(self, a: Intervals) -> Intervals:
         v = a.values
-        v = v[np.isfinite(v) & (v >= 0) & (v == np.floor(v)) & (v < 2.0 ** 63)]
+        v = v[np.isfinite(v) & (v >= 0) & (v == np.floor(v)) & (v < MAX_ADDRESS)]  # (exact)
         addrs = np.unique(v.astype(np.int64))
         return self._live(Intervals(addrs, addrs.copy(), np.zeros(len(addrs))))
 

@@ -6,8 +6,19 @@ own writer mutex, so a second writer waits for a bounded time and then gets a cl
 instead of hanging.
 
 Format version 4 (older databases are read as they are: everything format n stores,
-format n + 1 reads the same way; the first write to one records format 4). Sub-databases and their keys (integers are unsigned 64-bit big-endian,
-so LMDB's byte order is numeric order; addresses are >= 0):
+format n + 1 reads the same way; the first write to one records format 4).
+
+Addresses are exact integers in [0, MAX_ADDRESS), MAX_ADDRESS = 2**53: every address is
+then exactly a float64 too, which a link needs (its target address is stored as an
+annotation's value, and values are float64), and int64 arithmetic on addresses (q + 1, the
+sentinels int64 min/max) never overflows. 2**53 is 9 * 10**15 addresses, 900,000 times the
+10**10 tokens of the largest collection annodb is sized for. A write that would use an
+address outside the range (an annotation, an erased range, a document past it) is refused
+with an AnnodbError and nothing of it is written; `annodb check` reports a stored
+interval or next_address outside it.
+
+Sub-databases and their keys (integers are unsigned 64-bit big-endian, so LMDB's byte order
+is numeric order):
 
     meta      utf-8 name -> msgpack value. "format": 4; "tokenizer": tokenizer.VERSION;
               "next_address": first unused address; "documents", "tokens": live counts;
@@ -128,6 +139,7 @@ def block_limits(psize: int) -> tuple[int, int]:
 # query's matches 10x cheaper than one overflow page (~1,700) each, for 0.3 bytes of
 # LMDB overhead a document.
 ANNOTATION_BLOCK = 128
+MAX_ADDRESS = 1 << 53  # addresses are in [0, MAX_ADDRESS): exact as float64 (see the header)
 MAP_SIZE = 1 << 40  # 1 TiB of address space: sparse on disk, so the map never fills in use
 MAX_READERS = 1024
 COMPRESS_OVER = 1024  # a document alone this long (msgpack bytes) is compressed (a group of one)
@@ -165,6 +177,13 @@ _SUBDBS = ("meta", "features", "names", "blocks", "docs", "docnos", "erased", "c
 
 
 MAX_KEY = 480  # LMDB's keys are at most 511 bytes
+
+
+def check_address(q: int, what: str) -> None:
+    """AnnodbError unless `q` (the last address a write uses) is below MAX_ADDRESS."""
+    if q >= MAX_ADDRESS:
+        raise AnnodbError(f"{what} would use address {q:,}, past the last address annodb "
+                          f"stores ({MAX_ADDRESS - 1:,} = 2**53 - 1); nothing was written")
 
 
 def utf8(text: str, what: str) -> bytes:

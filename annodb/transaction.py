@@ -136,8 +136,10 @@ class Snapshot:
     def document_at(self, address: int) -> Document | None:
         """The document whose address range holds `address`, or None."""
         self._before_read()
-        doc = self._txn.doc_containing(int(address))
-        return doc
+        address = int(address)
+        if not 0 <= address < storage.MAX_ADDRESS:
+            return None
+        return self._txn.doc_containing(address)
 
     def documents(self):
         """Every document, in address order."""
@@ -148,6 +150,7 @@ class Snapshot:
         """The text of addresses p..q: from the start of the token at p to the end of the
         token at q, documents joined by newlines, erased addresses left out."""
         self._before_read()
+        p, q = max(int(p), 0), min(int(q), storage.MAX_ADDRESS - 1)
         es, ee = self.erased()
         pieces = []
         for doc in self._txn.docs_overlapping(int(p), int(q)):
@@ -398,6 +401,8 @@ class Writer(Snapshot):
         base = self._next_address
         spans = b.spans()
         ends = np.cumsum(spans) + (base - 1)
+        if len(ends):
+            storage.check_address(int(ends[-1]), f"adding {len(ends)} documents at {base:,}")
         starts = ends - spans + 1
         starts_list = starts.tolist()
         docnos = b.docnos
@@ -447,10 +452,11 @@ class Writer(Snapshot):
     def _ann_flush_list(self) -> None:
         """Move annotate()'s buffered annotations to the arrays (keeping write order)."""
         if self._ann:
-            # ids and addresses are below 2**53, exact as float64
-            table = np.array(self._ann, dtype=np.float64).reshape(-1, 4)
-            self._ann_arrays.append((table[:, 0].astype(np.int64), table[:, 1].astype(np.int64),
-                                     table[:, 2].astype(np.int64), table[:, 3]))
+            ann = self._ann  # ids and addresses int64 (exact), values float64
+            self._ann_arrays.append((np.array(ann[0::4], dtype=np.int64),
+                                     np.array(ann[1::4], dtype=np.int64),
+                                     np.array(ann[2::4], dtype=np.int64),
+                                     np.array(ann[3::4], dtype=np.float64)))
             self._ann = []
 
     def annotate(self, feature: str, p: int, q: int, value: float = 0.0) -> None:
@@ -463,6 +469,7 @@ class Writer(Snapshot):
             raise AnnodbError("a feature name cannot be empty")
         if p < 0 or q < p:
             raise AnnodbError(f"bad interval [{p}, {q}]: need 0 <= p <= q")
+        storage.check_address(q, f"annotating [{p}, {q}]")
         if q >= self._next_address:
             # reserve the addresses: text added later goes after them, never inside
             self._next_address = q + 1
@@ -498,6 +505,7 @@ class Writer(Snapshot):
         p, q = int(p), int(q)
         if p < 0 or q < p:
             raise AnnodbError(f"bad range [{p}, {q}]: need 0 <= p <= q")
+        storage.check_address(q, f"erasing [{p}, {q}]")
         for doc in list(self._txn.docs_overlapping(p, q)):
             if p <= doc.start and doc.end <= q:
                 self._txn.delete_doc(doc)

@@ -806,3 +806,69 @@ def test_an_append_out_of_order_is_an_error_not_a_silent_skip(tmp_path):
             assert [d.docno for d in r.documents()] == ["b", "a", "c", "d"]
             assert all(r.has(d) for d in "abcd")
         assert check(db) == []
+
+
+# ---------------------------------------------------------------- the address range
+
+def test_a_huge_annotation_is_refused_and_memory_keeps_working(tmp_path):
+    """Issue 14's reproduction: an annotation at 2**60 was stored as (2**60, 2**60) (through
+    float64) and every later address was rounded, so Memory's labels stopped matching."""
+    path = tmp_path / "m.db"
+    with annodb.open(path) as db:
+        with db.write() as w:
+            w.add("hello world", docno="d1")
+            with pytest.raises(annodb.AnnodbError, match=r"past the last address annodb "
+                               r"stores .*2\*\*53 - 1"):
+                w.annotate("big:", 2**60 + 3, 2**60 + 5, 1)
+        with db.read() as r:
+            assert r.count("big:") == 0 and r.address_space() == 2
+        with db.write() as w:
+            for q in (storage.MAX_ADDRESS, 2**63, 2**64 + 1):
+                with pytest.raises(annodb.AnnodbError, match="past the last address"):
+                    w.erase(5, q)
+    memory = annodb.Memory(path)
+    memory.remember("alice likes tea", user="alice")
+    assert [m.text for m in memory.recall("tea", where={"user": "alice"})] == \
+        ["alice likes tea"]
+    memory.close()
+    with annodb.open(path) as db:
+        assert check(db) == []
+
+
+def test_addresses_up_to_the_limit_are_exact_links_too(tmp_path):
+    top = storage.MAX_ADDRESS - 1
+    with annodb.open(tmp_path / "a.db") as db:
+        with db.write() as w:
+            w.annotate("far:", top - 8, top - 6, 2)      # reserves everything below top - 5
+            target = w.add("the far document", docno="far")
+            assert (target.start, target.end) == (top - 5, top - 3)
+            w.note("far", "a note", features=("note:",), note_docno="n")  # ends at top
+            with pytest.raises(annodb.AnnodbError, match="past the last address"):
+                w.add("one more", docno="x")            # would need top + 1
+            w.annotate("edge:", top, top, 1)
+            with pytest.raises(annodb.AnnodbError, match="past the last address"):
+                w.annotate("edge:", top, top + 1, 1)
+        with db.read() as r:
+            assert list(r.intervals("far:")) == [(top - 8, top - 6, 2.0)]
+            assert list(r.intervals("edge:")) == [(top, top, 1.0)]
+            assert [h.docno for h in r.search("(>> : (@ note:))")] == ["far"]
+            assert r.document_at(top - 4).docno == "far"
+            assert r.document_at(2**70) is None and r.document_at(-3) is None
+            assert r.text(-5, 2**70).split("\n")[0] == "the far document"
+        assert check(db) == []
+
+
+def test_check_reports_addresses_past_the_range(db):
+    with db.write() as w:
+        w.add("some words", docno="a")
+    txn = storage.Txn(db._env, write=True)
+    txn.set_meta("next_address", 2**60)
+    fid = txn.feature_id(":")
+    txn.txn.put(_key(fid, 2**60), storage.encode_block(
+        np.array([2**60]), np.array([2**60 + 2]), np.zeros(1)), db=txn.dbs["blocks"])
+    txn.txn.put(storage.u64(2**61), storage.u64(2**61 + 1), db=txn.dbs["erased"])
+    txn.commit()
+    found = "\n".join(check(db))
+    assert "'next_address' is 1,152,921,504,606,846,976, past the address range" in found
+    assert "ends at 1,152,921,504,606,846,978, past the address range" in found
+    assert "erased: a range ends at 2,305,843,009,213,693,953, past the address range" in found
