@@ -102,6 +102,7 @@ import shutil
 import struct
 import threading
 import time
+import weakref
 import zlib
 from dataclasses import dataclass, field
 
@@ -626,7 +627,8 @@ class Vocab(dict):
 
 @dataclass
 class Environment:
-    """One open LMDB environment and its named sub-databases (one per process and path)."""
+    """One open LMDB environment and its named sub-databases (one per process and path).
+    `pid`: the process that opened it, the only one that may use it (see _after_fork)."""
 
     path: str
     env: lmdb.Environment
@@ -639,10 +641,60 @@ class Environment:
     lists: object = None  # transaction.ListCache, shared by this process's snapshots
     block_bytes: int = BLOCK_BYTES  # block_limits of the page size
     block_count: int = BLOCK_SIZE
+    pid: int = field(default_factory=os.getpid)
+    txns: weakref.WeakSet = field(default_factory=weakref.WeakSet)  # open Txns
+    writer_thread: int | None = None  # the thread holding thread_lock (see WriterLock)
 
 
 _open_envs: dict[str, Environment] = {}
 _open_envs_lock = threading.Lock()
+_lock_fds: set[int] = set()  # flock descriptors this process holds (writer.lock, turnstile)
+_forked_busy: dict[str, int] = {}  # path -> pid of the parent whose copy the child keeps
+
+
+def _after_fork() -> None:
+    """In a forked child: LMDB forbids using an environment across fork(), and py-lmdb
+    refuses a second open of one in a process. So the child's copies are dropped: each
+    environment that had no transaction open at the fork is closed in the child (which
+    touches nothing the parent uses: the parent's reader slots are the parent's) and is
+    opened afresh on the child's first use; one with a transaction open (in some thread)
+    cannot be closed without releasing the parent's reader slot, so the child keeps it
+    untouched and refuses to open that database. The compression pool (its thread did not
+    survive the fork), the zstd contexts and the locks other threads may have held are
+    made anew, and the writer flocks inherited are closed (they stay the parent's)."""
+    global _executor, _zstd, _open_envs_lock
+    _executor = None
+    _zstd = threading.local()
+    _open_envs_lock = threading.Lock()
+    for fd in _lock_fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _lock_fds.clear()
+    for real, e in _open_envs.items():
+        if len(e.txns):
+            _forked_busy[real] = e.pid
+        else:
+            try:
+                e.env.close()
+            except lmdb.Error:
+                _forked_busy[real] = e.pid
+    _open_envs.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def _open_lock_file(path: str) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    _lock_fds.add(fd)
+    return fd
+
+
+def _close_lock_file(fd: int) -> None:
+    _lock_fds.discard(fd)
+    os.close(fd)
 
 
 def _flock_wait(fd: int, timeout: float, path: str) -> None:
@@ -668,18 +720,18 @@ def _take_writer_lock(real: str, timeout: float, path: str) -> int:
     waits, so a process that just released the writer lock cannot take it straight back
     (busy writers committing batch after batch starved the others)."""
     deadline = time.monotonic() + timeout
-    turn = os.open(os.path.join(real, "turnstile.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    turn = _open_lock_file(os.path.join(real, "turnstile.lock"))
     try:
         _flock_wait(turn, timeout, path)
-        fd = os.open(os.path.join(real, "writer.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock_file(os.path.join(real, "writer.lock"))
         try:
             _flock_wait(fd, max(deadline - time.monotonic(), 0.0), path)
         except BaseException:
-            os.close(fd)
+            _close_lock_file(fd)
             raise
         return fd
     finally:
-        os.close(turn)  # closing the descriptor releases the turnstile
+        _close_lock_file(turn)  # closing the descriptor releases the turnstile
 
 
 LOCK_FILE_BYTES = 128 << 10  # lock.mdb with MAX_READERS reader slots fits in this
@@ -727,6 +779,13 @@ def open_environment(path: str, *, readonly: bool = False, create: bool = True,
     needs a moment of LMDB's writer slot (to open the sub-databases): it waits for another
     writer at most `timeout` seconds."""
     real = os.path.realpath(path)
+    if real in _forked_busy:
+        raise StorageError(
+            f"{path}: this process is a fork of process {_forked_busy[real]}, which had a "
+            "transaction of this database open when it forked; a forked child cannot open "
+            "the database (LMDB forbids using the parent's copy, and closing it would end the "
+            "parent's transaction). Fork when no transaction is open, or start the child "
+            "with multiprocessing's 'spawn' or 'forkserver' method")
     with _open_envs_lock:
         found = _open_envs.get(real)
         if found is not None and (found.readonly and not readonly):
@@ -758,7 +817,7 @@ def open_environment(path: str, *, readonly: bool = False, create: bool = True,
                         dbs = {name: env.open_db(name.encode(), txn=txn) for name in _SUBDBS}
                         _init_meta(txn, dbs["meta"])
                 finally:
-                    os.close(fd)  # closing the descriptor releases the flock
+                    _close_lock_file(fd)  # closing the descriptor releases the flock
             with env.begin() as txn:
                 _check_meta(path, txn, dbs["meta"])
         except lmdb.Error as err:
@@ -779,6 +838,8 @@ def open_environment(path: str, *, readonly: bool = False, create: bool = True,
 
 
 def close_environment(e: Environment) -> None:
+    if e.pid != os.getpid():
+        return  # a copy from before a fork: _after_fork dealt with it
     with _open_envs_lock:
         e.users -= 1
         if e.users <= 0:
@@ -833,11 +894,14 @@ class WriterLock:
             raise
 
     def release(self) -> None:
+        if self.env.pid != os.getpid():  # inherited across fork: the parent's, not ours
+            self.fd = None
+            return
         if self.fd is not None:
             try:
                 fcntl.flock(self.fd, fcntl.LOCK_UN)
             finally:
-                os.close(self.fd)
+                _close_lock_file(self.fd)
                 self.fd = None
         if self.env.thread_lock.locked():
             self.env.thread_lock.release()
@@ -860,7 +924,12 @@ class Txn:
         self.env = env
         self.write = write
         self.dbs = env.dbs
+        self.pid = env.pid
+        if self.pid != os.getpid():
+            raise StorageError(f"{env.path}: opened in process {env.pid}, before a fork; "
+                               "open the database again in this process")
         self.txn = env.env.begin(write=write, buffers=not write)
+        env.txns.add(self)
         self.id = self.txn.id()  # the committed state a read sees
         self._append_cursor = None
         self._counts: dict[int, int] = {}  # list length changes of this transaction
@@ -891,8 +960,14 @@ class Txn:
             self._counts.clear()
             self._overlaps.clear()
         self.txn.commit()
+        self.env.txns.discard(self)
 
     def abort(self) -> None:
+        """End the transaction (in a forked child, one inherited is left as it is: it is
+        the parent's)."""
+        if self.pid != os.getpid():
+            return
+        self.env.txns.discard(self)
         self._close_cursors()
         self.txn.abort()
 

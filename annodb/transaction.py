@@ -5,6 +5,7 @@ return. `annodb.database` opens the database that hands them out."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from dataclasses import dataclass
 
@@ -72,6 +73,11 @@ class Snapshot:
     def _check(self) -> None:
         if self._done:
             raise StorageError("this transaction has ended")
+        if self._txn.pid != os.getpid():
+            raise StorageError(
+                f"{self.db.path}: this transaction was begun in process {self._txn.pid}, "
+                "before a fork; it belongs to that process. Begin a new one here (the "
+                "database reopens itself in a forked child)")
 
     def _before_read(self) -> None:
         self._check()
