@@ -40,3 +40,9 @@ class NotFoundError(AnnodbError):
 
 class IngestError(AnnodbError):
     """Input that cannot be ingested: names the file and line."""
+
+
+class AbandonedWriteWarning(UserWarning):
+    """A write transaction was garbage-collected without commit() or abort(): its writes were
+    thrown away and its locks released. (A UserWarning, shown by default, not a
+    ResourceWarning, which Python hides: writes lost without a word would be silent loss.)"""

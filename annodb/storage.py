@@ -697,8 +697,14 @@ def _close_lock_file(fd: int) -> None:
     os.close(fd)
 
 
-def _flock_wait(fd: int, timeout: float, path: str) -> None:
-    """Take the exclusive writer flock on `fd`, waiting at most `timeout` seconds."""
+def seconds(t: float) -> str:
+    """A duration for a message: "5s", "0.25s", "30s" (never "4.99999s")."""
+    return (f"{t:.2f}".rstrip("0").rstrip(".") or "0") + "s"
+
+
+def _flock_wait(fd: int, timeout: float, path: str, asked: float | None = None) -> None:
+    """Take the exclusive writer flock on `fd`, waiting at most `timeout` seconds (of the
+    `asked` timeout, which the error names)."""
     deadline = time.monotonic() + timeout
     delay = 0.001
     while True:
@@ -708,13 +714,15 @@ def _flock_wait(fd: int, timeout: float, path: str) -> None:
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 raise WriterBusyError(
-                    f"{path}: another process has been writing for {timeout:g}s; retry when "
-                    "it finishes, or raise the timeout") from None
+                    f"{path}: another process has been writing for longer than the "
+                    f"timeout ({seconds(timeout if asked is None else asked)}); retry when it "
+                    "finishes, or raise the timeout") from None
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
 
 
-def _take_writer_lock(real: str, timeout: float, path: str) -> int:
+def _take_writer_lock(real: str, timeout: float, path: str, asked: float | None = None
+                      ) -> int:
     """The exclusive writer flock on writer.lock (its descriptor; close it to release),
     waiting at most `timeout` seconds. Fair: a waiter first holds turnstile.lock while it
     waits, so a process that just released the writer lock cannot take it straight back
@@ -722,10 +730,11 @@ def _take_writer_lock(real: str, timeout: float, path: str) -> int:
     deadline = time.monotonic() + timeout
     turn = _open_lock_file(os.path.join(real, "turnstile.lock"))
     try:
-        _flock_wait(turn, timeout, path)
+        asked = timeout if asked is None else asked
+        _flock_wait(turn, timeout, path, asked)
         fd = _open_lock_file(os.path.join(real, "writer.lock"))
         try:
-            _flock_wait(fd, max(deadline - time.monotonic(), 0.0), path)
+            _flock_wait(fd, max(deadline - time.monotonic(), 0.0), path, asked)
         except BaseException:
             _close_lock_file(fd)
             raise
@@ -881,13 +890,20 @@ class WriterLock:
 
     def acquire(self) -> None:
         deadline = time.monotonic() + self.timeout
+        me = threading.get_ident()
+        if self.env.writer_thread == me:
+            raise StorageError(
+                f"{self.env.path}: a write transaction is already open in this thread, and "
+                "a second one would wait for it forever; use the open one, or commit it "
+                "before db.write()")
         if not self.env.thread_lock.acquire(timeout=max(self.timeout, 0)):
             raise WriterBusyError(
                 f"{self.env.path}: another writer in this process held the database for "
-                f"{self.timeout:g}s; retry, or raise the timeout")
+                f"{seconds(self.timeout)}; retry, or raise the timeout")
+        self.env.writer_thread = me
         try:
             self.fd = _take_writer_lock(self.env.path, max(deadline - time.monotonic(), 0.0),
-                                        self.env.path)
+                                        self.env.path, self.timeout)
             self.env.env.reader_check()  # a dead reader's snapshot must not pin pages
         except BaseException:
             self.release()
@@ -904,6 +920,7 @@ class WriterLock:
                 _close_lock_file(self.fd)
                 self.fd = None
         if self.env.thread_lock.locked():
+            self.env.writer_thread = None
             self.env.thread_lock.release()
 
 

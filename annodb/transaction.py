@@ -7,13 +7,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import warnings
 from dataclasses import dataclass
 
 import msgspec
 import numpy as np
 
 from . import batch, kernels, ranking, storage, tokenizer
-from .errors import AnnodbError, NotFoundError, StorageError
+from .errors import AbandonedWriteWarning, AnnodbError, NotFoundError, StorageError
 from .gcl import evaluate
 from .lists import Intervals, Lists
 from .snippets import token_offsets
@@ -259,6 +260,19 @@ class Writer(Snapshot):
         else:
             self.abort()
 
+    def __del__(self) -> None:
+        """A writer dropped while open (never committed, aborted or exited) is aborted, its
+        locks released, with an AbandonedWriteWarning."""
+        if getattr(self, "_done", True) or self._txn.pid != os.getpid():
+            return
+        try:
+            self._abort()
+            warnings.warn(f"{self.db.path}: a write transaction was dropped without commit() "
+                          "or abort(); its writes were thrown away (use `with db.write() as "
+                          "w:`)", AbandonedWriteWarning, stacklevel=2)
+        except Exception:  # (at interpreter exit modules may be gone)
+            pass
+
     def commit(self) -> None:
         """Write everything and make it visible, atomically."""
         self._check()
@@ -396,7 +410,11 @@ class Writer(Snapshot):
                 if docno is not None and (docno in self._new_docnos or
                                           self._txn.doc_start(docno) is not None):
                     self.delete(docno)
-        return self._append(b)
+        try:
+            return self._append(b)
+        finally:
+            self._vocab.writer = None  # (a reference from the shared vocab would keep a
+            #                            dropped writer, and its locks, alive)
 
     def _append(self, b: batch.Batch) -> list[Added]:
         """Place the batch's documents after the content: its addresses, relative to the

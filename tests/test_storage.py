@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import os
 import random
 import shutil
 import subprocess
@@ -299,10 +300,20 @@ def test_snapshot_keeps_its_state_while_a_writer_commits(db):
 
 
 def test_second_writer_in_this_process_times_out(db):
+    import threading
     with db.write():
         started = time.monotonic()
-        with pytest.raises(annodb.WriterBusyError, match="retry"):
-            db.write(timeout=0.2)
+        found = []
+
+        def other():
+            try:
+                db.write(timeout=0.2)
+            except annodb.WriterBusyError as err:
+                found.append(str(err))
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        assert "another writer in this process held the database for 0.2s; retry" in found[0]
         assert time.monotonic() - started >= 0.2
     with db.write(timeout=0.2) as w:            # free again after commit
         w.add("x", docno="x")
@@ -872,3 +883,54 @@ def test_check_reports_addresses_past_the_range(db):
     assert "'next_address' is 1,152,921,504,606,846,976, past the address range" in found
     assert "ends at 1,152,921,504,606,846,978, past the address range" in found
     assert "erased: a range ends at 2,305,843,009,213,693,953, past the address range" in found
+
+
+# ---------------------------------------------------------------- writer lifecycle
+
+@pytest.mark.parametrize("adds", [0, 1])
+def test_a_dropped_writer_is_aborted_warned_and_releases_its_locks(tmp_path, adds):
+    path = tmp_path / "d.db"
+    with annodb.open(path) as db:
+        w = db.write()
+        for _ in range(adds):
+            w.add("never committed", docno="lost")
+        with pytest.warns(annodb.AbandonedWriteWarning, match="dropped without commit"):
+            del w
+        started = time.monotonic()
+        with db.write(timeout=2) as w:              # this process: the thread lock is free
+            w.add("kept", docno="kept")
+        other = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+            import annodb
+            with annodb.open({str(path)!r}, timeout=2) as db, db.write() as w:
+                w.add("from another process", docno="other")
+        """)], capture_output=True, text=True, timeout=60)  # the flock is free too
+        assert other.returncode == 0, other.stderr
+        assert time.monotonic() - started < 30
+        with db.read() as r:
+            assert not r.has("lost") and r.has("kept") and r.has("other")
+
+
+def test_a_nested_write_in_the_same_thread_raises_at_once(db):
+    with db.write() as w:
+        w.add("outer", docno="o")
+        started = time.monotonic()
+        with pytest.raises(annodb.StorageError, match="already open in this thread"):
+            db.write(timeout=30)
+        assert time.monotonic() - started < 5
+    with db.read() as r:
+        assert r.has("o")
+    with db.write(timeout=1) as w:   # nothing was left held
+        w.add("next", docno="n")
+
+
+def test_writer_busy_names_the_timeout_it_was_given(db):
+    import fcntl
+    fd = os.open(os.path.join(db._env.path, "writer.lock"), os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)            # as another process's writer would
+        with pytest.raises(annodb.WriterBusyError) as err:
+            db.write(timeout=1)
+        assert "timeout (1s)" in str(err.value), str(err.value)
+        assert storage.seconds(4.99999) == "5s" and storage.seconds(0.25) == "0.25s"
+    finally:
+        os.close(fd)
