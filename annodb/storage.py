@@ -641,6 +641,7 @@ class Environment:
     lists: object = None  # transaction.ListCache, shared by this process's snapshots
     block_bytes: int = BLOCK_BYTES  # block_limits of the page size
     block_count: int = BLOCK_SIZE
+    guard: float | None = None  # read without lock.mdb: the timeout of its shared flock
     pid: int = field(default_factory=os.getpid)
     txns: weakref.WeakSet = field(default_factory=weakref.WeakSet)  # open Txns
     writer_thread: int | None = None  # the thread holding thread_lock (see WriterLock)
@@ -763,7 +764,7 @@ def _reserve_lock_file(real: str, path: str) -> None:
         os.close(fd)
 
 
-def _open_lmdb(real: str, readonly: bool):
+def _open_lmdb(real: str, readonly: bool, lock: bool = True):
     """lmdb.open with the map at MAP_SIZE, or, where the address space is limited (ulimit
     -v), the largest power of two that maps and still holds the file twice over."""
     size = MAP_SIZE
@@ -773,7 +774,7 @@ def _open_lmdb(real: str, readonly: bool):
         try:
             return lmdb.open(real, map_size=size, max_dbs=len(_SUBDBS) + 2,
                              max_readers=MAX_READERS, readonly=readonly, subdir=True,
-                             readahead=False, create=not readonly)
+                             readahead=False, create=not readonly, lock=lock)
         except lmdb.MemoryError:
             if size // 2 < floor:
                 raise StorageError(
@@ -807,16 +808,25 @@ def open_environment(path: str, *, readonly: bool = False, create: bool = True,
             raise StorageError(f"{path}: no annodb database here (create one with `annodb ingest`)")
         if os.path.exists(real) and not os.path.isdir(real):
             raise StorageError(f"{path}: not a database directory")
+        # A reader that may not write lock.mdb (another user's database, a read-only
+        # directory) cannot take a slot in LMDB's reader table: it reads without it
+        # (MDB_NOLOCK), and instead each of its snapshots holds a shared flock on
+        # writer.lock, which every writer holds exclusively, so no write runs meanwhile.
+        lock_mdb = os.path.join(real, "lock.mdb")
+        unlocked = readonly and not os.access(lock_mdb if os.path.exists(lock_mdb) else real,
+                                              os.W_OK)
         try:
             if not readonly:
                 os.makedirs(real, exist_ok=True)
                 _reserve_lock_file(real, path)
-            env = _open_lmdb(real, readonly)
+            env = _open_lmdb(real, readonly, lock=not unlocked)
         except lmdb.Error as err:
             raise StorageError(f"{path}: cannot open database: {err}") from None
         except OSError as err:
             raise StorageError(f"{path}: cannot open database: {err.strerror}") from None
+        guard = None
         try:
+            guard = _shared_flock(real, timeout) if unlocked else None
             if readonly:
                 dbs = {name: env.open_db(name.encode(), create=False) for name in _SUBDBS}
             else:
@@ -835,12 +845,15 @@ def open_environment(path: str, *, readonly: bool = False, create: bool = True,
         except (StorageError, OSError):
             env.close()
             raise
+        finally:
+            if guard is not None:
+                _close_lock_file(guard)
         try:
             env.reader_check()  # slots left by killed readers would pin old pages forever
         except lmdb.Error:
             pass
         found = Environment(real, env, dbs, readonly, os.path.join(real, "writer.lock"),
-                            threading.Lock(), 1)
+                            threading.Lock(), 1, guard=timeout if unlocked else None)
         found.block_bytes, found.block_count = block_limits(env.stat()["psize"])
         _open_envs[real] = found
         return found
@@ -924,6 +937,42 @@ class WriterLock:
             self.env.thread_lock.release()
 
 
+def _share_writer_lock(env: Environment) -> int | None:
+    """_shared_flock for a snapshot of an environment read without lock.mdb."""
+    return _shared_flock(env.path, env.guard)
+
+
+def _shared_flock(real: str, timeout: float) -> int | None:
+    """A shared flock on writer.lock (its descriptor; close it to release), for reading
+    without LMDB's reader table: it waits for a writer to finish (at most `timeout` seconds)
+    and holds writers off until it is released. None when there is no writer.lock: no annodb
+    writer has opened the database since it was made (a writable open creates it)."""
+    try:
+        fd = os.open(os.path.join(real, "writer.lock"), os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise StorageError(f"{real}: cannot read writer.lock ({err.strerror}), which a "
+                           "reader without write access to lock.mdb needs") from None
+    _lock_fds.add(fd)
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                _close_lock_file(fd)
+                raise WriterBusyError(
+                    f"{real}: a writer has held the database for longer than the timeout "
+                    f"({seconds(timeout)}); this process may not write lock.mdb, so it "
+                    "reads only while no one writes. Retry when the writer finishes, or "
+                    "raise the timeout") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+
 def _append_all(cur, items: list) -> None:
     """Append items (sorted keys, all past the sub-database's last) so LMDB fills pages.
     LMDB's append mode silently skips a key that is not past the last one: that would
@@ -945,7 +994,12 @@ class Txn:
         if self.pid != os.getpid():
             raise StorageError(f"{env.path}: opened in process {env.pid}, before a fork; "
                                "open the database again in this process")
-        self.txn = env.env.begin(write=write, buffers=not write)
+        self._guard = None if env.guard is None else _share_writer_lock(env)
+        try:
+            self.txn = env.env.begin(write=write, buffers=not write)
+        except BaseException:
+            self._unguard()
+            raise
         env.txns.add(self)
         self.id = self.txn.id()  # the committed state a read sees
         self._append_cursor = None
@@ -978,6 +1032,7 @@ class Txn:
             self._overlaps.clear()
         self.txn.commit()
         self.env.txns.discard(self)
+        self._unguard()
 
     def abort(self) -> None:
         """End the transaction (in a forked child, one inherited is left as it is: it is
@@ -986,7 +1041,15 @@ class Txn:
             return
         self.env.txns.discard(self)
         self._close_cursors()
-        self.txn.abort()
+        try:
+            self.txn.abort()
+        finally:
+            self._unguard()
+
+    def _unguard(self) -> None:
+        if self._guard is not None:
+            _close_lock_file(self._guard)  # (releases the shared flock)
+            self._guard = None
 
     def _close_cursors(self) -> None:
         if self._append_cursor is not None:

@@ -934,3 +934,92 @@ def test_writer_busy_names_the_timeout_it_was_given(db):
         assert storage.seconds(4.99999) == "5s" and storage.seconds(0.25) == "0.25s"
     finally:
         os.close(fd)
+
+
+# ---------------------------------------------------------------- a reader who may not write
+
+def _as_nobody(tmp: str):
+    """(command prefix, subprocess keywords) that run a child as the user nobody, or None
+    where this process cannot switch users. setpriv drops root only at the exec (this
+    interpreter may live where nobody cannot reach, as under /root), and numba's cache is
+    copied where nobody may use it (numba needs a writable cache directory to load it)."""
+    import hashlib
+    import pwd
+    setpriv = shutil.which("setpriv")
+    if os.getuid() != 0 or setpriv is None:
+        return None
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        return None
+    kernels = Path(annodb.__file__).parent / "kernels"
+    cache = Path(tmp) / "numba-cache"
+    where = cache / ("kernels_" + hashlib.sha1(str(kernels).encode()).hexdigest())
+    shutil.copytree(kernels / "__pycache__", where, ignore=shutil.ignore_patterns("*.pyc"))
+    for path in [cache, *cache.rglob("*")]:
+        os.chown(path, nobody.pw_uid, nobody.pw_gid)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), HOME=tmp)
+    return ([setpriv, f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups"],
+            dict(env=env, cwd=tmp))
+
+
+def test_a_reader_who_may_not_write_lock_mdb_can_query(tmp_path):
+    """Another user's database (files 0644): the reader cannot take a slot in lock.mdb, so
+    it reads without it (MDB_NOLOCK), holding a shared flock on writer.lock per snapshot, so
+    it waits for a writer and no writer runs while it reads."""
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="annodb-ro-")      # (tmp_path's parents are 0700)
+    try:
+        os.chmod(tmp, 0o755)
+        found = _as_nobody(tmp)
+        if found is None:
+            pytest.skip("needs root and setpriv to run a reader as the user nobody")
+        prefix, nobody = found
+        path = os.path.join(tmp, "ro.db")
+        with annodb.open(path) as db, db.write() as w:
+            w.add("light was made on the first day", docno="a")
+        cli = prefix + [sys.executable, "-c", "from cli.main import annodb; annodb()"]
+        out = subprocess.run(cli + ["query", "--db", path, "--json", "light"],
+                             capture_output=True, text=True, timeout=300, **nobody)
+        assert out.returncode == 0, out.stderr
+        assert '"a"' in out.stdout
+        code = textwrap.dedent(f"""
+            import sys, time, annodb
+            db = annodb.open({path!r}, readonly=True, timeout=0.5)
+            print("open", flush=True)
+            sys.stdin.readline()                       # a writer is writing now
+            try:
+                db.read()
+            except annodb.WriterBusyError as err:
+                print("busy:", err, flush=True)
+            sys.stdin.readline()                       # the writer has committed
+            with db.read() as r:
+                print(r.count("light"), r.count("second"), flush=True)
+                sys.stdin.readline()                   # a writer tries now, and must wait
+                time.sleep(0.5)
+                print(r.count("second"), flush=True)
+        """)
+        reader = subprocess.Popen(prefix + [sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  **nobody)
+        assert reader.stdout.readline() == "open\n", reader.stderr.read()
+        with annodb.open(path) as db:
+            with db.write() as w:                      # the reader waits, then gives up
+                w.add("light again on the second day", docno="b")
+                reader.stdin.write("\n")
+                reader.stdin.flush()
+                busy = reader.stdout.readline()
+            reader.stdin.write("\n")
+            reader.stdin.flush()
+            assert reader.stdout.readline().split() == ["2", "1"], reader.stderr.read()
+            reader.stdin.write("\n")
+            reader.stdin.flush()
+            with pytest.raises(annodb.WriterBusyError):
+                db.write(timeout=0.2)                  # the reader's snapshot holds it off
+            out, err = reader.communicate(timeout=60)
+            assert out.split() == ["1"], err
+            with db.write(timeout=5) as w:             # free once the snapshot ended
+                w.add("third", docno="c")
+        assert busy.startswith("busy:") and "may not write lock.mdb" in busy, busy
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
