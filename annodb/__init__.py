@@ -10,15 +10,15 @@
 
 from .database import Added, Database, Intervals, Snapshot, Stats, Writer, open
 from .memory import Entry, Memory
-from .errors import (AbandonedWriteWarning, AnnodbError, FormatVersionError, IngestError,
-                     NotFoundError, QueryError, StorageError, WriterBusyError)
+from .errors import (AbandonedWriteWarning, AnnodbError, DamagedError, FormatVersionError,
+                     IngestError, NotFoundError, QueryError, StorageError, WriterBusyError)
 from .storage import Document, DocField
 
 __version__ = "0.1.0"
 
 __all__ = [
     "open", "Database", "Snapshot", "Writer", "Intervals", "Added", "Stats", "Document",
-    "DocField", "AnnodbError", "QueryError", "StorageError", "FormatVersionError",
+    "DocField", "AnnodbError", "QueryError", "StorageError", "DamagedError", "FormatVersionError",
     "WriterBusyError", "NotFoundError", "IngestError", "AbandonedWriteWarning", "Memory",
     "Entry",
 ]

@@ -1,8 +1,12 @@
 """Check: verify every invariant of a database's stored state (see storage.py's header).
 
-    problems = check(annodb.open("bible.db", readonly=True))   # [] when healthy
+    problems = check_path("bible.db")                            # [] when healthy
+    problems = check(annodb.open("bible.db", readonly=True))   # annodb's invariants only
 
-What is verified, in one read snapshot:
+check_path first checks the LMDB file without letting LMDB read it (its meta pages and
+length, then every reachable page, by storage.page_problems: nothing there can crash on a
+damaged file); only when the pages are sound does it open the database and run check.
+What check verifies, in one read snapshot:
 
 - meta: format and tokenizer versions present; counters are non-negative integers;
   next_address <= MAX_ADDRESS (2**53), and every stored interval (blocks, documents,
@@ -25,10 +29,14 @@ It reads everything, so it takes time proportional to the database's size.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from . import kernels, storage
 from .database import DOCUMENT
+from .database import open as open_database
+from .errors import StorageError
 
 MAX_PROBLEMS = 1000  # stop collecting details after this many
 
@@ -39,6 +47,19 @@ class _Problems(list):
             self.append(message)
         elif len(self) == MAX_PROBLEMS:
             self.append("... more problems not listed")
+
+
+def check_path(path) -> list[str]:
+    """The problems found in the database at `path`: an empty list when it is healthy.
+    StorageError when there is no database there."""
+    path = os.fspath(path)
+    if not os.path.exists(os.path.join(path, "data.mdb")):
+        raise StorageError(f"{path}: no annodb database here")
+    problems = storage.page_problems(path)
+    if problems:
+        return [f"pages: {p}" for p in problems]  # (annodb's invariants need sound pages)
+    with open_database(path, readonly=True, create=False) as db:
+        return check(db)
 
 
 def check(db) -> list[str]:

@@ -26,6 +26,11 @@ class StorageError(AnnodbError):
     """The database cannot be opened or written (format, permissions, damage)."""
 
 
+class DamagedError(StorageError):
+    """The database file is damaged (truncated, or its pages are not what LMDB wrote): the
+    message says what was found; `annodb check` lists everything, and the fix is a copy."""
+
+
 class FormatVersionError(StorageError):
     """The database was written by an incompatible version of annodb."""
 

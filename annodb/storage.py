@@ -96,7 +96,9 @@ from __future__ import annotations
 import bisect
 import errno
 import fcntl
+import functools
 import hashlib
+import inspect
 import os
 import shutil
 import struct
@@ -107,12 +109,14 @@ import zlib
 from dataclasses import dataclass, field
 
 import lmdb
+import lmdb.verify
 import msgspec
 import numpy as np
 import zstandard
 
 from . import kernels, tokenizer
-from .errors import AnnodbError, FormatVersionError, StorageError, WriterBusyError
+from .errors import (AnnodbError, DamagedError, FormatVersionError, StorageError,
+                     WriterBusyError)
 
 FORMAT_VERSION = 4
 READS_FORMATS = (1, 2, 3, 4)  # each a subset of the next; a write upgrades the meta to 4
@@ -319,6 +323,10 @@ def _array_header(n: int) -> bytes:
     return b"\xdd" + n.to_bytes(4, "big")
 
 
+class BadValue(StorageError):
+    """A stored value that does not decode (a damaged database)."""
+
+
 _zstd = threading.local()  # zstandard's (de)compressors are one per thread
 
 
@@ -341,7 +349,7 @@ def _unzip_group(buf) -> bytes:
     try:
         return _decompressor().decompress(memoryview(buf)[1:])
     except zstandard.ZstdError as err:
-        raise StorageError(f"a document group does not decompress: {err}") from None
+        raise BadValue(f"a document group does not decompress: {err}") from None
 
 
 def _group(raws, rel) -> bytes:
@@ -526,12 +534,14 @@ def _rel_parts(buf):
 def decode_docs(buf, key: int) -> list[Document]:
     """The documents of the docs value `buf` of any tag, keyed by `key`, in address
     order."""
+    if not len(buf):
+        raise BadValue("an empty docs value")
     kind = buf[0]
     if kind == TAG_REL_GROUP:
         rel, docs = _rel_parts(buf)
         found = _docs_decoder.decode(docs)
         if len(rel) != len(found):
-            raise StorageError(f"a document group lists {len(rel)} starts for "
+            raise BadValue(f"a document group lists {len(rel)} starts for "
                                f"{len(found)} documents")
         return [_shift(d, key + r) for d, r in zip(found, rel)]
     if kind == TAG_REL_DOC:
@@ -542,7 +552,7 @@ def decode_docs(buf, key: int) -> list[Document]:
         return [_doc_decoder.decode(memoryview(buf)[1:])]
     if kind == TAG_ZDOC:
         return [_doc_decoder.decode(zlib.decompress(memoryview(buf)[1:]))]
-    raise StorageError(f"unknown docs value tag {kind}")
+    raise BadValue(f"unknown docs value tag {kind}")
 
 
 class _Entry:
@@ -553,6 +563,8 @@ class _Entry:
     __slots__ = ("starts", "ends", "raws", "docnos", "relative")
 
     def __init__(self, buf, key: int):
+        if not len(buf):
+            raise BadValue("an empty docs value")
         kind = buf[0]
         self.relative = kind in (TAG_REL_GROUP, TAG_REL_DOC)
         if kind == TAG_REL_GROUP:
@@ -560,7 +572,7 @@ class _Entry:
             heads = _heads_decoder.decode(docs)
             self.raws = _raws_decoder.decode(docs)
             if len(rel) != len(heads):
-                raise StorageError(f"a document group lists {len(rel)} starts for "
+                raise BadValue(f"a document group lists {len(rel)} starts for "
                                    f"{len(heads)} documents")
             self.starts = [key + r + h.start for r, h in zip(rel, heads)]
             self.ends = [key + r + h.end for r, h in zip(rel, heads)]
@@ -578,7 +590,7 @@ class _Entry:
                 heads = [_head_decoder.decode(raw)]
                 self.raws = [raw]
             else:
-                raise StorageError(f"unknown docs value tag {kind}")
+                raise BadValue(f"unknown docs value tag {kind}")
             by = key if kind == TAG_REL_DOC else 0
             self.starts = [by + h.start for h in heads]
             self.ends = [by + h.end for h in heads]
@@ -645,6 +657,7 @@ class Environment:
     pid: int = field(default_factory=os.getpid)
     txns: weakref.WeakSet = field(default_factory=weakref.WeakSet)  # open Txns
     writer_thread: int | None = None  # the thread holding thread_lock (see WriterLock)
+    damage: str | None = None  # what a transaction found damaged: no write begins after it
 
 
 _open_envs: dict[str, Environment] = {}
@@ -783,6 +796,132 @@ def _open_lmdb(real: str, readonly: bool, lock: bool = True):
             size //= 2
 
 
+# Damage. LMDB keeps no checksums and trusts its file: a truncated file is a SIGBUS when a
+# page past its end is read, a damaged tree page can make LMDB abort (an assertion) or
+# read out of bounds. So before LMDB touches an existing file, its two meta pages are
+# checked (magic, version, page size, the committed one's txnid parity and roots) and its
+# length against the last page the committed meta uses; a database file of at most
+# VERIFY_AT_OPEN bytes is then verified page by page (lmdb.verify: every reachable page,
+# key order, counters, the free list; pure Python, it cannot crash), a larger one only by
+# `annodb check`. What LMDB or annodb then meets while reading (an LMDB corruption error,
+# a value that does not decode, a block whose header does not match it) is a StorageError
+# saying the database is damaged; a write transaction that meets it writes nothing.
+VERIFY_AT_OPEN = 8 << 20  # ~0.1 s of lmdb.verify (about 90 MB/s)
+_P_META = 0x08
+_P_INVALID = (1 << 64) - 1
+_META = struct.Struct("<IIQQ48s48sQQ")  # magic, version, address, mapsize, free, main, last, txn
+_ENGINES = {16: 1, 24: 3}  # page-header size -> LMDB data version (0.9: 1, 1.0: 3)
+
+
+def damaged(path: str, what: str) -> DamagedError:
+    return DamagedError(f"{path}: the database is damaged: {what}; run `annodb check --db "
+                        f"{path}` for the details, and restore it from a copy")
+
+
+def file_problems(real: str) -> tuple[list[str], bool]:
+    """(problems, truncated) of data.mdb found without LMDB, from its meta pages and its
+    length: the committed meta's last page must lie in the file (else a full page-by-page
+    verification decides: LMDB may leave free pages at the end unwritten)."""
+    data = os.path.join(real, "data.mdb")
+    try:
+        with open(data, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(65536 * 2)
+    except OSError as err:
+        return [f"data.mdb cannot be read: {err.strerror}"], False
+    if size < 2 * 512:
+        return [f"data.mdb is {size:,} bytes, shorter than two LMDB meta pages "
+                "(truncated)"], True
+    hdr = next((h for h in _ENGINES if head[h:h + 4] == b"\xde\xc0\xef\xbe"), None)
+    if hdr is None:
+        return ["meta page 0 is not an LMDB meta page (no magic number)"], False
+    metas = []
+    for i in (0, 1):
+        psize = metas[0][1] if metas else 0
+        at = i * psize
+        if at + hdr + _META.size > len(head):
+            return [f"meta page 1 lies past the end of the file ({size:,} bytes)"], True
+        magic, version, _, _, free, main, last, txnid = _META.unpack_from(head, at + hdr)
+        flags = int.from_bytes(head[at + hdr - 6:at + hdr - 4], "little")
+        if magic != 0xBEEFC0DE or not flags & _P_META:
+            return [f"meta page {i} is not an LMDB meta page"], False
+        if version != _ENGINES[hdr]:
+            return [f"meta page {i} has LMDB data version {version}, not {_ENGINES[hdr]}"], False
+        psize = int.from_bytes(free[:4], "little")
+        if i == 0 and (psize < 512 or psize > 65536 or psize & (psize - 1)):
+            return [f"meta page 0 gives the page size {psize}"], False
+        roots = [int.from_bytes(d[40:48], "little") for d in (free, main)]
+        metas.append((txnid, psize, last, roots))
+    if metas[1][1] != metas[0][1]:
+        return [f"the meta pages disagree on the page size ({metas[0][1]}, {metas[1][1]})"], False
+    problems = [f"meta page {i} has txnid {m[0]}, of the wrong parity"
+                for i, m in enumerate(metas) if m[0] and m[0] % 2 != i]
+    txnid, psize, last, roots = max(metas)
+    if any(r != _P_INVALID and not 2 <= r <= last for r in roots):
+        problems.append(f"the committed meta page's roots {roots} are not pages 2..{last}")
+    if problems:
+        return problems, False
+    if size < (last + 1) * psize:
+        found = _verify(real)
+        if found:
+            return [f"data.mdb is {size:,} bytes, but the committed state uses pages up to "
+                    f"byte {(last + 1) * psize:,} (truncated)"] + found[:5], True
+    return [], False
+
+
+def _verify(real: str) -> list[str]:
+    """lmdb.verify's findings for data.mdb (every reachable page checked; no LMDB)."""
+    try:
+        return lmdb.verify.verify(real, subdir=True)
+    except lmdb.verify.VerifyError as err:
+        return [str(err)]
+    except OSError as err:
+        return [f"data.mdb cannot be read: {err.strerror}"]
+
+
+def _verified_pinned(env, real: str) -> list[str]:
+    """_verify while a read transaction pins the pages of the committed state (so a writer
+    committing meanwhile reuses none of them); findings are confirmed by a second pass, so a
+    meta page caught mid-write is not taken for damage."""
+    for attempt in (0, 1):
+        txn = env.begin()
+        try:
+            found = _verify(real)
+        finally:
+            txn.abort()
+        if not found:
+            return []
+    return found
+
+
+def page_problems(path: str) -> list[str]:
+    """What is wrong with the LMDB file of the database at `path`, found without letting
+    LMDB read it: its meta pages and length, then every page (lmdb.verify), while a read
+    transaction pins the committed state's pages (a writer may go on meanwhile)."""
+    real = os.path.realpath(path)
+    problems, _ = file_problems(real)
+    if problems:
+        return problems
+    found = _open_envs.get(real)
+    if found is not None and found.pid == os.getpid() and found.guard is None:
+        return _verified_pinned(found.env, real)
+    if found is not None or not os.access(os.path.join(real, "lock.mdb"), os.W_OK):
+        fd = _shared_flock(real, 30.0)  # (no reader slot to pin with: hold writers off)
+        try:
+            return _verify(real)
+        finally:
+            if fd is not None:
+                _close_lock_file(fd)
+    try:
+        env = _open_lmdb(real, True)
+    except lmdb.Error as err:
+        return [f"LMDB cannot open the file: {err}"]
+    try:
+        return _verified_pinned(env, real)
+    finally:
+        env.close()
+
+
 def open_environment(path: str, *, readonly: bool = False, create: bool = True,
                      timeout: float = 30.0) -> Environment:
     """Open (or share, within this process) the environment at `path`. A writable open
@@ -815,6 +954,13 @@ def open_environment(path: str, *, readonly: bool = False, create: bool = True,
         lock_mdb = os.path.join(real, "lock.mdb")
         unlocked = readonly and not os.access(lock_mdb if os.path.exists(lock_mdb) else real,
                                               os.W_OK)
+        if exists:
+            problems, truncated = file_problems(real)
+            if problems:
+                if truncated:
+                    raise DamagedError(f"{path}: the database file is truncated: "
+                                       f"{problems[0]}; restore it from a copy")
+                raise damaged(path, problems[0])
         try:
             if not readonly:
                 os.makedirs(real, exist_ok=True)
@@ -827,6 +973,11 @@ def open_environment(path: str, *, readonly: bool = False, create: bool = True,
         guard = None
         try:
             guard = _shared_flock(real, timeout) if unlocked else None
+            if exists and os.path.getsize(os.path.join(real, "data.mdb")) <= VERIFY_AT_OPEN:
+                found = _verify(real) if unlocked else _verified_pinned(env, real)
+                if found:
+                    raise damaged(path, found[0] + (f" (and {len(found) - 1} more problems)"
+                                                    if len(found) > 1 else ""))
             if readonly:
                 dbs = {name: env.open_db(name.encode(), create=False) for name in _SUBDBS}
             else:
@@ -839,7 +990,7 @@ def open_environment(path: str, *, readonly: bool = False, create: bool = True,
                     _close_lock_file(fd)  # closing the descriptor releases the flock
             with env.begin() as txn:
                 _check_meta(path, txn, dbs["meta"])
-        except lmdb.Error as err:
+        except (lmdb.Error, msgspec.DecodeError, struct.error) as err:
             env.close()
             raise StorageError(f"{path}: not an annodb database or damaged: {err}") from None
         except (StorageError, OSError):
@@ -991,6 +1142,8 @@ class Txn:
         self.write = write
         self.dbs = env.dbs
         self.pid = env.pid
+        if write and env.damage:
+            raise DamagedError(f"{env.damage}; nothing is written into a damaged database")
         if self.pid != os.getpid():
             raise StorageError(f"{env.path}: opened in process {env.pid}, before a fork; "
                                "open the database again in this process")
@@ -1159,7 +1312,7 @@ class Txn:
         with self.txn.cursor(db=self.dbs["blocks"]) as cur:
             found = cur.getmulti([pack(fid, f) for f in firsts.tolist()])
         if len(found) != len(firsts):
-            raise StorageError(f"feature {fid}: {len(firsts) - len(found)} of its blocks "
+            raise BadValue(f"feature {fid}: {len(firsts) - len(found)} of its blocks "
                                "are missing (run `annodb check`)")
         bufs = [v for _, v in found]
         offsets = np.zeros(len(bufs) + 1, dtype=np.int64)
@@ -1623,6 +1776,44 @@ class Txn:
             for k, v in cur:
                 fid, start = _KEY.unpack(bytes(k))
                 yield fid, start, v
+
+
+# What reading a damaged database raises: LMDB's corruption errors (and the error state
+# they leave the transaction in), values that do not decode, blocks whose header does not
+# match them.
+_DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.BadTxnError, lmdb.InvalidError,
+           lmdb.PanicError, lmdb.BadValsizeError, msgspec.DecodeError, struct.error,
+           zlib.error, zstandard.ZstdError, UnicodeDecodeError, kernels.BadBlock, BadValue)
+
+
+def _damage_is_an_error(method):
+    """The Txn method, with damage met while it reads turned into DamagedError (and the
+    environment marked, so no write transaction begins in it afterwards)."""
+    def seen(txn, err):
+        message = damaged(txn.env.path, f"{type(err).__name__}: {err}")
+        txn.env.damage = str(message).split("; run `annodb check")[0]  # (without the advice)
+        return message
+
+    if inspect.isgeneratorfunction(method):
+        @functools.wraps(method)
+        def wrapper(self, *args, **kwargs):
+            try:
+                yield from method(self, *args, **kwargs)
+            except _DAMAGE as err:
+                raise seen(self, err) from None
+    else:
+        @functools.wraps(method)
+        def wrapper(self, *args, **kwargs):
+            try:
+                return method(self, *args, **kwargs)
+            except _DAMAGE as err:
+                raise seen(self, err) from None
+    return wrapper
+
+
+for _name, _method in list(vars(Txn).items()):
+    if inspect.isfunction(_method) and _name not in ("__init__", "commit", "abort"):
+        setattr(Txn, _name, _damage_is_an_error(_method))
 
 
 def copy_compacted(e: Environment, dest: str) -> None:

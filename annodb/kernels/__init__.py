@@ -5,7 +5,7 @@ from .algebra import (both_of, contained_in, containing, drop_erased, followed_b
                       is_gc_list, merge_ranges, normalize, not_contained_in, not_containing,
                       one_of, ssr, ssr_touched, top)
 from .text import LoneSurrogate, intern_tokens, token_spans
-from .codec import (append_point_groups, block_bounds, block_bytes, decode_block,
+from .codec import (BadBlock, append_point_groups, block_bounds, block_bytes, decode_block,
                     decode_blocks, encode_block, encode_point_groups, group_order,
                     group_postings)
 
@@ -15,4 +15,5 @@ __all__ = [
     "merge_ranges", "is_gc_list", "encode_block", "block_bytes", "decode_block",
     "decode_blocks", "encode_point_groups", "append_point_groups", "block_bounds",
     "group_order", "group_postings", "token_spans", "intern_tokens", "LoneSurrogate",
+    "BadBlock",
 ]
