@@ -29,16 +29,16 @@ pytestmark = pytest.mark.reliability
 SAMPLE = Path(__file__).parents[2] / "examples" / "bible-sample.jsonl"
 
 DRIVER = r'''
-import hashlib, json, os, random, shutil, sys, tempfile
+import hashlib, json, os, random, shutil, subprocess, sys, tempfile
 import lmdb.verify
 from annodb import storage
-from annodb.ingest import ingest
 from cli.main import annodb as cli
 
 out_path, work, seed, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 rng = random.Random(seed)
 source = os.path.join(work, "source.db")
-ingest(source, [sys.argv[5]])
+subprocess.run([sys.executable, "-c", "from cli.main import annodb; annodb()", "ingest",
+                "--db", source, sys.argv[5]], check=True, capture_output=True)
 extra = os.path.join(work, "extra.jsonl")
 with open(extra, "w") as f:
     f.write('{"id": "extra-1", "text": "a record added to a damaged copy"}\n')
