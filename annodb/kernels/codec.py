@@ -412,9 +412,9 @@ def _first_bad_block(buf, offsets, empty_ok):
             continue
         if pos < 0 or end > len(buf) or size < _HEADER_SIZE:
             return b
-        flags, sw, lw = buf[pos], np.int64(buf[pos + 1]), np.int64(buf[pos + 2])
+        flags, sw, lw = np.int64(buf[pos]), np.int64(buf[pos + 1]), np.int64(buf[pos + 2])
         n = _get_uint(buf, pos + 4, 4)
-        if n < 1 or flags & ~(_FLAG_POINTS | _FLAG_ZERO):
+        if n < 1 or (flags | _FLAG_POINTS | _FLAG_ZERO) != (_FLAG_POINTS | _FLAG_ZERO):
             return b
         for w in (sw, lw):
             if not (w == 1 or w == 2 or w == 4 or w == 8 or
