@@ -542,7 +542,7 @@ def decode_docs(buf, key: int) -> list[Document]:
         found = _docs_decoder.decode(docs)
         if len(rel) != len(found):
             raise BadValue(f"a document group lists {len(rel)} starts for "
-                               f"{len(found)} documents")
+                           f"{len(found)} documents")
         return [_shift(d, key + r) for d, r in zip(found, rel)]
     if kind == TAG_REL_DOC:
         return [_shift(_doc_decoder.decode(memoryview(buf)[1:]), key)]
@@ -573,7 +573,7 @@ class _Entry:
             self.raws = _raws_decoder.decode(docs)
             if len(rel) != len(heads):
                 raise BadValue(f"a document group lists {len(rel)} starts for "
-                                   f"{len(heads)} documents")
+                               f"{len(heads)} documents")
             self.starts = [key + r + h.start for r, h in zip(rel, heads)]
             self.ends = [key + r + h.end for r, h in zip(rel, heads)]
         else:
