@@ -1023,3 +1023,27 @@ def test_a_reader_who_may_not_write_lock_mdb_can_query(tmp_path):
         assert busy.startswith("busy:") and "may not write lock.mdb" in busy, busy
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_damage_met_while_reading_is_an_error_and_stops_writes(db):
+    """Values LMDB hands over intact but that do not decode (a block whose header claims
+    more than it holds, a document that is not msgpack): DamagedError, never a read past
+    the block; after it, no write transaction begins in the process."""
+    with db.write() as w:
+        w.add("goth rock scene", docno="a")
+    txn = storage.Txn(db._env, write=True)
+    bad_block = bytes([storage.FLAG_POINTS | storage.FLAG_ZERO, 1, 1, 0]) + \
+        (1000).to_bytes(4, "little") + bytes(8) + b"\x01\x01"
+    txn.txn.put(_key(txn.feature_id("goth"), 0), bad_block, db=txn.dbs["blocks"])
+    txn.txn.put(storage.u64(0), b"\x04\xc1 not msgpack", db=txn.dbs["docs"])
+    txn.commit()
+    with db.read() as r:
+        with pytest.raises(annodb.DamagedError, match="the database is damaged: .*block"):
+            r.count("goth")
+        with pytest.raises(annodb.DamagedError, match="annodb check --db"):
+            r.document("a")
+        assert r.count("rock") == 1                      # what is intact still reads
+    with pytest.raises(annodb.DamagedError, match="nothing is written into a damaged"):
+        db.write()
+    problems = check(db)
+    assert any("'goth'" in p for p in problems) and any("docs:" in p for p in problems)
