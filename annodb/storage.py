@@ -959,7 +959,8 @@ def open_environment(path: str, *, readonly: bool = False, create: bool = True,
             if problems:
                 if truncated:
                     raise DamagedError(f"{path}: the database file is truncated: "
-                                       f"{problems[0]}; restore it from a copy")
+                                       f"{problems[0].removesuffix(' (truncated)')}; restore "
+                                       "it from a copy")
                 raise damaged(path, problems[0])
         try:
             if not readonly:
