@@ -14,7 +14,7 @@ annotation's value, and values are float64), and int64 arithmetic on addresses (
 sentinels int64 min/max) never overflows. 2**53 is 9 * 10**15 addresses, 900,000 times the
 10**10 tokens of the largest collection annodb is sized for. A write that would use an
 address outside the range (an annotation, an erased range, a document past it) is refused
-with an AnnodbError and nothing of it is written; `annodb check` reports a stored
+with an AnnodbError and nothing of that call is written; `annodb check` reports a stored
 interval or next_address outside it.
 
 Sub-databases and their keys (integers are unsigned 64-bit big-endian, so LMDB's byte order
@@ -188,7 +188,8 @@ def check_address(q: int, what: str) -> None:
     """AnnodbError unless `q` (the last address a write uses) is below MAX_ADDRESS."""
     if q >= MAX_ADDRESS:
         raise AnnodbError(f"{what} would use address {q:,}, past the last address annodb "
-                          f"stores ({MAX_ADDRESS - 1:,} = 2**53 - 1); nothing was written")
+                          f"stores ({MAX_ADDRESS - 1:,} = 2**53 - 1): refused, nothing of "
+                          "this call was written")
 
 
 def utf8(text: str, what: str) -> bytes:
