@@ -389,6 +389,9 @@ class Writer(Snapshot):
         """Append a batch of documents made by batch.make (what add_many does after
         tokenizing; an ingest makes its batches in another process)."""
         self._check()
+        if len(b):  # (before a replace deletes anything)
+            storage.check_address(self._next_address + int(b.spans().sum()) - 1,
+                                  f"adding {len(b)} documents at {self._next_address:,}")
         named = [d for d in b.docnos if d is not None]
         for docno in named:
             if not docno or len(docno) > storage.MAX_KEY // 4:  # (else short enough)
@@ -425,8 +428,6 @@ class Writer(Snapshot):
         base = self._next_address
         spans = b.spans()
         ends = np.cumsum(spans) + (base - 1)
-        if len(ends):
-            storage.check_address(int(ends[-1]), f"adding {len(ends)} documents at {base:,}")
         starts = ends - spans + 1
         starts_list = starts.tolist()
         docnos = b.docnos
