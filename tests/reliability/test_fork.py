@@ -103,11 +103,11 @@ def test_a_child_commits_after_the_parent_wrote(tmp_path, method):
 
 
 def test_a_transaction_open_at_the_fork_stays_the_parents(tmp_path):
-    """The parent holds a snapshot (and another thread a write) when it forks: in the child,
-    using them, or opening the database, is a clear StorageError; the parent's snapshot stays
-    whole while another process then rewrites the database many times."""
+    """The parent holds a snapshot when it forks: in the child, using it, or opening the
+    database, is a clear StorageError; the parent's snapshot stays whole while another
+    process then rewrites the database many times."""
     code = """
-    import subprocess, threading
+    import subprocess
     db = annodb.open(path, timeout=10)
     with db.write() as w:
         w.add_many([(text(i), f"p{i}") for i in range(200)])
