@@ -1,10 +1,16 @@
 """Check: verify every invariant of a database's stored state (see storage.py's header).
 
-    problems = check(annodb.open("bible.db", readonly=True))   # [] when healthy
+    problems = check_path("bible.db")                            # [] when healthy
+    problems = check(annodb.open("bible.db", readonly=True))   # annodb's invariants only
 
-What is verified, in one read snapshot:
+check_path first checks the LMDB file without letting LMDB read it (its meta pages and
+length, then every reachable page, by storage.page_problems: nothing there can crash on a
+damaged file); only when the pages are sound does it open the database and run check.
+What check verifies, in one read snapshot:
 
-- meta: format and tokenizer versions present; counters are non-negative integers.
+- meta: format and tokenizer versions present; counters are non-negative integers;
+  next_address <= MAX_ADDRESS (2**53), and every stored interval (blocks, documents,
+  erased ranges) ends below it.
 - features <-> names: the two maps are exact inverses; every id is below next_feature.
 - blocks: every block decodes and is exactly as long as its header says; it holds 1 to
   BLOCK_SIZE intervals; its key is its first start; its feature id is known. Within each
@@ -26,10 +32,14 @@ It reads everything, so it takes time proportional to the database's size.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from . import kernels, storage
 from .database import DOCUMENT
+from .database import open as open_database
+from .errors import StorageError
 
 MAX_PROBLEMS = 1000  # stop collecting details after this many
 
@@ -40,6 +50,19 @@ class _Problems(list):
             self.append(message)
         elif len(self) == MAX_PROBLEMS:
             self.append("... more problems not listed")
+
+
+def check_path(path) -> list[str]:
+    """The problems found in the database at `path`: an empty list when it is healthy.
+    StorageError when there is no database there."""
+    path = os.fspath(path)
+    if not os.path.exists(os.path.join(path, "data.mdb")):
+        raise StorageError(f"{path}: no annodb database here")
+    problems = storage.page_problems(path)
+    if problems:
+        return [f"pages: {p}" for p in problems]  # (annodb's invariants need sound pages)
+    with open_database(path, readonly=True, create=False) as db:
+        return check(db)
 
 
 def check(db) -> list[str]:
@@ -67,6 +90,9 @@ def _check_meta(txn, problems) -> int:
             problems.add(f"meta: {key!r} is {value!r}, not a non-negative integer")
             value = 0
         values[key] = value
+    if values["next_address"] > storage.MAX_ADDRESS:
+        problems.add(f"meta: 'next_address' is {values['next_address']:,}, past the address "
+                     f"range (addresses must be below 2**53 = {storage.MAX_ADDRESS:,})")
     return values["next_address"]
 
 
@@ -153,6 +179,9 @@ def _check_blocks(txn, names, problems) -> None:
             problems.add(f"{where}: starts do not strictly increase")
         if len(ends) > 1 and (np.diff(ends) <= 0).any():
             problems.add(f"{where}: ends do not strictly increase (nested intervals)")
+        if int(ends[-1]) >= storage.MAX_ADDRESS:
+            problems.add(f"{where}: an interval ends at {int(ends[-1]):,}, past the address "
+                         "range (addresses must be below 2**53)")
         if starts[0] <= last_start:
             problems.add(f"{where}: starts at {int(starts[0])}, not after the previous "
                          f"block's last start {last_start}")
@@ -259,6 +288,9 @@ def _check_erased(txn, problems) -> tuple[np.ndarray, np.ndarray]:
             problems.add("erased: a range ends before it starts")
         if (starts[1:] <= ends[:-1]).any():
             problems.add("erased: ranges overlap")
+        if int(ends.max()) >= storage.MAX_ADDRESS:
+            problems.add(f"erased: a range ends at {int(ends.max()):,}, past the address range "
+                         "(addresses must be below 2**53)")
     return starts, ends
 
 

@@ -45,6 +45,7 @@ from .errors import QueryCostError, QueryError
 from .lists import Intervals
 from .query import (Combine, Compare, Feature, Link, Node, Parsed, Term, Window, map_leaves,
                     parse, resolve)
+from .storage import MAX_ADDRESS
 from .tokenizer import strip_diacritics
 
 MAX_WINDOWS = 20_000_000
@@ -432,7 +433,7 @@ class Evaluator:
 
     def _link(self, a: Intervals) -> Intervals:
         v = a.values
-        v = v[np.isfinite(v) & (v >= 0) & (v == np.floor(v)) & (v < 2.0 ** 63)]
+        v = v[np.isfinite(v) & (v >= 0) & (v == np.floor(v)) & (v < MAX_ADDRESS)]  # (exact)
         addrs = np.unique(v.astype(np.int64))
         return self._live(Intervals(addrs, addrs.copy(), np.zeros(len(addrs))))
 

@@ -5,14 +5,15 @@ return. `annodb.database` opens the database that hands them out."""
 from __future__ import annotations
 
 import dataclasses
-import threading
+import os
+import warnings
 from dataclasses import dataclass
 
 import msgspec
 import numpy as np
 
 from . import batch, kernels, ranking, storage, tokenizer
-from .errors import AnnodbError, NotFoundError, StorageError
+from .errors import AbandonedWriteWarning, AnnodbError, NotFoundError, StorageError
 from .gcl import evaluate
 from .lists import Intervals, Lists
 from .query import STRUCTURAL
@@ -79,6 +80,11 @@ class Snapshot:
     def _check(self) -> None:
         if self._done:
             raise StorageError("this transaction has ended")
+        if self._txn.pid != os.getpid():
+            raise StorageError(
+                f"{self.db.path}: this transaction was begun in process {self._txn.pid}, "
+                "before a fork; it belongs to that process. Begin a new one here (the "
+                "database reopens itself in a forked child)")
 
     def _before_read(self) -> None:
         self._check()
@@ -146,8 +152,10 @@ class Snapshot:
     def document_at(self, address: int) -> Document | None:
         """The document whose address range holds `address`, or None."""
         self._before_read()
-        doc = self._txn.doc_containing(int(address))
-        return doc
+        address = int(address)
+        if not 0 <= address < storage.MAX_ADDRESS:
+            return None
+        return self._txn.doc_containing(address)
 
     def documents(self):
         """Every document, in address order."""
@@ -158,6 +166,7 @@ class Snapshot:
         """The text of addresses p..q: from the start of the token at p to the end of the
         token at q, documents joined by newlines, erased addresses left out."""
         self._before_read()
+        p, q = max(int(p), 0), min(int(q), storage.MAX_ADDRESS - 1)
         es, ee = self.erased()
         pieces = []
         for doc in self._txn.docs_overlapping(int(p), int(q)):
@@ -275,6 +284,19 @@ class Writer(Snapshot):
             self.commit()
         else:
             self.abort()
+
+    def __del__(self) -> None:
+        """A writer dropped while open (never committed, aborted or exited) is aborted, its
+        locks released, with an AbandonedWriteWarning."""
+        if getattr(self, "_done", True) or self._txn.pid != os.getpid():
+            return
+        try:
+            self._abort()
+            warnings.warn(f"{self.db.path}: a write transaction was dropped without commit() "
+                          "or abort(); its writes were thrown away (use `with db.write() as "
+                          "w:`)", AbandonedWriteWarning, stacklevel=2)
+        except Exception:  # (at interpreter exit modules may be gone)
+            pass
 
     def commit(self) -> None:
         """Write everything and make it visible, atomically."""
@@ -406,6 +428,9 @@ class Writer(Snapshot):
         """Append a batch of documents made by batch.make (what add_many does after
         tokenizing; an ingest makes its batches in another process)."""
         self._check()
+        if len(b):  # (before a replace deletes anything)
+            storage.check_address(self._next_address + int(b.spans().sum()) - 1,
+                                  f"adding {len(b)} documents at {self._next_address:,}")
         named = [d for d in b.docnos if d is not None]
         for docno in named:
             if not docno or len(docno) > storage.MAX_KEY // 4:  # (else short enough)
@@ -427,7 +452,11 @@ class Writer(Snapshot):
                 if docno is not None and (docno in self._new_docnos or
                                           self._txn.doc_start(docno) is not None):
                     self.delete(docno)
-        return self._append(b)
+        try:
+            return self._append(b)
+        finally:
+            self._vocab.writer = None  # (a reference from the shared vocab would keep a
+            #                            dropped writer, and its locks, alive)
 
     def _append(self, b: batch.Batch) -> list[Added]:
         """Place the batch's documents after the content: its addresses, relative to the
@@ -493,10 +522,11 @@ class Writer(Snapshot):
     def _ann_flush_list(self) -> None:
         """Move annotate()'s buffered annotations to the arrays (keeping write order)."""
         if self._ann:
-            # ids and addresses are below 2**53, exact as float64
-            table = np.array(self._ann, dtype=np.float64).reshape(-1, 4)
-            self._ann_arrays.append((table[:, 0].astype(np.int64), table[:, 1].astype(np.int64),
-                                     table[:, 2].astype(np.int64), table[:, 3]))
+            ann = self._ann  # ids and addresses int64 (exact), values float64
+            self._ann_arrays.append((np.array(ann[0::4], dtype=np.int64),
+                                     np.array(ann[1::4], dtype=np.int64),
+                                     np.array(ann[2::4], dtype=np.int64),
+                                     np.array(ann[3::4], dtype=np.float64)))
             self._ann = []
 
     def set_folding(self, fold: bool) -> None:
@@ -518,6 +548,7 @@ class Writer(Snapshot):
             raise AnnodbError("a feature name cannot be empty")
         if p < 0 or q < p:
             raise AnnodbError(f"bad interval [{p}, {q}]: need 0 <= p <= q")
+        storage.check_address(q, f"annotating [{p}, {q}]")
         if q >= self._next_address:
             # reserve the addresses: text added later goes after them, never inside
             self._next_address = q + 1
@@ -555,6 +586,7 @@ class Writer(Snapshot):
         p, q = int(p), int(q)
         if p < 0 or q < p:
             raise AnnodbError(f"bad range [{p}, {q}]: need 0 <= p <= q")
+        storage.check_address(q, f"erasing [{p}, {q}]")
         for doc in list(self._txn.docs_overlapping(p, q)):
             if p <= doc.start and doc.end <= q:
                 self._txn.delete_doc(doc)

@@ -7,7 +7,7 @@ round and round), and the same texts as JSONL records ({"docid": <file name>, "t
 then times `annodb ingest DIR` and `annodb ingest FILE.jsonl` into fresh databases as whole
 processes (start-up included, the kernels compiled and cached already), the median of
 --runs each, and prints a table: wall seconds, the ingest's own seconds (its summary),
-batches (commits). Runs `python -c "from cli.main import annodb; annodb()"`, so PYTHONPATH
+batches (commits). Runs `python -c "from annodb_cli.main import annodb; annodb()"`, so PYTHONPATH
 chooses the code measured; --each-file names every file instead of the folder (as
 `annodb ingest DIR/*/*.txt` would, and as code that refuses a directory needs).
 """
@@ -42,7 +42,7 @@ def texts(files: int, kib: int) -> list[str]:
 
 
 def ingest(targets: list, db: Path) -> tuple[float, dict]:
-    command = [sys.executable, "-c", "from cli.main import annodb; annodb()", "ingest",
+    command = [sys.executable, "-c", "from annodb_cli.main import annodb; annodb()", "ingest",
                "--db", str(db), "--json", "--quiet", *map(str, targets)]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)

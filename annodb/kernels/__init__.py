@@ -20,7 +20,7 @@ _MODULES = {
     "text": ("token_spans", "intern_tokens", "LoneSurrogate"),
     "codec": ("encode_block", "block_bytes", "decode_block", "decode_blocks",
               "encode_point_groups", "append_point_groups", "block_bounds", "group_order",
-              "group_postings"),
+              "group_postings", "BadBlock"),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
 
