@@ -434,7 +434,8 @@ class Evaluator:
     def _link(self, a: Intervals) -> Intervals:
         v = a.values
         v = v[np.isfinite(v) & (v >= 0) & (v == np.floor(v)) & (v < MAX_ADDRESS)]  # (exact)
-        addrs = np.unique(v.astype(np.int64))
+        addrs = np.sort(v.astype(np.int64))
+        addrs = addrs[np.concatenate(([True], addrs[1:] != addrs[:-1]))] if len(addrs) else addrs
         return self._live(Intervals(addrs, addrs.copy(), np.zeros(len(addrs))))
 
     def _windows(self, n: int) -> Intervals:
