@@ -243,6 +243,9 @@ class Writer(Snapshot):
         self._new_docnos: dict[str, int] = {}  # docno -> start, not yet written
         self._dirty = False
         self._doc_runs: list[list] = []  # docs entries not yet written, a list per batch
+        # the fields' [documents, tokens] (storage's meta "fields"); None when not kept
+        # (documents written before they were), loaded at the first change
+        self._fields: dict | None | bool = False
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
@@ -260,6 +263,8 @@ class Writer(Snapshot):
             txn.set_meta("next_address", self._next_address)
             txn.set_meta("documents", self._documents)
             txn.set_meta("tokens", self._tokens)
+            if self._fields:
+                txn.set_meta("fields", self._fields)
             if self._format != storage.FORMAT_VERSION:
                 txn.set_meta("format", storage.FORMAT_VERSION)  # what it writes now
             txn.commit()
@@ -428,6 +433,9 @@ class Writer(Snapshot):
         self._tok_count += len(ids)
         has = b.doc_tokens > 0
         self._tok_runs.append((starts[has], b.doc_tokens[has]))
+        self._txn.add_doc_frequencies(fids, kernels.document_frequencies(
+            b.kinds, b.doc_tokens, len(b.names)))
+        self._count_fields(b.ann_names, b.ann_name, b.ann_doc, b.ann_q - b.ann_p + 1, 1)
         # annotations
         self._ann_flush_list()
         names = np.fromiter((vocab[name] for name in b.ann_names), dtype=np.int64,
@@ -443,6 +451,32 @@ class Writer(Snapshot):
         if self._tok_count >= FLUSH_TOKENS:
             self._flush()
         return out
+
+    def _count_fields(self, names: list, name: np.ndarray, doc: np.ndarray,
+                      lengths: np.ndarray, sign: int) -> None:
+        """Add (sign 1) or take away (-1) fields to meta "fields": annotations of documents
+        doc[i] named names[name[i]], lengths[i] tokens long; only the fields' short names
+        (`title:`) count."""
+        if self._fields is False:
+            found = self._txn.meta("fields")
+            self._fields = found if found is not None else \
+                ({} if not self._txn.meta("documents", 0) else None)
+        if self._fields is None:
+            return
+        short = np.array([n.endswith(":") and not n.startswith(":") for n in names] or
+                         [False], dtype=bool)
+        rows = np.flatnonzero(short[name]) if len(name) else name
+        if not len(rows):
+            return
+        ids, at = np.unique(name[rows], return_inverse=True)
+        tokens = np.bincount(at, weights=lengths[rows], minlength=len(ids)).astype(np.int64)
+        width = int(doc[rows].max()) + 1
+        pairs = np.unique(at * width + doc[rows])  # distinct (field, document)
+        docs = np.bincount(pairs // width, minlength=len(ids))
+        for i, d, t in zip(ids.tolist(), docs.tolist(), tokens.tolist()):
+            entry = self._fields.setdefault(names[i], [0, 0])
+            entry[0] += sign * d
+            entry[1] += sign * t
 
     def _ann_flush_list(self) -> None:
         """Move annotate()'s buffered annotations to the arrays (keeping write order)."""
@@ -469,7 +503,10 @@ class Writer(Snapshot):
         value = float(value)
         if value != value:
             raise AnnodbError("an annotation value cannot be NaN")
-        self._annotate_id(self._intern(feature), p, q, value)
+        fid = self._intern(feature)
+        if tokenizer.tokens(feature) == [feature]:  # a word's list: df no longer known
+            self._txn.forget_stats(fid)
+        self._annotate_id(fid, p, q, value)
         self._dirty = True
 
     def _annotate_id(self, fid: int, p: int, q: int, value: float) -> None:
@@ -498,15 +535,42 @@ class Writer(Snapshot):
         p, q = int(p), int(q)
         if p < 0 or q < p:
             raise AnnodbError(f"bad range [{p}, {q}]: need 0 <= p <= q")
+        es, ee = self._txn.erased()
         for doc in list(self._txn.docs_overlapping(p, q)):
+            self._uncount(doc, p, q, es, ee)
             if p <= doc.start and doc.end <= q:
                 self._txn.delete_doc(doc)
                 self._documents -= 1
                 self._tokens -= doc.tokens
-        es, ee = self._txn.erased()
         es, ee = kernels.merge_ranges(np.append(es, p), np.append(ee, q))
         self._txn.set_erased(es, ee)
         self.lists.reset()
+
+    def _uncount(self, doc: Document, p: int, q: int, es: np.ndarray, ee: np.ndarray) -> None:
+        """Take what erasing p..q removes of `doc` out of the statistics: the df of each
+        word whose live postings in it all lie in p..q (its text retokenized), and when it
+        goes whole, its fields."""
+        _, kinds, names = tokenizer.distinct_tokens(doc.text)
+        if len(kinds):
+            addrs = np.arange(doc.start, doc.start + len(kinds), dtype=np.int64)
+            live = np.zeros(len(addrs), bool)
+            live[kernels.drop_erased(addrs, addrs, es, ee)] = True
+            stays = live & ((addrs < p) | (addrs > q))
+            lost = np.setdiff1d(kinds[live], kinds[stays])
+            if len(lost):
+                words = [names[k] for k in lost.tolist()]
+                found = list(map(self._vocab.get, words))  # (new words are not stored yet)
+                if None in found:
+                    found = [f if f is not None else g for f, g in
+                             zip(found, self._txn.feature_ids(words))]
+                fids = np.array([f for f in found if f is not None], dtype=np.int64)
+                self._txn.add_doc_frequencies(fids, np.full(len(fids), -1, np.int64))
+        if p <= doc.start and doc.end <= q:
+            fields = [f for f in doc.fields if f.name and f.start <= f.end]
+            names = [f.name + ":" for f in fields]
+            self._count_fields(names, np.arange(len(names), dtype=np.int64),
+                               np.zeros(len(names), np.int64),
+                               np.array([f.end - f.start + 1 for f in fields], np.int64), -1)
 
     def delete(self, docno: str) -> bool:
         """Delete the document with this docno (erasing its addresses). False if absent."""
