@@ -11,7 +11,7 @@
 from .database import Added, Database, Intervals, Snapshot, Stats, Writer, open
 from .memory import Entry, Memory
 from .errors import (AnnodbError, FormatVersionError, IngestError, NotFoundError, QueryError,
-                     StorageError, WriterBusyError)
+                     RankingError, StorageError, WriterBusyError)
 from .storage import Document, DocField
 
 __version__ = "0.1.0"
@@ -19,5 +19,5 @@ __version__ = "0.1.0"
 __all__ = [
     "open", "Database", "Snapshot", "Writer", "Intervals", "Added", "Stats", "Document",
     "DocField", "AnnodbError", "QueryError", "StorageError", "FormatVersionError",
-    "WriterBusyError", "NotFoundError", "IngestError", "Memory", "Entry",
+    "WriterBusyError", "NotFoundError", "IngestError", "RankingError", "Memory", "Entry",
 ]

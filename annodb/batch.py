@@ -39,6 +39,7 @@ class Batch:
     #                           until encoded (a missing docno: the writer names it first)
     raws: list | bytes | None  # each document's stored msgpack (storage.relative_raw), or
     #                           the msgpack array of them all (with_raws: what crosses the pipe)
+    sparse: tuple = ()        # the sparse fields its records were read with (records.py)
 
     def __len__(self) -> int:
         return len(self.docnos)
@@ -79,13 +80,15 @@ class Batch:
             raws=None if raws is None else [raws[i] for i in pick])
 
 
-def prepare_item(content, docno=None, id_field=None, text_fields=None) -> Prepared:
+def prepare_item(content, docno=None, id_field=None, text_fields=None,
+                 sparse_fields=()) -> Prepared:
     """(docno, [(short name, path, text)], [(path, value)], metadata) of one document: plain
     text, or a JSON record (see records.prepare). The docno is checked by the writer."""
     if isinstance(content, str):
         return (None if docno is None else str(docno)), [("", "", content)], [], {}
     if isinstance(content, dict):
-        p = prepare(content, id_field=id_field, text_fields=text_fields, docno=docno)
+        p = prepare(content, id_field=id_field, text_fields=text_fields, docno=docno,
+                    sparse_fields=sparse_fields)
         return (None if p.docno is None else str(p.docno)), p.texts, p.values, p.meta
     raise TypeError("add() takes a string or a dict record")
 
@@ -107,10 +110,10 @@ def _numbered(names, numbers: _Names, suffix: str = "") -> np.ndarray:
     return np.fromiter(map(known.__getitem__, names), dtype=np.int64, count=len(names))
 
 
-def make(docs: list) -> Batch:
-    """Tokenize prepared documents and lay out their annotations and stored form.
-    UnicodeEncodeError when a text holds a lone surrogate (no UTF-8 can store it);
-    bad_documents() finds which."""
+def make(docs: list, sparse: tuple = ()) -> Batch:
+    """Tokenize prepared documents and lay out their annotations and stored form (`sparse`:
+    the sparse fields they were prepared with). UnicodeEncodeError when a text holds a lone
+    surrogate (no UTF-8 can store it); bad_documents() finds which."""
     n_docs = len(docs)
     fields = [f for d in docs for f in d[1]]
     shorts = [f[0] for f in fields]
@@ -183,7 +186,7 @@ def make(docs: list) -> Batch:
             text = "\n".join([t for _, _, t in fs])
         add((d[0], 0, end, text, field_rows[f:f + k], d[3] or _NO_META, tokens))
     return Batch([d[0] for d in docs], doc_tokens, kinds, names, ann_doc, ann_name, ann_p,
-                 ann_q, ann_v, list(ann_names), documents, None)
+                 ann_q, ann_v, list(ann_names), documents, None, tuple(sparse))
 
 
 def with_raws(b: Batch) -> Batch:

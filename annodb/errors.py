@@ -40,3 +40,8 @@ class NotFoundError(AnnodbError):
 
 class IngestError(AnnodbError):
     """Input that cannot be ingested: names the file and line."""
+
+
+class RankingError(AnnodbError):
+    """A ranking option that cannot be used (an unknown ranker, a parameter out of range, a
+    field no document has): the message lists what can be given."""

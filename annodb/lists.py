@@ -258,6 +258,15 @@ class Lists:
         found = self._get("list", fid)
         return len(found) if found is not None else self._state(fid)[0]
 
+    def statistics(self, feature: str) -> tuple[int | None, float | None]:
+        """(df, high) of the list as stored (see storage's counts): the live documents
+        holding one of a word's postings, and a bound of its values; None when not known."""
+        fid = self.fid(feature)
+        if fid is None:
+            return 0, 0.0
+        state = self._state(fid)
+        return state[3], state[4]
+
     def whole(self, feature: str) -> Intervals:
         """The whole list (erased content removed)."""
         fid = self.fid(feature)

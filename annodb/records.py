@@ -6,6 +6,11 @@ id, in record order; nested objects and arrays give paths like `:a:b:` and
 `:authors:[0]:`. Numbers and booleans become values on their full-path feature over the
 whole record (`:chapter:` = 2), so `(>> : (= :chapter: 2))` selects records of chapter 2.
 Whatever is not text stays with the document as metadata.
+
+A sparse field (`sparse_fields`) holds a sparse vector, `{"term": weight, ...}` as a
+learned-sparse encoder such as SPLADE writes it: each term becomes the value annotation
+`field:term` (the term folded like text) over the record, its weight the value, for
+ranking by dot product (bm25.py). Weights are finite and >= 0; a weight of 0 is left out.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import math
 
 from .errors import IngestError
+from .tokenizer import fold
 
 ID_FIELDS = ("docid", "docno", "id", "_id")
 
@@ -85,8 +91,30 @@ def _walk(value, path: str, short: str, out: Prepared, text: bool) -> None:
             out.values.append((path, number))
 
 
+def check_sparse_field(name: str) -> str:
+    """The name of a sparse field, or IngestError when it cannot be one."""
+    if not isinstance(name, str) or not name or any(c in name for c in ':<>#@="() \t\n'):
+        raise IngestError(f"a sparse field is a plain record key (no spaces, quotes, "
+                          f"parentheses or : < > # @ =), not {name!r}")
+    return name
+
+
+def _sparse(name: str, vector, out: Prepared) -> None:
+    if not isinstance(vector, dict):
+        raise IngestError(f"sparse field {name!r} must be an object of term: weight, not "
+                          f"{type(vector).__name__}")
+    for term, weight in vector.items():
+        if not term or not isinstance(weight, (int, float)) or isinstance(weight, bool) or \
+                not math.isfinite(weight) or weight < 0:
+            raise IngestError(f"sparse field {name!r}: term {term!r} needs a weight >= 0, "
+                              f"not {weight!r}")
+        if weight:
+            out.values.append((f"{name}:{fold(term)}", float(weight)))
+
+
 def prepare(record: dict, *, id_field: str | None = None,
-            text_fields: list[str] | None = None, docno: str | None = None) -> Prepared:
+            text_fields: list[str] | None = None, docno: str | None = None,
+            sparse_fields=()) -> Prepared:
     """Split a JSON record into docno, text fields, value annotations and metadata."""
     if not isinstance(record, dict):
         raise IngestError(f"a record must be a JSON object, not {type(record).__name__}")
@@ -96,6 +124,11 @@ def prepare(record: dict, *, id_field: str | None = None,
     elif id_field is not None:
         key = id_field
     out = Prepared(docno)
+    if sparse_fields:
+        record = dict(record)
+        for name in sparse_fields:
+            if name in record:
+                _sparse(name, record.pop(name), out)
     if text_fields:
         for name in text_fields:
             if name in record:

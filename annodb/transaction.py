@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
-from . import batch, kernels, ranking, storage, tokenizer
+from . import batch, bm25, kernels, ranking, records, storage, tokenizer
 from .errors import AnnodbError, NotFoundError, StorageError
 from .gcl import evaluate
 from .lists import Intervals, Lists
@@ -182,6 +182,28 @@ class Snapshot:
             return self._documents
         return self._txn.meta("documents", 0)
 
+    def token_count(self) -> int:
+        """The tokens of the live documents."""
+        self._before_read()
+        if isinstance(self, Writer):
+            return self._tokens
+        return self._txn.meta("tokens", 0)
+
+    def sparse_fields(self) -> list[str]:
+        """The record fields ingested as sparse vectors (features `field:term`)."""
+        self._check()
+        if isinstance(self, Writer) and self._sparse is not None:
+            return list(self._sparse)
+        return list(self._txn.meta("sparse_fields") or [])
+
+    def field_statistics(self) -> dict[str, tuple[int, int]] | None:
+        """{short field name ("title:"): (live documents having it, tokens in it)}, or None
+        when the database does not keep them (written before they were)."""
+        self._before_read()
+        found = self._fields if isinstance(self, Writer) and self._fields is not False \
+            else self._txn.meta("fields")
+        return None if found is None else {k: tuple(v) for k, v in found.items()}
+
     def stats(self) -> Stats:
         self._before_read()
         txn = self._txn
@@ -200,16 +222,26 @@ class Snapshot:
         return len(self.query(gcl, lenient=lenient))
 
     def search(self, gcl, k: int = 10, *, container: str = DOCUMENT, lenient: bool = False,
-               snippets: bool = True):
-        """Rank the containers (documents by default) by shortest-substring ranking."""
+               snippets: bool = True, rank: str = "ssr", k1: float | None = None,
+               b: float | None = None, fields=None, sparse_field: str | None = None):
+        """Rank the containers (documents by default) that match a GCL query: by
+        shortest-substring ranking (`rank="ssr"`), by BM25 over the query's words
+        ("bm25"; k1, b, and `fields` for BM25F: names, or {name: weight or (weight, b)}),
+        by sparse vectors ("sparse", the field `sparse_field`) or both fused ("fused")."""
         self._before_read()
         return ranking.search(self, gcl, k=k, container=container, lenient=lenient,
-                              snippets=snippets)
+                              snippets=snippets, rank=rank,
+                              scoring=bm25.scoring(k1, b, fields, sparse_field))
 
-    def search_text(self, text: str, k: int = 10, *, container: str = DOCUMENT):
-        """Free-text search: Boolean tiers built from the words, ranked by SSR."""
+    def search_text(self, text, k: int = 10, *, container: str = DOCUMENT,
+                    rank: str = ranking.TEXT_RANK, k1: float | None = None,
+                    b: float | None = None, fields=None, sparse_field: str | None = None):
+        """Free-text search: the words ranked by `rank` (see search; SSR ranks Boolean
+        tiers built from the words). For rank="sparse", `text` may be a {term: weight}
+        dict of the query's own weights."""
         self._before_read()
-        return ranking.search_text(self, text, k=k, container=container)
+        return ranking.search_text(self, text, k=k, container=container, rank=rank,
+                                   scoring=bm25.scoring(k1, b, fields, sparse_field))
 
 
 def check_docno(docno: str) -> None:
@@ -246,6 +278,7 @@ class Writer(Snapshot):
         # the fields' [documents, tokens] (storage's meta "fields"); None when not kept
         # (documents written before they were), loaded at the first change
         self._fields: dict | None | bool = False
+        self._sparse: list[str] | None = None  # the sparse fields, when this writer adds one
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
@@ -263,8 +296,10 @@ class Writer(Snapshot):
             txn.set_meta("next_address", self._next_address)
             txn.set_meta("documents", self._documents)
             txn.set_meta("tokens", self._tokens)
-            if self._fields:
+            if isinstance(self._fields, dict):
                 txn.set_meta("fields", self._fields)
+            if self._sparse is not None:
+                txn.set_meta("sparse_fields", self._sparse)
             if self._format != storage.FORMAT_VERSION:
                 txn.set_meta("format", storage.FORMAT_VERSION)  # what it writes now
             txn.commit()
@@ -346,23 +381,27 @@ class Writer(Snapshot):
 
     # writes
     def add(self, content, docno: str | None = None, *, id_field: str | None = None,
-            text_fields: list[str] | None = None, replace: bool = False) -> Added:
+            text_fields: list[str] | None = None, replace: bool = False,
+            sparse_fields=()) -> Added:
         """Append a document: plain text (give a docno, or one is made from its address) or a
-        JSON record (docno from its id field; see records.prepare). A docno already present
-        raises unless replace=True, which deletes the old document first."""
+        JSON record (docno from its id field; see records.prepare; `sparse_fields`: its
+        fields holding sparse vectors). A docno already present raises unless
+        replace=True, which deletes the old document first."""
         return self.add_many([(content, docno)], id_field=id_field, text_fields=text_fields,
-                             replace=replace)[0]
+                             replace=replace, sparse_fields=sparse_fields)[0]
 
     def add_many(self, items, *, id_field: str | None = None,
-                 text_fields: list[str] | None = None, replace: bool = False) -> list[Added]:
+                 text_fields: list[str] | None = None, replace: bool = False,
+                 sparse_fields=()) -> list[Added]:
         """Append many documents: each item is `(content, docno)` as for add() (docno may be
         None). The same as add() item by item, with one tokenizer pass for them all. Every
         docno is checked before anything is added: on an error nothing of the call is."""
         self._check()
-        docs = [batch.prepare_item(content, docno, id_field, text_fields)
+        sparse = tuple(records.check_sparse_field(f) for f in sparse_fields)
+        docs = [batch.prepare_item(content, docno, id_field, text_fields, sparse)
                 for content, docno in items]
         try:
-            made = batch.make(docs)
+            made = batch.make(docs, sparse)
         except UnicodeError as err:  # a lone surrogate: no UTF-8 can store the text
             raise AnnodbError(f"document text is not valid Unicode ({err})") from None
         return self.add_batch(made, replace=replace)
@@ -435,7 +474,10 @@ class Writer(Snapshot):
         self._tok_runs.append((starts[has], b.doc_tokens[has]))
         self._txn.add_doc_frequencies(fids, kernels.document_frequencies(
             b.kinds, b.doc_tokens, len(b.names)))
-        self._count_fields(b.ann_names, b.ann_name, b.ann_doc, b.ann_q - b.ann_p + 1, 1)
+        self._count_fields(b.ann_names, b.ann_name, b.ann_doc, b.ann_q - b.ann_p + 1, 1,
+                           b.sparse)
+        if b.sparse and not set(b.sparse) <= set(self.sparse_fields()):
+            self._sparse = sorted(set(self.sparse_fields()) | set(b.sparse))
         # annotations
         self._ann_flush_list()
         names = np.fromiter((vocab[name] for name in b.ann_names), dtype=np.int64,
@@ -453,17 +495,19 @@ class Writer(Snapshot):
         return out
 
     def _count_fields(self, names: list, name: np.ndarray, doc: np.ndarray,
-                      lengths: np.ndarray, sign: int) -> None:
+                      lengths: np.ndarray, sign: int, sparse=()) -> None:
         """Add (sign 1) or take away (-1) fields to meta "fields": annotations of documents
         doc[i] named names[name[i]], lengths[i] tokens long; only the fields' short names
-        (`title:`) count."""
+        (`title:`) count, not the terms of the sparse fields (`splade::`)."""
         if self._fields is False:
             found = self._txn.meta("fields")
             self._fields = found if found is not None else \
                 ({} if not self._txn.meta("documents", 0) else None)
         if self._fields is None:
             return
-        short = np.array([n.endswith(":") and not n.startswith(":") for n in names] or
+        prefixes = tuple(f + ":" for f in sparse)
+        short = np.array([n.endswith(":") and not n.startswith(":") and
+                          not (prefixes and n.startswith(prefixes)) for n in names] or
                          [False], dtype=bool)
         rows = np.flatnonzero(short[name]) if len(name) else name
         if not len(rows):

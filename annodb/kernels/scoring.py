@@ -1,9 +1,7 @@
 """Numba kernels for BM25 and sparse-vector ranking (annodb/bm25.py drives them).
 
     document_frequencies(kinds, doc_tokens, n)   a batch's df per word kind
-    count_inside(points, los, his)               postings per range (tf), ranges disjoint
-    sum_inside(starts, ends, values, los, his)   values of the intervals inside each range
-    best_windows(addrs, terms, los, his)         per range, the shortest window holding
+    best_windows(addrs, terms, n, los, his)      per range, the shortest window holding
                                                  every distinct term found in it
 
 Each public function is a thin validating wrapper of a private jitted one; the brute-force
@@ -15,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .algebra import _ge, _gt, _ints, _floats, _pair
+from .algebra import _ge, _gt, _ints, _pair
 
-__all__ = ["document_frequencies", "count_inside", "sum_inside", "best_windows"]
+__all__ = ["document_frequencies", "best_windows"]
 
 
 @njit(cache=True, nogil=True)
@@ -53,56 +51,6 @@ def document_frequencies(kinds, doc_tokens, n):
 
 
 @njit(cache=True, nogil=True)
-def _count_inside(points, los, his):
-    n = points.shape[0]
-    out = np.zeros(los.shape[0], np.int64)
-    i = 0
-    for r in range(los.shape[0]):
-        i = _ge(points, i, n, los[r])
-        j = _gt(points, i, n, his[r])
-        out[r] = j - i
-        i = j
-    return out
-
-
-def count_inside(points, los, his):
-    """How many of the sorted points lie in each range [los[r], his[r]] (sorted,
-    disjoint): a term's frequency in each container."""
-    p = _ints(points, "points")
-    lo, hi = _pair(los, his, "ranges")
-    return _count_inside(p, lo, hi)
-
-
-@njit(cache=True, nogil=True)
-def _sum_inside(s, e, v, los, his):
-    n = s.shape[0]
-    out = np.zeros(los.shape[0], np.float64)
-    i = 0
-    for r in range(los.shape[0]):
-        i = _ge(s, i, n, los[r])
-        j = i
-        total = 0.0
-        while j < n and s[j] <= his[r]:
-            if e[j] <= his[r]:
-                total += v[j]
-            j += 1
-        out[r] = total
-        i = j
-    return out
-
-
-def sum_inside(starts, ends, values, los, his):
-    """The sum of the values of the intervals (a GC-list) lying inside each range
-    [los[r], his[r]] (sorted, disjoint), added left to right."""
-    s, e = _pair(starts, ends, "intervals")
-    v = _floats(values, "values")
-    if v.shape[0] != s.shape[0]:
-        raise ValueError(f"{s.shape[0]} intervals but {v.shape[0]} values")
-    lo, hi = _pair(los, his, "ranges")
-    return _sum_inside(s, e, v, lo, hi)
-
-
-@njit(cache=True, nogil=True)
 def _best_windows(addrs, terms, n_terms, los, his):
     n = addrs.shape[0]
     m = los.shape[0]
@@ -113,7 +61,7 @@ def _best_windows(addrs, terms, n_terms, los, his):
     for r in range(m):
         a = _ge(addrs, i, n, los[r])
         b = _gt(addrs, a, n, his[r])
-        i = b
+        i = a  # (ranges may overlap: the next one starts after this one does)
         if a == b:
             continue
         # the distinct terms of the range
@@ -150,7 +98,7 @@ def _best_windows(addrs, terms, n_terms, los, his):
 
 
 def best_windows(addrs, terms, n_terms, los, his):
-    """For each range [los[r], his[r]] (sorted, disjoint): the shortest window [p, q] of
+    """For each range [los[r], his[r]] (a GC-list): the shortest window [p, q] of
     the sorted, distinct addresses `addrs` (each holding term terms[i] < n_terms) that holds
     every distinct term occurring in the range, the first of the shortest; (-1, -1) where
     the range holds none. What a BM25 hit shows in its snippet."""
