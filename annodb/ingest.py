@@ -394,10 +394,10 @@ _READERS = {"jsonl": _read_jsonl, "msmarco": _read_jsonl, "tsv": _read_tsv,
 
 
 def _chunks(source: Source, id_field, text_fields, batch_bytes: int,
-            batch_size: int | None) -> Iterator[_Chunk]:
-    """The file's batches, made ready to add."""
+            batch_size: int | None, sparse: tuple = ()) -> Iterator[_Chunk]:
+    """The file's batches, made ready to add (`sparse`: the sparse fields)."""
     for pending, tell in _read_chunks(source, id_field, text_fields, batch_bytes, batch_size):
-        yield _ready(pending, tell)
+        yield _ready(pending, tell, sparse)
 
 
 def _read_chunks(source: Source, id_field, text_fields, batch_bytes: int,
@@ -430,13 +430,13 @@ def _read_chunks(source: Source, id_field, text_fields, batch_bytes: int,
         yield pending, raw.tell()
 
 
-def _ready(pending: list, tell: int) -> _Chunk:
+def _ready(pending: list, tell: int, sparse: tuple = ()) -> _Chunk:
     """Prepare and tokenize the documents among `pending` (_Doc and _Problem items); a
     document that cannot be stored becomes a problem."""
-    return _made(*_prepared(pending), tell)
+    return _made(*_prepared(pending, sparse), tell, sparse)
 
 
-def _prepared(pending: list) -> tuple[list, list]:
+def _prepared(pending: list, sparse: tuple = ()) -> tuple[list, list]:
     """(items, prepared): the _Problems and (line, docno) of the documents, in order, and
     the documents prepared (batch.prepare_item); one that cannot be is a problem."""
     items, prepared = [], []
@@ -447,7 +447,7 @@ def _prepared(pending: list) -> tuple[list, list]:
             continue
         line, docno, content, id_field, text_fields, _ = item
         try:
-            p = prepare(content, docno, id_field, text_fields)
+            p = prepare(content, docno, id_field, text_fields, sparse)
         except Exception as err:  # noqa: BLE001 - reported against its line, not raised
             items.append(_Problem(line, f"not stored: {err}"))
             continue
@@ -456,12 +456,12 @@ def _prepared(pending: list) -> tuple[list, list]:
     return items, prepared
 
 
-def _made(items: list, prepared: list, tell: int) -> _Chunk:
+def _made(items: list, prepared: list, tell: int, sparse: tuple = ()) -> _Chunk:
     """The chunk of these prepared documents, tokenized (see _prepared)."""
     if not prepared:
         return _Chunk(items, None, tell)
     try:
-        made = batch.make(prepared)
+        made = batch.make(prepared, sparse)
     except UnicodeError:
         bad = set(batch.bad_documents(prepared))
         message = "not stored: document text is not valid Unicode (a lone surrogate)"
@@ -475,7 +475,7 @@ def _made(items: list, prepared: list, tell: int) -> _Chunk:
                 k += 1
             kept_items.append(item)
         items, prepared = kept_items, kept
-        made = batch.make(prepared) if prepared else None
+        made = batch.make(prepared, sparse) if prepared else None
     return _Chunk(items, made, tell)
 
 
@@ -522,11 +522,11 @@ def _reader_main() -> None:
     failed = threading.Event()  # a chunk could not be made or sent: send none after it
     in_flight: list = []
 
-    def make_and_send(items: list, prepared: list, tell: int) -> None:
+    def make_and_send(items: list, prepared: list, tell: int, sparse: tuple) -> None:
         if failed.is_set():
             return
         try:
-            chunk = _encoded(_made(items, prepared, tell))
+            chunk = _encoded(_made(items, prepared, tell, sparse))
             pickle.dump(("chunk", _packed(chunk)), out, protocol=pickle.HIGHEST_PROTOCOL)
             out.flush()
         except BaseException:
@@ -534,12 +534,14 @@ def _reader_main() -> None:
             raise
 
     try:
-        source, id_field, text_fields, batch_bytes, batch_size = pickle.load(sys.stdin.buffer)
+        source, id_field, text_fields, batch_bytes, batch_size, sparse = \
+            pickle.load(sys.stdin.buffer)
         # this thread reads, parses and prepares; a second one tokenizes (the kernel
         # releases the GIL), encodes and sends, in order, at most a chunk behind
         for pending, tell in _read_chunks(source, id_field, text_fields, batch_bytes,
                                           batch_size):
-            in_flight.append(worker.submit(make_and_send, *_prepared(pending), tell))
+            in_flight.append(worker.submit(make_and_send, *_prepared(pending, sparse), tell,
+                                           sparse))
             if len(in_flight) > 1:
                 in_flight.pop(0).result()
         while in_flight:
@@ -564,7 +566,7 @@ def _reader_main() -> None:
 
 
 def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
-                         batch_size) -> Iterator[_Chunk]:
+                         batch_size, sparse: tuple = ()) -> Iterator[_Chunk]:
     """_chunks, made in a second Python process. A plain child process, not
     multiprocessing: that would re-run the caller's main script, and fork would copy this
     process's open LMDB environment."""
@@ -580,8 +582,8 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
             try:
                 if not child.stdin.closed:
                     with child.stdin:
-                        pickle.dump((source, id_field, text_fields, batch_bytes, batch_size),
-                                    child.stdin)
+                        pickle.dump((source, id_field, text_fields, batch_bytes, batch_size,
+                                     sparse), child.stdin)
                 kind, value = pickle.load(child.stdout)
             except (EOFError, BrokenPipeError, pickle.UnpicklingError):
                 code = child.wait()
@@ -652,8 +654,8 @@ class _Run:
         return s.added + s.replaced + s.skipped + s.duplicates
 
     # one file
-    def file(self, source: Source, id_field, text_fields) -> None:
-        args = (source, id_field, text_fields, self.batch_bytes, self.batch_size)
+    def file(self, source: Source, id_field, text_fields, sparse: tuple = ()) -> None:
+        args = (source, id_field, text_fields, self.batch_bytes, self.batch_size, sparse)
         parallel = self.parallel
         if parallel is None:
             parallel = source.size >= PARALLEL_OVER
@@ -819,7 +821,8 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
            batch_bytes: int = DEFAULT_BATCH_BYTES, replace: bool = False,
            strict: bool = False, progress: Progress | None = None,
            on_problem: Callable[[str], None] | None = None,
-           timeout: float | None = None, parallel: bool | None = None) -> Summary:
+           timeout: float | None = None, parallel: bool | None = None,
+           sparse_fields=()) -> Summary:
     """Ingest the files `paths` into `db` (an open Database, or a path: then the inputs are
     checked before the database is opened or created). Returns a Summary.
 
@@ -834,6 +837,8 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
     A file of PARALLEL_OVER bytes or more is read, parsed and tokenized in a second process
     while this one writes (`parallel` True or False forces the choice).
 
+    `sparse_fields`: record fields holding sparse vectors ({term: weight}, see records.py).
+
     progress(documents done, bytes read, bytes in all) is called as the ingest goes;
     on_problem("file:line: message") for each malformed record (also listed in the summary).
     Raises IngestError for unreadable inputs (before writing anything) and, with strict,
@@ -842,6 +847,7 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
     started = time.perf_counter()
     sources = check_inputs(paths, format)
     text_fields = list(text_fields) if text_fields else None
+    sparse = tuple(records.check_sparse_field(f) for f in sparse_fields)
     own = not isinstance(db, database.Database)
     if own:
         db = database.open(db)
@@ -852,7 +858,7 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
         with _no_cyclic_gc(), _keep_freed_memory():
             try:
                 for source in sources:
-                    run.file(source, id_field, text_fields)
+                    run.file(source, id_field, text_fields, sparse)
                     run.summary.files += 1
             finally:
                 run.summary.seconds = time.perf_counter() - started

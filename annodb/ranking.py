@@ -20,7 +20,7 @@ from . import bm25, kernels, snippets, tokenizer
 from .errors import RankingError
 from .gcl import Budget, Evaluator, Region, as_node, list_name
 from .lists import EMPTY_F, Intervals
-from .query import Combine, Term, format as format_query
+from .query import Combine, Feature, Term, format as format_query
 from .tokenizer import tokens
 
 K = 42.0
@@ -308,16 +308,17 @@ def _ranked_text(snapshot, text, k: int, container: str, how: str,
         else:
             weights = [(w, float(n)) for w, n in _counted(tokens(text))]
         terms = bm25.sparse_terms(ev, cnode, settings, weights)
-        shown = [(settings.sparse + ":" + t,) for t, _ in weights]
+        shown = [Feature(f"{settings.sparse}:{t}") for t, _ in weights]
         words = [(t,) for t, _ in weights]
     else:
         found = text_words(snapshot, text)
         terms = bm25.word_terms(ev, cnode, settings, found)
-        shown = words = [forms for forms, _ in found]
+        words = [forms for forms, _ in found]
+        shown = [Term(f) if len(f) == 1 else Combine("+", tuple(Term((x,)) for x in f))
+                 for f in words]
     s, e, sc = bm25.top(terms, k if how != "fused" else FUSE_DEPTH)
-    query = format_query(Combine("+", tuple(
-        Term(f) if len(f) == 1 else Combine("+", tuple(Term((x,)) for x in f))
-        for f in shown))) if shown else ""
+    query = "" if not shown else format_query(shown[0] if len(shown) == 1 else
+                                             Combine("+", tuple(shown)))
     if how == "fused":
         ssr = search_text(snapshot, text, k=FUSE_DEPTH, container=container, rank="ssr")
         first = np.array([h.start for h in ssr], dtype=np.int64)

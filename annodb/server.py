@@ -634,7 +634,7 @@ class Server:
         def work():
             with self._db.reading() as db, db.read() as snap:
                 ranking = rank(snap, text, depth=self.depth, container=self.container,
-                               lenient=True)
+                               lenient=True, rank=request.get("rank", "ssr"))
                 first = ranking.hit(0, snapshot=snap) if len(ranking) else None
             return replace(ranking, snapshot=None), first
 

@@ -127,6 +127,9 @@ class _Bar:
 @click.option("--text-field", "text_fields", metavar="NAME", multiple=True,
               help="A record field to index as text; repeat for several, in order "
                    "(default: every string field but the id).")
+@click.option("--sparse-field", "sparse_fields", metavar="NAME", multiple=True,
+              help="A record field holding a sparse vector {term: weight} (SPLADE or any "
+                   "learned-sparse encoder), for `search --rank sparse`; repeat for several.")
 @click.option("--format", "fmt", type=click.Choice(_ingest.FORMATS),
               help="The input format (default: from the file name; see above).")
 @click.option("--batch-size", type=click.IntRange(min=1), metavar="N",
@@ -137,8 +140,8 @@ class _Bar:
               "reporting and skipping it.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no problem list.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
-def ingest(files, db, id_field, text_fields, fmt, batch_size, replace, strict, quiet,
-           as_json):
+def ingest(files, db, id_field, text_fields, sparse_fields, fmt, batch_size, replace, strict,
+           quiet, as_json):
     """Add documents from FILES (JSONL, TSV, TREC, MS MARCO segments or plain text; .gz too).
 
     The format follows the file name: .jsonl/.json/.ndjson one JSON record per line,
@@ -154,12 +157,14 @@ def ingest(files, db, id_field, text_fields, fmt, batch_size, replace, strict, q
     Example:
       annodb ingest --db bible.db examples/bible-sample.jsonl
       annodb ingest --db web.db --id-field url --text-field title --text-field body pages.jsonl.gz
+      annodb ingest --db web.db --sparse-field splade encoded.jsonl
     """
     bar = _Bar(enabled=not quiet and sys.stderr.isatty())
     try:
         summary = _ingest.ingest(db, files, format=fmt, id_field=id_field,
                                  text_fields=list(text_fields) or None, batch_size=batch_size,
-                                 replace=replace, strict=strict, progress=bar)
+                                 replace=replace, strict=strict, progress=bar,
+                                 sparse_fields=sparse_fields)
     finally:
         bar.close()
     if not quiet:

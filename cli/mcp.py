@@ -29,7 +29,9 @@ SEARCH_HELP = """\
 Search the memory. `query` is free text (words, ranked by how close together they occur) or
 a GCL query: a "quoted phrase", (^ A B) all of, (+ A B) one of, (... A B) A then B,
 (<< A B) A inside B, a label feature like user:alice, or (>= :importance: 3).
-`where` filters inside the ranking, so k results come back when k match: {"user": "alice"}
+`rank` orders them: "bm25", "ssr" (shortest-substring ranking), "fused" (both) or
+"sparse"; the default suits the query (SSR for GCL). `where` filters inside the ranking,
+so k results come back when k match: {"user": "alice"}
 (exact), {"user": ["alice", "bob"]} (any of), {"importance": [">=", 3]} (= != < <= > >=),
 {"time": [">=", 1735689600]} (seconds since the epoch). An empty query lists the most
 recent memories matching `where`. Returns docno, score, metadata and a snippet with the
@@ -53,8 +55,9 @@ def make_server(path: str):
                 raise ToolError(str(err)) from None
 
     @server.tool(description=SEARCH_HELP)
-    def search(query: str = "", k: int = 10, where: dict | None = None) -> dict[str, Any]:
-        found = call(memory.recall, query, k=max(0, min(k, 1000)), where=where)
+    def search(query: str = "", k: int = 10, where: dict | None = None,
+               rank: str | None = None) -> dict[str, Any]:
+        found = call(memory.recall, query, k=max(0, min(k, 1000)), where=where, rank=rank)
         results = []
         for e in found:
             snippet = e.snippet if e.snippet is not None else e.text[:SNIPPET_CHARS]

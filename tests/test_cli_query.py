@@ -94,3 +94,36 @@ def test_missing_database_is_one_error_line(tmp_path):
     result = invoke("query", "--db", tmp_path / "nope.db", "god")
     assert result.exit_code == 1
     assert result.stderr.startswith("annodb: error: ") and len(result.stderr.splitlines()) == 1
+
+
+def test_rank_options(db):
+    ssr = invoke("query", "--db", db, "--json", "-k", "5", "(+ light darkness)")
+    bm = invoke("query", "--db", db, "--json", "-k", "5", "--rank", "bm25",
+                "(+ light darkness)")
+    assert ssr.exit_code == bm.exit_code == 0
+    with annodb.open(db, readonly=True) as d, d.read() as r:
+        want = [h.docno for h in r.search("(+ light darkness)", k=5, rank="bm25")]
+        tuned = [h.docno for h in r.search_text("light darkness", k=5, rank="bm25", k1=1.2,
+                                                b=0.75, fields={"text": 2})]
+    assert [json.loads(line)["docno"] for line in bm.stdout.splitlines()] == want
+    assert want != [json.loads(line)["docno"] for line in ssr.stdout.splitlines()]
+    result = invoke("search", "--db", db, "--json", "-k", "5", "--rank", "bm25", "--k1",
+                    "1.2", "--b", "0.75", "--field", "text=2", "light darkness")
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["docno"] for line in result.stdout.splitlines()] == tuned
+    assert "(ranked by bm25)" in result.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["search", "--rank", "bm2", "light"], "'bm2' is not one of 'ssr', 'bm25', 'fused', 'sparse'"),
+    (["query", "--rank", "BM25", "light"], "is not one of"),
+    (["search", "--rank", "bm25", "--field", "titel", "light"], "no document has the field"),
+    (["search", "--rank", "bm25", "--b", "2", "light"], "b must be between 0 and 1"),
+    (["search", "--rank", "bm25", "--field", "text=x", "light"], "NAME=WEIGHT"),
+    (["query", "--rank", "sparse", "light"], "no sparse field in this database"),
+])
+def test_a_bad_rank_option_is_one_line(db, args, message):
+    result = invoke(args[0], "--db", db, *args[1:])
+    assert result.exit_code == 2
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, \
+        result.stderr
