@@ -95,7 +95,8 @@ class Scoring:
     sparse: str | None = None
 
 
-def _number(value, name: str, lo: float, hi: float = math.inf) -> float:
+def number(value, name: str, lo: float, hi: float = math.inf) -> float:
+    """value as a float in [lo, hi], or RankingError naming it."""
     try:
         x = float(value)
     except (TypeError, ValueError):
@@ -117,8 +118,8 @@ def field_name(name: str) -> str:
 def scoring(k1=None, b=None, fields=None, sparse=None) -> Scoring:
     """Validated Scoring. fields: names (weight 1), {name: weight}, {name: (weight, b)} or
     Field objects; RankingError says what is wrong."""
-    k1 = K1 if k1 is None else _number(k1, "k1", 0.0, 1e6)
-    b = B if b is None else _number(b, "b", 0.0, 1.0)
+    k1 = K1 if k1 is None else number(k1, "k1", 0.0, 1e6)
+    b = B if b is None else number(b, "b", 0.0, 1.0)
     made = []
     if fields:
         if isinstance(fields, dict):
@@ -139,9 +140,9 @@ def scoring(k1=None, b=None, fields=None, sparse=None) -> Scoring:
                 weight, fb = spec
             elif spec is not None:
                 weight = spec
-            made.append(Field(field_name(name), _number(weight, f"the weight of {name!r}",
+            made.append(Field(field_name(name), number(weight, f"the weight of {name!r}",
                                                         1e-9, 1e9),
-                              _number(fb, f"b of {name!r}", 0.0, 1.0)))
+                              number(fb, f"b of {name!r}", 0.0, 1.0)))
         names = [f.name for f in made]
         if len(set(names)) != len(names):
             raise RankingError(f"a field is given twice: {names}")
@@ -208,9 +209,13 @@ def _sums_inside(s, e, values, los, his):
 class _Term:
     """One query term: `bound` bounds its contribution to any container; `everywhere()`
     gives the containers holding it with its contributions, `at(s, e, region)` its
-    contributions to the given containers (zeros where it is absent)."""
+    contributions to the given containers (zeros where it is absent); `size()` the
+    intervals everywhere() reads."""
 
     bound: float
+
+    def size(self) -> int:
+        raise NotImplementedError
 
     def everywhere(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         raise NotImplementedError
@@ -227,6 +232,9 @@ class _Words(_Term):
         self.factor = weight * term_idf
         self.bound = self.factor
         self.stats = stats
+
+    def size(self) -> int:
+        return sum(self.ev.lists.count(f) for f in self.forms)
 
     def _postings(self, region: Region | None) -> np.ndarray:
         parts = []
@@ -276,6 +284,9 @@ class _Sparse(_Term):
         self.ev, self.boxes, self.feature, self.weight = ev, boxes, feature, weight
         self.bound = weight * high
 
+    def size(self) -> int:
+        return self.ev.lists.count(self.feature)
+
     def _score(self, iv: Intervals, s, e) -> np.ndarray:
         return self.weight * _sums_inside(iv.starts, iv.ends, iv.values, s, e)
 
@@ -305,9 +316,9 @@ class Statistics:
         self.ev = ev
         self.scoring = settings
         self.n = snap.document_count()
-        self.avglen = snap.token_count() / self.n if self.n else 1.0
+        tokens = snap.token_count()
+        self.avglen = tokens / self.n if self.n and tokens else 1.0
         self._fields = None
-        self._field_lists: dict = {}
 
     def df(self, word: str) -> int:
         found, _ = self.ev.lists.statistics(word)
@@ -392,26 +403,32 @@ def top(terms: list[_Term], k: int, matches: Intervals | None = None, *,
     terms = [terms[i] for i in order]
     bounds = np.array([t.bound for t in terms], dtype=np.float64)
     rest = np.concatenate((np.cumsum(bounds[::-1])[::-1], [0.0]))  # bound of terms i..
+    floor = 0.0  # the least of k containers' whole scores: the k-th best is no lower
     i = 0
     if matches is None:
         cs, ce, sc = EMPTY_I, EMPTY_I, EMPTY_F
         while i < len(terms):
-            if prune and len(sc) >= k > 0 and rest[i] * (1 + SLACK) < _kth(sc, k):
-                break  # no container holding none of the terms so far can enter
+            if prune and len(sc) >= k > 0:
+                if rest[i] * (1 + SLACK) < max(_kth(sc, k), floor):
+                    break  # no container holding none of the terms so far can enter
+                if terms[i].size() > LEADERS_OVER:  # before reading a long list whole
+                    floor = max(floor, _leaders(terms, i, cs, ce, sc, k))
+                    if rest[i] * (1 + SLACK) < floor:
+                        break
             s, e, c = terms[i].everywhere()
-            cs, ce, sc = _merge(cs, ce, sc, s, e, c)
+            cs, ce, sc = kernels.merge_scores(cs, ce, sc, s, e, c)
             i += 1
     else:
         cs, ce, sc = matches.starts, matches.ends, np.zeros(len(matches))
     while i < len(terms) and len(cs):
         if prune and len(sc) > k:
-            keep = (sc + rest[i]) * (1 + SLACK) >= _kth(sc, k) if k else \
+            keep = (sc + rest[i]) * (1 + SLACK) >= max(_kth(sc, k), floor) if k else \
                 np.zeros(len(sc), bool)
             if not keep.all():
                 cs, ce, sc = cs[keep], ce[keep], sc[keep]
                 if not len(cs):
                     break
-        sc = sc + terms[i].at(cs, ce, Region.around(Intervals(cs, ce, EMPTY_F)))
+        sc = sc + terms[i].at(cs, ce, _region(cs, ce))
         i += 1
     pick = np.lexsort((cs, -sc))
     if matches is None:
@@ -420,25 +437,29 @@ def top(terms: list[_Term], k: int, matches: Intervals | None = None, *,
     return cs[pick], ce[pick], sc[pick]
 
 
+LEADERS_OVER = 50_000  # a term with more postings than this is read whole only when needed
+
+
+def _leaders(terms, i, cs, ce, sc, k) -> float:
+    """The least whole score of the k containers best so far (terms i.. added where they
+    are): a lower bound of the final k-th best, found by probing a few blocks of each
+    list left, which can spare reading a long one whole."""
+    best = np.sort(np.argpartition(-sc, k - 1)[:k])
+    s, e = cs[best], ce[best]
+    region = _region(s, e)
+    whole = sc[best].copy()
+    for t in terms[i:]:
+        whole += t.at(s, e, region)
+    return float(whole.min())
+
+
+def _region(s, e) -> Region:
+    return Region.around(Intervals(s, e, EMPTY_F))
+
+
 def _kth(scores: np.ndarray, k: int) -> float:
     """The k-th largest score (len(scores) >= k >= 1)."""
     return float(np.partition(scores, len(scores) - k)[len(scores) - k])
-
-
-def _merge(cs, ce, sc, s, e, c):
-    """The union of two containers' score lists (sorted by start), scores added."""
-    if not len(cs):
-        return s, e, c
-    starts = np.union1d(cs, s)
-    ends = np.empty(len(starts), np.int64)
-    scores = np.zeros(len(starts))
-    a = np.searchsorted(starts, cs)
-    ends[a] = ce
-    scores[a] = sc
-    b = np.searchsorted(starts, s)
-    ends[b] = e
-    scores[b] = scores[b] + c
-    return starts, ends, scores
 
 
 # what a hit shows ----------------------------------------------------------------------
@@ -452,7 +473,7 @@ def covers(ev: Evaluator, words: list[tuple[str, ...]], s: np.ndarray, e: np.nda
         return EMPTY_I, EMPTY_I
     order = np.argsort(s, kind="stable")
     ss, se = s[order], e[order]
-    region = Region.around(Intervals(ss, se, EMPTY_F))
+    region = _region(ss, se)
     addrs, ids = [], []
     for i, forms in enumerate(words):
         for w in forms:

@@ -296,14 +296,14 @@ def text_words(snapshot, text: str) -> list[tuple[tuple[str, ...], int]]:
 
 
 def _ranked_text(snapshot, text, k: int, container: str, how: str,
-                 settings: bm25.Scoring) -> Results:
+                 settings: bm25.Scoring, snippets: bool) -> Results:
     """search_text by BM25, by sparse vectors or fused (see search_text)."""
     ev = Evaluator(snapshot)
     cnode = as_node(container)[0]
     if how == "sparse":
         settings = _sparse(snapshot, settings)
         if isinstance(text, dict):
-            weights = [(tokenizer.fold(str(t)), bm25._number(w, f"the weight of {t!r}", 0.0))
+            weights = [(tokenizer.fold(str(t)), bm25.number(w, f"the weight of {t!r}", 0.0))
                        for t, w in text.items()]
         else:
             weights = [(w, float(n)) for w, n in _counted(tokens(text))]
@@ -320,14 +320,15 @@ def _ranked_text(snapshot, text, k: int, container: str, how: str,
     query = "" if not shown else format_query(shown[0] if len(shown) == 1 else
                                              Combine("+", tuple(shown)))
     if how == "fused":
-        ssr = search_text(snapshot, text, k=FUSE_DEPTH, container=container, rank="ssr")
+        ssr = search_text(snapshot, text, k=FUSE_DEPTH, container=container, rank="ssr",
+                          snippets=False)
         first = np.array([h.start for h in ssr], dtype=np.int64)
         ends = dict(zip(s.tolist(), e.tolist()))
         ends.update((h.start, h.end) for h in ssr)
         s, sc = fuse(first, s, k)
         e = np.array([ends[x] for x in s.tolist()], dtype=np.int64)
-    cs, ce = bm25.covers(ev, words, s, e)
-    hits = Ranking(snapshot, query, [], s, e, sc, cs, ce).hits(k)
+    cs, ce = bm25.covers(ev, words, s, e) if snippets else (s, s)
+    hits = Ranking(snapshot, query, [], s, e, sc, cs, ce).hits(k, snippets)
     return Results(hits, query, [], len(hits))
 
 
@@ -339,14 +340,19 @@ def _counted(words: list[str]) -> list[tuple[str, int]]:
 
 
 def search_text(snapshot, text: str, *, k: int = 10, container: str = ":",
-                rank: str = TEXT_RANK, scoring: bm25.Scoring | None = None) -> Results:
+                rank: str = TEXT_RANK, scoring: bm25.Scoring | None = None,
+                snippets: bool = True) -> Results:
     """Free-text search. By SSR (`rank="ssr"`): containers matching an earlier tier rank
     above later ones; within a tier, by the sum over its subsets of weight x SSR score. By
     BM25 over the words (each conflated with its forms), by the dot product of the
     containers' sparse vectors with the words' (1 each, or `text` a {term: weight} dict),
     or both SSR and BM25 fused (see fuse)."""
+    if not isinstance(text, str) and check_rank(rank) != "sparse":
+        raise RankingError(f"free text is a string (a {{term: weight}} dict is for "
+                           f"rank='sparse'), not {type(text).__name__}")
     if check_rank(rank) != "ssr":
-        return _ranked_text(snapshot, text, k, container, rank, scoring or bm25.Scoring())
+        return _ranked_text(snapshot, text, k, container, rank, scoring or bm25.Scoring(),
+                            snippets)
     ev = Evaluator(snapshot)
     cnode = as_node(container)[0]
     seen = set()  # containers ranked already (by start)
@@ -381,7 +387,7 @@ def search_text(snapshot, text: str, *, k: int = 10, container: str = ":",
             f = first[j]
             ranking = Ranking(snapshot, "", [], bs[[f]], be[[f]], total[[j]], cp[[f]],
                               cq[[f]])
-            h = ranking.hit(0)
+            h = ranking.hit(0, snippets)
             hits.append(Hit(len(hits) + 1, h.docno, h.score, h.start, h.end, h.cover,
                             h.snippet))
     return Results(hits, " ; ".join(ran), [], len(hits))

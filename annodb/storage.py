@@ -14,7 +14,9 @@ so LMDB's byte order is numeric order; addresses are >= 0):
               "next_feature": next feature id to hand out; (format 4) "erased_version":
               the id of the last write transaction that changed the erased ranges;
               "fields": {short field name ("title:"): [live documents having the field,
-              tokens in those fields]}, kept by the writer like df (BM25F's averages).
+              tokens in those fields]}, kept by the writer like df (BM25F's averages);
+              "sparse_fields": the record fields ingested as sparse vectors (their
+              terms are the features `field:term`, see records.py).
     features  feature name (utf-8; a name over 480 bytes: its first 400 bytes, a NUL and the
               hex SHA-256 of the whole name) -> feature id (u64)
     names     feature id (u64) -> feature name (utf-8)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
-from . import batch, bm25, kernels, ranking, records, storage, tokenizer
+from . import batch, bm25, kernels, ranking, records, statistics, storage, tokenizer
 from .errors import AnnodbError, NotFoundError, StorageError
 from .gcl import evaluate
 from .lists import Intervals, Lists
@@ -234,14 +234,16 @@ class Snapshot:
                               scoring=bm25.scoring(k1, b, fields, sparse_field))
 
     def search_text(self, text, k: int = 10, *, container: str = DOCUMENT,
-                    rank: str = ranking.TEXT_RANK, k1: float | None = None,
-                    b: float | None = None, fields=None, sparse_field: str | None = None):
+                    snippets: bool = True, rank: str = ranking.TEXT_RANK,
+                    k1: float | None = None, b: float | None = None, fields=None,
+                    sparse_field: str | None = None):
         """Free-text search: the words ranked by `rank` (see search; SSR ranks Boolean
         tiers built from the words). For rank="sparse", `text` may be a {term: weight}
         dict of the query's own weights."""
         self._before_read()
         return ranking.search_text(self, text, k=k, container=container, rank=rank,
-                                   scoring=bm25.scoring(k1, b, fields, sparse_field))
+                                   scoring=bm25.scoring(k1, b, fields, sparse_field),
+                                   snippets=snippets)
 
 
 def check_docno(docno: str) -> None:
@@ -472,10 +474,10 @@ class Writer(Snapshot):
         self._tok_count += len(ids)
         has = b.doc_tokens > 0
         self._tok_runs.append((starts[has], b.doc_tokens[has]))
-        self._txn.add_doc_frequencies(fids, kernels.document_frequencies(
-            b.kinds, b.doc_tokens, len(b.names)))
-        self._count_fields(b.ann_names, b.ann_name, b.ann_doc, b.ann_q - b.ann_p + 1, 1,
-                           b.sparse)
+        self._txn.add_doc_frequencies(fids, statistics.batch_words(b.kinds, b.doc_tokens,
+                                                                   len(b.names)))
+        self._count_fields(statistics.batch_fields(b.ann_names, b.ann_name, b.ann_doc,
+                                                   b.ann_q - b.ann_p + 1, b.sparse), 1)
         if b.sparse and not set(b.sparse) <= set(self.sparse_fields()):
             self._sparse = sorted(set(self.sparse_fields()) | set(b.sparse))
         # annotations
@@ -494,33 +496,15 @@ class Writer(Snapshot):
             self._flush()
         return out
 
-    def _count_fields(self, names: list, name: np.ndarray, doc: np.ndarray,
-                      lengths: np.ndarray, sign: int, sparse=()) -> None:
-        """Add (sign 1) or take away (-1) fields to meta "fields": annotations of documents
-        doc[i] named names[name[i]], lengths[i] tokens long; only the fields' short names
-        (`title:`) count, not the terms of the sparse fields (`splade::`)."""
+    def _count_fields(self, counts: dict, sign: int) -> None:
+        """Add (sign 1) or take away (-1) statistics.batch_fields' counts to meta
+        "fields" (loaded at the first change; not kept for documents written before)."""
         if self._fields is False:
             found = self._txn.meta("fields")
             self._fields = found if found is not None else \
                 ({} if not self._txn.meta("documents", 0) else None)
-        if self._fields is None:
-            return
-        prefixes = tuple(f + ":" for f in sparse)
-        short = np.array([n.endswith(":") and not n.startswith(":") and
-                          not (prefixes and n.startswith(prefixes)) for n in names] or
-                         [False], dtype=bool)
-        rows = np.flatnonzero(short[name]) if len(name) else name
-        if not len(rows):
-            return
-        ids, at = np.unique(name[rows], return_inverse=True)
-        tokens = np.bincount(at, weights=lengths[rows], minlength=len(ids)).astype(np.int64)
-        width = int(doc[rows].max()) + 1
-        pairs = np.unique(at * width + doc[rows])  # distinct (field, document)
-        docs = np.bincount(pairs // width, minlength=len(ids))
-        for i, d, t in zip(ids.tolist(), docs.tolist(), tokens.tolist()):
-            entry = self._fields.setdefault(names[i], [0, 0])
-            entry[0] += sign * d
-            entry[1] += sign * t
+        if self._fields is not None and counts:
+            statistics.add_fields(self._fields, counts, sign)
 
     def _ann_flush_list(self) -> None:
         """Move annotate()'s buffered annotations to the arrays (keeping write order)."""
@@ -581,7 +565,7 @@ class Writer(Snapshot):
             raise AnnodbError(f"bad range [{p}, {q}]: need 0 <= p <= q")
         es, ee = self._txn.erased()
         for doc in list(self._txn.docs_overlapping(p, q)):
-            self._uncount(doc, p, q, es, ee)
+            self._uncount(doc, p, q, (es, ee))
             if p <= doc.start and doc.end <= q:
                 self._txn.delete_doc(doc)
                 self._documents -= 1
@@ -590,31 +574,20 @@ class Writer(Snapshot):
         self._txn.set_erased(es, ee)
         self.lists.reset()
 
-    def _uncount(self, doc: Document, p: int, q: int, es: np.ndarray, ee: np.ndarray) -> None:
+    def _uncount(self, doc: Document, p: int, q: int, erased) -> None:
         """Take what erasing p..q removes of `doc` out of the statistics: the df of each
-        word whose live postings in it all lie in p..q (its text retokenized), and when it
-        goes whole, its fields."""
-        _, kinds, names = tokenizer.distinct_tokens(doc.text)
-        if len(kinds):
-            addrs = np.arange(doc.start, doc.start + len(kinds), dtype=np.int64)
-            live = np.zeros(len(addrs), bool)
-            live[kernels.drop_erased(addrs, addrs, es, ee)] = True
-            stays = live & ((addrs < p) | (addrs > q))
-            lost = np.setdiff1d(kinds[live], kinds[stays])
-            if len(lost):
-                words = [names[k] for k in lost.tolist()]
-                found = list(map(self._vocab.get, words))  # (new words are not stored yet)
-                if None in found:
-                    found = [f if f is not None else g for f, g in
-                             zip(found, self._txn.feature_ids(words))]
-                fids = np.array([f for f in found if f is not None], dtype=np.int64)
-                self._txn.add_doc_frequencies(fids, np.full(len(fids), -1, np.int64))
+        word whose live postings in it all lie in p..q, and when it goes whole, its
+        fields."""
+        words = statistics.lost_words(doc, p, q, erased)
+        if words:
+            found = list(map(self._vocab.get, words))  # (new words are not stored yet)
+            if None in found:
+                found = [f if f is not None else g for f, g in
+                         zip(found, self._txn.feature_ids(words))]
+            fids = np.array([f for f in found if f is not None], dtype=np.int64)
+            self._txn.add_doc_frequencies(fids, np.full(len(fids), -1, np.int64))
         if p <= doc.start and doc.end <= q:
-            fields = [f for f in doc.fields if f.name and f.start <= f.end]
-            names = [f.name + ":" for f in fields]
-            self._count_fields(names, np.arange(len(names), dtype=np.int64),
-                               np.zeros(len(names), np.int64),
-                               np.array([f.end - f.start + 1 for f in fields], np.int64), -1)
+            self._count_fields(statistics.document_fields(doc), -1)
 
     def delete(self, docno: str) -> bool:
         """Delete the document with this docno (erasing its addresses). False if absent."""

@@ -82,8 +82,8 @@ def fts5(con, text: str) -> list[tuple[str, float]]:
 def annodb_ranker(db, rank: str, **options):
     def run(text: str) -> list[tuple[str, float]]:
         with db.read() as r:
-            return [(h.docno, h.score) for h in r.search_text(text, k=DEPTH, rank=rank,
-                                                              **options)]
+            return [(h.docno, h.score) for h in r.search_text(
+                text, k=DEPTH, rank=rank, snippets=False, **options)]
     return run
 
 

@@ -415,3 +415,11 @@ def sparse(vectors, query, k):
     ranked = sorted((i for i in range(len(vectors)) if scores[i] > 0),
                     key=lambda i: (-scores[i], i))
     return [(vectors[i][0], scores[i]) for i in ranked[:k]]
+
+
+def merge_scores(a, b):
+    """The union of two [(start, end, score)] lists (distinct starts): scores added."""
+    out = {s: (e, v) for s, e, v in a}
+    for s, e, v in b:
+        out[s] = (e, out[s][1] + v) if s in out else (e, 0.0 + v)
+    return [(s, e, v) for s, (e, v) in sorted(out.items())]

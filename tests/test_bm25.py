@@ -109,9 +109,14 @@ def test_pruning_on_larger_collections(tmp_path_factory, docs, query, k):
     """Enough documents, and few results wanted, for pruning to drop most candidates."""
     db, model = build(str(tmp_path_factory.mktemp("p") / "db"), docs, [], [])
     with db.read() as r:
-        pruned = engine_top(r, query, k, True)
         full = engine_top(r, query, k, False)
-        assert np.array_equal(pruned[0], full[0]) and np.array_equal(pruned[1], full[1])
+        for leaders in (bm25.LEADERS_OVER, 0):  # 0: the leaders' scores before every term
+            old, bm25.LEADERS_OVER = bm25.LEADERS_OVER, leaders
+            try:
+                pruned = engine_top(r, query, k, True)
+            finally:
+                bm25.LEADERS_OVER = old
+            assert np.array_equal(pruned[0], full[0]) and np.array_equal(pruned[1], full[1])
     db.close()
 
 
@@ -304,3 +309,79 @@ def test_best_windows_kernel(points, ranges):
     ws, we = kernels.best_windows(addrs, terms, 4, los, his)
     assert list(zip(ws.tolist(), we.tolist())) == naive.best_windows(
         addrs.tolist(), terms.tolist(), ranges)
+
+
+def _reference_scores(docs, query, k1=0.9, b=0.4):
+    """BM25 of each document by bm25s (lucene) over its text's tokens."""
+    bm25s = pytest.importorskip("bm25s")
+    from annodb.tokenizer import tokens
+    ref = bm25s.BM25(method="lucene", k1=k1, b=b, dtype="float64")
+    ref.index([tokens(d.text) for d in docs], show_progress=False)
+    return ref.get_scores(query)
+
+
+def test_bm25_on_a_format_3_database_and_after_its_first_write(tmp_path):
+    """golden-v3 keeps no df (8-byte counts): BM25 counts the documents itself; a write then
+    keeps df for the words it brings, the old words stay counted at query time."""
+    import shutil
+    path = tmp_path / "golden.db"
+    shutil.copytree(os.path.join(os.path.dirname(__file__), "data", "golden-v3"), path)
+    query = ["golden", "psalm", "verse", "tick"]
+
+    def agree(r):
+        docs = list(r.documents())
+        want = _reference_scores(docs, query)
+        s, sc = engine_top(r, [(w, 1) for w in query], len(docs))
+        got = dict(zip(s.tolist(), sc.tolist()))
+        assert np.allclose([got.get(d.start, 0.0) for d in docs], want, atol=1e-9)
+
+    with annodb.open(path) as db:
+        with db.read() as r:
+            assert r.lists.statistics("golden") == (None, None)
+            agree(r)
+        with db.write() as w:
+            w.add("a new golden verse about fresh words", docno="new")
+        with db.read() as r:
+            assert r.lists.statistics("golden") == (None, None)
+            assert r.lists.statistics("fresh")[0] == 1
+            agree(r)
+        assert check(db) == []
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_ingest_sparse_field(tmp_path, parallel):
+    """--sparse-field through both ingest paths (in process, and the reading process):
+    `splade:term` values over each record, bad weights reported against their line."""
+    import json
+    from annodb import ingest
+    lines = [{"id": "s1", "text": "goth rock music", "splade": {"Goth": 1.25, "music": 0.5}},
+             {"id": "s2", "text": "rock and stones", "splade": {"rock": 1.5, "stone": 1.0}},
+             {"id": "s3", "text": "bad weights", "splade": {"x": -1}},
+             {"id": "s4", "text": "not a vector", "splade": [1, 2]}]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    db = annodb.open(tmp_path / "db")
+    summary = ingest.ingest(db, [str(src)], sparse_fields=["splade"], parallel=parallel)
+    assert summary.added == 2 and summary.error_count == 2
+    assert "in.jsonl:3" in summary.errors[0] and "weight >= 0" in summary.errors[0]
+    assert "in.jsonl:4" in summary.errors[1] and "term: weight" in summary.errors[1]
+    with db.read() as r:
+        assert r.sparse_fields() == ["splade"]
+        assert list(r.intervals("splade:goth")) == [(0, 2, 1.25)]
+        assert r.document("s1").text == "goth rock music"   # the vector is not text
+        hits = r.search_text({"goth": 2.0, "rock": 1.0}, rank="sparse")
+        assert [(h.docno, h.score) for h in hits] == [("s1", 2.5), ("s2", 1.5)]
+    assert check(db) == []
+    db.close()
+
+
+@SETTINGS
+@given(st.dictionaries(st.integers(0, 30), st.floats(0, 5)),
+       st.dictionaries(st.integers(0, 30), st.floats(0, 5)))
+def test_merge_scores_kernel(a, b):
+    a = [(s, s + 1, v) for s, v in sorted(a.items())]
+    b = [(s, s + 1, v) for s, v in sorted(b.items())]
+    cols = lambda x, i: np.array([t[i] for t in x], dtype=np.float64 if i == 2 else np.int64)
+    s, e, v = kernels.merge_scores(cols(a, 0), cols(a, 1), cols(a, 2), cols(b, 0), cols(b, 1),
+                                   cols(b, 2))
+    assert list(zip(s.tolist(), e.tolist(), v.tolist())) == naive.merge_scores(a, b)

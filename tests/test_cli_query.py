@@ -127,3 +127,16 @@ def test_a_bad_rank_option_is_one_line(db, args, message):
     assert result.exit_code == 2
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, \
         result.stderr
+
+
+def test_ingest_sparse_field_then_search_by_it(tmp_path):
+    src = tmp_path / "enc.jsonl"
+    src.write_text('{"id": "a", "text": "goth rock", "splade": {"goth": 2, "gothic": 1}}\n'
+                   '{"id": "b", "text": "rock", "splade": {"rock": 1.5}}\n')
+    db = tmp_path / "enc.db"
+    assert invoke("ingest", "--db", db, "--quiet", "--sparse-field", "splade", src).exit_code == 0
+    result = invoke("search", "--db", db, "--json", "--rank", "sparse", "gothic rock")
+    assert result.exit_code == 0, result.output
+    assert [(json.loads(x)["docno"], json.loads(x)["score"]) for x in
+            result.stdout.splitlines()] == [("b", 1.5), ("a", 1.0)]
+    assert "ran (+ splade:gothic splade:rock) (ranked by sparse)" in result.stderr

@@ -9,7 +9,7 @@ from .text import LoneSurrogate, intern_tokens, token_spans
 from .codec import (append_point_groups, block_bounds, block_bytes, decode_block,
                     decode_blocks, encode_block, encode_point_groups, group_order,
                     group_postings)
-from .scoring import best_windows, document_frequencies
+from .scoring import best_windows, document_frequencies, merge_scores
 
 __all__ = [
     "normalize", "both_of", "one_of", "followed_by", "contained_in", "containing",
@@ -17,5 +17,5 @@ __all__ = [
     "merge_ranges", "is_gc_list", "encode_block", "block_bytes", "decode_block",
     "decode_blocks", "encode_point_groups", "append_point_groups", "block_bounds",
     "group_order", "group_postings", "token_spans", "intern_tokens", "LoneSurrogate",
-    "document_frequencies", "best_windows",
+    "document_frequencies", "merge_scores", "best_windows",
 ]

@@ -1,6 +1,7 @@
 """Numba kernels for BM25 and sparse-vector ranking (annodb/bm25.py drives them).
 
     document_frequencies(kinds, doc_tokens, n)   a batch's df per word kind
+    merge_scores(as, ae, av, bs, be, bv)         the union of two score lists by start
     best_windows(addrs, terms, n, los, his)      per range, the shortest window holding
                                                  every distinct term found in it
 
@@ -13,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .algebra import _ge, _gt, _ints, _pair
+from .algebra import _floats, _ge, _gt, _ints, _pair
 
-__all__ = ["document_frequencies", "best_windows"]
+__all__ = ["document_frequencies", "merge_scores", "best_windows"]
 
 
 @njit(cache=True, nogil=True)
@@ -48,6 +49,40 @@ def document_frequencies(kinds, doc_tokens, n):
     if k.size == 0:
         return np.zeros(int(n), np.int64)
     return _document_frequencies(k, d, int(n))
+
+
+@njit(cache=True, nogil=True)
+def _merge_scores(as_, ae, av, bs, be, bv):
+    na, nb = as_.shape[0], bs.shape[0]
+    s = np.empty(na + nb, np.int64)
+    e = np.empty(na + nb, np.int64)
+    v = np.empty(na + nb, np.float64)
+    i = j = m = 0
+    while i < na or j < nb:
+        if j == nb or (i < na and as_[i] < bs[j]):
+            s[m], e[m], v[m] = as_[i], ae[i], av[i]
+            i += 1
+        elif i == na or bs[j] < as_[i]:
+            s[m], e[m], v[m] = bs[j], be[j], 0.0 + bv[j]
+            j += 1
+        else:
+            s[m], e[m], v[m] = as_[i], ae[i], av[i] + bv[j]
+            i += 1
+            j += 1
+        m += 1
+    return s[:m].copy(), e[:m].copy(), v[:m].copy()
+
+
+def merge_scores(as_, ae, av, bs, be, bv):
+    """The union of two lists of (container start, end, score), each sorted by start with
+    distinct starts: a container in both gets av + bv (added in that order), one in only
+    the second 0.0 + bv."""
+    as_, ae = _pair(as_, ae, "first")
+    bs, be = _pair(bs, be, "second")
+    av, bv = _floats(av, "first scores"), _floats(bv, "second scores")
+    if av.shape[0] != as_.shape[0] or bv.shape[0] != bs.shape[0]:
+        raise ValueError("a score per container is needed")
+    return _merge_scores(as_, ae, av, bs, be, bv)
 
 
 @njit(cache=True, nogil=True)
