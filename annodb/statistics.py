@@ -30,7 +30,9 @@ def batch_fields(names: list, name: np.ndarray, doc: np.ndarray, lengths: np.nda
     ids, at = np.unique(name[rows], return_inverse=True)
     tokens = np.bincount(at, weights=lengths[rows], minlength=len(ids)).astype(np.int64)
     width = int(doc[rows].max()) + 1
-    docs = np.bincount(np.unique(at * width + doc[rows]) // width, minlength=len(ids))
+    pairs = np.sort(at * width + doc[rows])  # (field, document), each distinct one once:
+    pairs = pairs[np.r_[True, pairs[1:] != pairs[:-1]]]  # (np.unique hashes: 100x slower)
+    docs = np.bincount(pairs // width, minlength=len(ids))
     return {names[i]: (d, t) for i, d, t in zip(ids.tolist(), docs.tolist(), tokens.tolist())}
 
 
@@ -61,4 +63,7 @@ def lost_words(doc, p: int, q: int, erased: tuple[np.ndarray, np.ndarray]) -> li
     live = np.zeros(len(addrs), bool)
     live[kernels.drop_erased(addrs, addrs, *erased)] = True
     stays = live & ((addrs < p) | (addrs > q))
-    return [names[k] for k in np.setdiff1d(kinds[live], kinds[stays]).tolist()]
+    had = np.zeros(len(names), bool)
+    had[kinds[live]] = True
+    had[kinds[stays]] = False
+    return [names[k] for k in np.flatnonzero(had).tolist()]

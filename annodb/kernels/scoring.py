@@ -37,9 +37,10 @@ def _document_frequencies(kinds, doc_tokens, n):
 def document_frequencies(kinds, doc_tokens, n):
     """df[k]: how many documents hold a token of kind k, for the tokens of consecutive
     documents (document d has the next doc_tokens[d] tokens of `kinds`); 0 <= kinds < n."""
-    k = np.ascontiguousarray(kinds)
+    k = np.asarray(kinds)
     if k.ndim != 1 or (k.size and k.dtype.kind not in "iu"):
         raise TypeError("kinds must be a one-dimensional array of integers")
+    k = np.ascontiguousarray(k, dtype=np.int64)  # (numba did not keep an int32 version)
     d = _ints(doc_tokens, "doc_tokens")
     if int(d.sum()) != k.shape[0]:
         raise ValueError(f"doc_tokens sum to {int(d.sum())}, but there are {k.shape[0]} "
