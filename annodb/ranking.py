@@ -11,6 +11,7 @@ only for the ranks someone looks at, so the server's `next` costs a lookup, not 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from itertools import combinations
 
@@ -19,14 +20,17 @@ import numpy as np
 from . import bm25, kernels, snippets, tokenizer
 from .errors import RankingError
 from .gcl import Budget, Evaluator, Region, as_node, list_name
-from .lists import EMPTY_F, Intervals
+from .lists import Intervals
 from .query import Combine, Feature, Term, format as format_query
 from .tokenizer import tokens
 
 K = 42.0
 DEPTH = 1000
 RANKS = ("ssr", "bm25", "fused", "sparse")
-TEXT_RANK = "ssr"   # free text's default ranker (GCL's is SSR)
+# Free text's default ranker (GCL's is SSR), by measurement (benchmarks/RESULTS.md): BM25
+# is the best on the 86 RAG questions and the Nave subtopics, SSR's tiers on the Nave topics
+# (short names), and every fusion tried fell between the two.
+TEXT_RANK = "bm25"
 
 
 def check_rank(rank) -> str:
@@ -288,7 +292,7 @@ def text_words(snapshot, text: str) -> list[tuple[tuple[str, ...], int]]:
     """The words of free text as BM25 scores them: (the word and the words of the database
     sharing its stem, how often the text has it), in order; words absent from it dropped."""
     out = []
-    for w, n in _counted(tokens(text)):
+    for w, n in Counter(tokens(text)).items():
         forms = tuple(f for f in word_forms(snapshot, w) if snapshot.list_count(f))
         if forms:
             out.append((forms, n))
@@ -306,7 +310,7 @@ def _ranked_text(snapshot, text, k: int, container: str, how: str,
             weights = [(tokenizer.fold(str(t)), bm25.number(w, f"the weight of {t!r}", 0.0))
                        for t, w in text.items()]
         else:
-            weights = [(w, float(n)) for w, n in _counted(tokens(text))]
+            weights = [(w, float(n)) for w, n in Counter(tokens(text)).items()]
         terms = bm25.sparse_terms(ev, cnode, settings, weights)
         shown = [Feature(f"{settings.sparse}:{t}") for t, _ in weights]
         words = [(t,) for t, _ in weights]
@@ -330,13 +334,6 @@ def _ranked_text(snapshot, text, k: int, container: str, how: str,
     cs, ce = bm25.covers(ev, words, s, e) if snippets else (s, s)
     hits = Ranking(snapshot, query, [], s, e, sc, cs, ce).hits(k, snippets)
     return Results(hits, query, [], len(hits))
-
-
-def _counted(words: list[str]) -> list[tuple[str, int]]:
-    counts: dict[str, int] = {}
-    for w in words:
-        counts[w] = counts.get(w, 0) + 1
-    return list(counts.items())
 
 
 def search_text(snapshot, text: str, *, k: int = 10, container: str = ":",

@@ -26,11 +26,12 @@ that `where` can filter on; `forget` deletes one. Search everything before remem
 something that may already be there."""
 
 SEARCH_HELP = """\
-Search the memory. `query` is free text (words, ranked by how close together they occur) or
+Search the memory. `query` is free text (words, ranked by BM25 by default) or
 a GCL query: a "quoted phrase", (^ A B) all of, (+ A B) one of, (... A B) A then B,
 (<< A B) A inside B, a label feature like user:alice, or (>= :importance: 3).
-`rank` orders them: "bm25", "ssr" (shortest-substring ranking), "fused" (both) or
-"sparse"; the default suits the query (SSR for GCL). `where` filters inside the ranking,
+`rank` orders them: "bm25", "ssr" (shortest-substring ranking: how close together the
+words occur), "fused" (both) or "sparse"; the default is BM25 for free text, SSR for GCL.
+`where` filters inside the ranking,
 so k results come back when k match: {"user": "alice"}
 (exact), {"user": ["alice", "bob"]} (any of), {"importance": [">=", 3]} (= != < <= > >=),
 {"time": [">=", 1735689600]} (seconds since the epoch). An empty query lists the most

@@ -151,10 +151,10 @@ def query(db, gcl, k, container, strict, as_json, ranking):
 def search(db, text, k, as_json, ranking):
     """Free-text search, for when you would rather not write GCL.
 
-    By default the words are ranked by BM25 (each with the words sharing its
-    English stem) and by SSR over Boolean tiers of them (all the words together
-    first, then smaller subsets), the two rankings fused; --rank picks one. The
-    query that ran is printed to stderr.
+    By default the words are ranked by BM25, each with the words sharing its
+    English stem; --rank ssr ranks Boolean tiers of them by SSR (all the words
+    together first, then smaller subsets), --rank fused both. The query that ran
+    is printed to stderr.
 
     \b
     Example:
