@@ -42,6 +42,9 @@ and every candidate whose score so far plus the bounds left falls below the k-th
 dropped before each. Partial scores only grow, so the k-th best partial score bounds the
 final k-th best from below and nothing that belongs in the top k is dropped: the result
 is the exhaustive one, scores added in the same order (`prune=False` computes that).
+Before a long list would be read whole, the k best candidates' scores are completed
+(each list left probed in the few blocks holding them): their least is a floor under the
+final k-th best too, and often ends the reading of whole lists (a question's "the").
 """
 
 from __future__ import annotations
