@@ -56,3 +56,8 @@ class AbandonedWriteWarning(UserWarning):
 class BadBlock(ValueError):
     """A stored block whose header does not match its bytes (a damaged database): raised by
     the block kernels, turned into DamagedError by storage."""
+
+
+class RankingError(AnnodbError):
+    """A ranking option that cannot be used (an unknown ranker, a parameter out of range, a
+    field no document has): the message lists what can be given."""

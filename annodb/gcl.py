@@ -219,10 +219,14 @@ class Evaluator:
     # ------------------------------------------------------------------ accounting
 
     def _spent(self, result: Intervals) -> Intervals:
-        read = self.lists.read
-        self.budget.spend(len(result) + read - self._read)
-        self._read = read
+        self.charge(len(result))
         return result
+
+    def charge(self, produced: int) -> None:
+        """Charge the budget for `produced` intervals and what the lists decoded since."""
+        read = self.lists.read
+        self.budget.spend(produced + read - self._read)
+        self._read = read
 
     def check(self, node: Node) -> None:
         """QueryCostError for a query with more distinct leaves than MAX_LEAVES."""

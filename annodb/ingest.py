@@ -49,7 +49,7 @@ from typing import Callable, Iterator, NamedTuple
 import msgspec
 import numpy as np
 
-from . import batch, database, formats, inputs, storage, transaction
+from . import batch, database, formats, inputs, records, storage, transaction
 from .errors import AnnodbError, IngestError, WriterBusyError
 from .formats import FORMATS, Problem as _Problem  # noqa: F401 (FORMATS: for the CLI)
 from .inputs import Source, check_inputs, where
@@ -141,11 +141,12 @@ class _Rejected(Exception):
 
 
 def _chunks(source: Source, id_field, text_fields, batch_bytes: int,
-            batch_size: int | None, stop: threading.Event | None = None) -> Iterator[_Chunk]:
-    """The file's batches, made ready to add."""
+            batch_size: int | None, stop: threading.Event | None = None,
+            sparse: tuple = ()) -> Iterator[_Chunk]:
+    """The file's batches, made ready to add (`sparse`: the sparse fields)."""
     for pending, tell in _read_chunks(source, id_field, text_fields, batch_bytes, batch_size,
                                       stop):
-        yield _made(*_prepared(pending, stop), tell)
+        yield _made(*_prepared(pending, stop, sparse), tell, sparse)
 
 
 def _read_chunks(source: Source, id_field, text_fields, batch_bytes: int,
@@ -190,7 +191,8 @@ def _read_chunks(source: Source, id_field, text_fields, batch_bytes: int,
         yield pending, tell()
 
 
-def _prepared(pending: list, stop: threading.Event | None = None) -> tuple[list, list]:
+def _prepared(pending: list, stop: threading.Event | None = None, sparse: tuple = ()
+              ) -> tuple[list, list]:
     """(items, prepared): the _Problems and (line, docno) of the documents, in order, and
     the documents prepared (batch.prepare_item); one that cannot be is a problem.
     KeyboardInterrupt between two documents once `stop` is set (see _ctrl_c_noted)."""
@@ -204,7 +206,7 @@ def _prepared(pending: list, stop: threading.Event | None = None) -> tuple[list,
             raise KeyboardInterrupt
         line, docno, content, id_field, text_fields, _ = item
         try:
-            p = prepare(content, docno, id_field, text_fields)
+            p = prepare(content, docno, id_field, text_fields, sparse)
         except Exception as err:  # noqa: BLE001 - reported against its line, not raised
             items.append(_Problem(line, f"not stored: {err}"))
             continue
@@ -213,12 +215,12 @@ def _prepared(pending: list, stop: threading.Event | None = None) -> tuple[list,
     return items, prepared
 
 
-def _made(items: list, prepared: list, tell: int) -> _Chunk:
+def _made(items: list, prepared: list, tell: int, sparse: tuple = ()) -> _Chunk:
     """The chunk of these prepared documents, tokenized (see _prepared)."""
     if not prepared:
         return _Chunk(items, None, tell)
     try:
-        made = batch.make(prepared)
+        made = batch.make(prepared, sparse=sparse)
     except UnicodeError:
         bad = set(batch.bad_documents(prepared))
         message = "not stored: document text is not valid Unicode (a lone surrogate)"
@@ -232,7 +234,7 @@ def _made(items: list, prepared: list, tell: int) -> _Chunk:
                 k += 1
             kept_items.append(item)
         items, prepared = kept_items, kept
-        made = batch.make(prepared) if prepared else None
+        made = batch.make(prepared, sparse=sparse) if prepared else None
     return _Chunk(items, made, tell)
 
 
@@ -280,11 +282,11 @@ def _reader_main() -> None:
     failed = threading.Event()  # a chunk could not be made or sent: send none after it
     in_flight: list = []
 
-    def make_and_send(items: list, prepared: list, tell: int) -> None:
+    def make_and_send(items: list, prepared: list, tell: int, sparse: tuple) -> None:
         if failed.is_set():
             return
         try:
-            chunk = _encoded(_made(items, prepared, tell))
+            chunk = _encoded(_made(items, prepared, tell, sparse))
             pickle.dump(("chunk", _packed(chunk)), out, protocol=pickle.HIGHEST_PROTOCOL)
             out.flush()
         except BaseException:
@@ -292,12 +294,14 @@ def _reader_main() -> None:
             raise
 
     try:
-        source, id_field, text_fields, batch_bytes, batch_size = pickle.load(sys.stdin.buffer)
+        source, id_field, text_fields, batch_bytes, batch_size, sparse = \
+            pickle.load(sys.stdin.buffer)
         # this thread reads, parses and prepares; a second one tokenizes (the kernel
         # releases the GIL), encodes and sends, in order, at most a chunk behind
         for pending, tell in _read_chunks(source, id_field, text_fields, batch_bytes,
                                           batch_size):
-            in_flight.append(worker.submit(make_and_send, *_prepared(pending), tell))
+            in_flight.append(worker.submit(make_and_send, *_prepared(pending, sparse=sparse),
+                                           tell, sparse))
             if len(in_flight) > 1:
                 in_flight.pop(0).result()
         while in_flight:
@@ -322,7 +326,7 @@ def _reader_main() -> None:
 
 
 def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
-                         batch_size) -> Iterator[_Chunk]:
+                         batch_size, sparse: tuple = ()) -> Iterator[_Chunk]:
     """_chunks, made in a second Python process. A plain child process, not
     multiprocessing: that would re-run the caller's main script, and fork would copy this
     process's open LMDB environment."""
@@ -338,8 +342,8 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
             try:
                 if not child.stdin.closed:
                     with child.stdin:
-                        pickle.dump((source, id_field, text_fields, batch_bytes, batch_size),
-                                    child.stdin)
+                        pickle.dump((source, id_field, text_fields, batch_bytes, batch_size,
+                                     sparse), child.stdin)
                 kind, value = pickle.load(child.stdout)
             except (EOFError, BrokenPipeError, pickle.UnpicklingError):
                 code = child.wait()
@@ -415,14 +419,15 @@ class _Run:
         return s.added + s.replaced + s.present + s.duplicates
 
     # one file
-    def file(self, source: Source, id_field, text_fields) -> None:
-        args = (source, id_field, text_fields, self.batch_bytes, self.batch_size)
+    def file(self, source: Source, id_field, text_fields, sparse: tuple = ()) -> None:
+        args = (source, id_field, text_fields, self.batch_bytes, self.batch_size, sparse)
         parallel = self.parallel
         if parallel is None:
             parallel = source.size >= PARALLEL_OVER
         notes = self.summary.notes
         notes.extend(source.notes[:MAX_MESSAGES - len(notes)])
-        chunks = _chunks_from_process(*args) if parallel else _chunks(*args, self.stop)
+        chunks = _chunks_from_process(*args) if parallel else \
+            _chunks(*args[:5], stop=self.stop, sparse=sparse)
         with contextlib.closing(chunks):
             for chunk in chunks:
                 if self.stop is not None and self.stop.is_set():
@@ -642,7 +647,8 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
            batch_bytes: int = DEFAULT_BATCH_BYTES, replace: bool = False,
            strict: bool = False, progress: Progress | None = None,
            on_problem: Callable[[str], None] | None = None,
-           timeout: float | None = None, parallel: bool | None = None) -> Summary:
+           timeout: float | None = None, parallel: bool | None = None,
+           sparse_fields=()) -> Summary:
     """Ingest the files `paths` into `db` (an open Database, or a path: then the inputs are
     checked before the database is opened or created). Returns a Summary.
 
@@ -657,6 +663,8 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
     A file of PARALLEL_OVER bytes or more is read, parsed and tokenized in a second process
     while this one writes (`parallel` True or False forces the choice).
 
+    `sparse_fields`: record fields holding sparse vectors ({term: weight}, see records.py).
+
     progress(documents done, bytes read, bytes in all) is called as the ingest goes;
     on_problem("file:line: message") for each malformed record (also listed in the summary).
     Raises IngestError for unreadable inputs and options naming fields the records lack
@@ -665,6 +673,7 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
     """
     started = time.perf_counter()
     text_fields = list(text_fields) if text_fields else None
+    sparse = tuple(records.check_sparse_field(f) for f in sparse_fields)
     own = not isinstance(db, database.Database)
     sources = inputs.grouped(check_inputs(paths, format, id_field, text_fields,
                                            os.fspath(db) if own else db.path))
@@ -678,7 +687,7 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
                        parallel=parallel, stop=stop)
             try:
                 for source in sources:
-                    run.file(source, id_field, text_fields)
+                    run.file(source, id_field, text_fields, sparse)
             except BaseException as err:  # (after Ctrl-C, whatever a second one broke)
                 if isinstance(err, KeyboardInterrupt) or (stop is not None and stop.is_set()):
                     raise Interrupted(run.summary) from err

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import kernels
+from .storage import OVERLAPPING, UNKNOWN
 
 EMPTY_I = np.empty(0, dtype=np.int64)
 EMPTY_F = np.empty(0, dtype=np.float64)
@@ -135,7 +136,7 @@ class Lists:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _state(self, fid: int) -> tuple[int, int | None]:
+    def _state(self, fid: int) -> tuple:
         key = ("state", fid)
         found = self._local.get(key)
         if found is None:
@@ -228,7 +229,7 @@ class Lists:
         """True when no two intervals of the list overlap (documents, fields, words): each
         block's intervals then lie inside its block range (see block_ranges)."""
         fid = self.fid(feature)
-        return fid is not None and self._state(fid)[2] == 0
+        return fid is not None and not self._state(fid)[2] & (OVERLAPPING | UNKNOWN)
 
     def block_ranges(self, feature: str, ps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The ranges [firsts[j], firsts[j + 1] - 1] of the blocks j of a disjoint list that
@@ -257,6 +258,15 @@ class Lists:
             return 0
         found = self._get("list", fid)
         return len(found) if found is not None else self._state(fid)[0]
+
+    def statistics(self, feature: str) -> tuple[int | None, float | None]:
+        """(df, high) of the list as stored (see storage's counts): the live documents
+        holding one of a word's postings, and a bound of its values; None when not known."""
+        fid = self.fid(feature)
+        if fid is None:
+            return 0, 0.0
+        state = self._state(fid)
+        return state[3], state[4]
 
     def whole(self, feature: str) -> Intervals:
         """The whole list (erased content removed)."""

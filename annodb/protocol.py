@@ -90,7 +90,7 @@ from . import judgments as _judgments
 from .errors import AnnodbError, QueryCostError, StorageError
 from .gcl import Budget, as_node, prepare
 from .query import STRUCTURAL
-from .ranking import DEPTH, rank
+from .ranking import DEPTH, RANKS, rank
 
 MAX_LINE = 1 << 20                  # bytes in one request line
 QUERY_TIMEOUT = 30.0                # seconds a query may run
@@ -377,9 +377,13 @@ class Protocol:
         if not isinstance(container, str) or not container:
             raise _Refusal(f"container must be a feature name or query (e.g. \"note:\"), "
                            f"not {_shown(container)}")
+        how = request.get("rank", "ssr")
+        if not isinstance(how, str):
+            raise _Refusal(f"rank must be a string (one of {', '.join(RANKS)}), not "
+                           f"{_json_kind(how)}")
         with self._handle.db.read() as snap:
             ranking = rank(snap, text, depth=self.depth, container=container,
-                           lenient=not self.strict, budget=self._budget())
+                           lenient=not self.strict, budget=self._budget(), rank=how)
             first = ranking.hit(0, snapshot=snap) if len(ranking) else None
         ranking = replace(ranking, snapshot=None)
         qid = self._states.add(session, ranking, 1 if first is not None else 0)

@@ -12,6 +12,11 @@ field that is not wholly text, as it was (numbers, booleans, null, strings that 
 text fields, lists holding anything but strings); an object holding text keeps its other
 members (`{"a": {"b": "text", "c": 1}}` -> meta `{"a": {"c": 1}}` and the text field
 `:a:b:`). An integer beyond 64 bits (msgpack has none) is kept as its decimal string.
+
+A sparse field (`sparse_fields`) holds a sparse vector, `{"term": weight, ...}` as a
+learned-sparse encoder such as SPLADE writes it: each term becomes the value annotation
+`field:term` (the term folded like text) over the record, its weight the value, for
+ranking by dot product (bm25.py). Weights are finite and >= 0; a weight of 0 is left out.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import math
 
 from .errors import IngestError
+from .tokenizer import fold
 
 ID_FIELDS = ("docid", "docno", "id", "_id")
 
@@ -125,8 +131,30 @@ def _untext(value):
     return _stored(value)
 
 
+def check_sparse_field(name: str) -> str:
+    """The name of a sparse field, or IngestError when it cannot be one."""
+    if not isinstance(name, str) or not name or any(c in name for c in ':<>#@="() \t\n'):
+        raise IngestError(f"a sparse field is a plain record key (no spaces, quotes, "
+                          f"parentheses or : < > # @ =), not {name!r}")
+    return name
+
+
+def _sparse(name: str, vector, out: Prepared) -> None:
+    if not isinstance(vector, dict):
+        raise IngestError(f"sparse field {name!r} must be an object of term: weight, not "
+                          f"{type(vector).__name__}")
+    for term, weight in vector.items():
+        if not term or not isinstance(weight, (int, float)) or isinstance(weight, bool) or \
+                not math.isfinite(weight) or weight < 0:
+            raise IngestError(f"sparse field {name!r}: term {term!r} needs a weight >= 0, "
+                              f"not {weight!r}")
+        if weight:
+            out.values.append((f"{name}:{fold(term)}", float(weight)))
+
+
 def prepare(record: dict, *, id_field: str | None = None,
-            text_fields: list[str] | None = None, docno: str | None = None) -> Prepared:
+            text_fields: list[str] | None = None, docno: str | None = None,
+            sparse_fields=()) -> Prepared:
     """Split a JSON record into docno, text fields, value annotations and metadata."""
     if not isinstance(record, dict):
         raise IngestError(f"a record must be a JSON object, not {type(record).__name__}")
@@ -136,6 +164,11 @@ def prepare(record: dict, *, id_field: str | None = None,
     elif id_field is not None:
         key = id_field
     out = Prepared(docno)
+    if sparse_fields:
+        record = dict(record)
+        for name in sparse_fields:
+            if name in record:
+                _sparse(name, record.pop(name), out)
     if text_fields:
         for name in text_fields:
             if name in record:

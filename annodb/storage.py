@@ -26,7 +26,10 @@ is numeric order):
               "agent_tokens": those of the documents kept apart from the collection (see
               Document.container; absent: 0); "next_feature": next feature id to hand
               out; (format 4) "erased_version": the id of the last write transaction that
-              changed the erased ranges.
+              changed the erased ranges; "fields": {short field name ("title:"): [live
+              documents having the field, tokens in those fields]}, kept by the writer like
+              df (BM25F's averages); "sparse_fields": the record fields ingested as sparse
+              vectors (their terms are the features `field:term`, see records.py).
     features  feature name (utf-8; a name over 480 bytes: its first 400 bytes, a NUL and the
               hex SHA-256 of the whole name) -> feature id (u64)
     names     feature id (u64) -> feature name (utf-8)
@@ -86,7 +89,15 @@ is numeric order):
               touch it; and a flags byte: bit 0 set when two of its intervals may
               overlap (else no interval of it overlaps another, as documents and fields
               do not), bit 1 set when that is not known (the list was written by format
-              3, whose values are the 8 bytes of the count alone).
+              3, whose values are the 8 bytes of the count alone). Then (33-byte values)
+              the statistics ranking needs without reading the list: df (u64), the live
+              documents holding one of its postings written as text (a word's document
+              frequency; 0 for other features), kept by the writer as it adds and deletes
+              documents; and high (f64 big-endian), at least 0 and at least every value
+              ever written to the list (an upper bound of its values). Flags bit 2 set:
+              df and high are not known (the list was written before they were kept:
+              a 17-byte or 8-byte value; or annotate() put intervals into a word's list).
+              Readers take 8-, 17- and 33-byte values.
 
 A block (at most BLOCK_SIZE intervals) is a 16-byte header then up to three arrays:
 
@@ -205,7 +216,8 @@ _HEADER = struct.Struct("<BBBxIq")
 _U64 = struct.Struct(">Q")
 _KEY = struct.Struct(">QQ")
 _COUNT = struct.Struct(">QQB")  # a counts value: intervals, version, flags
-OVERLAPPING, UNKNOWN = 1, 2      # its flags
+_STATS = struct.Struct(">QQBQd")  # ... and df, high (the value written now)
+OVERLAPPING, UNKNOWN, NO_STATS = 1, 2, 4  # its flags
 _ZEROS = np.zeros(4096, dtype=np.float64)  # (add_points allocates for more)
 
 _SUBDBS = ("meta", "features", "names", "blocks", "docs", "docnos", "erased", "counts",
@@ -270,11 +282,20 @@ def _by_group(n: int, group: list) -> list[list[int]]:
     return out
 
 
-def _count_value(raw) -> tuple[int, int | None, int]:
-    """(count, version, flags) of a counts value (format 3's 8 bytes: count alone)."""
-    if len(raw) == _COUNT.size:
-        return _COUNT.unpack(bytes(raw))
-    return from_u64(raw), None, UNKNOWN
+def _count_value(raw) -> tuple[int, int | None, int, int | None, float | None]:
+    """(count, version, flags, df, high) of a counts value; df and high are None when not
+    known (flag NO_STATS, or a value written before they were kept; format 3's 8 bytes
+    hold the count alone)."""
+    n = len(raw)
+    if n == _STATS.size:
+        count, version, flags, df, high = _STATS.unpack(bytes(raw))
+        if flags & NO_STATS:
+            return count, version, flags, None, None
+        return count, version, flags, df, high
+    if n == _COUNT.size:
+        count, version, flags = _COUNT.unpack(bytes(raw))
+        return count, version, flags | NO_STATS, None, None
+    return from_u64(raw), None, UNKNOWN | NO_STATS, None, None
 
 
 def u64(n: int) -> bytes:
@@ -1220,6 +1241,10 @@ class Txn:
         self._append_cursor = None
         self._counts: dict[int, int] = {}  # list length changes of this transaction
         self._overlaps: set[int] = set()   # lists it may have given overlapping intervals
+        self._df_parts: list = []          # (fids, deltas) arrays: df changes (see df_changes)
+        self._df: dict[int, int] | None = {}  # ... summed (None: not yet)
+        self._highs: dict[int, float] = {}  # the greatest value it wrote to a list, if > 0
+        self._no_stats: set[int] = set()    # lists whose df is no longer known
         self.block_bytes, self.block_count = env.block_bytes, env.block_count
         self._entries: dict[bytes, _Entry] = {}  # decoded docs entries (see _entry)
         self._pending = None  # (key, entry): a group delete_doc has not rewritten yet
@@ -1227,23 +1252,35 @@ class Txn:
     def commit(self) -> None:
         self._flush_deletions()
         self._close_cursors()
-        if self._counts:
+        df = self.df_changes()
+        if self._counts or df or self._highs or self._no_stats:
             pack = _U64.pack
-            fids = sorted(self._counts)
+            deltas, overlaps, highs = self._counts, self._overlaps, self._highs
+            fids = sorted(set(deltas) | set(df) | set(highs) | self._no_stats)
             keys = [pack(fid) for fid in fids]
             version = self.id
+            fresh = (0, None, 0, 0, 0.0)  # a new list: its statistics are known
             with self.txn.cursor(db=self.dbs["counts"]) as cur:
                 old = {bytes(k): _count_value(v) for k, v in cur.getmulti(keys)}
-                deltas, overlaps = self._counts, self._overlaps
                 items = []
                 for fid, k in zip(fids, keys):
-                    n, _, flags = old.get(k, (0, None, 0))
+                    n, _, flags, d, high = old.get(k, fresh)
                     if fid in overlaps:
                         flags |= OVERLAPPING
-                    items.append((k, _COUNT.pack(n + deltas[fid], version, flags)))
+                    if d is not None:
+                        d += df.get(fid, 0)
+                        high = max(high, highs.get(fid, 0.0))
+                    if d is None or d < 0 or fid in self._no_stats:  # (not known)
+                        flags, d, high = flags | NO_STATS, 0, 0.0
+                    items.append((k, _STATS.pack(n + deltas.get(fid, 0), version, flags, d,
+                                                 high)))
                 cur.putmulti(items)
             self._counts.clear()
             self._overlaps.clear()
+            self._df_parts.clear()
+            self._df = {}
+            self._highs.clear()
+            self._no_stats.clear()
         self.txn.commit()
         self.env.txns.discard(self)
         self._unguard()
@@ -1402,13 +1439,52 @@ class Txn:
         """How many intervals the feature's list holds (committed, erased ones included)."""
         return self.list_state(fid)[0]
 
-    def list_state(self, fid: int) -> tuple[int, int | None, int]:
+    def list_state(self, fid: int) -> tuple[int, int | None, int, int | None, float | None]:
         """(how many intervals the list holds, its version: the id of the write transaction
-        that last changed it, None when not known; its flags, OVERLAPPING | UNKNOWN)."""
+        that last changed it, None when not known; its flags, OVERLAPPING | UNKNOWN |
+        NO_STATS; its df and high, None when not known). Committed state; a write
+        transaction's own df and high changes are added (see df_changes)."""
         raw = self.txn.get(u64(fid), db=self.dbs["counts"])
-        if raw is None:
-            return 0, None, 0
-        return _count_value(raw)
+        state = (0, None, 0, 0, 0.0) if raw is None else _count_value(raw)
+        if self.write and fid in self._no_stats:
+            return state[:3] + (None, None)
+        if self.write and state[3] is not None:
+            df = self.df_changes().get(fid, 0)
+            high = self._highs.get(fid, 0.0)
+            if df or high > state[4]:
+                state = state[:3] + (state[3] + df, max(state[4], high))
+        return state
+
+    def add_doc_frequencies(self, fids: np.ndarray, deltas: np.ndarray) -> None:
+        """Change the df of lists fids[i] by deltas[i] (at commit)."""
+        if len(fids):
+            self._df_parts.append((np.asarray(fids, np.int64), np.asarray(deltas, np.int64)))
+            self._df = None
+
+    def forget_stats(self, fid: int) -> None:
+        """Mark list fid's df as not known (at commit): intervals not written as text
+        went into a word's list."""
+        self._no_stats.add(fid)
+
+    def df_changes(self) -> dict[int, int]:
+        """This transaction's df changes so far, by feature id (nonzero ones)."""
+        if self._df is None:
+            fids = np.concatenate([f for f, _ in self._df_parts])
+            deltas = np.concatenate([d for _, d in self._df_parts])
+            ids, at = np.unique(fids, return_inverse=True)
+            sums = np.zeros(len(ids), np.int64)
+            np.add.at(sums, at, deltas)
+            keep = sums != 0
+            self._df = dict(zip(ids[keep].tolist(), sums[keep].tolist()))
+            self._df_parts = [(ids[keep], sums[keep])]
+        return self._df
+
+    def _note_high(self, fid: int, v: np.ndarray) -> None:
+        """Keep the greatest value written to list fid (when it is above 0)."""
+        if len(v) and v.strides != (0,):
+            high = float(v.max())
+            if high > self._highs.get(fid, 0.0):
+                self._highs[fid] = high
 
     def _mark_overlaps(self, fid: int, s: np.ndarray, e: np.ndarray, before: int = -1) -> None:
         """Note that list `fid` may now hold overlapping intervals, if the sorted (s, e)
@@ -1646,6 +1722,7 @@ class Txn:
                   count: int | None = None) -> None:
         """Write a GC-list as new blocks (cut so each fits self.block_bytes, and holds at
         most `count` intervals, default self.block_count)."""
+        self._note_high(fid, v)
         cuts = kernels.block_bounds(s, e, v, self.block_bytes, self._limit(count)).tolist()
         blocks = self.dbs["blocks"]
         put = self.txn.put
@@ -1657,6 +1734,7 @@ class Txn:
         """A GC-list as blocks (of at most `count` intervals, default self.block_count), in
         put_blocks' form (fids, firsts, buf, offsets)."""
         self._mark_overlaps(fid, s, e)
+        self._note_high(fid, v)
         cuts = kernels.block_bounds(s, e, v, self.block_bytes, self._limit(count)).tolist()
         parts = [encode_block(s[i:j], e[i:j], v[i:j]) for i, j in zip(cuts[:-1], cuts[1:])]
         offsets = np.zeros(len(parts) + 1, dtype=np.int64)

@@ -165,6 +165,9 @@ class _Bar:
 @click.option("--text-field", "text_fields", metavar="NAME", multiple=True,
               help="A record field to index as text; repeat for several, in order "
                    "(default: every string field but the id).")
+@click.option("--sparse-field", "sparse_fields", metavar="NAME", multiple=True,
+              help="A record field holding a sparse vector {term: weight} (SPLADE or any "
+                   "learned-sparse encoder), for `search --rank sparse`; repeat for several.")
 @click.option("--format", "fmt", type=click.Choice(_ingest.FORMATS),
               help="The input format (default: from the file name; see above).")
 @click.option("--batch-size", type=click.IntRange(min=1), metavar="N",
@@ -183,8 +186,8 @@ class _Bar:
               help="Make a new database that folds diacritics (cafe finds Café): chosen "
                    "when it is created, recorded in it; refused for one that holds "
                    "content without it.")
-def ingest(files, db, id_field, text_fields, fmt, batch_size, replace, skip_bad, strict,
-           quiet, as_json, fold_diacritics):
+def ingest(files, db, id_field, text_fields, sparse_fields, fmt, batch_size, replace,
+           skip_bad, strict, quiet, as_json, fold_diacritics):
     """Add documents from FILES and directories (JSONL, JSON, CSV, TSV, TREC, MS MARCO
     segments or plain text; .gz too).
 
@@ -209,6 +212,7 @@ def ingest(files, db, id_field, text_fields, fmt, batch_size, replace, skip_bad,
       annodb ingest --db notes.db notes/ tables/*.csv
       annodb ingest --db web.db --id-field url --text-field title --text-field body pages.jsonl.gz
       annodb ingest --db cafes.db --fold-diacritics reviews.jsonl
+      annodb ingest --db web.db --sparse-field splade encoded.jsonl
     """
     if strict and skip_bad:
         raise click.UsageError("--strict stops at the first bad record and --skip-bad "
@@ -221,7 +225,8 @@ def ingest(files, db, id_field, text_fields, fmt, batch_size, replace, skip_bad,
     try:
         summary = _ingest.ingest(target, files, format=fmt, id_field=id_field,
                                  text_fields=list(text_fields) or None, batch_size=batch_size,
-                                 replace=replace, strict=strict, progress=bar)
+                                 replace=replace, strict=strict, progress=bar,
+                                 sparse_fields=sparse_fields)
     except _ingest.Interrupted as stop:
         bar.close()
         s = stop.summary

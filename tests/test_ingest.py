@@ -520,18 +520,18 @@ def test_the_reading_process_sends_no_chunk_after_a_failure(tmp_path, monkeypatc
 
     made = module._made
 
-    def make(items, prepared, tell):
+    def make(items, prepared, tell, sparse):
         if where == "making" and len(made_calls) == 1:
             made_calls.append(tell)
             raise ValueError("a bug")
         made_calls.append(tell)
-        return made(items, prepared, tell)
+        return made(items, prepared, tell, sparse)
 
     made_calls: list = []
     monkeypatch.setattr(module, "_read_chunks", read_chunks)
     monkeypatch.setattr(module, "_made", make)
     stdin = types.SimpleNamespace(buffer=io.BytesIO(pickle.dumps(
-        (source, None, None, 1, None))))
+        (source, None, None, 1, None, ()))))
     stdout = types.SimpleNamespace(buffer=io.BytesIO())
     monkeypatch.setattr(sys, "stdin", stdin)
     monkeypatch.setattr(sys, "stdout", stdout)
