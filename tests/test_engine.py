@@ -23,8 +23,7 @@ import naive
 WORDS = ["a", "b", "c", "d"]
 FEATURES = ["x:", "y:"]
 SETTINGS = settings(max_examples=int(os.environ.get("ENGINE_EXAMPLES", "150")),
-                    deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                    suppress_health_check=[HealthCheck.data_too_large,
                                            HealthCheck.function_scoped_fixture])
 
 leaves = st.one_of(

@@ -19,9 +19,6 @@ from hypothesis import strategies as st
 from annodb import kernels as K
 import naive
 
-settings.register_profile("kernels", derandomize=True, database=None, deadline=None)
-settings.load_profile("kernels")
-
 NOJIT_CHILD = "ANNODB_KERNELS_NOJIT_CHILD"
 
 
