@@ -40,6 +40,14 @@ def _minimal_solutions(lists, holds):
     return _minimal(kept)
 
 
+def is_gc_list(intervals):
+    """True when the (p, q) are a GC-list: each p <= q, in order of start, and no interval
+    inside another (an exact duplicate lies inside its twin)."""
+    return (all(p <= q for p, q in intervals) and list(intervals) == sorted(intervals)
+            and not any(i != j and _inside(x, y) for i, x in enumerate(intervals)
+                        for j, y in enumerate(intervals)))
+
+
 def normalize(triples):
     """Any (p, q, v) triples in write order -> a GC-list of (p, q, v).
 

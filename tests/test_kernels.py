@@ -322,12 +322,36 @@ def test_wrappers_accept_other_int_dtypes_and_readonly_arrays():
     assert pairs(*K.one_of([], [], np.array([3], np.uint8), np.array([4], np.uint8))) == [(3, 4)]
 
 
-def test_is_gc_list():
+def _nudged(intervals, data):
+    """A GC-list with one endpoint moved by -1, 0 or +1: the lists on either side of
+    the definition's edges (equal starts or ends, p = q + 1, a neighbour just inside)."""
+    if not intervals:
+        return intervals
+    out = list(intervals)
+    i = data.draw(st.integers(0, len(out) - 1))
+    end, by = data.draw(st.integers(0, 1)), data.draw(st.integers(-1, 1))
+    p, q = out[i]
+    out[i] = (p, q + by) if end else (p + by, q)
+    return out
+
+
+@settings(max_examples=500)
+@given(st.one_of(raw_intervals(12, 4), small, dense_lists(12), st.lists(st.tuples(
+    st.integers(0, 6), st.integers(0, 6)), max_size=5)), st.booleans(), st.data())
+def test_is_gc_list(intervals, nudge, data):
+    if nudge:
+        intervals = _nudged(intervals, data)
+    assert K.is_gc_list(*cols(intervals)) == naive.is_gc_list(intervals), intervals
+
+
+def test_is_gc_list_examples():
     assert K.is_gc_list([], [])
     assert K.is_gc_list([1, 2], [3, 4])
     assert not K.is_gc_list([1, 1], [3, 4])
     assert not K.is_gc_list([1, 2], [4, 3])
     assert not K.is_gc_list([2], [1])
+    assert not K.is_gc_list([1, 2], [3, 3])    # (2, 3) inside (1, 3)
+    assert K.is_gc_list([5], [5])
 
 
 # ---------------------------------------------------------------- the same tests without the JIT
