@@ -33,13 +33,14 @@ def test_the_flags_are_the_documented_ones():
 
 
 def _numbers(draw, bits, count, least):
-    """`count` numbers >= least of at most `bits` bits, one of them exactly `bits` bits
-    long (so the array's width is the one `bits` asks for)."""
+    """`count` numbers >= least whose largest is exactly `bits` bits long (so the array's
+    width is the one `bits` asks for), most often at an edge: 256, 511, 65535, ..."""
     if bits == 0 or count == 0:
         return [0] * count
-    out = draw(st.lists(st.integers(least, (1 << bits) - 1), min_size=count, max_size=count))
-    lo, hi = 1 << (bits - 1), (1 << bits) - 1   # the edges most often: 256, 65535, ...
-    out[draw(st.integers(0, count - 1))] = draw(st.sampled_from([lo, hi]) | st.integers(lo, hi))
+    lo, hi = 1 << (bits - 1), (1 << bits) - 1
+    largest = draw(st.sampled_from([lo, hi]) | st.integers(lo, hi))
+    out = draw(st.lists(st.integers(least, largest), min_size=count, max_size=count))
+    out[draw(st.integers(0, count - 1))] = largest
     return out
 
 
@@ -71,6 +72,23 @@ def test_the_codec_writes_exactly_the_documented_bytes(block):
     assert buf == naive.encode_block(*block)
     assert naive.decode_block(buf) == lists(*block)
     assert K.block_bytes(buf[:16]) == len(buf)
+
+
+@pytest.mark.parametrize("count", [1, 2, 5, 40])
+def test_every_bit_length_at_both_edges(count):
+    """The largest of `count` deltas, or of `count` lengths, at each edge of each bit
+    length 1..58 (1, 2, 3, 4, 7, ..., 255, 256, ..., 2**58 - 1): the codec's bytes are the
+    documented ones (random draws seldom land on an edge)."""
+    for bits in range(1, 59):
+        for largest in sorted({1 << (bits - 1), (1 << bits) - 1}):
+            deltas = [1] * (count - 1) + [largest]
+            s = np.cumsum([3] + deltas)
+            cases = [(s, s), (np.arange(count) + 3, np.arange(count) + 3 + largest)]
+            for s, e in cases:
+                v = np.zeros(len(s))
+                block = s.astype(np.int64), e.astype(np.int64), v
+                assert K.encode_block(*block) == naive.encode_block(*block), (bits, largest)
+                assert lists(*K.decode_block(naive.encode_block(*block))) == lists(*block)
 
 
 def _valid_widths(largest, count):
