@@ -378,13 +378,13 @@ def test_a_slow_query_times_out_and_does_not_stall_others(db, monkeypatch):
         return real_rank(snapshot, gcl, **kw)
 
     monkeypatch.setattr(server_module, "rank", slow_rank)
-    with Server(db.path, query_timeout=1.0) as s, Client(s.port) as slow, \
+    with Server(db.path, query_timeout=4.0) as s, Client(s.port) as slow, \
             Client(s.port) as fast:
         slow.sock.sendall(b'{"op":"query","query":"(+ slowpoke hello)"}\n')
         started = time.monotonic()
         r = fast(op="query", query="(^ hello world)")       # answered while the other runs
         assert r["ok"] and r["rank"] == 1
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < 3.0             # before the other's time limit
         r = slow.read()["response"]
         assert r["op"] == "query" and r["ok"] is False and "timed out" in r["error"]
         assert slow(op="query", query="hello")["ok"]        # the connection stays usable
@@ -518,7 +518,7 @@ def test_shutdown_closes_idle_connections(db):
         assert c(op="stats")["ok"]
         started = time.monotonic()
         s.shutdown()
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 4.5   # not shutdown's 5 s wait for threads
         assert c.reader.readline() == b""
     s.shutdown()                                               # twice is fine
     with pytest.raises(OSError):
