@@ -279,11 +279,8 @@ def snippet(toks, a, b, width=200):
 # ---------------------------------------------------------------- storage blocks
 
 
-# Written from the block layout in storage.py's header comment alone (not from
-# kernels/codec.py): a block is a 16-byte header (u8 flags, u8 start width, u8 length
-# width, u8 unused, u32 n, i64 first start), then n float64 values unless flag ZERO, n-1
-# start deltas, and n lengths unless flag POINTS; a width byte is a byte width (1, 2, 4,
-# 8: little-endian unsigned ints) or 128 + b (bit-packed, b bits a number).
+# The block layout, written from storage.py's header comment alone (never from
+# kernels/codec.py), as a second reading of the format.
 
 BLOCK_HEADER = struct.Struct("<BBBBIq")
 POINTS, ZERO = 1, 2   # the flags (storage.FLAG_POINTS, storage.FLAG_ZERO)
