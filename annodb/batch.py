@@ -39,6 +39,8 @@ class Batch:
     #                           until encoded (a missing docno: the writer names it first)
     raws: list | bytes | None  # each document's stored msgpack (storage.relative_raw), or
     #                           the msgpack array of them all (with_raws: what crosses the pipe)
+    container: str = DOCUMENT  # the feature over each document's range (see make)
+    sparse: tuple = ()        # the sparse fields its records were read with (records.py)
 
     def __len__(self) -> int:
         return len(self.docnos)
@@ -79,13 +81,15 @@ class Batch:
             raws=None if raws is None else [raws[i] for i in pick])
 
 
-def prepare_item(content, docno=None, id_field=None, text_fields=None) -> Prepared:
+def prepare_item(content, docno=None, id_field=None, text_fields=None,
+                 sparse_fields=()) -> Prepared:
     """(docno, [(short name, path, text)], [(path, value)], metadata) of one document: plain
     text, or a JSON record (see records.prepare). The docno is checked by the writer."""
     if isinstance(content, str):
         return (None if docno is None else str(docno)), [("", "", content)], [], {}
     if isinstance(content, dict):
-        p = prepare(content, id_field=id_field, text_fields=text_fields, docno=docno)
+        p = prepare(content, id_field=id_field, text_fields=text_fields, docno=docno,
+                    sparse_fields=sparse_fields)
         return (None if p.docno is None else str(p.docno)), p.texts, p.values, p.meta
     raise TypeError("add() takes a string or a dict record")
 
@@ -107,13 +111,18 @@ def _numbered(names, numbers: _Names, suffix: str = "") -> np.ndarray:
     return np.fromiter(map(known.__getitem__, names), dtype=np.int64, count=len(names))
 
 
-def make(docs: list) -> Batch:
+def make(docs: list, container: str = DOCUMENT, sparse: tuple = ()) -> Batch:
     """Tokenize prepared documents and lay out their annotations and stored form.
     UnicodeEncodeError when a text holds a lone surrogate (no UTF-8 can store it);
-    bad_documents() finds which."""
+    bad_documents() finds which. `container` is the feature each document's range carries:
+    `:` for the collection, another (e.g. `note:`) for documents kept apart from it;
+    `sparse`: the sparse fields they were prepared with."""
     n_docs = len(docs)
     fields = [f for d in docs for f in d[1]]
     shorts = [f[0] for f in fields]
+    if container != DOCUMENT and any(f[1] and f[0] + ":" == container for f in fields):
+        raise ValueError(f"a document in the container {container!r} cannot have a field "
+                         f"of that name")
     paths = [f[1] for f in fields]
     texts = [f[2] for f in fields]
     lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
@@ -141,9 +150,10 @@ def make(docs: list) -> Batch:
     ends = np.maximum(doc_tokens, 1) - 1
 
     # annotations: each field with tokens and a path (short name + ":" and path over its
-    # tokens), each document (":" over its range), each value (its path over the range)
+    # tokens), each document (its container, ":", over its range), each value (its path
+    # over the range)
     ann_names = _Names()
-    document = ann_names[DOCUMENT]
+    document = ann_names[container]
     annotated = np.flatnonzero((field_tokens > 0) & np.fromiter(
         map(bool, paths), dtype=bool, count=len(paths)))
     sel = annotated.tolist()
@@ -165,7 +175,7 @@ def make(docs: list) -> Batch:
 
     # the documents, as the tuples whose msgpack is a storage.Document's (an array of its
     # fields) with its addresses less its start; a document's text is its fields joined
-    # by newlines
+    # by newlines; the container is stored only when it is not ":"
     field_rows = list(zip(shorts, paths, field_char.tolist(),
                           (field_char + lengths).tolist(), field_at.tolist(),
                           (field_at + field_tokens - 1).tolist()))
@@ -182,8 +192,10 @@ def make(docs: list) -> Batch:
         else:
             text = "\n".join([t for _, _, t in fs])
         add((d[0], 0, end, text, field_rows[f:f + k], d[3] or _NO_META, tokens))
+    if container != DOCUMENT:
+        documents = [d + (container,) for d in documents]
     return Batch([d[0] for d in docs], doc_tokens, kinds, names, ann_doc, ann_name, ann_p,
-                 ann_q, ann_v, list(ann_names), documents, None)
+                 ann_q, ann_v, list(ann_names), documents, None, container, tuple(sparse))
 
 
 def with_raws(b: Batch) -> Batch:

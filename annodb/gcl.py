@@ -43,7 +43,10 @@ import numpy as np
 from . import kernels
 from .errors import QueryCostError, QueryError
 from .lists import Intervals
-from .query import Combine, Compare, Feature, Link, Node, Parsed, Term, Window, parse
+from .query import (Combine, Compare, Feature, Link, Node, Parsed, Term, Window, map_leaves,
+                    parse, resolve)
+from .storage import MAX_ADDRESS
+from .tokenizer import strip_diacritics
 
 MAX_WINDOWS = 20_000_000
 # A word's list longer than this is not decoded whole when a few positions of it are all a
@@ -58,9 +61,8 @@ _COMPARE = {
     "=": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
     ">": np.greater, ">=": np.greater_equal,
 }
-_MERGE = {"^": kernels.both_of, "+": kernels.one_of, "...": kernels.followed_by}
-_SELECT = {"<<": kernels.contained_in, ">>": kernels.containing,
-           "!<": kernels.not_contained_in, "!>": kernels.not_containing}
+_SELECT = {"<<": "contained_in", ">>": "containing", "!<": "not_contained_in",
+           "!>": "not_containing"}   # the kernels, by name (imported on first use)
 # (# n) as the right operand of a containment operator: keep A-intervals whose length
 # (q - p + 1) compares so with n.
 _WINDOW_SELECT = {"<<": np.less_equal, "!<": np.greater, ">>": np.greater_equal,
@@ -86,10 +88,24 @@ def as_node(gcl, *, lenient: bool = False) -> tuple[Node, list[str]]:
     raise TypeError(f"a query is text or a parsed query, not {type(gcl).__name__}")
 
 
+def prepare(snapshot, gcl, *, lenient: bool = False) -> tuple[Node, list[str]]:
+    """`as_node` for a query meeting the database of `snapshot`: query text (or a Parsed)
+    also has its raw terms naming no feature there resolved (query.resolve: a warning;
+    lenient, their words searched instead). An AST node is taken as it is."""
+    node, warnings = as_node(gcl, lenient=lenient)
+    if isinstance(gcl, (str, Parsed)):
+        node, more = resolve(node, lambda name: snapshot.lists.fid(name) is not None,
+                             lenient=lenient)
+        warnings += more
+    return node, warnings
+
+
 def evaluate(snapshot, gcl, *, lenient: bool = False, budget: "Budget | None" = None
              ) -> Intervals:
-    node, _ = as_node(gcl, lenient=lenient)
-    return Evaluator(snapshot, budget).eval(node)
+    node, _ = prepare(snapshot, gcl, lenient=lenient)
+    ev = Evaluator(snapshot, budget)
+    ev.check(node)
+    return ev.eval(node)
 
 
 class Budget:
@@ -184,14 +200,33 @@ class Evaluator:
         self.memo_in: dict = {}
         self._estimates: dict[Node, int] = {}
         self._read = self.lists.read
+        # a database made with fold_diacritics stores its words without them: so are a
+        # query's (the parser cannot know; see folded)
+        self._fold = getattr(snapshot, "fold_diacritics", False)
+        self._folded: dict[Node, Node] = {}
+
+    def folded(self, node: Node) -> Node:
+        """The node with its words as this database stores them: without diacritics in a
+        database made with fold_diacritics (every entry point applies it), else itself."""
+        if not self._fold:
+            return node
+        found = self._folded.get(node)
+        if found is None:
+            found = map_leaves(node, _strip_term)
+            self._folded[node] = self._folded[found] = found
+        return found
 
     # ------------------------------------------------------------------ accounting
 
     def _spent(self, result: Intervals) -> Intervals:
-        read = self.lists.read
-        self.budget.spend(len(result) + read - self._read)
-        self._read = read
+        self.charge(len(result))
         return result
+
+    def charge(self, produced: int) -> None:
+        """Charge the budget for `produced` intervals and what the lists decoded since."""
+        read = self.lists.read
+        self.budget.spend(produced + read - self._read)
+        self._read = read
 
     def check(self, node: Node) -> None:
         """QueryCostError for a query with more distinct leaves than MAX_LEAVES."""
@@ -210,6 +245,8 @@ class Evaluator:
     def estimate(self, node: Node) -> int:
         """An upper bound of the node's intervals (or of the work to find them), from the
         lists' counts: nothing is decoded."""
+        if self._fold:
+            node = self.folded(node)
         found = self._estimates.get(node)
         if found is not None:
             return found
@@ -235,6 +272,8 @@ class Evaluator:
     # ------------------------------------------------------------------ whole results
 
     def eval(self, node: Node) -> Intervals:
+        if self._fold:
+            node = self.folded(node)
         found = self.memo.get(node)
         if found is None:
             found = self.memo[node] = self._spent(self._eval(node))
@@ -381,7 +420,7 @@ class Evaluator:
             b = self.eval_in(b_node, region.holding(a))
         else:
             b = self.eval(b_node)
-        return a.take(_SELECT[op](a.starts, a.ends, b.starts, b.ends))
+        return a.take(getattr(kernels, _SELECT[op])(a.starts, a.ends, b.starts, b.ends))
 
     def _containing(self, a_node: Node, b_node: Node) -> Intervals | None:
         """`(>> A B)` for a feature or word A with a long list and a B much shorter: A's
@@ -398,8 +437,9 @@ class Evaluator:
 
     def _link(self, a: Intervals) -> Intervals:
         v = a.values
-        v = v[np.isfinite(v) & (v >= 0) & (v == np.floor(v)) & (v < 2.0 ** 63)]
-        addrs = np.unique(v.astype(np.int64))
+        v = v[np.isfinite(v) & (v >= 0) & (v == np.floor(v)) & (v < MAX_ADDRESS)]  # (exact)
+        addrs = np.sort(v.astype(np.int64))
+        addrs = addrs[np.concatenate(([True], addrs[1:] != addrs[:-1]))] if len(addrs) else addrs
         return self._live(Intervals(addrs, addrs.copy(), np.zeros(len(addrs))))
 
     def _windows(self, n: int) -> Intervals:
@@ -426,6 +466,8 @@ class Evaluator:
     def eval_in(self, node: Node, region: Region) -> Intervals:
         """The node's intervals lying inside one of the region's ranges: exactly
         `region.select(self.eval(node))`, reading only what lies in the region."""
+        if self._fold:
+            node = self.folded(node)
         found = self.memo.get(node)
         if found is not None:
             return region.select(found)
@@ -482,6 +524,8 @@ class Evaluator:
         one of these: what finds the containers a ranking needs. For all-of and followed-by
         the rarest operand's, for one-of all operands', for a containment or a value filter
         its left operand's; else the node's own intervals."""
+        if self._fold:
+            node = self.folded(node)
         if isinstance(node, Combine) and node.op in ("^", "..."):
             return self.drivers(min(node.args, key=self.estimate))
         if isinstance(node, Combine) and node.op == "+":
@@ -491,6 +535,12 @@ class Evaluator:
         if isinstance(node, Compare):
             return self.eval(node)
         return self.eval(node)
+
+
+def _strip_term(node: Term | Feature) -> Node:
+    if isinstance(node, Term):
+        return Term(tuple(map(strip_diacritics, node.tokens)))
+    return node
 
 
 def list_name(node: Node) -> str | None:

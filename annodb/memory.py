@@ -41,6 +41,7 @@ from . import query as _query
 from .database import open as _open
 from .errors import AnnodbError
 from .query import Combine, Compare, Feature
+from .ranking import TEXT_RANK
 
 DOCUMENT = Feature(":")
 TIME = "time"
@@ -131,19 +132,26 @@ def where_node(where: dict | None, base: _query.Node = DOCUMENT) -> _query.Node:
     return node
 
 
+_GCL_START = re.compile(r"\(\s*(?:" + "|".join(
+    re.escape(op) for op in sorted(_query.OPERATORS, key=len, reverse=True)) + r")(?=[\s()\"]|$)")
+
+
 def is_gcl(text: str) -> bool:
-    """Query text that is GCL rather than free text: `(...)`, a quoted phrase, or one
-    feature name (a word with `: < > # @ =`, like `user:alice`)."""
+    """Query text that recall reads as GCL rather than free text: an expression (`(`
+    followed by an operator, like `(^ tea coffee)` or `(>= :importance: 3)`) or one quoted
+    phrase (`"black coffee"`). Anything else is words, whatever characters it holds
+    (`bob@example.com`, `10:30`, `user:alice`, `(see above)`)."""
     t = text.strip()
-    return (t.startswith("(") or (len(t) >= 2 and t[0] == t[-1] == '"')
-            or (len(t.split()) == 1 and not _query.STRUCTURAL.isdisjoint(t)))
+    return (_GCL_START.match(t) is not None
+            or (len(t) >= 2 and t[0] == t[-1] == '"' and '"' not in t[1:-1]))
 
 
 class Memory:
-    """An agent's memory in the annodb database at `path` (created if missing)."""
+    """An agent's memory in the annodb database at `path` (created if missing;
+    `fold_diacritics=True` for a new one whose recall ignores accents, see annodb.open)."""
 
-    def __init__(self, path, *, timeout: float = 30.0):
-        self.db = _open(path, timeout=timeout)
+    def __init__(self, path, *, timeout: float = 30.0, fold_diacritics: bool | None = None):
+        self.db = _open(path, timeout=timeout, fold_diacritics=fold_diacritics)
 
     def close(self) -> None:
         self.db.close()
@@ -187,8 +195,10 @@ class Memory:
                     w.annotate(label(key, value), added.start, added.end)
         return added.docno
 
-    def annotate(self, docno: str, label: str, value: float = 1.0) -> None:
-        """Set `:label:` = value over the memory `docno` (NotFoundError if there is none)."""
+    def annotate(self, docno: str, label: str, value: float = 0.0) -> None:
+        """Set `:label:` = value over the memory `docno` (NotFoundError if there is none).
+        Without a value it carries 0, as every annotation does (Writer.annotate, `annodb
+        annotate`, the server and MCP)."""
         value = _number(label, value)
         with self.db.write() as w:
             doc = w.document(docno)
@@ -200,19 +210,24 @@ class Memory:
             return w.delete(docno)
 
     # reading
-    def recall(self, query_or_text: str | None, k: int = 10, where: dict | None = None
-               ) -> Recalled:
+    def recall(self, query_or_text: str | None, k: int = 10, where: dict | None = None, *,
+               gcl: bool | None = None, rank: str | None = None) -> Recalled:
         """The k best memories for a GCL query or free text, among those matching `where`,
-        ranked by shortest-substring ranking. No query (None or "") gives the latest k."""
+        ranked by `rank` (ranking.RANKS; default: shortest-substring ranking for GCL, the
+        free-text default for text). No query (None or "") gives the latest k. `gcl`: True
+        reads the query as GCL (so a raw term like `user:alice` names a feature), False as
+        words; None (the default) decides by `is_gcl`."""
         if not query_or_text or not query_or_text.strip():
             latest = where_node(where, Feature(f":{TIME}:"))
             return Recalled(self.history(k, where), "", _query.format(latest))
         box = where_node(where)
         with self.db.read() as r:
-            if is_gcl(query_or_text):
-                results = r.search(query_or_text, k=k, container=box, lenient=True)
+            if gcl or (gcl is None and is_gcl(query_or_text)):
+                results = r.search(query_or_text, k=k, container=box, lenient=True,
+                                   rank=rank or "ssr")
             else:
-                results = r.search_text(query_or_text, k=k, container=box)
+                results = r.search_text(query_or_text, k=k, container=box,
+                                        rank=rank or TEXT_RANK)
             fields = _Fields(r)
             entries = [self._entry(r.document_at(h.start), fields, h.score, h.snippet)
                        for h in results]

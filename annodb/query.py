@@ -8,6 +8,10 @@ one table (OPERATORS) gives each operator its AST node and its arity.
 Terms: a quoted term is tokenized like text (0 tokens match nothing, 1 is a term, n a
 phrase). A raw term containing a structural character (`: < > # @ =`) names a feature
 verbatim; any other raw term is tokenized like a quoted one (`covid-19` is "covid 19").
+The parser cannot know whether such a feature exists: `resolve` settles that when the
+query meets a database. A raw term naming no feature of it (`10:30`, `bob@example.com`)
+gets a warning; lenient mode searches its words instead (`"10 30"`), strict mode keeps the
+feature (which matches nothing) — never a silent empty result.
 
 `parse(text)` is strict: anything malformed raises one QueryError naming the offset and what
 was expected there. `parse(text, lenient=True)` makes the two repairs that are unambiguous —
@@ -247,6 +251,66 @@ def parse(text: str, *, lenient: bool = False) -> Parsed:
     if not top:
         raise QueryError("empty query", len(text), "a term, phrase or '('")
     return Parsed(top[0], warnings)
+
+
+def map_leaves(node: Node, fn) -> Node:
+    """`node` with each term and feature replaced by fn(leaf) (the rest rebuilt only where
+    something changed; each distinct leaf is passed to fn once)."""
+    done: dict[Node, Node] = {}
+
+    def walk(n: Node) -> Node:
+        if isinstance(n, (Term, Feature)):
+            found = done.get(n)
+            if found is None:
+                found = done[n] = fn(n)
+            return found
+        if isinstance(n, Combine):
+            args = tuple(walk(a) for a in n.args)
+            return n if args == n.args else Combine(n.op, args)
+        if isinstance(n, Link):
+            arg = walk(n.arg)
+            return n if arg is n.arg else Link(arg)
+        if isinstance(n, Compare):
+            arg = walk(n.arg)
+            return n if arg is n.arg else Compare(n.op, arg, n.value)
+        return n
+
+    return walk(node)
+
+
+def resolve(node: Node, known, *, lenient: bool = False) -> tuple[Node, list[str]]:
+    """The query `node` as it runs on a database, and a warning for each raw term with a
+    structural character that names no feature there (`known(name)` is false). Lenient: the
+    term's words are searched instead (a Term), and the warning says so; strict: the term is
+    kept (it matches nothing) and the warning says how to search its words."""
+    warnings: list[str] = []
+
+    def leaf(n: Term | Feature) -> Node:
+        if isinstance(n, Feature):
+            return _resolve_feature(n, known, lenient, warnings)
+        return n
+
+    return map_leaves(node, leaf), warnings
+
+
+def _resolve_feature(node: Feature, known, lenient: bool, warnings: list[str]) -> Node:
+    if known(node.name):
+        return node
+    words = tokens(node.name)
+    name = f"'{_shown(node.name)}'"
+    if not words:
+        warnings.append(f"{name} names no feature of the database and has no words: it "
+                        "matches nothing")
+        return node
+    phrase = '"' + " ".join(words) + '"'
+    if lenient:
+        warnings.append(f"{name} names no feature of the database; searched its words "
+                        f"{phrase} instead")
+        return Term(tuple(words))
+    warnings.append(f"{name} names no feature of the database, so it matches nothing (a "
+                    f"raw term with one of : < > # @ = names a feature); to search its "
+                    f"words, quote it: \"{node.name}\"")
+    return node
 
 
 def _raw_ok(word: str) -> bool:

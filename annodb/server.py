@@ -1,109 +1,71 @@
-"""The SSR search server (`annodb serve`): newline-delimited JSON over TCP (DESIGN §7).
+"""The search server (`annodb serve`): annodb.protocol over TCP, on every core (DESIGN §7).
 
-It speaks the protocol of Cottontail's `ssr-server` as the published Vole runner uses it, so
-an agent written for that server runs unchanged. One request per line (`\\r` ignored), exactly
-one reply line per request, in order:
+    server = Server("memory.db").start()      # listens on a free loopback port
+    print(server.port)
+    ...
+    server.shutdown()
 
-    {"query": <the request>, "response": {...}, "time": <milliseconds>}
+`serve_forever()` (what `annodb serve` runs) starts it, prints `listening on port N` to
+stderr, blocks until SIGINT or SIGTERM, then shuts down cleanly. `respond(line)` is the
+protocol without the sockets.
 
-Requests and their responses:
+How it serves:
 
-    {"op":"query","query":G}    evaluate G (lenient parse: repairs are listed in "warnings"),
-                                rank containers by SSR to the server's depth, answer rank 1:
-        {"op":"query","ok":true,"qid":"q0","rank":1,"docno":D,"snippet":S}
-        {"op":"query","ok":true,"qid":"q0","done":true}             (nothing matched)
-    {"op":"next","qid":Q}       the next rank of Q (same shape, "op":"next"), or "done":true
-    {"op":"document","docno":D} {"op":"document","ok":true,"docno":D,"document":TEXT}: the
-                                fields named by --fields joined with " ... ", or the whole
-                                text; newlines become spaces; surrounding quotes on D ignored
+- **Processes.** With `processes=N > 1` (`annodb serve` uses one per core) the listening
+  process only accepts: each connection is handed (its file descriptor, over a Unix socket)
+  to the worker process serving the fewest, and stays there. Every worker is a `python -c`
+  child with its own database handle and read snapshots (LMDB readers are
+  multi-process), its own query cache and states, so the Python work of queries runs on
+  every core. A worker that dies is started again (its connections are lost; the others
+  are not). With `processes=1` the same serving core runs in a thread of this process.
+- **The serving core** is one asyncio event loop per process, which reads and writes every
+  connection of the process, and a fixed pool of query threads created at start (so no
+  thread ever has to start under load, and the acceptor cannot die for want of one).
+  Requests of a connection are answered one at a time, in order; a client that pipelines
+  is read only as fast as it is answered.
+- **Limits.** A started line must be complete within `line_timeout` seconds and a silent
+  connection is closed after `idle_timeout` (so half-sent lines cannot hold connections
+  for ever); at most `max_clients` connections at once (one more is told "too many
+  clients"); a reply a client does not read within SEND_TIMEOUT closes it. A query's work
+  is bounded inside evaluation (query_timeout, max_postings): it stops there and its thread
+  is free for the next.
+- **Writes** (annotate, note) are write transactions of the worker that got them, taking
+  turns with every other writer (annodb's writer lock): readers never wait for them.
 
-Extensions (additive; the reference server answers "Unknown op" to them):
-
-    {"op":"count","query":G}    {"op":"count","ok":true,"count":N} (+ "warnings")
-    {"op":"stats"}              {"op":"stats","ok":true,"documents":..,"tokens":..,
-                                 "features":..,"addresses":..,"erased_ranges":..,
-                                 "path":..,"size_bytes":..,"server":{...}}
-    {"op":"annotate","docno":D,"feature":F,"value":V}
-                                commits F = V (default 0) over the whole document D:
-                                {"op":"annotate","ok":true,"docno":D,"feature":F,"value":V}
-    {"op":"note","docno":D,"text":T,"qid":Q}
-                                commits a searchable note linked to document D (see
-                                Writer.note): a document `note:Q:D` (Q optional) annotated
-                                `note:` and `note:Q` with D's first address as value:
-                                {"op":"note","ok":true,"docno":"note:Q:D","target":D}
-
-Every error has one shape, `{"op": <the op, or "parse">, "ok": false, "error": message}`,
-and the connection stays open: a line that is not JSON (or not UTF-8, or not an object),
-a line longer than `max_line` (the rest of it is discarded), an unknown op, a missing query,
-a query syntax error (the message names the offset), a query over the time limit, an unknown
-qid (never issued, or evicted), a missing or unknown docno.
-
-Each request reads its own snapshot, so documents committed by an `annodb ingest` running
-beside the server are seen by the next query; no read transaction stays open between
-requests. A query keeps only its ranked arrays (its "state"), evicted least recently used
-beyond `max_queries` states or `max_query_bytes` bytes. Clients are served on their own
-threads and queries run on a pool of workers (the numba kernels release the GIL); a query
-over `query_timeout` seconds is answered with an error while its worker finishes in the
-background. The database is opened read-only; the first `annotate` reopens it read-write.
-
-Listening on anything but loopback requires a token, and with a token every request must
-carry `"token": T` (else "unauthorized"); the token is never echoed back.
+Listening on anything but loopback requires a token (see annodb.protocol).
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
-import hmac
 import ipaddress
-import math
+import json
 import os
-import queue
 import selectors
 import signal
 import socket
-import struct
+import subprocess
 import sys
 import threading
 import time
-import traceback
-from collections import OrderedDict
-from concurrent.futures import Future
-from contextlib import contextmanager
-from dataclasses import replace
-
-import msgspec
+from concurrent.futures import ThreadPoolExecutor
 
 from . import database as _database
-from .errors import AnnodbError, QueryError, StorageError, WriterBusyError
-from .gcl import as_node
-from .query import STRUCTURAL
-from .ranking import DEPTH, rank
+from .protocol import (MAX_LINE, MAX_POSTINGS, MAX_QUERIES, MAX_QUERY_BYTES, QUERY_TIMEOUT,
+                       Protocol, ServerError, Session)
+from .ranking import DEPTH
 
-MAX_LINE = 1 << 20                  # bytes in one request line
-QUERY_TIMEOUT = 30.0                # seconds a query may run before it is answered with an error
-MAX_QUERIES = 10_000                # query states kept (least recently used are evicted)
-MAX_QUERY_BYTES = 256 << 20         # bytes of query states kept
-MAX_CLIENTS = 512                   # connections served at once
-WRITE_TIMEOUT = 10.0                # seconds `annotate` waits for another writer
+MAX_CLIENTS = 4096                  # connections served at once
+THREADS = 4                         # query threads per process
+IDLE_TIMEOUT = 900.0                # seconds a connection may stay silent
+LINE_TIMEOUT = 60.0                 # seconds a started request line may take to arrive
 SEND_TIMEOUT = 60.0                 # seconds a reply may wait for a client that does not read
+GRACE = 0.1                         # seconds past a query's time limit before its reply is forced
 RECV_SIZE = 1 << 16
-STATE_OVERHEAD = 256                # bytes counted per query state besides its arrays
-OPS = ("query", "next", "document", "count", "stats", "annotate", "note")
+READY, CLOSED = b"r", b"x"          # what a worker tells the listening process
 
-_encode = msgspec.json.Encoder().encode
-_decode = msgspec.json.Decoder().decode
-
-
-class ServerError(AnnodbError):
-    """The server cannot start as configured (the message says what to change)."""
-
-
-class _Refusal(Exception):
-    """A request that gets an error reply (the message is the reply's "error")."""
-
-
-def _error(op: str, message: str) -> dict:
-    return {"op": op, "ok": False, "error": message}
+__all__ = ["Server", "ServerError", "is_loopback", "QUERY_TIMEOUT", "MAX_CLIENTS"]
 
 
 def is_loopback(host: str) -> bool:
@@ -118,251 +80,362 @@ def is_loopback(host: str) -> bool:
         ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
 
 
-# ---------------------------------------------------------------- the database handle
+# ---------------------------------------------------------------- the serving core
 
 
-class _Handle:
-    """The server's database: read-only until the first write asks for read-write.
+def _settle(future) -> None:
+    if not future.done():
+        future.set_result(None)
 
-    A process may hold one LMDB environment per path, so upgrading means closing the
-    read-only one and opening it read-write; that waits until no request is reading."""
 
-    def __init__(self, path: str):
-        self.path = path
-        self._db = _database.open(path, readonly=True)
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._exclusive = False
-        self._closed = False
+class _Core:
+    """One process's connections: an asyncio loop (on its own thread, or the process's
+    main thread in a worker) and a fixed pool of threads that answer requests."""
 
-    @contextmanager
-    def reading(self):
-        """The open Database, guaranteed to stay open while the block runs."""
-        with self._cond:
-            while self._exclusive:
-                self._cond.wait()
-            if self._closed:
-                raise StorageError("the server is shutting down")
-            self._readers += 1
-            db = self._db
+    def __init__(self, protocol: Protocol, *, threads: int, idle_timeout: float,
+                 line_timeout: float, max_clients: int, on_close=None):
+        self.protocol = protocol
+        self.idle_timeout = idle_timeout
+        self.line_timeout = line_timeout
+        self.max_clients = max_clients
+        self.on_close = on_close
+        self.pool = ThreadPoolExecutor(max(int(threads), 1), thread_name_prefix="annodb-query")
+        for _ in range(self.pool._max_workers):  # start them all now, not under load
+            self.pool.submit(int).result()
+        self.loop = asyncio.new_event_loop()
+        self.clients = 0
+        self.tasks: set[asyncio.Task] = set()
+        self.stopping = False
+
+    def admit(self, sock: socket.socket) -> None:
+        """Serve an accepted connection (call on the loop's thread)."""
+        if self.stopping:
+            sock.close()
+            return
+        task = self.loop.create_task(self._serve(sock))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _serve(self, sock: socket.socket) -> None:
+        self.clients += 1
+        session = Session()
+        writer = None
         try:
-            yield db
+            sock.setblocking(False)
+            reader, writer = await asyncio.open_connection(sock=sock, limit=RECV_SIZE)
+            if self.clients > self.max_clients:
+                await self._send(writer, self.protocol.refusal(
+                    "connect", f"too many clients ({self.max_clients}); retry later"))
+                return
+            await self._lines(reader, writer, session)
+        except (OSError, asyncio.TimeoutError, asyncio.CancelledError):
+            pass  # the client went away, stopped reading, or the server is stopping
+        except Exception as err:  # a bug: report it, drop this client, keep serving
+            self.protocol.say(f"annodb serve: client error: {type(err).__name__}: {err}")
         finally:
-            with self._cond:
-                self._readers -= 1
-                if not self._readers:
-                    self._cond.notify_all()
+            self.clients -= 1
+            self.protocol.forget(session)
+            if writer is not None:
+                writer.close()
+            else:
+                sock.close()
+            if self.on_close is not None:
+                self.on_close()
 
-    def writable(self, timeout: float) -> _database.Database:
-        """The Database opened read-write (reopening it so the first time)."""
-        with self._cond:
-            while self._exclusive:
-                self._cond.wait()
-            if self._closed:
-                raise StorageError("the server is shutting down")
-            if not self._db.readonly:
-                return self._db
-            self._exclusive = True
-            try:
-                if not self._cond.wait_for(lambda: not self._readers, timeout):
-                    raise WriterBusyError(
-                        f"{self.path}: queries kept the database busy for {timeout:g}s; "
-                        "retry the annotation")
-                self._db.close()
-                try:
-                    self._db = _database.open(self.path, create=False)
-                except BaseException:
-                    self._db = _database.open(self.path, readonly=True)
-                    raise
-                return self._db
-            finally:
-                self._exclusive = False
-                self._cond.notify_all()
-
-    def close(self, wait: float) -> None:
-        """Close once no request is reading (a query still running past its time limit
-        after `wait` seconds keeps it open; the process's exit releases it)."""
-        with self._cond:
-            if self._closed:
-                return
-            self._closed = True
-            if self._cond.wait_for(lambda: not self._readers, wait):
-                self._db.close()
-
-
-# ---------------------------------------------------------------- query states
-
-
-class _States:
-    """Ranked arrays of the queries issued, by qid, evicted least recently used."""
-
-    def __init__(self, max_queries: int, max_bytes: int):
-        self.max_queries = max(int(max_queries), 1)
-        self.max_bytes = int(max_bytes)
-        self._lock = threading.Lock()
-        self._states: OrderedDict[str, list] = OrderedDict()  # qid -> [ranking, next, bytes]
-        self._bytes = 0
-        self._issued = 0
-
-    def add(self, ranking, position: int) -> str:
-        size = STATE_OVERHEAD + sum(a.nbytes for a in (
-            ranking.starts, ranking.ends, ranking.scores, ranking.cover_starts,
-            ranking.cover_ends))
-        with self._lock:
-            qid = f"q{self._issued}"
-            self._issued += 1
-            self._states[qid] = [ranking, position, size]
-            self._bytes += size
-            while len(self._states) > 1 and (len(self._states) > self.max_queries
-                                             or self._bytes > self.max_bytes):
-                _, (_, _, evicted) = self._states.popitem(last=False)
-                self._bytes -= evicted
-        return qid
-
-    def advance(self, qid: str):
-        """(ranking, index of the next rank) for `qid`, index None past the end."""
-        with self._lock:
-            entry = self._states.get(qid)
-            if entry is None:
-                raise _Refusal(f"Unknown qid {qid!r}: never issued, or evicted to bound "
-                               "memory; run the query again")
-            self._states.move_to_end(qid)
-            ranking, position, _ = entry
-            if position >= len(ranking):
-                return ranking, None
-            entry[1] = position + 1
-            return ranking, position
-
-    def info(self) -> dict:
-        with self._lock:
-            return {"queries_issued": self._issued, "queries_kept": len(self._states),
-                    "query_bytes": self._bytes}
-
-
-# ---------------------------------------------------------------- workers
-
-
-class _Workers:
-    """Daemon threads running queries, so a query past its time limit can be abandoned
-    (it finishes in the background) without holding up its client or the process's exit."""
-
-    def __init__(self, count: int):
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self._threads = [threading.Thread(target=self._work, name=f"annodb-query-{i}",
-                                          daemon=True) for i in range(count)]
-        for t in self._threads:
-            t.start()
-
-    def _work(self) -> None:
+    async def _lines(self, reader, writer, session: Session) -> None:
+        """Read request lines and answer each; a line over max_line is answered once and
+        the rest of it discarded; an unterminated last line is answered too (as the
+        reference does)."""
+        buf = bytearray()
+        discarding = False
+        started = None  # when the pending partial line began to arrive
+        max_line = self.protocol.max_line
         while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            fn, future = job
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn())
-            except BaseException as err:  # handed to the waiting client thread
-                future.set_exception(err)
-            del fn, future, job
+            if buf or discarding:
+                left = self.line_timeout - (time.monotonic() - started)
+                try:
+                    if left <= 0:
+                        raise asyncio.TimeoutError
+                    chunk = await asyncio.wait_for(reader.read(RECV_SIZE), left)
+                except asyncio.TimeoutError:
+                    await self._send(writer, self.protocol.refusal("parse", (
+                        f"request line not finished within {self.line_timeout:g}s; "
+                        "closing the connection")))
+                    return
+            else:
+                try:
+                    chunk = await asyncio.wait_for(reader.read(RECV_SIZE), self.idle_timeout)
+                except asyncio.TimeoutError:
+                    return  # idle: close quietly
+                started = time.monotonic()
+            if not chunk:
+                break
+            buf += chunk
+            begin = 0
+            while True:
+                end = buf.find(b"\n", begin)
+                if end < 0:
+                    break
+                line = bytes(buf[begin:end])
+                begin = end + 1
+                if discarding:
+                    discarding = False
+                    continue
+                await self._send(writer, await self._answer(line, session))
+            del buf[:begin]
+            if discarding:
+                buf.clear()
+            elif len(buf) > max_line:
+                buf.clear()
+                discarding = True
+                await self._send(writer, self.protocol.too_long())
+            if begin:
+                started = time.monotonic()
+        if buf and not discarding:
+            await self._send(writer, await self._answer(bytes(buf), session))
 
-    def run(self, fn, timeout: float | None):
-        """fn() on a worker; TimeoutError after `timeout` seconds (None: no limit)."""
-        future: Future = Future()
-        self._jobs.put((fn, future))
+    async def _answer(self, line: bytes, session: Session) -> bytes:
+        """The reply to one line, from a query thread. Waiting for a free thread is not
+        counted against the query's time limit; once running, a query that its budget has
+        not stopped GRACE seconds past its limit (it is inside one long kernel call) is
+        answered with the time-limit error while its thread finishes."""
+        began = self.loop.create_future()
+
+        def run():
+            self.loop.call_soon_threadsafe(_settle, began)
+            return self.protocol.respond(line, session)
+
+        future = self.loop.run_in_executor(self.pool, run)
+        limit = self.protocol.query_timeout
+        if limit is None:
+            return await future
+        await asyncio.wait([began, future], return_when=asyncio.FIRST_COMPLETED)
+        started = time.perf_counter()
         try:
-            return future.result(timeout)
-        except TimeoutError:
-            future.cancel()
-            raise
+            return await asyncio.wait_for(asyncio.shield(future), limit + GRACE)
+        except asyncio.TimeoutError:
+            return self.protocol.timeout_reply(line, (time.perf_counter() - started) * 1000)
 
-    def close(self, wait: float) -> None:
-        for _ in self._threads:
-            self._jobs.put(None)
-        deadline = time.monotonic() + wait
-        for t in self._threads:
-            t.join(max(deadline - time.monotonic(), 0))
+    @staticmethod
+    async def _send(writer, data: bytes) -> None:
+        writer.write(data)
+        await asyncio.wait_for(writer.drain(), SEND_TIMEOUT)
+
+    def stop(self) -> None:
+        """Cancel every connection (on the loop's thread)."""
+        self.stopping = True
+        for task in list(self.tasks):
+            task.cancel()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+# ---------------------------------------------------------------- worker processes
+
+
+def _worker_main(fd: int, config: str) -> None:
+    """A worker process: serve the connections the listening process hands over on the
+    Unix socket `fd`; end when it closes or on SIGTERM."""
+    options = json.loads(config)
+    core_options = {k: options.pop(k) for k in ("threads", "idle_timeout", "line_timeout",
+                                               "max_clients")}
+    channel = socket.socket(fileno=fd)
+    lock = threading.Lock()
+
+    def closed():
+        with lock:
+            try:
+                channel.sendall(CLOSED)
+            except OSError:
+                pass
+
+    cores = []
+
+    def info():
+        return {"clients": cores[0].clients if cores else 0, "process": os.getpid()}
+
+    try:
+        protocol = Protocol(options.pop("path"), log=sys.stderr, info=info, **options)
+    except Exception as err:  # tell the listening process why, then stop
+        print(f"annodb serve: worker {os.getpid()}: {err}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    protocol.warm_up()
+    gc.freeze()
+    core = _Core(protocol, on_close=closed, **core_options)
+    cores.append(core)
+    loop = core.loop
+    channel.setblocking(False)
+
+    def receive():
+        try:
+            data, fds, _, _ = socket.recv_fds(channel, 16, 64)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data, fds = b"", []
+        if not data and not fds:  # the listening process is gone
+            loop.stop()
+            return
+        for received in fds:
+            core.admit(socket.socket(fileno=received))
+
+    loop.add_reader(channel.fileno(), receive)
+    loop.add_signal_handler(signal.SIGTERM, loop.stop)
+    loop.add_signal_handler(signal.SIGINT, lambda: None)  # the listening process decides
+    with lock:
+        channel.sendall(READY)
+    try:
+        loop.run_forever()
+    finally:
+        core.stop()
+        loop.run_until_complete(asyncio.sleep(0))
+        core.close()
+        protocol.close()
+
+
+class _Worker:
+    """The listening process's view of one worker process."""
+
+    def __init__(self, index: int, config: dict):
+        self.index = index
+        self.config = config
+        self.connections = 0
+        self.proc = None
+        self.channel = None
+
+    def start(self) -> None:
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        code = ("import sys; from annodb.server import _worker_main; "
+                f"_worker_main({child.fileno()}, sys.argv[1])")
+        # a session of its own: Ctrl-C at a terminal reaches the listening process only,
+        # which stops the workers; a worker whose listening process died sees its channel
+        # close and ends
+        self.proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(self.config)],
+                                     pass_fds=[child.fileno()], start_new_session=True)
+        child.close()
+        self.channel = parent
+        self.connections = 0
+
+    def wait_ready(self, timeout: float) -> bool:
+        self.channel.settimeout(timeout)
+        try:
+            return self.channel.recv(1) == READY
+        except OSError:
+            return False
+        finally:
+            self.channel.settimeout(None)
+
+    def hand(self, conn: socket.socket) -> bool:
+        try:
+            socket.send_fds(self.channel, [b"c"], [conn.fileno()])
+        except OSError:
+            return False
+        self.connections += 1
+        return True
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+
+    def reap(self, timeout: float) -> None:
+        if self.proc is None:
+            return
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.channel is not None:
+            self.channel.close()
 
 
 # ---------------------------------------------------------------- the server
 
 
 class Server:
-    """An SSR search server over one database.
-
-        server = Server("memory.db").start()      # listens on a free loopback port
-        print(server.port)
-        ...
-        server.shutdown()
-
-    `serve_forever()` (what `annodb serve` runs) starts it, blocks until SIGINT or SIGTERM,
-    then shuts down cleanly. `respond(line)` is the protocol without the sockets.
-    """
+    """An SSR search server over one database (see the module docstring)."""
 
     def __init__(self, path: str | os.PathLike | None = None, *, host: str = "127.0.0.1",
                  port: int = 0, container: str = ":", fields: list[str] | None = None,
                  depth: int = DEPTH, token: str | None = None,
-                 query_timeout: float | None = QUERY_TIMEOUT, max_line: int = MAX_LINE,
+                 query_timeout: float | None = QUERY_TIMEOUT,
+                 max_postings: int | None = MAX_POSTINGS, max_line: int = MAX_LINE,
                  max_queries: int = MAX_QUERIES, max_query_bytes: int = MAX_QUERY_BYTES,
                  max_clients: int = MAX_CLIENTS, workers: int | None = None,
-                 log=None):
-        if depth < 1:
-            raise ServerError(f"depth must be at least 1, not {depth}")
-        if max_line < 1:
-            raise ServerError(f"max_line must be at least 1, not {max_line}")
-        if query_timeout is not None and query_timeout <= 0:
-            query_timeout = None
-        if token is not None and not token:
-            raise ServerError("the token cannot be empty")
+                 processes: int = 1, idle_timeout: float = IDLE_TIMEOUT,
+                 line_timeout: float = LINE_TIMEOUT, cache_bytes: int | None = None,
+                 readonly: bool = False, strict: bool = False, log=None):
         if token is None and not is_loopback(host):
             raise ServerError(
                 f"refusing to listen on {host!r} without a token: anyone who can reach it "
                 "could read the database; give --token T (then every request must carry "
                 "\"token\": T), or listen on 127.0.0.1")
-        try:
-            as_node(container)
-        except QueryError as err:
-            raise ServerError(f"container {container!r}: {err}") from None
+        if processes < 1:
+            raise ServerError(f"processes must be at least 1, not {processes}")
+        if max_clients < 1:
+            raise ServerError(f"max_clients must be at least 1, not {max_clients}")
         if path is None:
             path = os.environ.get("ANNODB_DB") or _database.DEFAULT_PATH
         self.path = os.fspath(path)
         self.host = host
-        self.container = container
-        self.fields = [f for f in (fields or []) if f]
-        self.depth = int(depth)
-        self.token = token
-        self.query_timeout = query_timeout
-        self.max_line = int(max_line)
+        self.processes = int(processes)
         self.max_clients = int(max_clients)
         self._requested_port = int(port)
         self._log = log
-        self._ops = {"query": self._query, "next": self._next, "document": self._document,
-                     "count": self._count, "stats": self._stats, "annotate": self._annotate,
-                     "note": self._note}
-        self._states = _States(max_queries, max_query_bytes)
-        self._db = _Handle(self.path)        # raises StorageError for a missing database
-        self._workers = _Workers(workers or max(8, min(32, 4 * (os.cpu_count() or 1))))
-        self._lock = threading.Lock()
-        self._clients: dict[socket.socket, threading.Thread] = {}
+        per_process = None if cache_bytes is None else int(cache_bytes) // self.processes
+        self._options = dict(
+            container=container, fields=fields, depth=depth, token=token,
+            query_timeout=query_timeout, max_postings=max_postings, max_line=max_line,
+            max_queries=max(int(max_queries) // self.processes, 1),
+            max_query_bytes=int(max_query_bytes) // self.processes, cache_bytes=per_process,
+            readonly=readonly, strict=strict)
+        self._core_options = dict(threads=workers or THREADS, idle_timeout=idle_timeout,
+                                  line_timeout=line_timeout, max_clients=self.max_clients)
+        # checks the options and opens the database here (in every mode): a missing
+        # database or a bad container is an error now, not in a worker
+        self._protocol = Protocol(self.path, log=log or sys.stderr, info=self._info,
+                                  **self._options)
+        self.max_line = self._protocol.max_line
+        self._core: _Core | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._workers: list[_Worker] = []
         self._listener: socket.socket | None = None
-        self._selector: selectors.BaseSelector | None = None
-        self._wake: tuple[socket.socket, socket.socket] | None = None
         self._acceptor: threading.Thread | None = None
+        self._wake = socket.socketpair()
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._closed = False
+        self._session = Session()
         self.port: int | None = None
 
     # life cycle ---------------------------------------------------------------
 
     def start(self) -> "Server":
-        """Bind, listen, print `listening on port N` to stderr and accept clients on a
-        background thread. Returns the server (its `.port` is then known)."""
+        """Bind, listen, print `listening on port N` to stderr and serve on background
+        threads (and worker processes). Returns the server (its `.port` is then known)."""
         if self._listener is not None:
             return self
         if self._closed:
             raise ServerError("this server has been shut down")
-        self._warm_up()
+        listener = self._listen()
+        try:
+            if self.processes == 1:
+                self._start_core(listener)
+            else:
+                self._start_workers()
+        except BaseException:
+            listener.close()
+            self.shutdown()
+            raise
+        self._listener = listener
+        self._acceptor = threading.Thread(target=self._accept_loop, name="annodb-accept",
+                                          daemon=True)
+        self._acceptor.start()
+        self._say(f"listening on port {self.port}")
+        return self
+
+    def _listen(self) -> socket.socket:
         try:
             infos = socket.getaddrinfo(self.host or None, self._requested_port,
                                        type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -376,24 +449,35 @@ class Server:
         try:
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             listener.bind(address)
-            listener.listen(128)
+            listener.listen(1024)
             listener.setblocking(False)
         except OSError as err:
             listener.close()
             self.shutdown()
             raise ServerError(f"cannot listen on {self.host}:{self._requested_port}: "
                               f"{err.strerror or err}") from None
-        self._listener = listener
         self.port = listener.getsockname()[1]
-        self._wake = socket.socketpair()
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(listener, selectors.EVENT_READ)
-        self._selector.register(self._wake[0], selectors.EVENT_READ)
-        self._acceptor = threading.Thread(target=self._accept_loop, name="annodb-accept",
-                                          daemon=True)
-        self._acceptor.start()
-        self._say(f"listening on port {self.port}")
-        return self
+        return listener
+
+    def _start_core(self, listener) -> None:
+        self._protocol.warm_up()
+        gc.freeze()
+        self._core = _Core(self._protocol, **self._core_options)
+        self._loop_thread = threading.Thread(target=self._core.loop.run_forever,
+                                             name="annodb-serve", daemon=True)
+        self._loop_thread.start()
+
+    def _start_workers(self) -> None:
+        config = dict(self._options, path=self.path, **self._core_options)
+        self._workers = [_Worker(i, config) for i in range(self.processes)]
+        for worker in self._workers:
+            worker.start()
+        for worker in self._workers:
+            if not worker.wait_ready(300):  # (a first run compiles the kernels)
+                raise ServerError(f"worker process {worker.index} did not start (its error "
+                                  "is above)")
+        threading.Thread(target=self._watch_workers, name="annodb-workers",
+                         daemon=True).start()
 
     def serve_forever(self) -> None:
         """Start (if needed), serve until SIGINT or SIGTERM (or shutdown()), then shut
@@ -416,35 +500,37 @@ class Server:
         self._stop.set()
 
     def shutdown(self, wait: float = 5.0) -> None:
-        """Stop accepting, close every client connection, wait for their threads (up to
-        `wait` seconds) and close the database. Safe to call twice."""
+        """Stop accepting, close every client connection, stop the workers and close the
+        database. Safe to call twice."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         self._stop.set()
-        if self._wake is not None:
-            try:
-                self._wake[1].send(b"x")
-            except OSError:
-                pass
+        try:
+            self._wake[1].send(b"x")
+        except OSError:
+            pass
         if self._acceptor is not None:
             self._acceptor.join(wait)
-        for closable in (self._selector, self._listener, *(self._wake or ())):
+        for closable in (self._listener, *self._wake):
             if closable is not None:
                 closable.close()
-        with self._lock:
-            clients = list(self._clients.items())
-        for conn, _ in clients:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        deadline = time.monotonic() + wait
-        for _, thread in clients:
-            thread.join(max(deadline - time.monotonic(), 0))
-        self._workers.close(max(deadline - time.monotonic(), 0))
-        self._db.close(max(deadline - time.monotonic(), 0.1))
+        core = self._core
+        if core is not None:
+            core.loop.call_soon_threadsafe(core.stop)
+            deadline = time.monotonic() + wait
+            while core.tasks and time.monotonic() < deadline:
+                time.sleep(0.01)
+            core.loop.call_soon_threadsafe(core.loop.stop)
+            if self._loop_thread is not None:
+                self._loop_thread.join(max(deadline - time.monotonic(), 0.1))
+            core.close()
+        for worker in self._workers:
+            worker.stop()
+        for worker in self._workers:
+            worker.reap(wait)
+        self._protocol.close()
 
     def __enter__(self) -> "Server":
         return self.start()
@@ -452,332 +538,121 @@ class Server:
     def __exit__(self, *exc) -> None:
         self.shutdown()
 
-    def _say(self, message: str) -> None:
-        out = self._log or sys.stderr
-        print(message, file=out, flush=True)
+    def respond(self, line: bytes | str) -> bytes:
+        """The reply line (with its newline) to one request line, without sockets (every
+        call in one session: its qids go on from call to call)."""
+        return self._protocol.respond(line, self._session)
 
-    def _warm_up(self) -> None:
-        """Run one query through every kernel so the first client does not pay for loading
-        the compiled kernels (best effort), then freeze what exists now out of the cyclic
-        garbage collector: numba's typing and code objects are long-lived, and a full
-        collection over them paused a query for 50-80 ms every few thousand queries."""
-        try:
-            with self._db.reading() as db, db.read() as snap:
-                rank(snap, '(+ (^ "a b" c) (... d e) (<< f (# 3)) (>> : g) (!< h :) (!> : i))',
-                     depth=1, container=self.container)
-        except Exception:
-            pass
-        gc.freeze()
+    def _say(self, message: str) -> None:
+        print(message, file=self._log or sys.stderr, flush=True)
+
+    def _info(self) -> dict:
+        """What `stats` reports of the transport."""
+        if self._core is not None:
+            return {"clients": self._core.clients, "process": os.getpid()}
+        return {}
 
     # connections --------------------------------------------------------------
 
     def _accept_loop(self) -> None:
-        selector, listener, wake = self._selector, self._listener, self._wake[0]
-        while not self._stop.is_set():
-            try:
-                events = selector.select()
-            except (OSError, ValueError):
-                return
-            for key, _ in events:
-                if key.fileobj is wake:
-                    return
-                try:
-                    conn, _ = listener.accept()
-                except (BlockingIOError, InterruptedError):
-                    continue
-                except OSError:
-                    if self._stop.is_set():
-                        return
-                    time.sleep(0.05)   # e.g. out of file descriptors: back off, keep serving
-                    continue
-                self._admit(conn)
-
-    def _admit(self, conn: socket.socket) -> None:
-        conn.setblocking(True)
+        selector = selectors.DefaultSelector()
+        selector.register(self._listener, selectors.EVENT_READ)
+        selector.register(self._wake[0], selectors.EVENT_READ)
+        channels = {}
         try:
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
-                            struct.pack("ll", int(SEND_TIMEOUT), 0))
-        except OSError:
-            pass
-        with self._lock:
-            closed = self._closed
-            full = len(self._clients) >= self.max_clients
-            if not (full or closed):
-                thread = threading.Thread(target=self._serve_client, args=(conn,),
-                                          name="annodb-client", daemon=True)
-                self._clients[conn] = thread
-        if closed:
-            conn.close()
+            while not self._stop.is_set():
+                self._listen_to_workers(selector, channels)
+                try:
+                    events = selector.select()
+                except (OSError, ValueError):
+                    return
+                for key, _ in events:
+                    if key.fileobj is self._wake[0]:
+                        if b"x" in self._wake[0].recv(64):
+                            return
+                        continue  # a worker was started again: listen to its channel
+                    if key.data is not None:
+                        self._heard(selector, key.data)
+                        continue
+                    try:
+                        conn, _ = self._listener.accept()
+                    except (BlockingIOError, InterruptedError):
+                        continue
+                    except OSError:
+                        if self._stop.is_set():
+                            return
+                        time.sleep(0.05)   # e.g. out of file descriptors: back off, go on
+                        continue
+                    self._dispatch(conn)
+        finally:
+            selector.close()
+
+    def _dispatch(self, conn: socket.socket) -> None:
+        if self._core is not None:
+            self._core.loop.call_soon_threadsafe(self._core.admit, conn)
             return
-        if full:
+        with self._lock:
+            live = [w for w in self._workers if w.proc.poll() is None]
+            busy = sum(w.connections for w in self._workers)
+        if busy >= self.max_clients or not live:
+            message = f"too many clients ({self.max_clients}); retry later" if live else \
+                "the server's worker processes are restarting; retry"
             try:
-                conn.sendall(self._record({}, _error(
-                    "connect", f"too many clients ({self.max_clients}); retry later"), 0.0))
+                conn.setblocking(True)
+                conn.settimeout(1.0)
+                conn.sendall(self._protocol.refusal("connect", message))
             except OSError:
                 pass
             conn.close()
             return
-        thread.start()
+        worker = min(live, key=lambda w: w.connections)
+        if not worker.hand(conn):
+            self._say(f"annodb serve: worker process {worker.index} did not take a "
+                      "connection")
+        conn.close()  # (the worker has its own descriptor now)
 
-    def _serve_client(self, conn: socket.socket) -> None:
-        """Read lines, answer each; a line over max_line is answered once and the rest of
-        it discarded. An unterminated last line is answered too (as the reference does)."""
-        buf = bytearray()
-        discarding = False
+    def _listen_to_workers(self, selector, channels: dict) -> None:
+        """Have the selector hear each worker's current channel."""
+        for worker in self._workers:
+            if channels.get(worker.index) is not worker.channel:
+                old = channels.pop(worker.index, None)
+                if old is not None:
+                    try:
+                        selector.unregister(old)
+                    except (KeyError, ValueError):
+                        pass
+                    old.close()
+                selector.register(worker.channel, selectors.EVENT_READ, worker)
+                channels[worker.index] = worker.channel
+
+    def _heard(self, selector, worker: _Worker) -> None:
+        """Messages from a worker: one CLOSED per connection it closed; nothing when it
+        died (the watcher restarts it)."""
         try:
-            while True:
-                chunk = conn.recv(RECV_SIZE)
-                if not chunk:
-                    break
-                buf += chunk
-                start = 0
-                while True:
-                    end = buf.find(b"\n", start)
-                    if end < 0:
-                        break
-                    line = bytes(buf[start:end])
-                    start = end + 1
-                    if discarding:
-                        discarding = False
-                        continue
-                    conn.sendall(self.respond(line))
-                del buf[:start]
-                if discarding:
-                    buf.clear()
-                elif len(buf) > self.max_line:
-                    buf.clear()
-                    discarding = True
-                    conn.sendall(self._too_long())
-            if buf and not discarding:
-                conn.sendall(self.respond(bytes(buf)))
+            data = worker.channel.recv(4096)
         except OSError:
-            pass               # the client went away (or shutdown closed it)
-        except Exception:      # a bug: report it, drop this client, keep serving the others
-            self._say("annodb serve: client error:\n" + traceback.format_exc())
-        finally:
-            with self._lock:
-                self._clients.pop(conn, None)
-            conn.close()
-
-    def _too_long(self) -> bytes:
-        return self._record({"op": "parse"}, _error(
-            "parse", f"request line longer than {self.max_line} bytes; the rest of the line "
-            "was discarded"), 0.0)
-
-    # the protocol -------------------------------------------------------------
-
-    def respond(self, line: bytes | str) -> bytes:
-        """The reply line (with its newline) to one request line."""
-        started = time.perf_counter()
-        if isinstance(line, str):
-            line = line.encode("utf-8", "surrogatepass")
-        request, response = self._dispatch(line)
-        return self._record(request, response, (time.perf_counter() - started) * 1000)
-
-    def _record(self, request, response: dict, ms: float) -> bytes:
-        record = {"query": request, "response": response, "time": round(ms, 3)}
-        try:
-            return _encode(record) + b"\n"
-        except (msgspec.EncodeError, UnicodeError, OverflowError, TypeError, RecursionError):
-            record["query"] = {"op": response.get("op", "parse")}
-            return _encode(record) + b"\n"
-
-    def _dispatch(self, line: bytes) -> tuple[object, dict]:
-        if len(line) > self.max_line:
-            return {"op": "parse"}, _error(
-                "parse", f"request line longer than {self.max_line} bytes")
-        if b"\r" in line:
-            line = line.replace(b"\r", b"")
-        try:
-            request = _decode(line)
-        except msgspec.DecodeError as err:
-            return {"op": "parse"}, _error("parse", f"not a JSON request: {err}")
-        except RecursionError:
-            return {"op": "parse"}, _error("parse", "not a JSON request: nested too deeply")
-        if not isinstance(request, dict):
-            return {"op": "parse"}, _error(
-                "parse", f"a request is a JSON object, not {_json_kind(request)}")
-        echo = request
-        if "token" in request:
-            echo = {k: v for k, v in request.items() if k != "token"}
-        op = request.get("op")
-        name = op if isinstance(op, str) else ""
-        if self.token is not None:
-            given = request.get("token")
-            if not (isinstance(given, str) and hmac.compare_digest(
-                    given.encode("utf-8", "surrogatepass"), self.token.encode())):
-                return echo, _error(name, "unauthorized")
-        handler = self._ops.get(name)
-        if handler is None:
-            what = "no \"op\"" if op is None else f"op {_shown(op)}"
-            return echo, _error(name, f"Unknown op: the request has {what} "
-                                      f"(one of {', '.join(OPS)})")
-        try:
-            return echo, handler(request)
-        except _Refusal as err:
-            return echo, _error(name, str(err))
-        except TimeoutError:
-            return echo, _error(name, f"query timed out after {self.query_timeout:g}s "
-                                      "(the server's time limit); make it more selective")
-        except AnnodbError as err:
-            return echo, _error(name, str(err))
-        except Exception as err:
-            self._say(f"annodb serve: internal error on {_shown(echo)}:\n"
-                      + traceback.format_exc())
-            return echo, _error(name, f"internal error: {type(err).__name__}: {err}")
-
-    # ops ----------------------------------------------------------------------
-
-    def _query(self, request: dict) -> dict:
-        text = _query_text(request)
-
-        def work():
-            with self._db.reading() as db, db.read() as snap:
-                ranking = rank(snap, text, depth=self.depth, container=self.container,
-                               lenient=True)
-                first = ranking.hit(0, snapshot=snap) if len(ranking) else None
-            return replace(ranking, snapshot=None), first
-
-        ranking, first = self._workers.run(work, self.query_timeout)
-        qid = self._states.add(ranking, 1 if first is not None else 0)
-        return query_response(qid, ranking, first)
-
-    def _next(self, request: dict) -> dict:
-        qid = request.get("qid")
-        if not isinstance(qid, str) or not qid:
-            raise _Refusal("Missing qid: give the \"qid\" of an earlier query")
-        ranking, index = self._states.advance(qid)
-        if index is None:
-            return {"op": "next", "ok": True, "qid": qid, "done": True}
-        with self._db.reading() as db, db.read() as snap:
-            hit = ranking.hit(index, snapshot=snap)
-        return hit_response("next", qid, hit)
-
-    def _document(self, request: dict) -> dict:
-        docno = _docno(request)
-        with self._db.reading() as db, db.read() as snap:
-            doc = _find(snap, docno)
-        return {"op": "document", "ok": True, "docno": doc.docno,
-                "document": doc.display_text(self.fields)}
-
-    def _count(self, request: dict) -> dict:
-        text = _query_text(request)
-
-        def work():
-            node, warnings = as_node(text, lenient=True)
-            with self._db.reading() as db, db.read() as snap:
-                return len(snap.query(node)), warnings
-
-        count, warnings = self._workers.run(work, self.query_timeout)
-        response = {"op": "count", "ok": True, "count": count}
-        if warnings:
-            response["warnings"] = list(warnings)
-        return response
-
-    def _stats(self, request: dict) -> dict:
-        with self._db.reading() as db:
-            stats = db.stats().as_dict()
+            data = b""
+        if not data:
+            try:
+                selector.unregister(worker.channel)
+            except (KeyError, ValueError):
+                pass
+            return
         with self._lock:
-            clients = len(self._clients)
-        return {"op": "stats", "ok": True, **stats,
-                "server": {"clients": clients, "depth": self.depth,
-                           "container": self.container, "fields": self.fields,
-                           **self._states.info()}}
+            worker.connections = max(worker.connections - data.count(CLOSED), 0)
 
-    def _annotate(self, request: dict) -> dict:
-        docno = _docno(request)
-        feature = request.get("feature")
-        if not isinstance(feature, str) or not feature:
-            raise _Refusal("Missing feature: give \"feature\", e.g. \"judgment:t1\"")
-        if STRUCTURAL.isdisjoint(feature) or feature == ":":
-            raise _Refusal(f"feature {_shown(feature)} is not a feature name a query can "
-                           f"use: include one of {' '.join(sorted(STRUCTURAL))} and do not "
-                           "use ':' alone (e.g. \"judgment:t1\")")
-        value = request.get("value", 0)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                not math.isfinite(float(value)):
-            raise _Refusal(f"value must be a finite number, not {_shown(value)}")
-        db = self._db.writable(WRITE_TIMEOUT)
-        with db.write(timeout=WRITE_TIMEOUT) as w:
-            doc = _find(w, docno)
-            w.annotate(feature, doc.start, doc.end, float(value))
-        return {"op": "annotate", "ok": True, "docno": doc.docno, "feature": feature,
-                "value": value}
-
-    def _note(self, request: dict) -> dict:
-        docno = _docno(request)
-        text = request.get("text")
-        if not isinstance(text, str) or not text.strip():
-            raise _Refusal("Missing text: give \"text\", the note to attach")
-        qid = request.get("qid")
-        if qid is not None and (not isinstance(qid, str) or not qid or
-                                any(c.isspace() or c in '()"' for c in qid)):
-            raise _Refusal(f"qid must be a string without spaces, parentheses or quotes "
-                           f"(it becomes part of a feature name), not {_shown(qid)}")
-        features = ("note:",) + ((f"note:{qid}",) if qid else ())
-        db = self._db.writable(WRITE_TIMEOUT)
-        with db.write(timeout=WRITE_TIMEOUT) as w:
-            doc = _find(w, docno)
-            added = w.note(doc.docno, text, features=features,
-                           note_docno=f"note:{qid}:{doc.docno}" if qid else None)
-        return {"op": "note", "ok": True, "docno": added.docno, "target": doc.docno}
-
-
-# ---------------------------------------------------------------- helpers
-
-
-def query_response(qid: str, ranking, first) -> dict:
-    """The protocol's response to a query: its first hit, or done; repairs as warnings."""
-    if first is None:
-        response = {"op": "query", "ok": True, "qid": qid, "done": True}
-    else:
-        response = hit_response("query", qid, first)
-    if ranking.warnings:
-        response["warnings"] = list(ranking.warnings)
-    return response
-
-
-def hit_response(op: str, qid: str, hit) -> dict:
-    """The protocol's response for one ranked hit."""
-    return {"op": op, "ok": True, "qid": qid, "rank": hit.rank, "docno": hit.docno,
-            "snippet": hit.snippet if hit.snippet is not None else ""}
-
-
-def _query_text(request: dict) -> str:
-    text = request.get("query")
-    if text is None or text == "":
-        raise _Refusal("Missing query: give \"query\", e.g. \"(^ goth rock)\"")
-    if not isinstance(text, str):
-        raise _Refusal(f"query must be a string (GCL text), not {_json_kind(text)}")
-    return text
-
-
-def _docno(request: dict) -> str:
-    docno = request.get("docno")
-    if docno is None or docno == "":
-        raise _Refusal("Missing docno: give \"docno\"")
-    if not isinstance(docno, str):
-        raise _Refusal(f"docno must be a string, not {_json_kind(docno)}")
-    return docno
-
-
-def _find(snap, docno: str):
-    """The document `docno` names, ignoring surrounding whitespace and double quotes."""
-    doc = snap.find(docno)
-    if doc is None:
-        raise _Refusal(f"Unknown docno {_shown(docno)}")
-    return doc
-
-
-def _json_kind(value) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
-            int: "a number", float: "a number", type(None): "null"}.get(type(value),
-                                                                       type(value).__name__)
-
-
-def _shown(value) -> str:
-    try:
-        text = _encode(value).decode()
-    except (msgspec.EncodeError, UnicodeError, OverflowError, TypeError):
-        text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    def _watch_workers(self) -> None:
+        """Start a worker again when one dies."""
+        while not self._stop.wait(0.5):
+            for worker in self._workers:
+                if worker.proc.poll() is None or self._stop.is_set():
+                    continue
+                self._say(f"annodb serve: worker process {worker.index} ended (exit "
+                          f"{worker.proc.returncode}); starting it again")
+                with self._lock:
+                    worker.start()
+                if worker.wait_ready(300):
+                    try:
+                        self._wake[1].send(b"w")
+                    except OSError:
+                        pass

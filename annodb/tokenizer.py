@@ -11,11 +11,18 @@ and bump VERSION: the version is recorded in every database, which refuses anoth
 
 The bulk path is one C-level `str.translate`/`str.lower` and one `re.findall` per call, so
 tokenizing a batch of documents never loops per character in Python.
+
+Diacritic folding is an option a database is created with (`annodb ingest
+--fold-diacritics`, `annodb.open(path, fold_diacritics=True)`; recorded in its meta), not
+part of the tokenizer: the tokens are found and case-folded as above, then each distinct
+word is passed through `strip_diacritics` when it is indexed and when a query meets the
+database (`cafe` finds `Café`, `Café` finds `cafe`).
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 import numpy as np
 
@@ -132,3 +139,18 @@ def offsets(text: str) -> tuple[np.ndarray, np.ndarray]:
 
 def token_count(text: str) -> int:
     return len(_TOKEN.findall(fold(text)))
+
+
+_DIACRITICS = re.compile("[\u0300-\u036f]")
+
+
+def strip_diacritics(word: str) -> str:
+    """`word` without diacritics: Unicode NFD, then the combining diacritical marks
+    U+0300..U+036F dropped (the marks SQLite FTS5's unicode61 tokenizer removes with
+    remove_diacritics; FTS5 folds Latin letters only, this folds every letter they
+    decompose from: é -> e, ñ -> n, ά -> α, й -> и), then NFC. A word of such marks
+    alone is kept as it is. Characters without a decomposition (ø, ł, ß) stay."""
+    if word.isascii():
+        return word
+    stripped = _DIACRITICS.sub("", unicodedata.normalize("NFD", word))
+    return unicodedata.normalize("NFC", stripped) if stripped else word

@@ -5,22 +5,26 @@ return. `annodb.database` opens the database that hands them out."""
 from __future__ import annotations
 
 import dataclasses
-import threading
+import os
+import warnings
 from dataclasses import dataclass
 
 import msgspec
 import numpy as np
 
-from . import batch, kernels, ranking, storage, tokenizer
-from .errors import AnnodbError, NotFoundError, StorageError
+from . import batch, bm25, kernels, ranking, records, statistics, storage, tokenizer
+from .errors import AbandonedWriteWarning, AnnodbError, NotFoundError, StorageError
 from .gcl import evaluate
 from .lists import Intervals, Lists
+from .query import STRUCTURAL
 from .snippets import token_offsets
 from .storage import Document
 
 
+FOLD_DIACRITICS = "fold_diacritics"  # meta: True when words are stored without diacritics
 FLUSH_TOKENS = 4_000_000  # buffered tokens that trigger a write to LMDB inside the transaction
 DOCUMENT = batch.DOCUMENT
+NOTES = "note:"           # the container of notes (Writer.note): apart from the collection
 
 _LOOK_UP = object()  # (see Writer._intern_missing)
 
@@ -43,6 +47,8 @@ class Stats:
     erased_ranges: int
     path: str
     size_bytes: int
+    agent_documents: int = 0   # documents kept apart from the collection (notes), and
+    agent_tokens: int = 0      # their tokens: not in `documents` and `tokens`
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -56,6 +62,8 @@ class Snapshot:
         self._txn = txn
         self.lists = Lists(txn, shared)  # the annotation lists, whole or by blocks
         self._done = False
+        # words are stored without diacritics (an option set when the database was made)
+        self.fold_diacritics = bool(txn.meta(FOLD_DIACRITICS, False))
 
     # context manager
     def __enter__(self):
@@ -72,6 +80,11 @@ class Snapshot:
     def _check(self) -> None:
         if self._done:
             raise StorageError("this transaction has ended")
+        if self._txn.pid != os.getpid():
+            raise StorageError(
+                f"{self.db.path}: this transaction was begun in process {self._txn.pid}, "
+                "before a fork; it belongs to that process. Begin a new one here (the "
+                "database reopens itself in a forked child)")
 
     def _before_read(self) -> None:
         self._check()
@@ -100,8 +113,11 @@ class Snapshot:
         return self._txn.features_with_prefix(prefix, limit)
 
     def term(self, token: str) -> Intervals:
-        """The postings of a word (folded the way the tokenizer folds)."""
-        return self.intervals(tokenizer.fold(token))
+        """The postings of a word (folded the way the tokenizer folds, and without
+        diacritics in a database made with fold_diacritics)."""
+        token = tokenizer.fold(token)
+        return self.intervals(tokenizer.strip_diacritics(token) if self.fold_diacritics
+                              else token)
 
     # documents
     def has(self, docno: str) -> bool:
@@ -136,8 +152,10 @@ class Snapshot:
     def document_at(self, address: int) -> Document | None:
         """The document whose address range holds `address`, or None."""
         self._before_read()
-        doc = self._txn.doc_containing(int(address))
-        return doc
+        address = int(address)
+        if not 0 <= address < storage.MAX_ADDRESS:
+            return None
+        return self._txn.doc_containing(address)
 
     def documents(self):
         """Every document, in address order."""
@@ -148,6 +166,7 @@ class Snapshot:
         """The text of addresses p..q: from the start of the token at p to the end of the
         token at q, documents joined by newlines, erased addresses left out."""
         self._before_read()
+        p, q = max(int(p), 0), min(int(q), storage.MAX_ADDRESS - 1)
         es, ee = self.erased()
         pieces = []
         for doc in self._txn.docs_overlapping(int(p), int(q)):
@@ -177,10 +196,34 @@ class Snapshot:
         return self._txn.meta("next_address", 0)
 
     def document_count(self) -> int:
+        """How many documents the collection holds (container `:`; notes and other
+        documents kept apart are not counted)."""
         self._before_read()
         if isinstance(self, Writer):
             return self._documents
         return self._txn.meta("documents", 0)
+
+    def token_count(self) -> int:
+        """The tokens of the live documents."""
+        self._before_read()
+        if isinstance(self, Writer):
+            return self._tokens
+        return self._txn.meta("tokens", 0)
+
+    def sparse_fields(self) -> list[str]:
+        """The record fields ingested as sparse vectors (features `field:term`)."""
+        self._check()
+        if isinstance(self, Writer) and self._sparse is not None:
+            return list(self._sparse)
+        return list(self._txn.meta("sparse_fields") or [])
+
+    def field_statistics(self) -> dict[str, tuple[int, int]] | None:
+        """{short field name ("title:"): (live documents having it, tokens in it)}, or None
+        when the database does not keep them (written before they were)."""
+        self._before_read()
+        found = self._fields if isinstance(self, Writer) and self._fields is not False \
+            else self._txn.meta("fields")
+        return None if found is None else {k: tuple(v) for k, v in found.items()}
 
     def stats(self) -> Stats:
         self._before_read()
@@ -188,28 +231,52 @@ class Snapshot:
         return Stats(documents=txn.meta("documents", 0), tokens=txn.meta("tokens", 0),
                      features=txn.feature_count(), addresses=txn.meta("next_address", 0),
                      erased_ranges=len(self.erased()[0]), path=self.db.path,
-                     size_bytes=storage.disk_size(self.db._env.path))
+                     size_bytes=storage.disk_size(self.db._env.path),
+                     agent_documents=txn.meta("agent_documents", 0),
+                     agent_tokens=txn.meta("agent_tokens", 0))
 
     # queries (the evaluator lives in gcl, ranking in ranking)
-    def query(self, gcl, *, lenient: bool = False) -> Intervals:
-        """The intervals (and values) that a GCL query denotes."""
+    def query(self, gcl, *, lenient: bool = False, budget=None) -> Intervals:
+        """The intervals (and values) that a GCL query denotes (within `budget`, a
+        gcl.Budget, when given)."""
         self._before_read()
-        return evaluate(self, gcl, lenient=lenient)
+        return evaluate(self, gcl, lenient=lenient, budget=budget)
 
     def count(self, gcl, *, lenient: bool = False) -> int:
         return len(self.query(gcl, lenient=lenient))
 
     def search(self, gcl, k: int = 10, *, container: str = DOCUMENT, lenient: bool = False,
-               snippets: bool = True):
-        """Rank the containers (documents by default) by shortest-substring ranking."""
+               snippets: bool = True, rank: str = "ssr", k1: float | None = None,
+               b: float | None = None, fields=None, sparse_field: str | None = None):
+        """Rank the containers (documents by default) that match a GCL query: by
+        shortest-substring ranking (`rank="ssr"`), by BM25 over the query's words
+        ("bm25"; k1, b, and `fields` for BM25F: names, or {name: weight or (weight, b)}),
+        by sparse vectors ("sparse", the field `sparse_field`) or both fused ("fused")."""
         self._before_read()
         return ranking.search(self, gcl, k=k, container=container, lenient=lenient,
-                              snippets=snippets)
+                              snippets=snippets, rank=rank,
+                              scoring=bm25.scoring(k1, b, fields, sparse_field))
 
-    def search_text(self, text: str, k: int = 10, *, container: str = DOCUMENT):
-        """Free-text search: Boolean tiers built from the words, ranked by SSR."""
+    def search_text(self, text, k: int = 10, *, container: str = DOCUMENT,
+                    snippets: bool = True, rank: str = ranking.TEXT_RANK,
+                    k1: float | None = None, b: float | None = None, fields=None,
+                    sparse_field: str | None = None):
+        """Free-text search: the words ranked by `rank` (see search; SSR ranks Boolean
+        tiers built from the words). For rank="sparse", `text` may be a {term: weight}
+        dict of the query's own weights."""
         self._before_read()
-        return ranking.search_text(self, text, k=k, container=container)
+        return ranking.search_text(self, text, k=k, container=container, rank=rank,
+                                   scoring=bm25.scoring(k1, b, fields, sparse_field),
+                                   snippets=snippets)
+
+
+def check_container(name: str) -> None:
+    """AnnodbError unless `name` can be a container of documents kept apart: a feature
+    name a query can use (one word holding a structural character, e.g. `note:`)."""
+    if not isinstance(name, str) or not name or name == DOCUMENT or \
+            STRUCTURAL.isdisjoint(name) or any(c.isspace() or c in '()"' for c in name):
+        raise AnnodbError(f"container {name!r} is not a feature name a query can use: one "
+                          "word holding : < > # @ or =, other than ':' alone (e.g. 'note:')")
 
 
 def check_docno(docno: str) -> None:
@@ -234,6 +301,8 @@ class Writer(Snapshot):
         self._next_address = txn.meta("next_address", 0)
         self._documents = txn.meta("documents", 0)
         self._tokens = txn.meta("tokens", 0)
+        self._apart = self._apart_before = (txn.meta("agent_documents", 0),
+                                            txn.meta("agent_tokens", 0))
         self._format = txn.meta("format")
         self._tok_ids: list[np.ndarray] = []  # feature ids of buffered tokens, in address order
         self._tok_count = 0
@@ -243,12 +312,29 @@ class Writer(Snapshot):
         self._new_docnos: dict[str, int] = {}  # docno -> start, not yet written
         self._dirty = False
         self._doc_runs: list[list] = []  # docs entries not yet written, a list per batch
+        # the fields' [documents, tokens] (storage's meta "fields"); None when not kept
+        # (documents written before they were), loaded at the first change
+        self._fields: dict | None | bool = False
+        self._sparse: list[str] | None = None  # the sparse fields, when this writer adds one
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
             self.commit()
         else:
             self.abort()
+
+    def __del__(self) -> None:
+        """A writer dropped while open (never committed, aborted or exited) is aborted, its
+        locks released, with an AbandonedWriteWarning."""
+        if getattr(self, "_done", True) or self._txn.pid != os.getpid():
+            return
+        try:
+            self._abort()
+            warnings.warn(f"{self.db.path}: a write transaction was dropped without commit() "
+                          "or abort(); its writes were thrown away (use `with db.write() as "
+                          "w:`)", AbandonedWriteWarning, stacklevel=2)
+        except Exception:  # (at interpreter exit modules may be gone)
+            pass
 
     def commit(self) -> None:
         """Write everything and make it visible, atomically."""
@@ -260,6 +346,13 @@ class Writer(Snapshot):
             txn.set_meta("next_address", self._next_address)
             txn.set_meta("documents", self._documents)
             txn.set_meta("tokens", self._tokens)
+            if self._apart != self._apart_before:
+                txn.set_meta("agent_documents", self._apart[0])
+                txn.set_meta("agent_tokens", self._apart[1])
+            if isinstance(self._fields, dict):
+                txn.set_meta("fields", self._fields)
+            if self._sparse is not None:
+                txn.set_meta("sparse_fields", self._sparse)
             if self._format != storage.FORMAT_VERSION:
                 txn.set_meta("format", storage.FORMAT_VERSION)  # what it writes now
             txn.commit()
@@ -301,11 +394,13 @@ class Writer(Snapshot):
         self._check()
         return docno in self._new_docnos or self._txn.doc_start(docno) is not None
 
-    def present(self, docnos: list[str]) -> set[str]:
-        """The docnos among these that are in the database (or added by this writer)."""
+    def present(self, docnos: list[str]) -> dict[str, int]:
+        """The docnos among these that are in the database (or added by this writer), with
+        their documents' first addresses."""
         self._check()
         found = self._txn.docnos_present(docnos)
-        found.update(d for d in docnos if d in self._new_docnos)
+        new = self._new_docnos
+        found.update((d, new[d]) for d in docnos if d in new)
         return found
 
     # features
@@ -341,31 +436,47 @@ class Writer(Snapshot):
 
     # writes
     def add(self, content, docno: str | None = None, *, id_field: str | None = None,
-            text_fields: list[str] | None = None, replace: bool = False) -> Added:
+            text_fields: list[str] | None = None, replace: bool = False,
+            container: str = DOCUMENT, sparse_fields=()) -> Added:
         """Append a document: plain text (give a docno, or one is made from its address) or a
-        JSON record (docno from its id field; see records.prepare). A docno already present
-        raises unless replace=True, which deletes the old document first."""
+        JSON record (docno from its id field; see records.prepare; `sparse_fields`: its
+        fields holding sparse vectors). A docno already present raises unless
+        replace=True, which deletes the old document first. `container` is the feature
+        over its range: `:` for a document of the collection; another name (e.g. `note:`)
+        keeps it apart: it is then no hit of searches of the collection, not counted among
+        its documents nor in its ranking statistics, and found by searching that
+        container."""
         return self.add_many([(content, docno)], id_field=id_field, text_fields=text_fields,
-                             replace=replace)[0]
+                             replace=replace, container=container,
+                             sparse_fields=sparse_fields)[0]
 
     def add_many(self, items, *, id_field: str | None = None,
-                 text_fields: list[str] | None = None, replace: bool = False) -> list[Added]:
+                 text_fields: list[str] | None = None, replace: bool = False,
+                 container: str = DOCUMENT, sparse_fields=()) -> list[Added]:
         """Append many documents: each item is `(content, docno)` as for add() (docno may be
         None). The same as add() item by item, with one tokenizer pass for them all. Every
         docno is checked before anything is added: on an error nothing of the call is."""
         self._check()
-        docs = [batch.prepare_item(content, docno, id_field, text_fields)
+        if container != DOCUMENT:
+            check_container(container)
+        sparse = tuple(records.check_sparse_field(f) for f in sparse_fields)
+        docs = [batch.prepare_item(content, docno, id_field, text_fields, sparse)
                 for content, docno in items]
         try:
-            made = batch.make(docs)
+            made = batch.make(docs, container, sparse)
         except UnicodeError as err:  # a lone surrogate: no UTF-8 can store the text
             raise AnnodbError(f"document text is not valid Unicode ({err})") from None
+        except ValueError as err:    # a field named as the container
+            raise AnnodbError(str(err)) from None
         return self.add_batch(made, replace=replace)
 
     def add_batch(self, b: batch.Batch, *, replace: bool = False) -> list[Added]:
         """Append a batch of documents made by batch.make (what add_many does after
         tokenizing; an ingest makes its batches in another process)."""
         self._check()
+        if len(b):  # (before a replace deletes anything)
+            storage.check_address(self._next_address + int(b.spans().sum()) - 1,
+                                  f"adding {len(b)} documents at {self._next_address:,}")
         named = [d for d in b.docnos if d is not None]
         for docno in named:
             if not docno or len(docno) > storage.MAX_KEY // 4:  # (else short enough)
@@ -387,7 +498,11 @@ class Writer(Snapshot):
                 if docno is not None and (docno in self._new_docnos or
                                           self._txn.doc_start(docno) is not None):
                     self.delete(docno)
-        return self._append(b)
+        try:
+            return self._append(b)
+        finally:
+            self._vocab.writer = None  # (a reference from the shared vocab would keep a
+            #                            dropped writer, and its locks, alive)
 
     def _append(self, b: batch.Batch) -> list[Added]:
         """Place the batch's documents after the content: its addresses, relative to the
@@ -422,12 +537,21 @@ class Writer(Snapshot):
         self._doc_runs.append(storage.encode_docs_later(raws, b.starts().tolist(), base,
                                                         self._txn.page_size()))
         # tokens: the ids of their words, and the runs of addresses they fill
-        fids = np.array(self._ids(b.names), dtype=np.int64)
+        names = b.names if not self.fold_diacritics else \
+            list(map(tokenizer.strip_diacritics, b.names))
+        fids = np.array(self._ids(names), dtype=np.int64)
         ids = fids[b.kinds]
         self._tok_ids.append(ids)
         self._tok_count += len(ids)
         has = b.doc_tokens > 0
         self._tok_runs.append((starts[has], b.doc_tokens[has]))
+        if b.container == DOCUMENT:  # (documents kept apart are not in the statistics)
+            self._txn.add_doc_frequencies(fids, statistics.batch_words(b.kinds, b.doc_tokens,
+                                                                       len(b.names)))
+            self._count_fields(statistics.batch_fields(b.ann_names, b.ann_name, b.ann_doc,
+                                                       b.ann_q - b.ann_p + 1, b.sparse), 1)
+        if b.sparse and not set(b.sparse) <= set(self.sparse_fields()):
+            self._sparse = sorted(set(self.sparse_fields()) | set(b.sparse))
         # annotations
         self._ann_flush_list()
         names = np.fromiter((vocab[name] for name in b.ann_names), dtype=np.int64,
@@ -436,22 +560,46 @@ class Writer(Snapshot):
         self._ann_arrays.append((names[b.ann_name], at + b.ann_p, at + b.ann_q, b.ann_v))
         self._new_docnos.update(zip(docnos, starts_list))
         self._next_address = int(ends[-1]) + 1 if len(ends) else base
-        self._documents += len(docnos)
-        self._tokens += int(b.doc_tokens.sum())
+        if b.container == DOCUMENT:
+            self._documents += len(docnos)
+            self._tokens += int(b.doc_tokens.sum())
+        else:
+            self._apart = (self._apart[0] + len(docnos),
+                           self._apart[1] + int(b.doc_tokens.sum()))
         self._dirty = True
         out = list(map(Added, docnos, starts_list, ends.tolist()))
         if self._tok_count >= FLUSH_TOKENS:
             self._flush()
         return out
 
+    def _count_fields(self, counts: dict, sign: int) -> None:
+        """Add (sign 1) or take away (-1) statistics.batch_fields' counts to meta
+        "fields" (loaded at the first change; not kept for documents written before)."""
+        if self._fields is False:
+            found = self._txn.meta("fields")
+            self._fields = found if found is not None else \
+                ({} if not self._txn.meta("documents", 0) else None)
+        if self._fields is not None and counts:
+            statistics.add_fields(self._fields, counts, sign)
+
     def _ann_flush_list(self) -> None:
         """Move annotate()'s buffered annotations to the arrays (keeping write order)."""
         if self._ann:
-            # ids and addresses are below 2**53, exact as float64
-            table = np.array(self._ann, dtype=np.float64).reshape(-1, 4)
-            self._ann_arrays.append((table[:, 0].astype(np.int64), table[:, 1].astype(np.int64),
-                                     table[:, 2].astype(np.int64), table[:, 3]))
+            ann = self._ann  # ids and addresses int64 (exact), values float64
+            self._ann_arrays.append((np.array(ann[0::4], dtype=np.int64),
+                                     np.array(ann[1::4], dtype=np.int64),
+                                     np.array(ann[2::4], dtype=np.int64),
+                                     np.array(ann[3::4], dtype=np.float64)))
             self._ann = []
+
+    def set_folding(self, fold: bool) -> None:
+        """Record whether this (empty) database folds diacritics (see annodb.open)."""
+        self._check()
+        if self._next_address or self._documents:
+            raise StorageError(f"{self.db.path}: diacritic folding is chosen when a database "
+                               "is created, before it holds content")
+        self._txn.set_meta(FOLD_DIACRITICS, bool(fold))
+        self.fold_diacritics = bool(fold)
 
     def annotate(self, feature: str, p: int, q: int, value: float = 0.0) -> None:
         """Annotate addresses p..q with `feature` carrying `value`. An exact duplicate (p, q)
@@ -463,30 +611,36 @@ class Writer(Snapshot):
             raise AnnodbError("a feature name cannot be empty")
         if p < 0 or q < p:
             raise AnnodbError(f"bad interval [{p}, {q}]: need 0 <= p <= q")
+        storage.check_address(q, f"annotating [{p}, {q}]")
         if q >= self._next_address:
             # reserve the addresses: text added later goes after them, never inside
             self._next_address = q + 1
         value = float(value)
         if value != value:
             raise AnnodbError("an annotation value cannot be NaN")
-        self._annotate_id(self._intern(feature), p, q, value)
+        fid = self._intern(feature)
+        if tokenizer.tokens(feature) == [feature]:  # a word's list: df no longer known
+            self._txn.forget_stats(fid)
+        self._annotate_id(fid, p, q, value)
         self._dirty = True
 
     def _annotate_id(self, fid: int, p: int, q: int, value: float) -> None:
         self._ann.extend((fid, p, q, value))
 
-    def note(self, docno: str, text: str, *, features=("note:",),
+    def note(self, docno: str, text: str, *, features=(),
              note_docno: str | None = None) -> Added:
         """Attach a searchable note to the document `docno`: a new document holding `text`
-        (docno `note_docno`, replaced if present; default `note:<docno>:<address>`), its
-        range annotated with each of `features` valued with the target's first address, a
-        link: `(>> : (@ note:))` is the noted documents, `(<< word note:)` searches notes."""
+        (docno `note_docno`, replaced if present; default `note:<docno>:<address>`) in the
+        container `note:`, apart from the collection (no hit of its searches, not counted
+        among its documents). Its range carries `note:` and each of `features`, valued with
+        the target's first address, a link: `(>> : (@ note:))` is the noted documents;
+        `search(q, container="note:")` and `(<< word note:)` search the notes."""
         self._check()
         target = self.document(docno)
         if note_docno is None:
             note_docno = f"note:{docno}:{self._next_address}"
-        added = self.add(text, docno=note_docno, replace=True)
-        for feature in features:
+        added = self.add(text, docno=note_docno, replace=True, container=NOTES)
+        for feature in dict.fromkeys((NOTES, *features)):
             self.annotate(feature, added.start, added.end, float(target.start))
         return added
 
@@ -498,15 +652,36 @@ class Writer(Snapshot):
         p, q = int(p), int(q)
         if p < 0 or q < p:
             raise AnnodbError(f"bad range [{p}, {q}]: need 0 <= p <= q")
+        storage.check_address(q, f"erasing [{p}, {q}]")
+        es, ee = self._txn.erased()
         for doc in list(self._txn.docs_overlapping(p, q)):
+            if doc.container == DOCUMENT:  # (documents kept apart are not in the statistics)
+                self._uncount(doc, p, q, (es, ee))
             if p <= doc.start and doc.end <= q:
                 self._txn.delete_doc(doc)
-                self._documents -= 1
-                self._tokens -= doc.tokens
-        es, ee = self._txn.erased()
+                if doc.container == DOCUMENT:
+                    self._documents -= 1
+                    self._tokens -= doc.tokens
+                else:
+                    self._apart = (self._apart[0] - 1, self._apart[1] - doc.tokens)
         es, ee = kernels.merge_ranges(np.append(es, p), np.append(ee, q))
         self._txn.set_erased(es, ee)
         self.lists.reset()
+
+    def _uncount(self, doc: Document, p: int, q: int, erased) -> None:
+        """Take what erasing p..q removes of `doc` out of the statistics: the df of each
+        word whose live postings in it all lie in p..q, and when it goes whole, its
+        fields."""
+        words = statistics.lost_words(doc, p, q, erased)
+        if words:
+            found = list(map(self._vocab.get, words))  # (new words are not stored yet)
+            if None in found:
+                found = [f if f is not None else g for f, g in
+                         zip(found, self._txn.feature_ids(words))]
+            fids = np.array([f for f in found if f is not None], dtype=np.int64)
+            self._txn.add_doc_frequencies(fids, np.full(len(fids), -1, np.int64))
+        if p <= doc.start and doc.end <= q:
+            self._count_fields(statistics.document_fields(doc), -1)
 
     def delete(self, docno: str) -> bool:
         """Delete the document with this docno (erasing its addresses). False if absent."""
@@ -590,7 +765,8 @@ class Writer(Snapshot):
             self._ann_arrays = []
         if new_blocks:
             fids, firsts, bufs, offsets = zip(*new_blocks)
-            txn.put_blocks(np.concatenate(fids), np.concatenate(firsts), bufs, offsets)
+            txn.put_blocks(np.concatenate(fids), np.concatenate(firsts), bufs, offsets,
+                           tails=token_fids)
         for fid, lst in later:  # old features, or new ones with tokens too: after the append
             txn.add_to_list(fid, *lst, storage.ANNOTATION_BLOCK)
         self._flush_docs()  # last: their compression ran meanwhile

@@ -114,9 +114,10 @@ class Fts5:
 
 class Tantivy:
     name = "tantivy"
+    stored = False  # whether the body is stored (annodb and FTS5 keep the text)
 
     def __init__(self, workdir: str):
-        self.path = os.path.join(workdir, "tantivy")
+        self.path = os.path.join(workdir, "tantivy-stored" if self.stored else "tantivy")
 
     def ingest(self, corpus: str) -> None:
         import tantivy as tv
@@ -124,7 +125,7 @@ class Tantivy:
         os.makedirs(self.path)
         builder = tv.SchemaBuilder()
         builder.add_text_field("docid", stored=True, tokenizer_name="raw")
-        builder.add_text_field("body", stored=False)
+        builder.add_text_field("body", stored=self.stored)
         index = tv.Index(builder.build(), path=self.path)
         writer = index.writer(heap_size=512_000_000, num_threads=2)
         for docid, texts in records(corpus):
@@ -150,11 +151,21 @@ class Tantivy:
         return dir_size(self.path)
 
 
-def available() -> list[type]:
+class TantivyStored(Tantivy):
+    """tantivy keeping the body too: the fair size comparison."""
+    name = "tantivy (body stored)"
+    stored = True
+
+
+def available(stored: bool = False) -> list[type]:
+    """The engines to compare (tantivy when installed; with `stored`, also tantivy keeping
+    the text, as annodb and FTS5 do)."""
     engines = [Annodb, Fts5]
     try:
         import tantivy  # noqa: F401
         engines.append(Tantivy)
+        if stored:
+            engines.append(TantivyStored)
     except ImportError:
         pass
     return engines

@@ -2,6 +2,7 @@
 
     python -m benchmarks.run --small     # MS MARCO sample + Nave verses, about a minute
     python -m benchmarks.run             # the scale corpus (see benchmarks/README.md)
+    python -m benchmarks.run --growth    # the scale corpus at 1x and 4x (benchmarks/growth.py)
 
 For each corpus and engine (each engine in a child process of its own, so peak memory is
 its own): ingest wall time, tokens/s, size on disk, peak RSS; then the 4,435 real LLM
@@ -251,6 +252,9 @@ def main(argv=None) -> int:
     ap.add_argument("--small", action="store_true", help="MS MARCO sample + Nave verses")
     ap.add_argument("--corpus", help="the scale corpus JSONL (default: built under "
                     "benchmarks/work/ with ../shared/tools/build_bench_corpus.py)")
+    ap.add_argument("--growth", action="store_true",
+                    help="the scale corpus at 1x and 4x: growth factors, ingest memory, server")
+    ap.add_argument("--sixteen", action="store_true", help="with --growth: 16x too")
     args = ap.parse_args(argv)
     if not os.path.isdir(SHARED):
         print(f"benchmarks need ../shared (not found at {SHARED}); set ANNODB_SHARED",
@@ -273,6 +277,11 @@ def main(argv=None) -> int:
     if not os.path.exists(corpus):
         from benchmarks import corpus as build
         build.build(corpus, SHARED)
+    if args.growth:
+        from benchmarks import growth
+        record("growth", "## Growth (`python -m benchmarks.run --growth`)\n\n" + head +
+               growth.run(corpus, WORK, queries, sixteen=args.sixteen))
+        return 0
     record("scale", "## Scale (`python -m benchmarks.run`)\n\n" + head +
            compare(corpus, "scale", queries))
     return 0

@@ -1,15 +1,18 @@
-"""Server throughput and latency: 1, 4 and 16 concurrent clients replaying real agent queries.
+"""Server throughput and latency: 1, 2, 4 and 16 concurrent clients replaying real agent queries.
 
 Builds a database of the MS MARCO sample (../shared/data/rag24/msmarco-sample.jsonl, records
-{"docid", "text"}) in a temporary directory, starts `annodb serve` on it as a subprocess,
+{"docid", "text"}) in a temporary directory (or uses the database given with --db, e.g. the
+scale corpus's benchmarks/work/scale/annodb.db), starts `annodb serve` on it as a subprocess
+(one worker process per core unless --processes says otherwise),
 and has N client threads (one connection each) replay the 4,435 queries an LLM agent wrote
 (tests/data/vole-queries.tsv, 4th column), each taking the next query from a shared list:
 one query = one `query` op (rank 1) and 9 `next` ops (fewer when the ranking ends first),
 the way the Vole reads a result page. Latency is per query (all its round trips) and for
 the `query` op alone, measured by the client. Prints a markdown table.
 
-    python benchmarks/server_bench.py                      # 1, 4 and 16 clients
+    python benchmarks/server_bench.py                      # 1, 2, 4 and 16 clients
     python benchmarks/server_bench.py --clients 1,8 --limit 500
+    python benchmarks/server_bench.py --db benchmarks/work/scale/annodb.db --processes 1
 
 Without ../shared (the data is not in this repository) it says so and exits 0.
 """
@@ -60,10 +63,11 @@ def build(path: str) -> tuple[float, int]:
 class Served:
     """`annodb serve` in a subprocess; its stderr is drained on a thread."""
 
-    def __init__(self, db: str, timeout: float):
+    def __init__(self, db: str, timeout: float, processes: int | None = None):
+        extra = ["--processes", str(processes)] if processes else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from cli.serve import serve; serve()", "--db", db,
-             "--port", "0", "--timeout", str(timeout)],
+            [sys.executable, "-c", "from annodb_cli.serve import serve; serve()", "--db", db,
+             "--port", "0", "--timeout", str(timeout)] + extra,
             cwd=REPO, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": REPO})
         line = self.proc.stderr.readline().decode()
         m = re.search(r"listening on port (\d+)", line)
@@ -170,9 +174,43 @@ def _lat(ms: np.ndarray) -> str:
     return f"{p50:.2f} / {p90:.2f} / {p99:.2f} / {ms.max():.1f}"
 
 
+def measure(db: str, queries: list[str], counts: list[int], timeout: float = 60.0,
+            processes: int | None = None) -> str:
+    """Serve `db` and replay `queries` with each number of clients: a markdown table."""
+    served = Served(db, timeout, processes)
+    try:
+        replay(served.port, queries[:200], 4)                 # warm up
+        runs = [replay(served.port, queries, n) for n in counts]
+    finally:
+        code = served.stop()
+    return _table(runs, code)
+
+
+def _table(runs: list[dict], code: int) -> str:
+    lines = ["| clients | queries/s | requests/s | per query (query + next), ms: median / p90 / "
+             "p99 / max | `query` op alone, ms: median / p90 / p99 / max | wall s |",
+             "|---:|---:|---:|---|---|---:|"]
+    for r in runs:
+        lines.append(f"| {r['clients']} | {r['queries'] / r['wall']:,.0f} | "
+                     f"{r['requests'] / r['wall']:,.0f} | {_lat(r['total'])} | "
+                     f"{_lat(r['first'])} | {r['wall']:.1f} |")
+    base = runs[0]["queries"] / runs[0]["wall"]
+    lines += ["", "queries/s against " + f"{runs[0]['clients']} client(s): " + ", ".join(
+        f"{r['clients']} clients {r['queries'] / r['wall'] / base:.2f}x" for r in runs[1:])]
+    o = runs[0]["outcome"]
+    lines += ["", f"{runs[0]['queries']:,} queries per run: {o['hits']:,} with results, "
+              f"{o['empty']:,} with none, {o['query error']:,} query errors, {o['timeout']:,} "
+              f"over the time limit; {runs[0]['requests']:,} requests. Server exit code {code}."]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--clients", default="1,4,16", help="comma-separated client counts")
+    ap.add_argument("--clients", default="1,2,4,16", help="comma-separated client counts")
+    ap.add_argument("--db", help="serve this database (default: the MS MARCO sample, built "
+                    "in a temporary directory)")
+    ap.add_argument("--processes", type=int, help="the server's worker processes (default: "
+                    "one per core)")
     ap.add_argument("--limit", type=int, default=0, help="replay only the first N queries")
     ap.add_argument("--timeout", type=float, default=60.0, help="the server's query limit (s)")
     args = ap.parse_args(argv)
@@ -185,28 +223,19 @@ def main(argv=None) -> int:
         queries = queries[:args.limit]
     counts = [int(x) for x in args.clients.split(",") if x.strip()]
     with tempfile.TemporaryDirectory(prefix="annodb-server-bench-") as tmp:
-        db = os.path.join(tmp, "msmarco.db")
-        seconds, docs = build(db)
-        print(f"ingested {docs:,} documents in {seconds:.1f}s; replaying {len(queries):,} "
-              f"queries (query + {PAGE - 1} next each), {os.cpu_count()} CPUs", flush=True)
-        served = Served(db, args.timeout)
-        try:
-            replay(served.port, queries[:200], 4)                 # warm up
-            runs = [replay(served.port, queries, n) for n in counts]
-        finally:
-            code = served.stop()
-    lines = ["| clients | queries/s | requests/s | per query (query + next), ms: median / p90 / "
-             "p99 / max | `query` op alone, ms: median / p90 / p99 / max | wall s |",
-             "|---:|---:|---:|---|---|---:|"]
-    for r in runs:
-        lines.append(f"| {r['clients']} | {r['queries'] / r['wall']:,.0f} | "
-                     f"{r['requests'] / r['wall']:,.0f} | {_lat(r['total'])} | "
-                     f"{_lat(r['first'])} | {r['wall']:.1f} |")
-    o = runs[0]["outcome"]
-    lines += ["", f"{runs[0]['queries']:,} queries per run: {o['hits']:,} with results, "
-              f"{o['empty']:,} with none, {o['query error']:,} query errors, {o['timeout']:,} "
-              f"over the time limit; {runs[0]['requests']:,} requests. Server exit code {code}."]
-    text = "\n".join(lines)
+        if args.db:
+            db = args.db
+            import annodb
+            with annodb.open(db, readonly=True) as opened:
+                docs = opened.stats().documents
+            print(f"serving {db} ({docs:,} documents)", flush=True)
+        else:
+            db = os.path.join(tmp, "msmarco.db")
+            seconds, docs = build(db)
+            print(f"ingested {docs:,} documents in {seconds:.1f}s", flush=True)
+        print(f"replaying {len(queries):,} queries (query + {PAGE - 1} next each), "
+              f"{os.cpu_count()} CPUs", flush=True)
+        text = measure(db, queries, counts, args.timeout, args.processes)
     print()
     print(text)
     if not args.limit:
@@ -214,13 +243,13 @@ def main(argv=None) -> int:
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         from benchmarks.run import machine, record
         now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+        what = f"`{os.path.relpath(db, REPO)}` ({docs:,} documents)" if args.db else \
+            "the MS MARCO sample"
+        procs = args.processes or os.cpu_count()
         record("server", "## Server (`python benchmarks/server_bench.py`)\n\n"
-               f"Run {now} on {machine()}: `annodb serve` on the MS MARCO sample, clients on "
-               "the same machine (loopback), each query = `query` + up to 9 `next`.\n\n"
-               + text)
-    unexpected = [line for line in served.log if "shutting down" not in line]
-    if unexpected:
-        print("server stderr:", "".join(unexpected[-20:]), sep="\n")
+               f"Run {now} on {machine()}: `annodb serve` ({procs} worker processes) on "
+               f"{what}, clients on the same machine (loopback), each query = `query` + up "
+               "to 9 `next`.\n\n" + text)
     return 0
 
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
-from annodb.database import DEFAULT_PATH
 from annodb.errors import AnnodbError
 from annodb.ranking import DEPTH
-from annodb.server import QUERY_TIMEOUT, Server
+from annodb.protocol import MAX_POSTINGS
+from annodb.server import IDLE_TIMEOUT, LINE_TIMEOUT, QUERY_TIMEOUT, THREADS, Server
+
+from .main import db_option
 
 
 def _fields(ctx, param, value: str | None) -> list[str] | None:
@@ -23,8 +26,7 @@ def _fields(ctx, param, value: str | None) -> list[str] | None:
 
 
 @click.command()
-@click.option("--db", "db", metavar="PATH", envvar="ANNODB_DB", default=DEFAULT_PATH,
-              show_default=True, show_envvar=True, help="The database directory.")
+@db_option
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="The address to listen on; anything but loopback requires --token.")
 @click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,
@@ -40,25 +42,55 @@ def _fields(ctx, param, value: str | None) -> list[str] | None:
               help="Require \"token\": T in every request.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=QUERY_TIMEOUT,
               show_default=True, metavar="SECONDS",
-              help="Answer a query still running after this long with an error (0: no limit).")
-def serve(db, host, port, container, fields, depth, token, timeout):
+              help="Stop a query still running after this long, with an error (0: no limit).")
+@click.option("--max-postings", type=click.IntRange(min=0), default=MAX_POSTINGS,
+              show_default=True, metavar="N",
+              help="Stop a query that reads or makes more than N intervals (0: no limit).")
+@click.option("--processes", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Worker processes serving connections  [default: one per core]")
+@click.option("--threads", type=click.IntRange(min=1), default=THREADS, show_default=True,
+              metavar="N", help="Query threads in each worker process.")
+@click.option("--idle-timeout", type=click.FloatRange(min=1), default=IDLE_TIMEOUT,
+              show_default=True, metavar="SECONDS",
+              help="Close a connection silent this long.")
+@click.option("--line-timeout", type=click.FloatRange(min=1), default=LINE_TIMEOUT,
+              show_default=True, metavar="SECONDS",
+              help="Close a connection whose request line is not complete this long after "
+                   "it began.")
+@click.option("--cache-mb", type=click.IntRange(min=0), default=256, show_default=True,
+              metavar="MB", help="Decoded lists kept for queries, over all processes.")
+@click.option("--read-only", "readonly", is_flag=True,
+              help="Open the database read-only: annotate, note and judge are refused.")
+@click.option("--strict", is_flag=True,
+              help="Refuse malformed queries with an error, as the reference server does "
+                   "(default: lenient, repairs listed in \"warnings\").")
+def serve(db, host, port, container, fields, depth, token, timeout, max_postings, processes,
+          threads, idle_timeout, line_timeout, cache_mb, readonly, strict):
     """Serve the database to search agents: newline-delimited JSON over TCP.
 
     Speaks the protocol of Cottontail's ssr-server, so the Vole runner works unchanged:
     {"op":"query","query":G}, {"op":"next","qid":Q}, {"op":"document","docno":D}, plus
-    {"op":"count","query":G}, {"op":"stats"} and {"op":"annotate","docno":D,
-    "feature":F,"value":V}. Prints `listening on port N` on stderr once it accepts
+    {"op":"count","query":G}, {"op":"stats"}, {"op":"annotate","docno":D,
+    "feature":F,"value":V}, and the Vole's {"op":"judge",...}, {"op":"judgments",
+    "topic":T} and {"op":"topic",...}. Notes are kept apart from the collection: a query
+    finds them with "container":"note:". Prints `listening on port N` on stderr once it accepts
     connections; stops cleanly on Ctrl-C or SIGTERM. `annodb ingest` may run beside it:
-    new documents are seen by the next query.
+    new documents are seen by the next query. Connections are spread over worker
+    processes (one per core by default), so many agents are served at once.
 
     \b
     Example:
       annodb serve --db msmarco.db --fields title:,headings:,segment:
+      annodb serve --db msmarco.db --strict --port 8765
       printf '%s\\n' '{"op":"query","query":"(^ goth rock)"}' | nc 127.0.0.1 PORT
     """
     try:
         server = Server(db, host=host, port=port, container=container, fields=fields,
-                        depth=depth, token=token, query_timeout=timeout or None)
+                        depth=depth, token=token, query_timeout=timeout or None,
+                        max_postings=max_postings or None,
+                        processes=processes or os.cpu_count() or 1, workers=threads,
+                        idle_timeout=idle_timeout, line_timeout=line_timeout,
+                        cache_bytes=cache_mb << 20, readonly=readonly, strict=strict)
         server.serve_forever()
     except AnnodbError as err:
         click.echo(f"annodb: error: {err}", err=True)

@@ -7,17 +7,21 @@ exit 2 for usage errors and 1 for everything else; no traceback (VOLE_DEBUG=1 sh
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import threading
 
 import click
 import msgspec
 
-from cli import errors as _errors
+from . import errors as _errors
 
+from annodb import kernels as _kernels
 from annodb.database import DEFAULT_PATH
 from annodb.errors import AnnodbError
 from vole import agent as _agent
-from vole import evaluate as _evaluate
 from vole import judge as _judge
+from vole import prompts as _prompts
 from vole.backend import open_backend
 from vole.errors import VoleError
 from vole.model import APIS, Model
@@ -44,6 +48,12 @@ def vole():
       vole run --topics topics.tsv --db msmarco.db --model gpt-4.1 --out runs/a
       vole eval --qrels qrels.txt runs/a/vole.run
     """
+    _kernels.on_compile(_say_compiling)
+
+
+def _say_compiling() -> None:
+    click.echo("vole: compiling annodb's numba kernels on their first use (up to about a "
+               "minute on 2 cores); they are cached for later runs", err=True)
 
 
 def backend_options(f):
@@ -98,34 +108,92 @@ def _model(model_name, base_url, api, no_schema, audit=None) -> Model:
               show_default=True, help="Model calls per topic.")
 @click.option("--max-judgments", type=click.IntRange(min=1), default=_agent.MAX_JUDGMENTS,
               show_default=True, help="Distinct documents judged per topic.")
+@click.option("--instructions", "instructions_path", type=click.Path(dir_okay=False),
+              metavar="FILE", help="Instructions for the model from this file (e.g. the "
+                                   "published Vole runner's) instead of ours.")
+@click.option("--protocol", type=click.Choice(sorted(_prompts.PROTOCOLS)), default="ours",
+              show_default=True,
+              help="The observations' form: ours, or the published runner's (reference: "
+                   "server replies as JSON lines, with a skipped list).")
+@click.option("--continue", "continue_topics", is_flag=True,
+              help="Give topics that stopped at --max-calls in an earlier run that many "
+                   "more calls (a rerun skips them otherwise).")
 def run(topics_path, db, server, token, model_name, base_url, api, no_schema, out, max_calls,
-        max_judgments):
+        max_judgments, instructions_path, protocol, continue_topics):
     """Search for each topic, judging documents 0-3 and recording the judgments.
 
     Each judgment is committed to the database at once as the annotation
-    judgment:<qid> over the document (value: the grade) with a note document holding the
-    reason, so `(>> : (>= judgment:<qid> 3))` finds the grade-3 documents and a rerun of a
-    topic resumes from what is already judged. Prints one summary line per topic.
+    judgment:<qid> over the document (value: the grade) with a note holding the reason
+    (kept apart from the collection), so `(>> : (>= judgment:<qid> 3))` finds the grade-3
+    documents. A topic's stop is recorded too: rerunning the same command skips the
+    topics that reached a limit and resumes the others where they were (exactly: the run
+    file comes out as an uninterrupted run's). Ctrl-C or SIGTERM says which topics are
+    complete. Prints one summary line per topic.
 
     \b
     Example:
       vole run --topics topics.tsv --db msmarco.db --model gpt-4.1 --out runs/a
       vole run --topics topics.tsv --server 127.0.0.1:4000 --model qwen3 \\
           --base-url http://127.0.0.1:8000/v1 --api chat --max-calls 50
+      vole run --topics topics.tsv --db msmarco.db --model gpt-4.1 --out runs/p \\
+          --instructions vole-instructions.txt --protocol reference
     """
     _check_backend(db, server)
     topics = read_topics(topics_path)
-    with Outputs(out) as outputs:
-        with _backend(db, server, token, outputs.audit) as backend, \
-                _model(model_name, base_url, api, no_schema, outputs.audit) as model:
-            summaries = _agent.run(topics, model, backend, outputs,
-                                   _agent.Limits(max_calls, max_judgments), echo=click.echo)
+    instructions = _read_instructions(instructions_path) if instructions_path else None
+    summaries: list = []
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main else None
+    try:
+        with Outputs(out) as outputs:
+            with _backend(db, server, token, outputs.audit) as backend, \
+                    _model(model_name, base_url, api, no_schema, outputs.audit) as model:
+                _agent.run(topics, model, backend, outputs,
+                           _agent.Limits(max_calls, max_judgments), echo=click.echo,
+                           instructions=instructions, protocol=protocol,
+                           continue_topics=continue_topics, summaries=summaries)
+    except KeyboardInterrupt as err:
+        signame = "SIGTERM" if isinstance(err, _Terminated) else "SIGINT"
+        complete = [s.qid for s in summaries if s.complete]
+        rest = [t.qid for t in topics if t.qid not in complete]
+        click.echo(f"vole: interrupted ({signame}): {len(complete)} of {len(topics)} topics "
+                   f"complete ({', '.join(complete) or 'none'}); not complete: "
+                   f"{', '.join(rest) or 'none'}. Every judgment made is recorded in the "
+                   "database: rerun the same command to resume.", err=True)
+        sys.exit(143 if isinstance(err, _Terminated) else 130)
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
     failed = [s for s in summaries if s.error]
     click.echo(f"vole: {len(summaries)} topics, {sum(s.judgments for s in summaries)} "
                f"judgments; wrote {os.path.join(out, RUN)}", err=True)
+    if len(summaries) < len(topics):
+        fail(f"{summaries[-1].error} (the run stopped: {len(topics) - len(summaries)} "
+             "topics not run)")
     if failed:
         fail(f"{len(failed)} of {len(summaries)} topics stopped on an error "
              f"(first: {failed[0].qid}: {failed[0].error})")
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the run is so it ends as Ctrl-C does."""
+
+
+def _interrupt(signum, frame):
+    raise _Terminated()
+
+
+def _read_instructions(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as err:
+        fail(f"{path}: {err.strerror or err}")
+    except UnicodeDecodeError as err:
+        fail(f"{path}: not UTF-8 text ({err.reason})")
+    if not text.strip():
+        fail(f"{path}: the instructions file is empty")
+    return text
 
 
 @vole.command(name="eval")
@@ -148,6 +216,13 @@ def eval_(qrels, run_path, per_topic, as_json, measures):
       vole eval --qrels man86.qrels runs/a/vole.run
       vole eval --qrels man86.qrels runs/a/vole.run --per-topic --measure "R(rel=2)@100"
     """
+    try:
+        from vole import evaluate as _evaluate
+    except ImportError as err:
+        if err.name not in ("ir_measures", "pytrec_eval", "scipy"):
+            raise
+        fail(f"vole eval needs the evaluation extra ({err.name} is not installed): "
+             "pip install 'annodb[eval]'")
     result = _evaluate.evaluate(qrels, run_path, measures or _evaluate.MEASURES)
     if as_json:
         value = msgspec.to_builtins(result)

@@ -27,7 +27,7 @@ def test_ci_runs_the_readme_commands():
 
 
 def test_every_command_has_an_example_and_is_in_the_readme():
-    from cli.main import annodb
+    from annodb_cli.main import annodb
     readme = _read("README.md")
     import click
     ctx = click.Context(annodb)

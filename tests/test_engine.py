@@ -117,6 +117,9 @@ def agree(database, nodes, k, search=True):
             db.close()
 
 
+GAPS = st.text(" \n\r,.;:%-“”'(", max_size=4)
+
+
 @SETTINGS
 @given(databases(), st.lists(queries, min_size=1, max_size=4), ks)
 def test_queries_agree_with_reference(database, nodes, k):
@@ -126,13 +129,44 @@ def test_queries_agree_with_reference(database, nodes, k):
 @SETTINGS
 @given(st.integers(1, 450), st.data())
 def test_snippets_agree_with_reference(n, data):
-    toks = [f"w{i}" for i in range(n)]
+    """Random punctuation and whitespace between the tokens, maybe two fields."""
+    inner = st.lists(GAPS.filter(bool), min_size=n - 1, max_size=n - 1)
+    gaps = [data.draw(GAPS)] + data.draw(inner) + [data.draw(GAPS)]
+    text, spans = gaps[0], []
+    for i in range(n):
+        spans.append((len(text), len(text) + len(f"w{i}")))
+        text += f"w{i}" + gaps[i + 1]
     a = data.draw(st.integers(0, n - 1))
     b = data.draw(st.integers(a, n - 1))
     width = data.draw(st.sampled_from([5, 200]))
-    doc = annodb.Document("d", 100, 100 + n - 1, " ".join(toks), [], {}, n)
+    split = data.draw(st.integers(0, n - 1))   # a second field from token `split` on
+    fields = []
+    if split:
+        fields = [annodb.DocField("x", ":x:", 0, spans[split - 1][1], 100, 100 + split - 1),
+                  annodb.DocField("y", ":y:", spans[split][0], len(text), 100 + split,
+                                  100 + n - 1)]
+    doc = annodb.Document("d", 100, 100 + n - 1, text, fields, {}, n)
     got = snippets.make(doc, 100 + a, 100 + b, width=width).marked()
-    assert got == naive.snippet(toks, a, b, width)
+    first = split if split and a >= split else 0
+    assert got == naive.snippet(text, spans, a, b, width, first)
+
+
+def test_snippets_keep_punctuation_and_leave_out_the_fields_before_the_cover(tmp_path):
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        w.add({"id": "v", "book": "Gen", "text": "God said, “Let there be light,” and it was."})
+        w.add("Prices rose 3%. Then (briefly) they fell 10:30-ish!", docno="p")
+    with db.read() as r:
+        assert r.search("light")[0].snippet == \
+            "God said, “Let there be <cover>light</cover>,” and it was."
+        assert r.search('"gen god"')[0].snippet == "<cover>Gen God</cover> said, “Let " \
+            "there be light,” and it was."
+        assert r.search("(^ rose 3)")[0].snippet == \
+            "Prices <cover>rose 3</cover>%. Then (briefly) they fell 10:30-ish!"
+        first = snippets.make(r.document("p"), r.document("p").start + 7,
+                              r.document("p").start + 8, width=4)
+        assert first.marked() == "fell <cover>10:30</cover>-ish!"
+    db.close()
 
 
 def test_scores_are_exact(tmp_path):
@@ -152,7 +186,7 @@ def test_snippet_newlines_and_cover(tmp_path):
         w.add({"id": "r", "title": "Goth rock", "body": "line one\nline two goth"})
     with db.read() as r:
         hit = r.search("(^ two goth)")[0]
-        assert hit.snippet == "Goth rock line one line <cover>two goth</cover>"
+        assert hit.snippet == "line one line <cover>two goth</cover>"   # the body only
     db.close()
 
 
@@ -202,13 +236,14 @@ def test_search_text_ranks_tier_by_tier_and_conflates_stems(tmp_path):
         w.add("goths and their music", docno="goths")
         w.add("nothing here", docno="none")
     with db.read() as r:
-        results = r.search_text("Goth rock", k=10)
+        results = r.search_text("Goth rock", k=10, rank="ssr")
         docnos = [h.docno for h in results]
         assert docnos[0] == "both"                   # all the words: first tier
         assert set(docnos[1:]) == {"rock", "goths"}  # "goths" shares goth's stem
         assert "none" not in docnos
         assert [h.rank for h in results] == [1, 2, 3]
         assert "(^" in results.query
+        assert r.search_text("zebra", rank="ssr").hits == []
         assert r.search_text("zebra").hits == []
     db.close()
 
@@ -256,3 +291,112 @@ def test_regression_phrase_candidates_before_address_zero(tmp_path, common_words
     with db.read() as r:
         assert list(r.query('"a a b"')) == [(1, 3, 0.0)]
     db.close()
+
+
+def test_budget_stops_evaluation_inside(tmp_path):
+    """A query over its postings budget or past its deadline stops with QueryCostError
+    (checked before a list is read and after every node); within budget nothing changes."""
+    from annodb.errors import QueryCostError
+    from annodb.gcl import Budget
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        w.add_many([(f"common word {i} rare{i}", f"d{i}") for i in range(300)])
+    with db.read() as r:
+        q = "(^ common (+ word rare7))"
+        assert r.query(q, budget=Budget(postings=10_000)).starts.tolist() == \
+            r.query(q).starts.tolist()
+        with pytest.raises(QueryCostError, match="budget of 100"):
+            r.query(q, budget=Budget(postings=100))
+        with pytest.raises(QueryCostError, match="time limit"):
+            r.query(q, budget=Budget(seconds=0.0))
+        from annodb import ranking
+        with pytest.raises(QueryCostError):
+            ranking.rank(r, q, budget=Budget(postings=100))
+    db.close()
+
+
+def test_a_raw_term_naming_no_feature_warns_and_lenient_searches_its_words(tmp_path):
+    """Never a silent empty result: `10:30` names no feature, so the ranking says so; lenient
+    mode searches the words "10 30" instead (the Results and the server's Ranking carry the
+    warning); strict mode keeps the exact meaning (nothing) with the warning."""
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        w.add({"id": "d", "title": "Standup", "body": "meet at 10:30 in room 4"})
+    with db.read() as r:
+        found = r.search("(^ meet 10:30)", lenient=True)
+        assert [h.docno for h in found] == ["d"] and len(found.warnings) == 1
+        assert "searched its words" in found.warnings[0]
+        assert r.count("10:30", lenient=True) == 1
+        strict = r.search("(^ meet 10:30)")
+        assert len(strict) == 0 and "matches nothing" in strict.warnings[0]
+        assert r.count("10:30") == 0
+        assert r.search("(<< meet body:)").warnings == []         # a feature: no warning
+    db.close()
+
+
+FOLD_WORDS = ["café", "cafe", "Café", "naïve", "naive", "résumé", "resume", "crème",
+              "ø", "ελληνικά", "e\u0301te", "ete", "x"]
+
+
+@pytest.fixture(scope="module")
+def folding(tmp_path_factory):
+    """The same documents in a database made with fold_diacritics and, with their words
+    stripped of diacritics by hand, in a plain one."""
+    from annodb.tokenizer import strip_diacritics, tokens
+    import random
+    rng = random.Random(7)
+    texts = [" ".join(rng.choice(FOLD_WORDS) for _ in range(rng.randint(1, 12)))
+             for _ in range(40)]
+    base = tmp_path_factory.mktemp("fold")
+    fold = annodb.open(base / "fold.db", fold_diacritics=True)
+    plain = annodb.open(base / "plain.db")
+    with fold.write() as a, plain.write() as b:
+        for i, text in enumerate(texts):
+            a.add({"id": f"d{i}", "text": text})
+            b.add({"id": f"d{i}", "text": " ".join(map(strip_diacritics, tokens(text)))})
+    yield fold, plain
+    fold.close()
+    plain.close()
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from(FOLD_WORDS), min_size=1, max_size=3),
+       st.sampled_from(["^", "+", "...", "phrase"]))
+def test_a_folding_database_matches_without_diacritics(folding, words, op):
+    """Queries are folded the same way when they meet the database: a query on the folding
+    database gives exactly what its diacritic-free twin gives on the stripped text."""
+    from annodb.tokenizer import strip_diacritics, tokens
+    fold, plain = folding
+    stripped = [" ".join(map(strip_diacritics, tokens(w))) for w in words]
+    if op == "phrase":
+        query, twin = '"' + " ".join(words) + '"', '"' + " ".join(stripped) + '"'
+    else:
+        query, twin = (f"({op} {' '.join(x)})" for x in (words, stripped))
+    with fold.read() as a, plain.read() as b:
+        assert list(a.query(query)) == list(b.query(twin)), query
+        assert [(h.docno, h.score) for h in a.search(query, k=5)] == \
+            [(h.docno, h.score) for h in b.search(twin, k=5)]
+        assert [h.docno for h in a.search_text(" ".join(words), k=5)] == \
+            [h.docno for h in b.search_text(" ".join(stripped), k=5)]
+
+
+def test_diacritic_folding_is_chosen_when_a_database_is_made(tmp_path, folding):
+    fold, plain = folding
+    with fold.read() as r:
+        assert r.fold_diacritics and r.count("cafe") == r.count("CAFÉ") > 0
+        assert list(r.term("Résumé")) == list(r.term("resume"))
+    with plain.read() as r:
+        assert not r.fold_diacritics
+    db = annodb.open(tmp_path / "p.db")
+    with db.write() as w:
+        w.add("Un café", docno="a")
+    with db.read() as r:
+        assert (r.count("cafe"), r.count("café")) == (0, 1)   # the default: Cottontail's
+    db.close()
+    with pytest.raises(annodb.AnnodbError, match="does not fold diacritics .* holds content"):
+        annodb.open(tmp_path / "p.db", fold_diacritics=True)
+    annodb.open(tmp_path / "p.db", fold_diacritics=False).close()   # as it is: fine
+    db = annodb.open(tmp_path / "f.db", fold_diacritics=True)
+    db.close()
+    with annodb.open(tmp_path / "f.db") as again, again.read() as r:   # recorded
+        assert r.fold_diacritics

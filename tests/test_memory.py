@@ -43,10 +43,12 @@ def test_remember_get_and_recall(mem):
     assert docnos(found) == [b, a]                   # two covers beat one
     assert found[0].snippet == "Bob drinks <cover>coffee</cover>, black coffee"
     assert found[0].score > 0 and found[0].metadata["user"] == "bob"
-    # GCL: an expression, a quoted phrase, a feature
+    # GCL: an expression, a quoted phrase; a feature only when asked for
     assert docnos(mem.recall("(^ tea coffee)")) == [a]
     assert docnos(mem.recall('"black coffee"')) == [b]
-    assert docnos(mem.recall("user:bob")) == [b]
+    assert docnos(mem.recall("user:bob", gcl=True)) == [b]
+    assert mem.recall("user:bob").query == "bob"     # words ("user" is in no memory)
+    assert mem.recall("(^ tea coffee)", gcl=False).query.startswith("(^ tea coffee) ;")
     # lenient: the repair is reported
     repaired = mem.recall("(^ tea coffee")
     assert docnos(repaired) == [a] and repaired.warnings
@@ -67,10 +69,42 @@ def test_auto_docnos_step_around_chosen_ones(tmp_path):
 
 
 def test_gcl_detection():
-    for gcl in ("(^ a b)", '"a phrase"', "user:alice", ":", "(>= :importance: 3)"):
+    for gcl in ("(^ a b)", '"a phrase"', "(>= :importance: 3)", " ( + a b)", "(^ a b",
+                "(... a b)", "(# 3)", '(<<"a" b)'):
         assert is_gcl(gcl), gcl
-    for text in ("what does alice drink", "tea", "note: buy milk", '"unbalanced'):
+    for text in ("what does alice drink", "tea", "note: buy milk", '"unbalanced',
+                 "user:alice", ":", "10:30", "bob@example.com", "(see above) the plan",
+                 "(^_^)", '"a" and "b"', "=SUM(A1)", "(AND a b)"):
         assert not is_gcl(text), text
+
+
+LITERALS = {"bob@example.com": "Contact bob@example.com at 10:30", "10:30": None,
+            "https://example.org/a?b=1": "the docs are at https://example.org/a?b=1",
+            "TODO:": "TODO: rotate the keys", r"C:\keys": r"they live in C:\keys",
+            "=SUM": "the cell holds =SUM(A1:A3)", "#42": "closes #42", "x<y": "when x<y"}
+
+
+def test_free_text_is_text_whatever_characters_it_holds(mem):
+    """Input that is not GCL is words: an address, a time, a URL or a formula finds the
+    memory that holds it (it used to be taken as a feature name and find nothing)."""
+    made = {}
+    for query, text in LITERALS.items():
+        if text:
+            made[text] = mem.remember(text)
+    made[None] = made[LITERALS["bob@example.com"]]
+    for query, text in LITERALS.items():
+        found = mem.recall(query)
+        assert found and found[0].docno == made[text], (query, docnos(found))
+        assert found.warnings == []
+
+
+def test_a_gcl_term_naming_no_feature_is_searched_as_words_with_a_warning(mem):
+    m = mem.remember("Contact bob@example.com at 10:30", user="bob")
+    found = mem.recall("(^ contact 10:30)")
+    assert docnos(found) == [m]
+    assert found.warnings == ["'10:30' names no feature of the database; searched its "
+                              'words "10 30" instead']
+    assert mem.recall("(^ contact user:bob)").warnings == []      # a feature: no warning
 
 
 def test_where_strings_numbers_and_comparisons(mem):
@@ -89,7 +123,7 @@ def test_where_strings_numbers_and_comparisons(mem):
 
     assert where(user="alice") == ids("alice", "alice2")          # exact: not Alice, not smith
     assert where(user="alice smith (work)") == ids("smith")      # spaces and ( ) escaped
-    assert docnos(mem.recall(label("user", "alice smith (work)"))) == [m["smith"]]
+    assert docnos(mem.recall(label("user", "alice smith (work)"), gcl=True)) == [m["smith"]]
     assert where(user=["Alice", "bob"]) == ids("Alice", "bob")   # any of
     assert where(user=("!=", "alice")) == ids("Alice", "smith", "bob")
     assert where(importance=4) == ids("alice2")
@@ -132,10 +166,10 @@ def test_annotate_labels_filter_like_metadata(mem):
     a = mem.remember("the deploy key lives in the vault", importance=1)
     b = mem.remember("the deploy runs on fridays")
     mem.annotate(a, "useful", 3)
-    mem.annotate(b, "useful")                        # default 1.0
+    mem.annotate(b, "useful")                        # default 0, as every annotation
     mem.annotate(a, "importance", 5)                 # overrides the remembered value
     assert mem.get(a).metadata["useful"] == 3 and mem.get(a).metadata["importance"] == 5
-    assert mem.get(b).metadata["useful"] == 1
+    assert mem.get(b).metadata["useful"] == 0
     assert docnos(mem.recall("deploy", where={"useful": (">=", 2)})) == [a]
     assert docnos(mem.recall("(>> : (>= :useful: 2))")) == [a]
     assert docnos(mem.recall("deploy", where={"importance": 1})) == []
@@ -228,7 +262,7 @@ def test_several_processes_share_one_memory(tmp_path):
                                cwd=ROOT) for name in ("a", "b")]
     cli_runs = 0
     while any(p.poll() is None for p in agents) or cli_runs < 2:
-        done = subprocess.run([sys.executable, "-c", "from cli.main import annodb; annodb()",
+        done = subprocess.run([sys.executable, "-c", "from annodb_cli.main import annodb; annodb()",
                                "query", "--db", path, "--json", "-k", "3",
                                "(^ observation agent)"],
                               capture_output=True, text=True, cwd=ROOT, timeout=60)
@@ -259,7 +293,7 @@ def _server_params(path):
     if os.path.exists(ANNODB):
         return StdioServerParameters(command=ANNODB, args=["mcp", "--db", path], cwd=ROOT)
     return StdioServerParameters(command=sys.executable, cwd=ROOT, args=[
-        "-c", "from cli.main import annodb; annodb()", "mcp", "--db", path])
+        "-c", "from annodb_cli.main import annodb; annodb()", "mcp", "--db", path])
 
 
 def test_mcp_server_with_the_mcp_client(tmp_path):
@@ -289,11 +323,20 @@ def test_mcp_server_with_the_mcp_client(tmp_path):
                                where={"importance": [">=", 3]})
             assert [r["docno"] for r in found["results"]] == [a]
             assert found["filter"] == "(>> : (>= :importance: 3))"
+            c = (await call("remember", text="Carol: call bob@example.com at 10:30"))["docno"]
+            for query in ("bob@example.com", "10:30", "Carol:"):    # free text is text
+                found = await call("search", query=query)
+                assert found["results"][0]["docno"] == c, query
+            found = await call("search", query="(^ call 10:30)")
+            assert [r["docno"] for r in found["results"]] == [c]
+            assert "searched its words" in found["warnings"][0]
+            await call("forget", docno=c)
             found = await call("search")               # no query: the latest first
             assert [r["docno"] for r in found["results"]] == [b, a]
             doc = await call("read_document", docno=a)
             assert doc["text"] == "Alice is allergic to peanuts"
             assert doc["metadata"]["user"] == "alice"
+            assert (await call("annotate", docno=b, label="seen"))["value"] == 0   # default
             await call("annotate", docno=b, label="useful", value=2)
             found = await call("search", query="allergic", where={"useful": [">=", 2]})
             assert [r["docno"] for r in found["results"]] == [b]
@@ -307,3 +350,43 @@ def test_mcp_server_with_the_mcp_client(tmp_path):
     with annodb.Memory(path) as mem:                 # what the server committed is there
         (left,) = mem.history()
         assert left.text == "Bob is allergic to cats" and left.metadata["useful"] == 2
+
+
+FACTS = ["Alice is allergic to peanuts", "Alice's favourite colour is green",
+         "The meeting with the design team is on Tuesday",
+         "Bob's flight to Berlin leaves at 9am", "The wifi password is hunter2",
+         "Carol prefers tea over coffee", "It is what it is, said the team lead to the team",
+         "The cat is on the mat and it is happy, is it not?"]
+QUESTIONS = [("what is Alice allergic to?", 0), ("when does Bob's flight leave?", 3),
+             ("what's the wifi password?", 4), ("when is the meeting with the design team?", 2),
+             ("does Carol like coffee or tea?", 5), ("what colour does Alice like?", 1)]
+
+
+@pytest.mark.parametrize("rank", [None, "bm25", "fused", "ssr"])
+def test_recall_answers_natural_language_questions(mem, rank):
+    ids = [mem.remember(fact, user="u") for fact in FACTS]
+    for question, i in QUESTIONS:
+        found = mem.recall(question, k=1, rank=rank, where={"user": "u"})
+        assert [e.docno for e in found] == [ids[i]], (question, rank)
+    with pytest.raises(annodb.RankingError, match="choose one of"):
+        mem.recall("alice", rank="nope")
+
+
+def test_mcp_search_takes_a_rank(tmp_path):
+    from mcp import Client
+
+    path = str(tmp_path / "mcp.db")
+    with annodb.Memory(path) as m:
+        ids = [m.remember(fact) for fact in FACTS]
+
+    async def session():
+        async with Client(_server_params(path)) as client:
+            for rank in ("bm25", "fused", "ssr"):
+                result = await client.call_tool("search", {"query": "what is Alice allergic "
+                                                           "to?", "k": 1, "rank": rank})
+                assert not result.is_error, result.content
+                assert [r["docno"] for r in result.structured_content["results"]] == [ids[0]]
+            bad = await client.call_tool("search", {"query": "alice", "rank": "bm2"})
+            assert bad.is_error and "choose one of ssr, bm25" in bad.content[0].text
+
+    anyio.run(session)

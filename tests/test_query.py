@@ -297,3 +297,25 @@ def test_vole_queries():
             assert parse(text) == parsed
         assert parse(format(parsed.node)).node == parsed.node
     assert errors == 6
+
+
+# --- raw terms naming no feature (resolve) --------------------------------------------------
+
+def test_resolve_a_raw_term_naming_no_feature():
+    from annodb.query import resolve
+    known = {"title:", "user:bob"}.__contains__
+    query = node("(^ (<< 10:30 title:) user:bob (>= :x: 2) ::)")
+    lenient, warnings = resolve(query, known, lenient=True)
+    assert lenient == node('(^ (<< "10 30" title:) user:bob (>= "x" 2) ::)')
+    assert warnings == [
+        "'10:30' names no feature of the database; searched its words \"10 30\" instead",
+        "':x:' names no feature of the database; searched its words \"x\" instead",
+        "'::' names no feature of the database and has no words: it matches nothing"]
+    strict, warnings = resolve(query, known)
+    assert strict == query and len(warnings) == 3
+    assert warnings[0].startswith("'10:30' names no feature of the database, so it matches "
+                                  "nothing") and warnings[0].endswith('quote it: "10:30"')
+    assert resolve(node("(+ title: user:bob)"), known, lenient=True) == \
+        (node("(+ title: user:bob)"), [])
+    repeated, warnings = resolve(node("(+ a:b (^ a:b c))"), known, lenient=True)
+    assert repeated == node('(+ "a b" (^ "a b" c))') and len(warnings) == 1

@@ -22,10 +22,11 @@ import pytest
 from click.testing import CliRunner
 
 import annodb
+from annodb import protocol
 from annodb import server as server_module
 from annodb.ranking import rank
 from annodb.server import Server, ServerError
-from cli.serve import serve
+from annodb_cli.serve import serve
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIELDS = ["title:", "headings:", "segment:"]
@@ -177,12 +178,16 @@ def test_no_match_is_done(server):
                                                "done": True}
 
 
-def test_qids_count_up_for_the_life_of_the_process(server):
+def test_qids_count_up_on_each_connection(server):
+    """q0, q1, ... in the order a connection issued its queries, as the reference server
+    numbers them for its (one) client; a qid names a query of its own connection only."""
     with Client(server.port) as a, Client(server.port) as b:
-        qids = [int(x(op="query", query="world")["qid"][1:]) for x in (a, b, a, b)]
-    assert qids == sorted(qids) and len(set(qids)) == 4
-    with Client(server.port) as c:                               # qids are global
-        assert c(op="next", qid=f"q{qids[0]}")["ok"]
+        qids = [x(op="query", query="world")["qid"] for x in (a, b, a, b)]
+        assert qids == ["q0", "q0", "q1", "q1"]
+        assert a(op="next", qid="q1")["ok"]
+    with Client(server.port) as c:
+        r = c(op="next", qid="q0")
+        assert r["ok"] is False and "Unknown qid" in r["error"]
 
 
 def test_lenient_repairs_appear_as_warnings(server, db):
@@ -194,6 +199,10 @@ def test_lenient_repairs_appear_as_warnings(server, db):
         r = c(op="query", query='("hello")')
         assert r["ok"] and any("unwrapped" in w for w in r["warnings"])
         assert "warnings" not in c(op="query", query="(^ hello world)")
+        r = c(op="query", query="(^ hello world:)")     # names no feature: its words
+        assert r["ok"] and r["docno"] == expected_ranks(db, "(^ hello world)")[0]
+        assert r["warnings"] == ["'world:' names no feature of the database; searched its "
+                                 'words "world" instead']
 
 
 def test_query_errors(server):
@@ -370,14 +379,14 @@ def test_concurrent_clients_get_consistent_answers(server, db):
 
 def test_a_slow_query_times_out_and_does_not_stall_others(db, monkeypatch):
     release = threading.Event()
-    real_rank = server_module.rank
+    real_rank = protocol.rank
 
     def slow_rank(snapshot, gcl, **kw):
         if "slowpoke" in gcl:
             release.wait(10)
         return real_rank(snapshot, gcl, **kw)
 
-    monkeypatch.setattr(server_module, "rank", slow_rank)
+    monkeypatch.setattr(protocol, "rank", slow_rank)
     with Server(db.path, query_timeout=4.0) as s, Client(s.port) as slow, \
             Client(s.port) as fast:
         slow.sock.sendall(b'{"op":"query","query":"(+ slowpoke hello)"}\n')
@@ -450,7 +459,9 @@ def test_note(server, db):
         r = c(op="note", docno="p2", qid="t7", text="Explains hello world in full.")
         assert r == {"op": "note", "ok": True, "docno": "note:t7:p2", "target": "p2"}
         assert c(op="query", query="(>> : (@ note:t7))")["docno"] == "p2"
-        assert c(op="query", query="(<< explains note:)")["docno"] == "note:t7:p2"
+        # notes are apart from the collection: found when a query asks for them
+        assert c(op="query", query="explains")["done"] is True
+        assert c(op="query", query="explains", container="note:")["docno"] == "note:t7:p2"
         for request, wanted in [({"docno": "p2"}, "Missing text"),
                                 ({"docno": "nope", "text": "x"}, "Unknown docno"),
                                 ({"docno": "p2", "text": "x", "qid": "a b"}, "qid must")]:
@@ -542,7 +553,7 @@ def test_subprocess_server_with_sigterm(db):
     """The real command: listening line on stderr, queries, a commit from this process seen
     by the next query, an annotation (the read-only handle reopened read-write), SIGTERM."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from cli.serve import serve; serve()", "--db", db.path,
+        [sys.executable, "-c", "from annodb_cli.serve import serve; serve()", "--db", db.path,
          "--port", "0", "--fields", "title:,segment:"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": REPO})
@@ -579,3 +590,27 @@ def test_respond_without_sockets(server):
     record = json.loads(server.respond('{"op":"document","docno":"p4"}'))
     assert record["response"]["document"] == "goodbye world"
     assert json.loads(server.respond(b"{"))["response"]["op"] == "parse"
+
+
+def test_query_rank_field(server, db):
+    """The additive "rank" field: BM25 (or fused) order of the same matches; without it
+    SSR, as the reference server ranks; a mistyped ranker is an error line."""
+    query = "(+ hello world)"
+    with db.read() as snap:
+        want = [h.docno for h in snap.search(query, k=1000, rank="bm25")]
+    with Client(server.port) as c:
+        r = c(op="query", query=query, rank="bm25")
+        assert r["ok"] and r["rank"] == 1 and r["docno"] == want[0]
+        got = [r["docno"]]
+        while True:
+            r = c(op="next", qid=r["qid"])
+            if r.get("done"):
+                break
+            got.append(r["docno"])
+        assert got == want
+        assert sorted(all_ranks(c, query)) == sorted(want)
+        assert all_ranks(c, query) == expected_ranks(db, query) != want
+        bad = c(op="query", query=query, rank="bm2")
+        assert bad == {"op": "query", "ok": False,
+                       "error": "unknown ranker 'bm2': choose one of ssr, bm25, fused, sparse"}
+        assert c(op="query", query=query, rank="fused")["ok"]

@@ -89,3 +89,15 @@ def test_bulk_tokenizer_grows_past_its_first_arrays():
     words, starts = _bulk(text)
     assert words == tokens(text)
     assert len(set(words)) == 20000 + 1 + 2
+
+
+def test_strip_diacritics():
+    """NFD, the combining diacritical marks U+0300..U+036F dropped, NFC (what FTS5's
+    remove_diacritics drops; for every script they decompose from)."""
+    from annodb.tokenizer import strip_diacritics
+    cases = {"café": "cafe", "cafe\u0301": "cafe", "naïve": "naive", "résumé": "resume",
+             "ñandú": "nandu", "ελληνικά": "ελληνικα", "ἄνθρωπος": "ανθρωπος", "й": "и",
+             "łódź": "łodz", "ø": "ø", "ß": "ß", "किताब": "किताब", "한국어": "한국어",
+             "\u0301": "\u0301", "plain": "plain", "x²": "x²"}
+    for word, want in cases.items():
+        assert strip_diacritics(word) == want, word

@@ -10,21 +10,23 @@ import ipaddress
 import json
 import math
 import os
-import re
 import socket
+import subprocess
+import sys
 
 import ir_measures
 import pytest
 from click.testing import CliRunner
 
 import annodb
-from annodb import server as server_module
+import vole_policy
 from annodb.ingest import ingest
+from annodb.judgments import note_docno
 from annodb.server import Server
-from cli.vole import vole
+from annodb_cli.vole import vole
 from fake_openai import FakeOpenAI, Status
 from vole import decision, runfile
-from vole.backend import Local, Remote, note_docno
+from vole.backend import Local, Remote
 from vole.errors import DecisionError, InputError, ModelError
 from vole.evaluate import evaluate
 from vole.model import Model
@@ -90,10 +92,10 @@ def topics(tmp_path):
 
 
 def shown(request):
-    """(qid, rank, docno) of the last result in the latest observation."""
-    found = re.findall(r"(q\d+) rank (\d+): docno (\S+)", request.last)
-    assert found, request.last
-    return found[-1]
+    """(qid, rank, docno) of the result in the latest observation (either protocol)."""
+    kind, result, _ = vole_policy._seen(request.last)
+    assert kind == "result", request.last
+    return result
 
 
 def judge(grade, reason="a reason", action=None):
@@ -134,8 +136,8 @@ FIRST_RUN = ["Gen.1.5", "Gen.1.3", "Gen.1.18", "Gen.1.16"]
 
 
 def second_script():
-    """The rerun: its first query finds only a judgment note, its second only judged
-    documents (skipped and reported)."""
+    """The rerun: its first query matches only a judgment note (kept apart: nothing), its
+    second only judged documents (skipped and reported)."""
     return [
         query("luminous"),
         query("(^ light day)"),
@@ -146,8 +148,8 @@ def second_script():
     ]
 
 
-# earlier judgments first (by docno), then this run's; stably by grade
-SECOND_RUN = ["Gen.1.3", "Gen.1.5", "Gen.1.4", "Gen.1.18", "Gen.1.16", "Gen.1.7"]
+# by grade, then discovery order over both runs
+SECOND_RUN = ["Gen.1.5", "Gen.1.3", "Gen.1.4", "Gen.1.18", "Gen.1.16", "Gen.1.7"]
 
 
 def vole_run(*args):
@@ -300,8 +302,9 @@ def test_run_end_to_end_then_resume(bible, topics, tmp_path):
     assert len([a for a in audit if a["kind"] == "model-retry"]) == 2
     backend = [a for a in audit if a["kind"] == "backend"]
     assert [a["request"]["op"] for a in backend] == [
-        "judged", "query", "query", "judge", "next", "judge", "next", "judge", "document",
-        "judge"]
+        "judgments", "query", "query", "judge", "next", "judge", "next", "judge",
+        "document", "judge", "topic"]
+    assert all(a["topic"] == "t1" for a in audit)
     assert all("time" in a and "response" in a for a in backend)
     assert backend[1]["response"]["ok"] is False                 # the invalid query
     summary = jsonl(out, "summary.jsonl")
@@ -316,8 +319,11 @@ def test_run_end_to_end_then_resume(bible, topics, tmp_path):
             starts = sorted(r.document(d).start for d in FIRST_RUN)
             assert r.query("(@ note:t1)").starts.tolist() == starts
             assert r.query("(@ note:)").starts.tolist() == starts
-            hits = r.search("(^ luminous (<< day note:t1))", k=5)
+            # the notes are apart from the collection, found when asked for
+            assert list(r.search("(^ luminous day)", k=5)) == []
+            hits = r.search("(^ luminous (<< day note:t1))", k=5, container="note:")
             assert [h.docno for h in hits] == [note_docno("t1", "Gen.1.5")]
+            assert r.stats().documents == 398 and r.stats().agent_documents == 5
             assert "Reason: names the luminous first day" in \
                 r.document(note_docno("t1", "Gen.1.5")).text
 
@@ -332,10 +338,9 @@ def test_run_end_to_end_then_resume(bible, topics, tmp_path):
         result.stdout
     opening = requests[0].last
     assert "already graded 4 documents" in opening
-    assert "Gen.1.16 (grade 1), Gen.1.18 (grade 2), Gen.1.3 (grade 3), Gen.1.5 (grade 3)" \
+    assert "Gen.1.16 (grade 1), Gen.1.5 (grade 3), Gen.1.18 (grade 2), Gen.1.3 (grade 3)" \
         in opening
-    assert ("Skipped 1 result(s) graded before: note:t1:Gen.1.5 (rank 1, a judgment note, "
-            "not a document).\nq0: no more results.") in requests[1].last
+    assert requests[1].last.startswith("q0: nothing matched this query.")
     assert ("Skipped 3 result(s) graded before: Gen.1.16 (rank 1, grade 1), Gen.1.5 "
             "(rank 2, grade 3), Gen.1.18 (rank 3, grade 2).\nq1: no more results."
             ) in requests[2].last
@@ -367,12 +372,10 @@ def test_same_run_through_the_server(bible, topics, tmp_path):
     assert [line.split()[2] for line in run_lines(out)] == FIRST_RUN
     assert [line.split()[2] for line in run_lines(out2)] == SECOND_RUN
     ops = [a["request"]["op"] for a in jsonl(out, "audit.jsonl") if a["kind"] == "backend"]
-    assert ops.count("annotate") == 4 and ops.count("note") == 4
+    # a judgment and its reason are one request (one transaction)
+    assert ops.count("judge") == 4 and "annotate" not in ops and "note" not in ops
     with annodb.open(bible) as db:
         assert docnos(db, "(>> : (>= judgment:t1 0))") == set(SECOND_RUN)
-        if "note" not in server_module.OPS:
-            pytest.skip("annodb serve has no `note` op yet: notes through the server are "
-                        "not stored (judgments are)")
         with db.read() as r:
             starts = sorted(r.document(d).start for d in SECOND_RUN)
             assert r.query("(@ note:t1)").starts.tolist() == starts
@@ -401,7 +404,7 @@ def test_remote_backend_errors_come_back_as_responses(bible):
             assert not remote.next("q99")["ok"]
             assert not remote.document("nope")["ok"]
             assert not remote.judge("t9", "nope", 2, "x")["ok"]
-            assert remote.judged("t9") == {}
+            assert remote.judgments("t9") == ([], None)
     finally:
         server.shutdown()
     with Local(bible) as local:
@@ -437,6 +440,25 @@ def test_eval_gives_the_ndcg_ir_measures_computes(tmp_path):
     assert data["measures"]["nDCG@10"] == pytest.approx(expected)
     assert data["per_topic"]["2"]["nDCG@10"] == 1.0 and data["per_topic"]["3"]["P@10"] == 0
     assert evaluate(str(qrels), str(run)).missing == ["3"]
+
+
+def test_eval_without_the_eval_extra_says_how_to_install_it(tmp_path):
+    """ir-measures (and scipy) are the extra annodb[eval]: without them `vole eval` is one
+    error line saying so, and the rest of the Vole runs (this runs in a child process so
+    the missing package is really missing there)."""
+    (tmp_path / "q").write_text("1 0 a 1\n")
+    (tmp_path / "r").write_text("1 Q0 a 1 1 x\n")
+    code = ("import sys\nsys.modules['ir_measures'] = None\n"
+            "from annodb_cli.vole import vole\nvole()")
+    for args, status in ((["eval", "--qrels", "q", "r"], 1), (["--help"], 0)):
+        done = subprocess.run([sys.executable, "-c", code] + args, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == status, done.stderr
+    assert done.stdout.startswith("Usage:")
+    done = subprocess.run([sys.executable, "-c", code, "eval", "--qrels", "q", "r"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.stderr == ("vole: error: vole eval needs the evaluation extra (ir_measures "
+                           "is not installed): pip install 'annodb[eval]'\n")
 
 
 def test_judge_writes_qrels_for_the_holes_only(bible, tmp_path):
@@ -515,3 +537,234 @@ def test_cli_errors_are_one_line(bible, topics, tmp_path):
     for name in ("run", "eval", "judge"):
         result = CliRunner().invoke(vole, [name, "--help"])
         assert result.exit_code == 0 and f"vole {name}" in result.stdout.split("Example")[1]
+
+
+# ---------------------------------------------------------------- the published runner
+
+
+def published(item):
+    """A scripted answer in the published runner's decision shape (latest_judgment,
+    relevance, op, query)."""
+    if callable(item):
+        return lambda request: published(item(request))
+    if not isinstance(item, dict):
+        return item
+    judgment = item["judgment"]
+    if judgment is not None:
+        judgment = {"docno": judgment["docno"], "relevance": judgment["grade"],
+                    "reason": judgment["reason"], "learned": judgment["learned"]}
+    action = {("op" if k == "type" else "query" if k == "gcl" else k): v
+              for k, v in item["action"].items()}
+    return {"latest_judgment": judgment, "action": action}
+
+
+def test_decisions_in_the_published_shape_or_mixed():
+    ours = decision.parse('{"judgment": {"docno": "a", "grade": 2, "reason": "r", '
+                          '"learned": ""}, "action": {"type": "query", "gcl": "(^ a b)"}}')
+    for text in ['{"latest_judgment": {"docno": "a", "relevance": 2, "reason": "r", '
+                 '"learned": ""}, "action": {"op": "query", "query": "(^ a b)"}}',
+                 '{"judgment": {"docno": "a", "relevance": 2, "reason": "r", "learned": ""},'
+                 ' "action": {"op": "query", "gcl": "(^ a b)"}}']:
+        assert decision.parse(text) == ours
+    assert decision.parse('{"latest_judgment": null, "action": {"op": "next", "qid": "q1"}}'
+                          ) == decision.Decision(None, decision.Next("q1"))
+    # errors name the place in the model's own words
+    with pytest.raises(DecisionError, match=r"\$\.latest_judgment\.relevance"):
+        decision.parse('{"latest_judgment": {"docno": "a", "relevance": 7, "reason": "", '
+                       '"learned": ""}, "action": {"op": "next", "qid": "q0"}}')
+    with pytest.raises(DecisionError, match="`query`"):
+        decision.parse('{"latest_judgment": null, "action": {"op": "query"}}')
+    with pytest.raises(DecisionError, match=r"\$\.action\.op"):
+        decision.parse('{"latest_judgment": null, "action": {"op": "search", "query": "x"}}')
+    with pytest.raises(DecisionError, match="unknown field"):
+        decision.parse('{"latest_judgment": null, "judgment": null, '
+                       '"action": {"op": "next", "qid": "q0"}}')
+
+
+def test_an_endpoint_speaking_only_the_published_shape_gives_the_same_run(bible, topics,
+                                                                          tmp_path):
+    instructions = tmp_path / "published-instructions.txt"
+    instructions.write_text("You are the Vole. Answer with latest_judgment and action.\n")
+    outs = (tmp_path / "p1", tmp_path / "p2")
+    runs = []
+    for script, out, limit in ((first_script(), outs[0], 4), (second_script(), outs[1], 6)):
+        with FakeOpenAI([published(item) for item in script]) as fake:
+            result = vole_run("--topics", topics, "--db", bible, "--model", "m", "--base-url",
+                              fake.base_url, "--out", out, "--max-judgments", limit,
+                              "--protocol", "reference", "--instructions", instructions)
+            runs.append(list(fake.requests))
+        assert result.exit_code == 0, result.output
+    assert [line.split()[2] for line in run_lines(outs[0])] == FIRST_RUN
+    assert [line.split()[2] for line in run_lines(outs[1])] == SECOND_RUN
+    first = runs[0]
+    assert all(r.instructions == instructions.read_text() for r in first)
+    assert json.loads(first[0].last) == {"qid": "t1", "topic": TOPIC.split("\t")[1].strip()}
+    # each observation is JSON lines: server replies as the reference server writes them
+    record = json.loads(first[5].last.splitlines()[-1])
+    assert set(record) == {"query", "response", "time"}
+    assert record["query"] == {"op": "query", "query": "(^ light day)"}
+    assert record["response"]["docno"] == "Gen.1.16" and "<cover>" in \
+        record["response"]["snippet"]
+    assert json.loads(first[5].last.splitlines()[0])["error"].startswith(
+        "judgment of Gen.1.1 not recorded")
+    assert "relevance" in json.loads(first[2].last)["error"]
+    assert json.loads(first[3].last)["response"]["ok"] is False     # the invalid query
+    opening = json.loads(runs[1][0].last)
+    assert opening["judged"][0] == {"docno": "Gen.1.16", "relevance": 1}
+    # results judged before are passed over and listed in "skipped"
+    skipped = json.loads(runs[1][2].last)
+    assert skipped["skipped"] == ["Gen.1.16", "Gen.1.5", "Gen.1.18"]
+    assert skipped["query"] == {"op": "next", "qid": "q1"} and skipped["response"]["done"]
+    conversation = jsonl(outs[0], "conversation.jsonl")
+    assert conversation[0]["content"] == instructions.read_text()
+
+
+# ---------------------------------------------------------------- exact resumes
+
+
+QUERIES = {"t1": ["light", "(^ god said)", "(+ waters firmament)"],
+           "t2": ["(^ god saw good)", "earth", "darkness"],
+           "t3": ["(+ fish birds)", "(^ seed fruit)", "heavens"]}
+TOPICS3 = "t1\tlight and darkness\nt2\twhat God saw\nt3\tliving creatures\n"
+
+
+def policy_run(bible, tmp_path, name, script, *extra):
+    topics = tmp_path / "topics3.tsv"
+    topics.write_text(TOPICS3)
+    out = tmp_path / name
+    with FakeOpenAI(script) as fake:
+        result = vole_run("--topics", topics, "--db", bible, "--model", "m", "--base-url",
+                          fake.base_url, "--out", out, "--max-judgments", 5, "--max-calls",
+                          30, *extra)
+        calls = len(fake.requests)
+    return result, run_lines(out), calls
+
+
+def test_a_topic_cut_short_resumes_exactly_and_finished_topics_are_skipped(tmp_path):
+    import shutil
+    path = str(tmp_path / "bible.db")
+    ingest(path, [SAMPLE])
+    shutil.copytree(path, tmp_path / "copy.db")
+    policy = vole_policy.Policy(QUERIES)
+    result, whole, calls = policy_run(path, tmp_path, "whole", [policy] * 200)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("stop max-judgments") == 3 and len(whole) == 15
+
+    # the model fails for good in the middle of t2: t2 stops, t3 runs; a rerun resumes t2
+    # and skips t1 and t3 without a call
+    copy = str(tmp_path / "copy.db")
+    cut = [policy] * 10 + [Status(401, "bad key")] + [policy] * 200
+    result, lines, _ = policy_run(copy, tmp_path, "cut", cut)
+    assert result.exit_code == 1, result.output
+    assert "t2: 3 calls, 2 judgments (2 new, 1 of grade 3), stop model-error" in result.stdout
+    result, lines, resumed = policy_run(copy, tmp_path, "rerun", [policy] * 200)
+    assert result.exit_code == 0, result.output
+    assert lines == whole
+    assert "t1: finished earlier" in result.stdout and "t3: finished earlier" in result.stdout
+    result, lines, again = policy_run(copy, tmp_path, "again", [])
+    assert result.exit_code == 0 and again == 0 and lines == whole
+    with annodb.open(copy) as db, db.read() as r:
+        from annodb.judgments import judgments
+        found, record = judgments(r, "t2")
+        assert [j.order for j in found] == [1, 2, 3, 4, 5]
+        assert record.stop == "max-judgments" and record.judgments == 5
+        assert record.calls == max(j.call for j in found)
+
+
+def test_the_last_call_is_judged_but_its_action_not_executed(bible, topics, tmp_path):
+    out = tmp_path / "out"
+    script = [query("(^ light day)"), judge(2, action={"type": "query", "gcl": "darkness"})]
+    with FakeOpenAI(script) as fake:
+        result = vole_run("--topics", topics, "--db", bible, "--model", "m", "--base-url",
+                          fake.base_url, "--out", out, "--max-calls", 2)
+    assert result.exit_code == 0, result.output
+    assert "t1: 2 calls, 1 judgments (1 new, 0 of grade 3), stop max-calls" in result.stdout
+    ops = [a["request"] for a in jsonl(out, "audit.jsonl") if a["kind"] == "backend"]
+    assert [r["op"] for r in ops] == ["judgments", "query", "judge", "topic"]
+    last = jsonl(out, "conversation.jsonl")[-1]["content"]
+    assert last.startswith("Recorded Gen.1.16: grade 2.\nStopped: the call limit is reached")
+    # a rerun skips the finished topic; --continue gives it more calls
+    with FakeOpenAI([]) as fake:
+        result = vole_run("--topics", topics, "--db", bible, "--model", "m", "--base-url",
+                          fake.base_url, "--out", tmp_path / "o2", "--max-calls", 2)
+        assert not fake.requests
+    assert "t1: finished earlier (2 calls, 1 judgments" in result.stdout
+    with FakeOpenAI([query("darkness"), judge(1)]) as fake:
+        result = vole_run("--topics", topics, "--db", bible, "--model", "m", "--base-url",
+                          fake.base_url, "--out", tmp_path / "o3", "--max-calls", 2,
+                          "--continue")
+        assert len(fake.requests) == 2
+    assert "t1: 2 calls, 2 judgments (1 new, 0 of grade 3), stop max-calls" in result.stdout
+    assert "turns used 2 of 2" in jsonl(tmp_path / "o3", "conversation.jsonl")[-1]["content"]
+
+
+def test_sigterm_says_which_topics_are_complete_and_a_rerun_resumes(bible, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import threading
+    topics = tmp_path / "topics3.tsv"
+    topics.write_text(TOPICS3)
+    policy = vole_policy.Policy(QUERIES)
+    started = threading.Event()
+
+    def slow(request):          # the first call of t2 hangs until the test has signalled
+        if vole_policy._topic(request.messages[0]["content"]) == "t2":
+            started.set()
+            release.wait(30)
+        return policy(request)
+
+    release = threading.Event()
+    with FakeOpenAI([slow] * 200) as fake:
+        child = subprocess.Popen(
+            [sys.executable, "-c", "from annodb_cli.vole import vole; vole()", "run", "--topics",
+             str(topics), "--db", bible, "--model", "m", "--base-url", fake.base_url,
+             "--out", str(tmp_path / "out"), "--max-judgments", "5"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert started.wait(120), "t2 never started"
+            child.send_signal(signal.SIGTERM)
+            out, err = child.communicate(timeout=60)
+        finally:
+            release.set()
+            if child.poll() is None:
+                child.kill()
+    assert child.returncode == 143, err
+    assert "t1: " in out and "stop max-judgments" in out
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("vole: interrupted (SIGTERM): 1 of 3 topics complete (t1); not "
+                           "complete: t2, t3."), err
+    assert "rerun the same command to resume" in line and "Traceback" not in err
+    result, lines, _ = policy_run(bible, tmp_path, "rest", [policy] * 200)
+    assert result.exit_code == 0, result.output
+    assert "t1: finished earlier" in result.stdout and len(lines) == 15
+
+
+def test_an_endpoint_that_cannot_be_reached_or_an_unknown_model_fails_fast():
+    waits = []
+    with socket.socket() as s:          # a port nobody listens on: connections are refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with Model("m", base_url=f"http://127.0.0.1:{port}/v1", sleep=waits.append) as model:
+        with pytest.raises(ModelError, match=r"cannot reach the model endpoint .*"
+                                             r"gave up after 3 attempts.*check --base-url"):
+            model.complete("i", [{"role": "user", "content": "x"}])
+    assert len(waits) == 2 and sum(waits) < 5
+    with FakeOpenAI([Status(404, "The model `nope` does not exist")]) as fake, \
+            Model("nope", base_url=fake.base_url, sleep=waits.append) as model:
+        with pytest.raises(ModelError, match=r"404.*does not exist.*check --model"):
+            model.complete("i", [{"role": "user", "content": "x"}])
+        assert len(fake.requests) == 1
+
+
+def test_a_run_ends_when_the_model_endpoint_cannot_be_reached(bible, tmp_path):
+    topics = tmp_path / "topics.tsv"
+    topics.write_text("t1\tlight\nt2\tdarkness\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = vole_run("--topics", topics, "--db", bible, "--model", "m", "--base-url",
+                      f"http://127.0.0.1:{port}/v1", "--out", tmp_path / "out")
+    assert result.exit_code == 1
+    assert result.stdout.count("stop model-error") == 1 and "t2" not in result.stdout
+    assert "(the run stopped: 1 topics not run)" in result.stderr.splitlines()[-1]

@@ -5,22 +5,29 @@
                   or {"op":"query","ok":true,"qid":"q0","done":true}; repairs in "warnings"
     next(qid)     the same shape with "op":"next"
     document(d)   {"op":"document","ok":true,"docno":D,"document":TEXT}
-    judge(topic, docno, grade, note)
-                  commits `judgment:<topic>` = grade over the document and the note
-                  document linked to it: {"op":"judge","ok":true,"docno":D,"note":N}
-    judged(topic) {docno: grade} of the documents judged for the topic (earlier runs too)
+    judge(topic, docno, grade, note, call)
+                  commits, in one transaction, `judgment:<topic>` = grade over the document
+                  and the note linked to it: {"op":"judge","ok":true,"docno":D,
+                  "note":N,"order":K,"regraded":R}, K the judgment's discovery order
+    judgments(topic)
+                  ([{"docno","grade","order","call"}, ...] in discovery order, the topic's
+                  record or None): everything judged for the topic, earlier runs too,
+                  read back whole (never cut by a depth)
+    topic(record) commits the topic's record {"topic","stop","calls","judgments","base",
+                  "error"}: how its session stopped (stop None while it runs)
 
 A request the backend refuses (a bad query, an unknown qid or docno) is an `"ok": false`
 response with an "error", for the agent to show the model; a backend that cannot answer at
 all (the server is gone) raises BackendError. Every request is reported to `audit` (a
-callable taking one dict) with its response and time.
+callable taking one dict) with its response and time; `last` is the latest exchange as
+the reference server writes it, {"query": <request>, "response": {...}, "time": ms}.
 
-Judgments as memory: a judgment of `docno` for topic `qid` is the annotation
-`judgment:<qid>` over the document's whole range with the grade as value, and a note
-document `note:<qid>:<docno>` (the reason and what was learned, searchable text) whose range
-carries `note:` and `note:<qid>`, each with the judged document's start address as value
-(a link: `(@ note:<qid>)` gives the judged documents' starts) — Writer.note in process, the
-server's `note` op over TCP. Judging again replaces both.
+Judgments as memory (annodb.judgments has the layout): a judgment of `docno` for topic T
+is the annotation `judgment:T` over the document with the grade as value, and a note
+document `note:T:<docno>` (the reason and what was learned, searchable text, apart from the
+collection) linked to it and carrying the judgment's discovery order and model call — in
+process one write transaction, over TCP the server's `judge` op. Judging again replaces
+the grade and the note and keeps the discovery order.
 """
 
 from __future__ import annotations
@@ -28,20 +35,17 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections import OrderedDict
-from dataclasses import replace
 from typing import Callable
 
 import msgspec
 
 import annodb
 from annodb.errors import AnnodbError
-from annodb.ranking import DEPTH, rank
-from annodb.server import hit_response, query_response
+from annodb.protocol import Protocol, Session
+from annodb.ranking import DEPTH
 
 from .errors import BackendError
 
-MAX_STATES = 512          # query states the local backend keeps (least recently used go)
 TIMEOUT = 300.0           # seconds to wait for a server reply
 MAX_REPLY = 64 << 20      # bytes in one reply line
 NOTE_PREFIX = "note:"
@@ -50,15 +54,9 @@ _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 
 
-def judgment_feature(topic: str) -> str:
-    return f"judgment:{topic}"
-
-
-def note_docno(topic: str, docno: str) -> str:
-    return f"{NOTE_PREFIX}{topic}:{docno}"
-
-
 def is_note(docno: str) -> bool:
+    """A judgment note's docno (databases written before notes were kept apart from the
+    collection have them among its search results)."""
     return docno.startswith(NOTE_PREFIX)
 
 
@@ -66,6 +64,7 @@ class Backend:
     """What the agent needs from a search backend (see the module docstring)."""
 
     audit: Callable[[dict], None] | None = None
+    last: dict | None = None
 
     def query(self, gcl: str) -> dict:
         return self._request({"op": "query", "query": gcl})
@@ -76,11 +75,19 @@ class Backend:
     def document(self, docno: str) -> dict:
         return self._request({"op": "document", "docno": docno})
 
-    def judge(self, topic: str, docno: str, grade: int, note: str) -> dict:
-        raise NotImplementedError
+    def judge(self, topic: str, docno: str, grade: int, note: str, call: int = 0) -> dict:
+        return self._request({"op": "judge", "topic": topic, "docno": docno, "grade": grade,
+                              "text": note, "call": call})
 
-    def judged(self, topic: str) -> dict[str, int]:
-        raise NotImplementedError
+    def judgments(self, topic: str) -> tuple[list[dict], dict | None]:
+        reply = self._request({"op": "judgments", "topic": topic})
+        if not reply.get("ok"):
+            raise BackendError(f"cannot read the judgments of topic {topic!r} back: "
+                               f"{reply.get('error', 'refused')}")
+        return reply["judgments"], reply.get("record")
+
+    def topic(self, record: dict) -> dict:
+        return self._request({"op": "topic", **record})
 
     def close(self) -> None:
         pass
@@ -93,127 +100,58 @@ class Backend:
 
     def _request(self, request: dict) -> dict:
         started = time.perf_counter()
+        self.last = None
         try:
             response = self._answer(request)
         except BackendError as err:
             self._report(request, {"op": request.get("op"), "ok": False, "error": str(err)},
                          started)
             raise
-        self._report(request, response, started)
+        ms = self._report(request, response, started)
+        if self.last is None:
+            self.last = {"query": request, "response": response, "time": ms}
         return response
 
     def _answer(self, request: dict) -> dict:
         raise NotImplementedError
 
-    def _report(self, request: dict, response: dict, started: float) -> None:
+    def _report(self, request: dict, response: dict, started: float) -> float:
+        ms = round((time.perf_counter() - started) * 1000, 3)
         if self.audit is not None:
             self.audit({"kind": "backend", "request": request, "response": response,
-                        "time": round((time.perf_counter() - started) * 1000, 3)})
+                        "time": ms})
+        return ms
 
 
 # ---------------------------------------------------------------- in this process
 
 
 class Local(Backend):
-    """annodb in this process, answering as `annodb serve` would (its own query states,
-    qids q0, q1, ...). `db` is an open Database or a path (then it is opened, not created,
-    and closed with the backend; `readonly` when nothing will be judged)."""
+    """annodb in this process, answering exactly as `annodb serve` does: the server's own
+    protocol (annodb.protocol) without the sockets, one connection's qids q0, q1, ...
+    `db` is an open Database or a path (then it is opened, not created, and closed with
+    the backend; `readonly` when nothing will be judged)."""
 
     def __init__(self, db, *, depth: int = DEPTH, container: str = ":",
                  fields: list[str] | None = None, readonly: bool = False, audit=None):
         self._own = not isinstance(db, annodb.Database)
         try:
             self.db = annodb.open(db, create=False, readonly=readonly) if self._own else db
+            self._protocol = Protocol(self.db, depth=depth, container=container,
+                                      fields=fields, query_timeout=None, max_postings=None)
         except AnnodbError as err:
             raise BackendError(str(err)) from None
-        self.depth = depth
-        self.container = container
-        self.fields = list(fields or [])
+        self._session = Session()
         self.audit = audit
-        self._states: OrderedDict[str, list] = OrderedDict()
-        self._issued = 0
 
     def close(self) -> None:
         if self._own:
             self.db.close()
 
     def _answer(self, request: dict) -> dict:
-        op = request["op"]
-        try:
-            return getattr(self, "_" + op)(request)
-        except AnnodbError as err:
-            if getattr(self.db, "_closed", False):
-                raise BackendError(str(err)) from None
-            return {"op": op, "ok": False, "error": str(err)}
-
-    def _query(self, request: dict) -> dict:
-        with self.db.read() as snap:
-            ranking = rank(snap, request["query"], depth=self.depth,
-                           container=self.container, lenient=True)
-            first = ranking.hit(0, snapshot=snap) if len(ranking) else None
-        qid = f"q{self._issued}"
-        self._issued += 1
-        self._states[qid] = [replace(ranking, snapshot=None), 1 if first else 0]
-        while len(self._states) > MAX_STATES:
-            self._states.popitem(last=False)
-        return query_response(qid, ranking, first)
-
-    def _next(self, request: dict) -> dict:
-        qid = request["qid"]
-        state = self._states.get(qid)
-        if state is None:
-            return {"op": "next", "ok": False,
-                    "error": f"Unknown qid {qid!r}: never issued, or evicted to bound "
-                             "memory; run the query again"}
-        self._states.move_to_end(qid)
-        ranking, position = state
-        if position >= len(ranking):
-            return {"op": "next", "ok": True, "qid": qid, "done": True}
-        state[1] = position + 1
-        with self.db.read() as snap:
-            hit = ranking.hit(position, snapshot=snap)
-        return hit_response("next", qid, hit)
-
-    def _document(self, request: dict) -> dict:
-        with self.db.read() as snap:
-            doc = snap.find(request["docno"])
-            if doc is None:
-                return {"op": "document", "ok": False,
-                        "error": f"Unknown docno {request['docno']!r}"}
-            return {"op": "document", "ok": True, "docno": doc.docno,
-                    "document": doc.display_text(self.fields)}
-
-    def _judge(self, request: dict) -> dict:
-        topic, grade = request["qid"], request["grade"]
-        with self.db.write() as w:
-            doc = w.find(request["docno"])
-            if doc is None:
-                return {"op": "judge", "ok": False,
-                        "error": f"Unknown docno {request['docno']!r}"}
-            w.annotate(judgment_feature(topic), doc.start, doc.end, grade)
-            note = w.note(doc.docno, request["text"], note_docno=note_docno(topic, doc.docno),
-                          features=(NOTE_PREFIX, f"{NOTE_PREFIX}{topic}"))
-        return {"op": "judge", "ok": True, "docno": doc.docno, "note": note.docno}
-
-    def judge(self, topic: str, docno: str, grade: int, note: str) -> dict:
-        return self._request({"op": "judge", "qid": topic, "docno": docno, "grade": grade,
-                              "text": note})
-
-    def judged(self, topic: str) -> dict[str, int]:
-        started = time.perf_counter()
-        found = {}
-        with self.db.read() as snap:
-            for start, _end, value in snap.intervals(judgment_feature(topic)):
-                doc = snap.document_at(start)
-                if doc is not None and not is_note(doc.docno):
-                    found[doc.docno] = _grade(value)
-        self._report({"op": "judged", "qid": topic}, {"op": "judged", "ok": True,
-                                                      "judged": found}, started)
-        return found
-
-
-def _grade(value: float) -> int:
-    return min(max(int(round(value)), 0), 3)
+        if getattr(self.db, "_closed", False):
+            raise BackendError(f"{self.db.path}: database is closed")
+        return _decode(self._protocol.respond(_encode(request), self._session))["response"]
 
 
 # ---------------------------------------------------------------- over TCP
@@ -237,8 +175,9 @@ def parse_address(address: str) -> tuple[str, int]:
 
 class Remote(Backend):
     """A client of `annodb serve` at HOST:PORT. One connection, one request at a time; a
-    broken connection is reopened once per request before giving up (query states live in
-    the server process, so qids survive a reconnect)."""
+    broken connection is reopened once per request before giving up. qids name queries of
+    one connection, so after a reconnect a `next` of an earlier query is answered "Unknown
+    qid" (an observation: the model runs the query again)."""
 
     def __init__(self, address: str, *, token: str | None = None,
                  timeout: float = TIMEOUT, audit=None):
@@ -292,34 +231,8 @@ class Remote(Backend):
         except (msgspec.DecodeError, KeyError, TypeError) as err:
             raise BackendError(f"the server at {self.host}:{self.port} sent a reply that "
                                f"is not its protocol ({err}): {reply[:200]!r}") from None
+        self.last = record
         return response
-
-    def judge(self, topic: str, docno: str, grade: int, note: str) -> dict:
-        marked = self._request({"op": "annotate", "docno": docno,
-                                "feature": judgment_feature(topic), "value": grade})
-        if not marked.get("ok"):
-            return {"op": "judge", "ok": False, "error": marked.get("error", "refused")}
-        docno = marked.get("docno", docno)
-        noted = self._request({"op": "note", "docno": docno, "qid": topic, "text": note})
-        response = {"op": "judge", "ok": True, "docno": docno, "note": noted.get("docno")}
-        if not noted.get("ok"):
-            response["warning"] = f"the note was not stored: {noted.get('error')}"
-        return response
-
-    def judged(self, topic: str) -> dict[str, int]:
-        """Read back through the query ops: one query per grade, every rank."""
-        found = {}
-        feature = judgment_feature(topic)
-        for grade in (3, 2, 1, 0):
-            reply = self.query(f"(>> : (= {feature} {grade}))")
-            while reply.get("ok") and not reply.get("done"):
-                if not is_note(reply["docno"]):
-                    found.setdefault(reply["docno"], grade)
-                reply = self.next(reply["qid"])
-            if not reply.get("ok"):
-                raise BackendError(f"cannot read the judgments of {topic!r} back: "
-                                   f"{reply.get('error')}")
-        return found
 
 
 def open_backend(*, db: str | os.PathLike | None = None, server: str | None = None,

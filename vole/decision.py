@@ -13,6 +13,16 @@ The same Structs validate the model's answer (`parse`) and give the JSON Schema 
 structured-output format (`schema`): a decision the model gets wrong comes back as a
 `DecisionError` whose message names the place (msgspec's `at $.judgment.grade`), and the
 agent shows that message to the model instead of crashing.
+
+`parse` also reads the published Vole runner's shape, and any mix of the two as models
+write them (the schema sent stays ours):
+
+    {"latest_judgment": {"docno": D, "relevance": 3, "reason": "...", "learned": "..."},
+     "action": {"op": "query", "query": G} | {"op": "next", "qid": Q}
+             | {"op": "document", "docno": D}}
+
+`latest_judgment` is `judgment`, `relevance` is `grade`, `op` is `type` and an action's
+`query` is `gcl`; an error names the place in the words the model used.
 """
 
 from __future__ import annotations
@@ -63,32 +73,59 @@ class Decision(msgspec.Struct, forbid_unknown_fields=True):
     action: Action
 
 
-_decoders: dict[type, msgspec.json.Decoder] = {}
+_any = msgspec.json.Decoder()
+
+# the published runner's names -> ours: (where, theirs, ours)
+SYNONYMS = ((None, "latest_judgment", "judgment"), ("judgment", "relevance", "grade"),
+            ("action", "op", "type"), ("action", "query", "gcl"))
 
 
 def parse(text: str, kind: type = Decision):
     """The `kind` (a Decision) in the model's answer. Tolerates a Markdown code fence or words
-    around one JSON object (endpoints without structured output add them); raises
-    DecisionError naming what is wrong."""
-    decoder = _decoders.get(kind)
-    if decoder is None:
-        decoder = _decoders[kind] = msgspec.json.Decoder(kind)
+    around one JSON object (endpoints without structured output add them); a Decision in
+    either shape (see the module docstring). Raises DecisionError naming what is wrong."""
     if not text or not text.strip():
         raise DecisionError("the answer was empty; answer with one JSON object")
     try:
-        return decoder.decode(text)
-    except msgspec.ValidationError as err:
-        raise DecisionError(f"the decision is not valid: {err}") from None
+        value = _any.decode(text)
     except msgspec.DecodeError as err:
         first, last = text.find("{"), text.rfind("}")
+        value = None
         if 0 <= first < last and text[first:last + 1] != text.strip():
             try:
-                return decoder.decode(text[first:last + 1])
-            except msgspec.ValidationError as inner:
-                raise DecisionError(f"the decision is not valid: {inner}") from None
+                value = _any.decode(text[first:last + 1])
             except msgspec.DecodeError:
                 pass
-        raise DecisionError(f"the answer is not one JSON object: {err}") from None
+        if value is None:
+            raise DecisionError(f"the answer is not one JSON object: {err}") from None
+    renamed = _ours(value) if kind is Decision else {}
+    try:
+        return msgspec.convert(value, kind)
+    except msgspec.ValidationError as err:
+        message = str(err)
+        for ours, theirs in renamed.items():
+            message = message.replace(f"`{ours}`", f"`{theirs}`").replace(
+                f".{ours}`", f".{theirs}`").replace(f".{ours}.", f".{theirs}.")
+        raise DecisionError(f"the decision is not valid: {message}") from None
+
+
+def _ours(value) -> dict[str, str]:
+    """Rename the published runner's keys in `value` (a decoded decision) to ours, in place;
+    {our name: theirs} of the renames made. Both names at once are left for validation
+    to refuse (an unknown field)."""
+    renamed = {}
+    if not isinstance(value, dict):
+        return renamed
+    for where, theirs, ours in SYNONYMS:
+        target = value if where is None else value.get(where)
+        if isinstance(target, dict) and theirs in target and ours not in target:
+            target[ours] = target.pop(theirs)
+            renamed[ours] = theirs
+    if "judgment" in renamed:    # errors speak the model's language for missing fields too
+        renamed.setdefault("grade", "relevance")
+    if "type" in renamed:
+        renamed.setdefault("gcl", "query")
+    return renamed
 
 
 def encode(value) -> str:

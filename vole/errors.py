@@ -11,6 +11,11 @@ class ModelError(VoleError):
     """The model could not be reached or refused the request (after any retries)."""
 
 
+class UnreachableError(ModelError):
+    """The model endpoint cannot be reached at all (a wrong --base-url): every topic would
+    fail the same way, so the run ends."""
+
+
 class BackendError(VoleError):
     """The search backend cannot answer at all (unreachable server, closed database)."""
 

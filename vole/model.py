@@ -8,11 +8,14 @@ imports openai).
 
 `api="responses"` calls `client.responses.create` with `text.format` a JSON Schema;
 `api="chat"` calls `client.chat.completions.create` with `response_format` a JSON Schema.
-Rate limits (429), server errors (5xx), 408/409 and connection errors are retried with
-exponential backoff (honouring `retry-after`), at most `max_retries` times, with jitter
-from a seeded generator so a rerun waits the same; anything else, or running out of
-retries, raises ModelError. Every attempt is reported to `audit` (a callable taking one
-dict) with its latency and token usage.
+Rate limits (429), server errors (5xx), 408/409 and timeouts are retried with exponential
+backoff (honouring `retry-after`), at most `max_retries` times, with jitter from a seeded
+generator so a rerun waits the same. An endpoint that cannot be reached (refused, no such
+host: a wrong --base-url) is tried CONNECT_RETRIES more times only, and connecting is
+given CONNECT_TIMEOUT seconds (the SDK's own timeout), so it is one clear error within
+seconds; anything else (an unknown model: 404), or running out of retries, raises
+ModelError at once. Every attempt is reported to `audit` (a callable taking one dict) with
+its latency and token usage.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Callable
 import msgspec
 import openai
 
-from .errors import ModelError
+from .errors import ModelError, UnreachableError
 
 APIS = ("responses", "chat")
 MAX_RETRIES = 8
@@ -35,6 +38,8 @@ BACKOFF = 1.0            # seconds before the first retry (doubling after each)
 MAX_BACKOFF = 60.0       # longest wait between two attempts
 MAX_RETRY_AFTER = 600.0  # longest `retry-after` honoured
 TIMEOUT = 300.0          # seconds per HTTP request
+CONNECT_TIMEOUT = 10.0   # seconds to connect to the endpoint
+CONNECT_RETRIES = 2      # retries of an endpoint that cannot be reached
 DUMMY_KEY = "none"       # sent to a --base-url endpoint when no key is given
 RETRY_STATUS = frozenset({408, 409, 429})
 
@@ -88,8 +93,10 @@ class Model:
         self._sleep = sleep
         self._random = random.Random(seed)
         try:
-            self._client = openai.OpenAI(api_key=api_key_for(base_url, api_key),
-                                         base_url=base_url, timeout=timeout, max_retries=0)
+            self._client = openai.OpenAI(
+                api_key=api_key_for(base_url, api_key), base_url=base_url,
+                timeout=openai.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT)),
+                max_retries=0)
         except openai.OpenAIError as err:
             raise ModelError(f"cannot set up the {api} client: {err}") from None
 
@@ -123,13 +130,23 @@ class Model:
                 retry = status in RETRY_STATUS or status >= 500
                 self._report(record, started, error=_describe(err), status=status)
                 if not retry or attempt > self.max_retries:
-                    raise ModelError(_give_up(err, attempt, retry)) from None
+                    message = _give_up(err, attempt, retry)
+                    if status == 404:
+                        message += (f" (is there a model {self.name!r} at "
+                                    f"{self._client.base_url}? check --model and --base-url)")
+                    raise ModelError(message) from None
                 self._wait(attempt, _retry_after(err.response.headers), context)
                 continue
             except openai.APIConnectionError as err:  # includes timeouts
                 self._report(record, started, error=_describe(err))
-                if attempt > self.max_retries:
-                    raise ModelError(_give_up(err, attempt, True)) from None
+                timeout = isinstance(err, openai.APITimeoutError)
+                if attempt > (self.max_retries if timeout else
+                              min(self.max_retries, CONNECT_RETRIES)):
+                    if timeout:
+                        raise ModelError(_give_up(err, attempt, True)) from None
+                    raise UnreachableError(
+                        f"cannot reach the model endpoint {self._client.base_url}: "
+                        f"{_give_up(err, attempt, True)}; check --base-url") from None
                 self._wait(attempt, None, context)
                 continue
             except openai.OpenAIError as err:

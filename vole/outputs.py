@@ -6,7 +6,8 @@
     conversation.jsonl  per topic, every transcript entry as it happens:
                         {"run","topic","step","role","content","at"}
     audit.jsonl         every model request/response (usage, latency, attempt) and every
-                        backend request/response (time in ms): {"run","kind",...,"at"}
+                        backend request/response (time in ms), each with the topic it
+                        was made for: {"run","kind","topic",...,"at"}
     summary.jsonl       one line per topic: calls, judgments, grade-3 count, stop reason
 
 The JSONL logs are appended to (a rerun adds to them; "run" tells the runs apart) and
@@ -39,6 +40,7 @@ class Outputs:
     def __init__(self, directory: str):
         self.directory = directory
         self.run_id = now()
+        self.current: str | None = None     # the topic being run
         os.makedirs(directory, exist_ok=True)
         self._files = []
         self._run = self._open(RUN, "w")
@@ -54,8 +56,13 @@ class Outputs:
     def path(self, name: str) -> str:
         return os.path.join(self.directory, name)
 
+    def begin(self, qid: str) -> None:
+        """A topic starts: later audit records are about it."""
+        self.current = qid
+
     def audit(self, record: dict) -> None:
-        self._line(self._audit, {"run": self.run_id, **record, "at": now()})
+        self._line(self._audit, {"run": self.run_id, "topic": self.current, **record,
+                                 "at": now()})
 
     def conversation(self, entry: dict) -> None:
         self._line(self._conversation, {"run": self.run_id, **entry, "at": now()})

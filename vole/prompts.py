@@ -1,7 +1,12 @@
-"""Everything the model reads, in our own words: the instructions, the opening message of a
-topic, and the observations that answer each decision."""
+"""Everything the model reads: the instructions, the opening message of a topic, and the
+observations that answer each decision, in our own words (`Ours`) or in the published Vole
+runner's form (`Reference`)."""
 
 from __future__ import annotations
+
+import msgspec
+
+_encode = msgspec.json.Encoder().encode
 
 INSTRUCTIONS = """\
 You are the Vole, a search agent. You are given a topic: a question or an information need. \
@@ -178,3 +183,94 @@ object: {"reason": "<one or two sentences>", "grade": <0, 1, 2 or 3>}.
 
 def judge_request(query: str, passage: str) -> str:
     return f"Query: {query}\n\nPassage: {passage}"
+
+
+# ---------------------------------------------------------------- the two protocols
+
+
+class Ours:
+    """Observations in our words (the functions above), with a status line each turn."""
+
+    name = "ours"
+
+    def opening(self, qid, text, max_calls, max_judgments, earlier):
+        return opening(qid, text, max_calls, max_judgments, earlier)
+
+    def invalid(self, error):
+        return invalid(error)
+
+    def judged(self, docno, grade, regraded):
+        return judged(docno, grade, regraded)
+
+    def not_judged(self, docno, why):
+        return not_judged(docno, why)
+
+    def shown(self, action, first, reply, record, passed):
+        parts = [repaired(first["warnings"])] if first.get("warnings") else []
+        if passed:
+            parts.append(skipped(passed))
+        if not reply.get("ok"):
+            parts.append(refused(action, reply.get("error", "refused")))
+        else:
+            parts.append(result(reply))
+        return parts
+
+    def document(self, reply, record, limit):
+        if not reply.get("ok"):
+            return refused("document request", reply.get("error", "refused"))
+        return document(reply, limit)
+
+    def status(self, calls, max_calls, judgments, max_judgments, grade3):
+        return status(calls, max_calls, judgments, max_judgments, grade3)
+
+    def stopped(self, reason):
+        return stopped(reason)
+
+
+class Reference:
+    """Observations in the published Vole runner's form: each is JSON lines appended to
+    the conversation. A server reply is the line the reference server writes,
+    {"query": <request>, "response": {...}, "time": ms}, with "skipped" (the docnos of
+    results judged before, which the runner passed over with next) when there were any;
+    the opening is {"qid", "topic"} (and "judged": [{"docno", "relevance"}] when an earlier
+    session judged some); anything else is {"error": ...} or {"stopped": ...}. No status
+    line, and documents are shown whole."""
+
+    name = "reference"
+
+    @staticmethod
+    def _line(value) -> str:
+        return _encode(value).decode()
+
+    def opening(self, qid, text, max_calls, max_judgments, earlier):
+        value = {"qid": qid, "topic": text}
+        if earlier:
+            value["judged"] = [{"docno": d, "relevance": g} for d, g in earlier.items()]
+        return self._line(value)
+
+    def invalid(self, error):
+        return self._line({"error": f"not a valid decision ({error}); nothing was done"})
+
+    def judged(self, docno, grade, regraded):
+        return None
+
+    def not_judged(self, docno, why):
+        return self._line({"error": f"judgment of {docno} not recorded: {why}"})
+
+    def shown(self, action, first, reply, record, passed):
+        line = dict(record)
+        if passed:
+            line["skipped"] = [docno for docno, _, _ in passed]
+        return [self._line(line)]
+
+    def document(self, reply, record, limit):
+        return self._line(record)
+
+    def status(self, calls, max_calls, judgments, max_judgments, grade3):
+        return None
+
+    def stopped(self, reason):
+        return self._line({"stopped": reason})
+
+
+PROTOCOLS = {"ours": Ours, "reference": Reference}

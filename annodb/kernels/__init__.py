@@ -1,18 +1,74 @@
 """The numba kernels (the only package that imports numba): the region algebra over
-GC-lists (algebra.py), the storage block codec (codec.py) and tokenizing (text.py)."""
+GC-lists (algebra.py), the storage block codec (codec.py), tokenizing (text.py) and BM25's
+counting (scoring.py).
 
-from .algebra import (both_of, contained_in, containing, drop_erased, followed_by,
-                      is_gc_list, merge_ranges, normalize, not_contained_in, not_containing,
-                      one_of, ssr, ssr_touched, top)
-from .text import LoneSurrogate, intern_tokens, token_spans
-from .codec import (append_point_groups, block_bounds, block_bytes, decode_block,
-                    decode_blocks, encode_block, encode_point_groups, group_order,
-                    group_postings)
+The modules are imported on first use of one of their names (`kernels.both_of`), not when
+annodb is: numba takes a fifth of a second to import, and `annodb --help` or a command that
+never runs a kernel should not pay it. Numba compiles a kernel the first time it runs and
+caches it on disk (`cache=True`); `on_compile(callback)` calls back once, when the first
+actual compilation (a cache miss) starts, so the command line can say why it is waiting.
+"""
 
-__all__ = [
-    "normalize", "both_of", "one_of", "followed_by", "contained_in", "containing",
-    "not_contained_in", "not_containing", "ssr", "ssr_touched", "top", "drop_erased",
-    "merge_ranges", "is_gc_list", "encode_block", "block_bytes", "decode_block",
-    "decode_blocks", "encode_point_groups", "append_point_groups", "block_bounds",
-    "group_order", "group_postings", "token_spans", "intern_tokens", "LoneSurrogate",
-]
+from __future__ import annotations
+
+import importlib
+import sys
+
+_MODULES = {
+    "algebra": ("normalize", "both_of", "one_of", "followed_by", "contained_in",
+                "containing", "not_contained_in", "not_containing", "ssr", "ssr_touched",
+                "top", "drop_erased", "merge_ranges", "is_gc_list"),
+    "text": ("token_spans", "intern_tokens", "LoneSurrogate"),
+    "codec": ("encode_block", "block_bytes", "decode_block", "decode_blocks",
+              "encode_point_groups", "append_point_groups", "block_bounds", "group_order",
+              "group_postings", "BadBlock"),
+    "scoring": ("document_frequencies", "merge_scores", "best_windows"),
+}
+_WHERE = {name: module for module, names in _MODULES.items() for name in names}
+
+__all__ = list(_WHERE) + ["on_compile"]
+
+_callbacks: list = []
+_listening = False
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if _callbacks and not _listening:
+        _listen()
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))
+
+
+def on_compile(callback) -> None:
+    """Call `callback()` once, when numba first compiles a kernel in this process (rather
+    than loading it from its cache)."""
+    if callback not in _callbacks:
+        _callbacks.append(callback)
+    if "numba" in sys.modules and not _listening:
+        _listen()
+
+
+def _listen() -> None:
+    global _listening
+    from numba.core import event
+
+    class FirstCompile(event.Listener):
+        def on_start(self, ev):
+            callbacks = list(_callbacks)
+            _callbacks.clear()
+            for callback in callbacks:
+                callback()
+
+        def on_end(self, ev):
+            pass
+
+    _listening = True
+    event.register("numba:compile", FirstCompile())

@@ -200,7 +200,7 @@ def test_three_ingests_of_the_same_files_at_once(tmp_path, figures):
                 f.write(json.dumps({"docid": docno, "text": doc_text(docno)}) + "\n")
         files.append(str(src))
     path = str(tmp_path / "db")
-    command = [sys.executable, "-c", "from cli.main import annodb; annodb()", "ingest",
+    command = [sys.executable, "-c", "from annodb_cli.main import annodb; annodb()", "ingest",
                "--db", path, "--json", "--batch-size", "10"]
     started = time.perf_counter()
     procs = [subprocess.Popen(command + (files if k % 2 == 0 else files[::-1]),
@@ -217,6 +217,6 @@ def test_three_ingests_of_the_same_files_at_once(tmp_path, figures):
             assert sorted(docnos) == sorted(f"b{i}.0.1" for i in range(n))
             assert r.count(":") == n
     figures.update(documents=n, processes=3, added=[s["added"] for s in summaries],
-                   skipped=[s["skipped"] for s in summaries],
+                   present=[s["present"] for s in summaries],
                    seconds=round(time.perf_counter() - started, 1))
     assert sum(s["added"] for s in summaries) == n

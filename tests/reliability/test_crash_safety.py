@@ -184,7 +184,7 @@ def test_sigkill_while_creating_a_database(tmp_path, figures):
     outcomes = {}
     for kill in range(kills):
         path = tmp_path / f"new{kill}.db"
-        proc = subprocess.Popen([sys.executable, "-c", "from cli.main import annodb; annodb()",
+        proc = subprocess.Popen([sys.executable, "-c", "from annodb_cli.main import annodb; annodb()",
                                  "ingest", "--db", str(path), "--batch-size", "20", str(src)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(rng.uniform(0.25, 0.9))
@@ -202,7 +202,7 @@ def test_sigkill_while_creating_a_database(tmp_path, figures):
                 outcomes[key] = outcomes.get(key, 0) + 1
                 continue
             done = subprocess.run([sys.executable, "-c",
-                                   "from cli.main import annodb; annodb()", "ingest", "--db",
+                                   "from annodb_cli.main import annodb; annodb()", "ingest", "--db",
                                    str(path), "--json", str(src)],
                                   capture_output=True, text=True, timeout=120)
             assert done.returncode == 0, done.stderr

@@ -89,7 +89,7 @@ def test_open_and_ingest_under_an_address_space_limit(tmp_path):
     src = tmp_path / "in.tsv"
     src.write_text("a\tsome words\nb\tmore words\n")
     command = (f"ulimit -v {8 << 20} && exec {shlex.quote(sys.executable)} -c "
-               f"'from cli.main import annodb; annodb()' ingest --db "
+               f"'from annodb_cli.main import annodb; annodb()' ingest --db "
                f"{shlex.quote(str(tmp_path / 'db'))} {shlex.quote(str(src))}")
     done = subprocess.run(["bash", "-c", command], capture_output=True, text=True,
                           timeout=120)

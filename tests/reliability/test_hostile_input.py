@@ -40,7 +40,7 @@ from annodb.errors import AnnodbError, IngestError, QueryError, StorageError
 from annodb.ingest import ingest
 from annodb.query import OPERATORS, format as format_query, parse
 from annodb.server import Server
-from cli.main import annodb as annodb_cli
+from annodb_cli.main import annodb as annodb_cli
 
 from .workload import SEED, size
 
@@ -243,7 +243,7 @@ def test_lone_surrogates_are_clear_errors(tmp_path):
         assert check(db) == []
     for command in (["query", "--db", str(path), "(^ alpha \udcff:)"],
                     ["show", "--db", str(path), "\udcff"]):
-        done = subprocess.run([sys.executable, "-c", "from cli.main import annodb; annodb()",
+        done = subprocess.run([sys.executable, "-c", "from annodb_cli.main import annodb; annodb()",
                                *[os.fsencode(a) for a in command]],
                               capture_output=True, text=True, timeout=60)
         assert "internal error" not in done.stderr, done.stderr
@@ -502,7 +502,7 @@ def test_ingest_malformed_input(tmp_path, fmt):
     after = state(path)
     assert after[0][:len(before[0])] == before[0]      # what was there is untouched
     code, err = cli("ingest", "--db", path, src)          # again: all skipped, reported
-    assert code == 0 and "Traceback" not in err and "annodb: skipped" in err, err
+    assert code == 1 and "Traceback" not in err and "annodb: skipped" in err, err
 
 
 def test_ingest_invalid_utf8_plain_text_and_gzip(tmp_path):
@@ -546,7 +546,7 @@ def test_ingest_a_huge_document(tmp_path, figures):
     src.write_text(json.dumps({"docid": "huge", "text": text}) + "\n")
     path = base_db(tmp_path / "db")
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", "from cli.main import annodb; annodb()",
+    done = subprocess.run([sys.executable, "-c", "from annodb_cli.main import annodb; annodb()",
                            "ingest", "--db", str(path), "--json", str(src)],
                           capture_output=True, text=True, timeout=1800)
     seconds = time.perf_counter() - started
@@ -595,7 +595,8 @@ def test_ingest_duplicate_docnos(tmp_path):
     src.write_text("n1\tfirst\nn1\tsecond\nbase1\tclash with the database\nn2\tother\n"
                    "n2\tagain\n")
     summary = ingest(path, [src], batch_size=2)            # duplicates across batches too
-    assert (summary.added, summary.skipped, summary.duplicates) == (2, 1, 2), summary
+    assert (summary.added, summary.present, summary.duplicates, summary.skipped) == (
+        2, 1, 2, 2), summary
     assert any(f"{src}:2: duplicate docno 'n1'" in w for w in summary.warnings)
     with annodb.open(path, readonly=True) as db, db.read() as r:
         assert r.document("n1").text == "first" and r.document("n2").text == "other"
@@ -614,8 +615,9 @@ def test_ingest_missing_and_unreadable_inputs(tmp_path):
     good = tmp_path / "good.tsv"
     good.write_text("ok1\tgood\n")
     before = state(path)
+    (tmp_path / "empty").mkdir()
     for bad, words in ((tmp_path / "missing.jsonl", "no such file"),
-                       (tmp_path, "is a directory")):
+                       (tmp_path / "empty", "no files in this directory")):
         with pytest.raises(IngestError, match=words):
             ingest(path, [good, bad])                     # checked before anything is written
         code, err = cli("ingest", "--db", path, good, bad)
@@ -750,7 +752,7 @@ def test_creating_a_database_on_a_full_disk_is_an_error_not_a_crash(tmp_path):
     good.write_text("ok1\tgood words\n")
     with mounted("-t", "tmpfs", "-o", "size=1m", "tmpfs", at=tmp_path / "small") as disk:
         _filler(disk)
-        done = subprocess.run([sys.executable, "-c", "from cli.main import annodb; annodb()",
+        done = subprocess.run([sys.executable, "-c", "from annodb_cli.main import annodb; annodb()",
                                "ingest", "--db", str(disk / "new.db"), str(good)],
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 1, (done.returncode, done.stderr)

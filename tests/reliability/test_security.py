@@ -19,9 +19,10 @@ import pytest
 from click.testing import CliRunner
 
 import annodb
+from annodb import protocol
 from annodb import server as server_module
 from annodb.server import Server, ServerError
-from cli.serve import serve
+from annodb_cli.serve import serve
 
 from .workload import size
 
@@ -186,6 +187,10 @@ def _code_ast_calls(path: Path) -> list[str]:
     return found
 
 
+def _line_of(path: Path, text: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if line == text)
+
+
 def test_no_request_runs_code(db, tmp_path):
     marker = tmp_path / "pwned"
     with Server(db.path) as s, Client(s.port) as c:
@@ -205,12 +210,20 @@ def test_no_request_runs_code(db, tmp_path):
         assert c(op="query", query="hello")["ok"]
     assert not marker.exists()
     # and nothing on the request path can: no eval/exec, no pickle, no process spawning
-    request_path = ["server", "query", "gcl", "ranking", "snippets", "transaction", "database",
-                    "storage", "records", "tokenizer", "errors", "check"]
+    request_path = ["protocol", "query", "gcl", "lists", "ranking", "snippets", "transaction",
+                    "database", "storage", "records", "tokenizer", "errors", "check"]
     found = [f for name in request_path for f in _code_ast_calls(PACKAGE / f"{name}.py")]
     for kernel in (PACKAGE / "kernels").glob("*.py"):
         found += _code_ast_calls(kernel)
     assert found == [], found
+    # the transport starts its worker processes, always the same code, at start (and again
+    # when one dies): nothing a request says reaches that command
+    spawned = _code_ast_calls(PACKAGE / "server.py")
+    assert spawned == [f"server.py:{_line_of(PACKAGE / 'server.py', 'import subprocess')} "
+                       "import subprocess"], spawned
+    text = (PACKAGE / "server.py").read_text()
+    assert text.count("subprocess.Popen(") == 1 and \
+        'code = ("import sys; from annodb.server import _worker_main; "' in text
 
 
 def _rss_mb() -> float:
@@ -230,14 +243,14 @@ def test_limits_hold_under_a_flood(db, monkeypatch, figures):
     afterwards."""
     per_client, clients, timeout, max_line = size(60, 1500), 16, 0.3, 4096
     release = threading.Event()
-    real_rank = server_module.rank
+    real_rank = protocol.rank
 
     def slow_rank(snapshot, gcl, **kw):
         if "slowpoke" in gcl:
             release.wait(0.6)
         return real_rank(snapshot, gcl, **kw)
 
-    monkeypatch.setattr(server_module, "rank", slow_rank)
+    monkeypatch.setattr(protocol, "rank", slow_rank)
     long_query = ("(+ " + " ".join(["hello", "world", "secrets"] * 2000))[:max_line - 40] + ")"
     lines = [json.dumps({"op": "query", "query": "(^ hello world)"}).encode(),
              json.dumps({"op": "count", "query": "(+ hello passwords)"}).encode(),
