@@ -15,6 +15,15 @@ def batch_words(kinds: np.ndarray, doc_tokens: np.ndarray, n: int) -> np.ndarray
     return kernels.document_frequencies(kinds, doc_tokens, n)
 
 
+def strip_kinds(kinds: np.ndarray, names: list) -> tuple[np.ndarray, list]:
+    """(kinds, names) with the names stripped of diacritics and the kinds of names that
+    strip alike made one (a fold_diacritics database stores, and counts, them as one)."""
+    index: dict[str, int] = {}
+    kind = np.array([index.setdefault(tokenizer.strip_diacritics(w), len(index))
+                     for w in names], dtype=np.int64)
+    return kind[kinds], list(index)
+
+
 def batch_fields(names: list, name: np.ndarray, doc: np.ndarray, lengths: np.ndarray,
                  sparse=()) -> dict[str, tuple[int, int]]:
     """{field: (documents, tokens)} of annotations of documents doc[i] named
@@ -53,10 +62,14 @@ def add_fields(kept: dict, counts: dict, sign: int) -> None:
         entry[1] += sign * tokens
 
 
-def lost_words(doc, p: int, q: int, erased: tuple[np.ndarray, np.ndarray]) -> list[str]:
+def lost_words(doc, p: int, q: int, erased: tuple[np.ndarray, np.ndarray],
+               strip: bool = False) -> list[str]:
     """The words of `doc` whose live postings in it all lie in p..q (so erasing p..q takes
-    the document from their df), erased the ranges already erased."""
+    the document from their df), erased the ranges already erased; without diacritics
+    when `strip` (a fold_diacritics database)."""
     _, kinds, names = tokenizer.distinct_tokens(doc.text)
+    if strip:
+        kinds, names = strip_kinds(kinds, names)
     if not len(kinds):
         return []
     addrs = np.arange(doc.start, doc.start + len(kinds), dtype=np.int64)

@@ -537,17 +537,17 @@ class Writer(Snapshot):
         self._doc_runs.append(storage.encode_docs_later(raws, b.starts().tolist(), base,
                                                         self._txn.page_size()))
         # tokens: the ids of their words, and the runs of addresses they fill
-        names = b.names if not self.fold_diacritics else \
-            list(map(tokenizer.strip_diacritics, b.names))
+        kinds, names = statistics.strip_kinds(b.kinds, b.names) if self.fold_diacritics \
+            else (b.kinds, b.names)
         fids = np.array(self._ids(names), dtype=np.int64)
-        ids = fids[b.kinds]
+        ids = fids[kinds]
         self._tok_ids.append(ids)
         self._tok_count += len(ids)
         has = b.doc_tokens > 0
         self._tok_runs.append((starts[has], b.doc_tokens[has]))
         if b.container == DOCUMENT:  # (documents kept apart are not in the statistics)
-            self._txn.add_doc_frequencies(fids, statistics.batch_words(b.kinds, b.doc_tokens,
-                                                                       len(b.names)))
+            self._txn.add_doc_frequencies(fids, statistics.batch_words(kinds, b.doc_tokens,
+                                                                       len(names)))
             self._count_fields(statistics.batch_fields(b.ann_names, b.ann_name, b.ann_doc,
                                                        b.ann_q - b.ann_p + 1, b.sparse), 1)
         if b.sparse and not set(b.sparse) <= set(self.sparse_fields()):
@@ -672,7 +672,7 @@ class Writer(Snapshot):
         """Take what erasing p..q removes of `doc` out of the statistics: the df of each
         word whose live postings in it all lie in p..q, and when it goes whole, its
         fields."""
-        words = statistics.lost_words(doc, p, q, erased)
+        words = statistics.lost_words(doc, p, q, erased, self.fold_diacritics)
         if words:
             found = list(map(self._vocab.get, words))  # (new words are not stored yet)
             if None in found:
