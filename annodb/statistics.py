@@ -15,13 +15,12 @@ def batch_words(kinds: np.ndarray, doc_tokens: np.ndarray, n: int) -> np.ndarray
     return kernels.document_frequencies(kinds, doc_tokens, n)
 
 
-def strip_kinds(kinds: np.ndarray, names: list) -> tuple[np.ndarray, list]:
-    """(kinds, names) with the names stripped of diacritics and the kinds of names that
-    strip alike made one (a fold_diacritics database stores, and counts, them as one)."""
-    index: dict[str, int] = {}
-    kind = np.array([index.setdefault(tokenizer.strip_diacritics(w), len(index))
-                     for w in names], dtype=np.int64)
-    return kind[kinds], list(index)
+def merged(ids: np.ndarray, kinds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct ids, each token's index among them) when several words share an id
+    (a database folding diacritics stores "café" and "cafe" as one word): a document
+    holding both counts once in the word's df."""
+    distinct, at = np.unique(ids, return_inverse=True)
+    return distinct, at[kinds]
 
 
 def batch_fields(names: list, name: np.ndarray, doc: np.ndarray, lengths: np.ndarray,
@@ -63,15 +62,19 @@ def add_fields(kept: dict, counts: dict, sign: int) -> None:
 
 
 def lost_words(doc, p: int, q: int, erased: tuple[np.ndarray, np.ndarray],
-               strip: bool = False) -> list[str]:
+               fold: bool = False) -> list[str]:
     """The words of `doc` whose live postings in it all lie in p..q (so erasing p..q takes
-    the document from their df), erased the ranges already erased; without diacritics
-    when `strip` (a fold_diacritics database)."""
+    the document from their df), erased the ranges already erased; stripped of their
+    diacritics when the database folds them (fold)."""
     _, kinds, names = tokenizer.distinct_tokens(doc.text)
-    if strip:
-        kinds, names = strip_kinds(kinds, names)
     if not len(kinds):
         return []
+    if fold:
+        names = list(map(tokenizer.strip_diacritics, names))
+        distinct = list(dict.fromkeys(names))
+        where = {n: i for i, n in enumerate(distinct)}
+        kinds = np.array([where[n] for n in names], dtype=np.int64)[kinds]
+        names = distinct
     addrs = np.arange(doc.start, doc.start + len(kinds), dtype=np.int64)
     live = np.zeros(len(addrs), bool)
     live[kernels.drop_erased(addrs, addrs, *erased)] = True

@@ -537,17 +537,19 @@ class Writer(Snapshot):
         self._doc_runs.append(storage.encode_docs_later(raws, b.starts().tolist(), base,
                                                         self._txn.page_size()))
         # tokens: the ids of their words, and the runs of addresses they fill
-        kinds, names = statistics.strip_kinds(b.kinds, b.names) if self.fold_diacritics \
-            else (b.kinds, b.names)
+        names = b.names if not self.fold_diacritics else \
+            list(map(tokenizer.strip_diacritics, b.names))
         fids = np.array(self._ids(names), dtype=np.int64)
-        ids = fids[kinds]
+        ids = fids[b.kinds]
         self._tok_ids.append(ids)
         self._tok_count += len(ids)
         has = b.doc_tokens > 0
         self._tok_runs.append((starts[has], b.doc_tokens[has]))
         if b.container == DOCUMENT:  # (documents kept apart are not in the statistics)
-            self._txn.add_doc_frequencies(fids, statistics.batch_words(kinds, b.doc_tokens,
-                                                                       len(names)))
+            words, kinds = (fids, b.kinds) if not self.fold_diacritics else \
+                statistics.merged(fids, b.kinds)
+            self._txn.add_doc_frequencies(words, statistics.batch_words(kinds, b.doc_tokens,
+                                                                        len(words)))
             self._count_fields(statistics.batch_fields(b.ann_names, b.ann_name, b.ann_doc,
                                                        b.ann_q - b.ann_p + 1, b.sparse), 1)
         if b.sparse and not set(b.sparse) <= set(self.sparse_fields()):

@@ -380,23 +380,6 @@ def test_a_folding_database_matches_without_diacritics(folding, words, op):
             [h.docno for h in b.search_text(" ".join(stripped), k=5)]
 
 
-def test_words_that_fold_alike_count_once_in_df(tmp_path):
-    """In a folding database café, cafe and Café are one word: a document holding two of
-    them adds 1 to its df, and erasing one of them leaves the document holding it."""
-    from annodb.check import check
-    db = annodb.open(tmp_path / "f.db", fold_diacritics=True)
-    with db.write() as w:
-        w.add("café cafe Café naïve x", docno="a")
-        w.add("cafe y", docno="b")
-        w.add("café z naive", docno="c")
-    assert check(db) == []                              # check recounts every df
-    with db.write() as w:
-        w.delete("c")
-        w.erase(w.document("a").start, w.document("a").start)   # a's first café
-    assert check(db) == []
-    db.close()
-
-
 def test_diacritic_folding_is_chosen_when_a_database_is_made(tmp_path, folding):
     fold, plain = folding
     with fold.read() as r:
