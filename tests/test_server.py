@@ -3,7 +3,9 @@
 A module-wide database is built in a temporary directory and kept open read-write by the
 test process (so in-process servers share its environment and the test can commit beside
 them); servers listen on port 0 on loopback. One test runs the server as a real subprocess,
-commits from this process while it runs, and stops it with SIGTERM.
+commits from this process while it runs, and stops it with SIGTERM. The contract tests at
+the end (qids, depth, snippets, done) check hand-written expectations on a database of
+their own.
 """
 
 from __future__ import annotations
