@@ -151,6 +151,8 @@ class _Core:
         started = None  # when the pending partial line began to arrive
         max_line = self.protocol.max_line
         while True:
+            if self.stopping:  # stop's cancel can be lost (3.11's wait_for swallows one
+                return         # that comes as the awaited future completes)
             if buf or discarding:
                 left = self.line_timeout - (time.monotonic() - started)
                 try:

@@ -101,19 +101,25 @@ is numeric order):
 
 A block (at most BLOCK_SIZE intervals) is a 16-byte header then up to three arrays:
 
-    header    u8 flags, u8 start width, u8 length width, u8 unused, u32 n, i64 first start
+    header    u8 flags, u8 start width, u8 length width, u8 unused (0), u32 n, i64 first
+              start, little-endian (as every number of a block)
     values    n float64               absent when flag ZERO (all values are 0)
     deltas    n-1 unsigned ints of the start width: start[i+1] - start[i]
     lengths   n unsigned ints of the length width: end[i] - start[i]; absent when flag POINTS
+              (every interval is a point; the length width byte is then 1)
 
-A width byte is either a byte width, 1, 2, 4 or 8: each number is a little-endian unsigned
-int of that many bytes (the smallest that holds the array's largest number); or, in format
-2 only, 128 + b with 1 <= b <= 56: the array is bit-packed, b bits a number (b the bits of
-its largest number). Number i is then bits i*b .. i*b+b-1 of the array read as one
-little-endian integer (bit k is bit k%8 of byte k//8); the array takes ceil(n*b/8) bytes,
-the last byte's spare bits 0. A writer packs an array when that saves at least a quarter
-of its bytes (so a common word's one-byte gaps stay whole bytes, which decode fastest).
-Format 1 has only byte widths, so format 2 reads it as it is.
+The flags are FLAG_POINTS = 1 and FLAG_ZERO = 2. A width byte is either a byte width, 1,
+2, 4 or 8: each number is a little-endian unsigned int of that many bytes (the smallest
+that holds the array's largest number); or, from format 2 on, 128 + b with 1 <= b <= 56:
+the array is bit-packed, b bits a number (b the bits of its largest number, at least 1).
+Number i is then bits i*b .. i*b+b-1 of the array read as one little-endian integer (bit k
+is bit k%8 of byte k//8); the array takes ceil(n*b/8) bytes, the last byte's spare bits 0.
+A writer packs an array when that saves at least a quarter of its bytes (so a common
+word's one-byte gaps stay whole bytes, which decode fastest; an empty array, a block of
+one interval's deltas, is packed: 128 + 1); an append in place keeps the block's widths
+while the new numbers fit them, so a block appended to may be packed where a block written
+whole would not be, or the other way round. Format 1 has only byte widths, so format 2
+reads it as it is. (tests/naive.py reads and writes blocks from this description alone.)
 
 A block's encoded size is at most block_limits(psize)[0] bytes (psize - 16: one LMDB
 overflow page) unless it holds a single interval. Reads decode a block with numba kernels

@@ -7,6 +7,8 @@ A GC-list here is a sorted list of (p, q) in which no interval contains another.
 
 from __future__ import annotations
 
+import struct
+
 
 def _inside(x, y):
     """True when interval x lies inside interval y (y.p <= x.p and x.q <= y.q)."""
@@ -38,6 +40,14 @@ def _minimal_solutions(lists, holds):
                 kept.append((i, j))
                 break
     return _minimal(kept)
+
+
+def is_gc_list(intervals):
+    """True when the (p, q) are a GC-list: each p <= q, in order of start, and no interval
+    inside another (an exact duplicate lies inside its twin)."""
+    return (all(p <= q for p, q in intervals) and list(intervals) == sorted(intervals)
+            and not any(i != j and _inside(x, y) for i, x in enumerate(intervals)
+                        for j, y in enumerate(intervals)))
 
 
 def normalize(triples):
@@ -173,6 +183,14 @@ class Model:
         self.erased = merge_ranges(self.erased + [(p, q)])
         self.docs = [d for d in self.docs if not (p <= d[1] and d[2] <= q)]
 
+    def delete(self, docno):
+        """Writer.delete: erase the document's addresses; False when it is not there."""
+        doc = next((d for d in self.docs if d[0] == docno), None)
+        if doc is None:
+            return False
+        self.erase(doc[1], doc[2])
+        return True
+
     def feature(self, name):
         triples = normalize(self.lists.get(name, []))
         return [t for t in triples if not any(_inside(t[:2], r) for r in self.erased)]
@@ -276,13 +294,104 @@ def snippet(text, spans, a, b, width=200, first=0):
 # ---------------------------------------------------------------- storage blocks
 
 
-def stream_bytes(largest, count):
-    """Bytes of a stream of `count` numbers whose largest is `largest` (format 2): whole
-    bytes (1, 2, 4, 8) or, when that saves a quarter of them, `bits` bits each."""
+# The block layout, written from storage.py's header comment alone (never from
+# kernels/codec.py), as a second reading of the format.
+
+BLOCK_HEADER = struct.Struct("<BBBBIq")
+POINTS, ZERO = 1, 2   # the flags (storage.FLAG_POINTS, storage.FLAG_ZERO)
+
+
+def stream_width(largest, count):
+    """The width byte a writer gives an array of `count` numbers whose largest is
+    `largest`: the smallest byte width holding it or, when bit-packing saves at least a
+    quarter of the bytes, 128 + b, b its bits (at least 1, at most 56)."""
+    largest = int(largest)
     width = next(w for w in (1, 2, 4, 8) if largest < 256 ** w)
-    bits = max(1, int(largest).bit_length())
+    bits = max(1, largest.bit_length())
     packed = (bits * count + 7) // 8
-    return packed if bits <= 56 and packed * 4 <= width * count * 3 else width * count
+    return 128 + bits if bits <= 56 and packed * 4 <= width * count * 3 else width
+
+
+def width_bytes(code, count):
+    """Bytes of an array of `count` numbers of width byte `code`."""
+    return (count * (code - 128) + 7) // 8 if code > 128 else count * code
+
+
+def stream_bytes(largest, count):
+    """Bytes of a stream of `count` numbers whose largest is `largest` (format 2)."""
+    return width_bytes(stream_width(largest, count), count)
+
+
+def _put_numbers(numbers, code):
+    if code < 128:
+        return b"".join(int(x).to_bytes(code, "little") for x in numbers)
+    b = code - 128
+    if any(int(x) >> b for x in numbers):
+        raise ValueError(f"a number does not fit in {b} bits")
+    return sum(int(x) << (i * b) for i, x in enumerate(numbers)).to_bytes(
+        width_bytes(code, len(numbers)), "little")
+
+
+def _get_numbers(buf, pos, code, count):
+    """(the `count` numbers of width byte `code` at buf[pos:], the position after them)."""
+    if code in (1, 2, 4, 8):
+        return [int.from_bytes(buf[pos + i * code:pos + (i + 1) * code], "little")
+                for i in range(count)], pos + count * code
+    b = code - 128
+    if not 1 <= b <= 56:
+        raise ValueError(f"width byte {code} is neither 1, 2, 4, 8 nor 128 + 1..56")
+    size = width_bytes(code, count)
+    whole = int.from_bytes(buf[pos:pos + size], "little")
+    if whole >> (count * b):
+        raise ValueError("the spare bits of a packed array are not 0")
+    return [(whole >> (i * b)) & ((1 << b) - 1) for i in range(count)], pos + size
+
+
+def encode_block(starts, ends, values, widths=None):
+    """The bytes a writer makes of one block of a GC-list: flag ZERO when every value is
+    0, flag POINTS when every interval is a point (its length width byte is then 1), and
+    each array in its width by stream_width, or in the width bytes `widths` (start width,
+    length width) when given: any width that holds the numbers is a valid block."""
+    s, e, v = [int(x) for x in starts], [int(x) for x in ends], [float(x) for x in values]
+    n = len(s)
+    deltas = [b - a for a, b in zip(s, s[1:])]
+    lengths = [q - p for p, q in zip(s, e)]
+    flags = (ZERO if all(x == 0.0 for x in v) else 0) | \
+        (POINTS if not any(lengths) else 0)
+    sw, lw = widths or (stream_width(max(deltas, default=0), n - 1),
+                        1 if flags & POINTS else stream_width(max(lengths), n))
+    out = BLOCK_HEADER.pack(flags, sw, lw, 0, n, s[0])
+    if not flags & ZERO:
+        out += struct.pack(f"<{n}d", *v)
+    out += _put_numbers(deltas, sw)
+    if not flags & POINTS:
+        out += _put_numbers(lengths, lw)
+    return out
+
+
+def decode_block(buf):
+    """(starts, ends, values) of one block, as lists; ValueError when the bytes do not
+    follow the layout (an unknown width byte, spare bits set, a size that does not match
+    the header)."""
+    buf = bytes(buf)
+    if len(buf) < BLOCK_HEADER.size:
+        raise ValueError(f"a block of {len(buf)} bytes has no whole header")
+    flags, sw, lw, _, n, first = BLOCK_HEADER.unpack_from(buf)
+    pos = BLOCK_HEADER.size
+    values = [0.0] * n
+    if not flags & ZERO:
+        values = list(struct.unpack_from(f"<{n}d", buf, pos))
+        pos += 8 * n
+    deltas, pos = _get_numbers(buf, pos, sw, n - 1)
+    lengths = [0] * n
+    if not flags & POINTS:
+        lengths, pos = _get_numbers(buf, pos, lw, n)
+    if pos != len(buf):
+        raise ValueError(f"the header makes the block {pos} bytes, not {len(buf)}")
+    starts = [first]
+    for d in deltas:
+        starts.append(starts[-1] + d)
+    return starts, [p + d for p, d in zip(starts, lengths)], values
 
 
 def block_cuts(s, e, v, budget, max_count):

@@ -363,6 +363,17 @@ def _committed(path) -> int:
         return 0
 
 
+def interruptible(*args, **kwargs) -> subprocess.Popen:
+    """Popen a child that a SIGINT reaches even when this process ignores SIGINT (started as
+    a background job of a non-interactive shell, `pytest &`): ignoring is inherited, and a
+    Python started ignoring it never installs its KeyboardInterrupt handler."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # reset by exec
+    try:
+        return subprocess.Popen(*args, **kwargs)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_ctrl_c_during_ingest_exits_130_saying_what_was_committed(tmp_path):
     """A real SIGINT to a real `annodb ingest` between its batches: exit 130, a line saying
     how many documents in how many batches were committed (exactly what the database
@@ -374,7 +385,7 @@ def test_ctrl_c_during_ingest_exits_130_saying_what_was_committed(tmp_path):
     path = tmp_path / "big.db"
     command = console_script() + ["ingest", "--db", str(path), "--batch-size", str(size),
                                   str(src)]
-    child = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    child = interruptible(command, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while _committed(path) < 2 * size:
         assert child.poll() is None, child.stderr.read()
@@ -411,8 +422,8 @@ def test_ctrl_c_with_a_reading_process_leaves_no_process_behind(tmp_path):
         ".read().rsplit(')', 1)[1].split()[1] == str(os.getpid())]\n"
         "    print('INTERRUPTED', stop.summary.documents, len(kids), flush=True)\n"
         "    sys.exit(130)\n")
-    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    child = interruptible([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while _committed(tmp_path / "p.db") < 1000:
         assert child.poll() is None, child.communicate()

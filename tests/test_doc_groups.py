@@ -308,8 +308,7 @@ _OP = st.one_of(
     st.tuples(st.just("read"), st.integers(0, 10_000)))
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.lists(_OP, min_size=1, max_size=5), min_size=1, max_size=8))
 def test_random_adds_and_deletes_match_a_model(tmp_path_factory, batches):
     """Each batch is one writer: reads inside it see its own adds and deletions."""

@@ -336,13 +336,57 @@ def test_missing_file_empty_directory_and_bad_gzip_fail_before_writing(tmp_path)
         assert not target.exists()
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads unreadable files")
-def test_unreadable_file(tmp_path):
-    path = tmp_path / "secret.jsonl"
-    path.write_text('{"docid": "a", "text": "x"}\n')
-    path.chmod(0)
-    with pytest.raises(annodb.IngestError, match="permission denied"):
-        ingest(tmp_path / "never.db", [path])
+def _in_a_child_as(user, fn):
+    """fn() in a forked child that has dropped to `user` (a pwd entry) for good; the
+    child's exception comes back as 'Type: message', or None."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(user.pw_gid)
+            os.setuid(user.pw_uid)
+            fn()
+            os.write(write, b"None")
+        except BaseException as err:
+            os.write(write, f"{type(err).__name__}: {err}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        reply = f.read().decode()
+    os.waitpid(pid, 0)
+    return None if reply == "None" else reply
+
+
+def test_unreadable_file():
+    """An input file the process may not read fails before anything is written. Root
+    reads every file: as root, the ingest runs in a child dropped to the user nobody, in
+    a directory of nobody's own (so only the input is out of its reach)."""
+    import pwd
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "secret.jsonl"
+        path.write_text('{"docid": "a", "text": "x"}\n')
+        path.chmod(0)
+        target = Path(tmp) / "never.db"
+
+        def attempt():
+            with pytest.raises(annodb.IngestError, match="permission denied"):
+                ingest(target, [path])
+
+        if os.geteuid() != 0:
+            attempt()
+        else:
+            try:
+                nobody = pwd.getpwnam("nobody")
+            except KeyError:
+                pytest.skip("running as root, and there is no user nobody to drop to")
+            for own in (tmp, path):
+                os.chown(own, nobody.pw_uid, nobody.pw_gid)
+            assert _in_a_child_as(nobody, attempt) is None
+        assert not target.exists()
 
 
 def test_truncated_gzip_keeps_what_came_before(db, tmp_path):

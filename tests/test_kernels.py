@@ -19,9 +19,6 @@ from hypothesis import strategies as st
 from annodb import kernels as K
 import naive
 
-settings.register_profile("kernels", derandomize=True, database=None, deadline=None)
-settings.load_profile("kernels")
-
 NOJIT_CHILD = "ANNODB_KERNELS_NOJIT_CHILD"
 
 
@@ -325,12 +322,36 @@ def test_wrappers_accept_other_int_dtypes_and_readonly_arrays():
     assert pairs(*K.one_of([], [], np.array([3], np.uint8), np.array([4], np.uint8))) == [(3, 4)]
 
 
-def test_is_gc_list():
+def _nudged(intervals, data):
+    """A GC-list with one endpoint moved by -1, 0 or +1: the lists on either side of
+    the definition's edges (equal starts or ends, p = q + 1, a neighbour just inside)."""
+    if not intervals:
+        return intervals
+    out = list(intervals)
+    i = data.draw(st.integers(0, len(out) - 1))
+    end, by = data.draw(st.integers(0, 1)), data.draw(st.integers(-1, 1))
+    p, q = out[i]
+    out[i] = (p, q + by) if end else (p + by, q)
+    return out
+
+
+@settings(max_examples=500)
+@given(st.one_of(raw_intervals(12, 4), small, dense_lists(12), st.lists(st.tuples(
+    st.integers(0, 6), st.integers(0, 6)), max_size=5)), st.booleans(), st.data())
+def test_is_gc_list(intervals, nudge, data):
+    if nudge:
+        intervals = _nudged(intervals, data)
+    assert K.is_gc_list(*cols(intervals)) == naive.is_gc_list(intervals), intervals
+
+
+def test_is_gc_list_examples():
     assert K.is_gc_list([], [])
     assert K.is_gc_list([1, 2], [3, 4])
     assert not K.is_gc_list([1, 1], [3, 4])
     assert not K.is_gc_list([1, 2], [4, 3])
     assert not K.is_gc_list([2], [1])
+    assert not K.is_gc_list([1, 2], [3, 3])    # (2, 3) inside (1, 3)
+    assert K.is_gc_list([5], [5])
 
 
 # ---------------------------------------------------------------- the same tests without the JIT
@@ -411,12 +432,17 @@ def test_encode_point_groups_cuts_lists_into_point_blocks_within_the_budget():
 # ---------------------------------------------------------------- block encodings (format 2)
 
 
+SPAN = 1 << 59
+
+
 @st.composite
-def gc_lists(draw, max_size=300):
+def block_lists(draw, max_size=300):
     """A GC-list whose gaps and lengths come from one magnitude per list, so both byte
-    widths and bit-packing occur (and, with `big`, 8-byte numbers)."""
-    n = draw(st.integers(1, max_size))
+    widths and bit-packing occur (and, with 58-bit gaps, 8-byte numbers). Addresses stay
+    within the int64 contract: non-negative and below SPAN (2**59; lengths add < 2**40), so
+    eight lists laid end to end are still far from 2**63 (its gaps once summed past it)."""
     gap_bits = draw(st.sampled_from([1, 4, 7, 8, 9, 15, 16, 17, 31, 33, 50, 58]))
+    n = draw(st.integers(1, min(max_size, SPAN >> gap_bits)))
     len_bits = draw(st.sampled_from([0, 0, 3, 9, 20, 40]))
     gaps = draw(st.lists(st.integers(1, (1 << gap_bits) - 1), min_size=n, max_size=n))
     lengths = draw(st.lists(st.integers(0, (1 << len_bits) - 1) if len_bits else
@@ -426,6 +452,7 @@ def gc_lists(draw, max_size=300):
     # lengths must not let a later interval nest in an earlier one
     e = np.maximum.accumulate(e)
     e[1:] = np.maximum(e[1:], e[:-1] + 1)
+    assert s[0] >= 0 and e[-1] < 2 * SPAN
     zero = draw(st.booleans())
     v = np.zeros(n) if zero else np.array(draw(st.lists(
         st.floats(allow_nan=False), min_size=n, max_size=n)), dtype=np.float64)
@@ -437,7 +464,7 @@ def _header_widths(buf):
 
 
 @settings(max_examples=150)
-@given(gc_lists())
+@given(block_lists())
 def test_block_round_trip_both_encodings(lst):
     s, e, v = lst
     buf = K.encode_block(s, e, v)
@@ -464,7 +491,7 @@ def test_bit_packing_rule():
 
 
 @settings(max_examples=100)
-@given(gc_lists(max_size=2000), st.integers(40, 5000), st.integers(1, 9000))
+@given(block_lists(max_size=2000), st.integers(40, 5000), st.integers(1, 9000))
 def test_block_bounds_cut_exactly_at_the_budget(lst, budget, max_count):
     s, e, v = lst
     cuts = K.block_bounds(s, e, v, budget, max_count).tolist()
@@ -484,7 +511,7 @@ def test_block_bounds_cut_exactly_at_the_budget(lst, budget, max_count):
 
 
 @settings(max_examples=60)
-@given(st.lists(gc_lists(max_size=200), min_size=1, max_size=6))
+@given(st.lists(block_lists(max_size=200), min_size=1, max_size=6))
 def test_decode_blocks_mixes_encodings_points_and_values(lists):
     # blocks of unrelated lists laid end to end, shifted so starts keep rising
     bufs, want_s, want_e, want_v, base = [], [], [], [], 0
@@ -561,7 +588,7 @@ from annodb.kernels import codec as C  # noqa: E402  (the kernels behind the wra
 
 
 @settings(max_examples=150)
-@given(gc_lists(max_size=1200), st.sampled_from([16, 17, 30, 40, 100, 333, 2000, 4080, 9000]),
+@given(block_lists(max_size=1200), st.sampled_from([16, 17, 30, 40, 100, 333, 2000, 4080, 9000]),
        st.sampled_from([1, 2, 5, 100, 1000, 8192, 1 << 40]))
 def test_block_cuts_equal_the_naive_ones(lst, budget, max_count):
     """_cut keeps the widths between intervals and _cut_points skips the size test while
@@ -587,7 +614,7 @@ def test_block_cuts_equal_the_naive_ones(lst, budget, max_count):
 
 
 @settings(max_examples=100)
-@given(gc_lists(max_size=600))
+@given(block_lists(max_size=600))
 def test_a_blocks_last_interval_without_decoding(lst):
     s, e, v = lst
     buf = np.frombuffer(K.encode_block(s, e, v), np.uint8)

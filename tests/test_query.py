@@ -225,7 +225,7 @@ def _compound(children):
 asts = st.recursive(terms | features | windows, _compound, max_leaves=12)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(asts)
 def test_round_trip(ast):
     text = format(ast)
@@ -260,7 +260,7 @@ def test_format_rejects_what_cannot_be_written(ast):
 
 # --- fuzz -----------------------------------------------------------------------------------
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.text(alphabet='()"^+<>!#@=:. \t\nab1-.5', max_size=40), st.booleans())
 def test_fuzz_raises_only_query_error(text, lenient):
     try:

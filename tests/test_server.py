@@ -3,11 +3,14 @@
 A module-wide database is built in a temporary directory and kept open read-write by the
 test process (so in-process servers share its environment and the test can commit beside
 them); servers listen on port 0 on loopback. One test runs the server as a real subprocess,
-commits from this process while it runs, and stops it with SIGTERM.
+commits from this process while it runs, and stops it with SIGTERM. The contract tests at
+the end (qids, depth, snippets, done) check hand-written expectations on a database of
+their own.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -387,13 +390,13 @@ def test_a_slow_query_times_out_and_does_not_stall_others(db, monkeypatch):
         return real_rank(snapshot, gcl, **kw)
 
     monkeypatch.setattr(protocol, "rank", slow_rank)
-    with Server(db.path, query_timeout=1.0) as s, Client(s.port) as slow, \
+    with Server(db.path, query_timeout=4.0) as s, Client(s.port) as slow, \
             Client(s.port) as fast:
         slow.sock.sendall(b'{"op":"query","query":"(+ slowpoke hello)"}\n')
         started = time.monotonic()
         r = fast(op="query", query="(^ hello world)")       # answered while the other runs
         assert r["ok"] and r["rank"] == 1
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < 3.0             # before the other's time limit
         r = slow.read()["response"]
         assert r["op"] == "query" and r["ok"] is False and "timed out" in r["error"]
         assert slow(op="query", query="hello")["ok"]        # the connection stays usable
@@ -529,11 +532,21 @@ def test_shutdown_closes_idle_connections(db):
         assert c(op="stats")["ok"]
         started = time.monotonic()
         s.shutdown()
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 4.5   # not shutdown's 5 s wait for threads
         assert c.reader.readline() == b""
     s.shutdown()                                               # twice is fine
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", s.port), timeout=2).close()
+
+
+def test_shutdown_right_after_a_reply_closes_the_connection(db):
+    """stop's cancel reaching a connection as its reply is sent was lost (1 shutdown in
+    20 then waited 5 s and left the connection open)."""
+    for _ in range(100):
+        with Server(db.path, log=io.StringIO()) as s, Client(s.port, timeout=3) as c:
+            assert c(op="stats")["ok"]
+            s.shutdown()
+            assert c.reader.readline() == b""
 
 
 def test_cli_errors(tmp_path, db):
@@ -614,3 +627,112 @@ def test_query_rank_field(server, db):
         assert bad == {"op": "query", "ok": False,
                        "error": "unknown ranker 'bm2': choose one of ssr, bm25, fused, sparse"}
         assert c(op="query", query=query, rank="fused")["ok"]
+
+
+# ---------------------------------------------------------------- the contracts (issue 18)
+# What an agent written for the reference server depends on, against expectations written
+# by hand (not ranking.rank's output): qids, the depth, the snippet's width, `done`.
+
+DEEP = 1200                                   # documents holding "common": more than DEPTH
+LONG = [f"w{i:03d}" for i in range(500)]      # one document of 500 distinct words
+
+
+@pytest.fixture(scope="module")
+def deep(tmp_path_factory):
+    """A database where "common" matches 1200 documents, "(^ alpha omega)" three (in a
+    known SSR order: the shorter the cover, the higher) and w250 one long document."""
+    path = str(tmp_path_factory.mktemp("deep") / "deep.db")
+    with annodb.open(path) as database, database.write() as w:
+        for i in range(DEEP):
+            w.add(f"common filler{i}", docno=f"c{i:04d}")
+        w.add("alpha x x x omega", docno="far")
+        w.add("alpha omega", docno="near")
+        w.add("alpha x omega", docno="mid")
+        w.add(" ".join(LONG), docno="long")
+    return path
+
+
+def ranks(ask, query: str) -> list[dict]:
+    """Every response of `query`: the query's, then next until done (that one included)."""
+    responses = [ask(op="query", query=query)]
+    while not responses[-1].get("done"):
+        assert len(responses) <= DEEP + 1
+        responses.append(ask(op="next", qid=responses[0]["qid"]))
+    return responses
+
+
+def test_done_comes_right_after_the_last_rank(deep):
+    with Server(deep) as s, Client(s.port) as c:
+        got = ranks(c, "(^ alpha omega)")
+    assert [(r["op"], r.get("rank"), r.get("docno")) for r in got] == [
+        ("query", 1, "near"), ("next", 2, "mid"), ("next", 3, "far"), ("next", None, None)]
+    assert got[-1] == {"op": "next", "ok": True, "qid": "q0", "done": True}
+
+
+def test_the_depth_is_1000_by_default(deep):
+    """A query matching 1200 documents: exactly ranks 1..1000, then done."""
+    with Server(deep) as s, Client(s.port) as c:
+        got = ranks(c, "common")
+        assert c(op="next", qid="q0")["done"] is True             # still done past it
+    assert [r.get("rank") for r in got] == list(range(1, 1001)) + [None]
+    assert got[-1] == {"op": "next", "ok": True, "qid": "q0", "done": True}
+    docnos = {r["docno"] for r in got[:-1]}
+    assert len(docnos) == 1000 and docnos <= {f"c{i:04d}" for i in range(DEEP)}
+
+
+def test_qids_start_at_q0_on_every_connection(deep):
+    with Server(deep) as s:
+        for _ in range(2):
+            with Client(s.port) as c:
+                assert [c(op="query", query=q)["qid"] for q in ("common", "zebra", "alpha")] \
+                    == ["q0", "q1", "q2"]
+                assert c(op="next", qid="q0")["rank"] == 2
+
+
+def test_a_snippet_is_200_tokens_around_the_cover(deep):
+    """w250 in a document of 500 distinct words: 99 tokens before it and 100 after
+    (w151 .. w350), the cover highlighted."""
+    with Server(deep) as s, Client(s.port) as c:
+        r = c(op="query", query="w250")
+    assert r["docno"] == "long"
+    words = r["snippet"].split()
+    assert len(words) == 200
+    assert words[0] == "w151" and words[99] == "<cover>w250</cover>" and words[-1] == "w350"
+    assert r["snippet"] == " ".join(LONG[151:250] + ["<cover>w250</cover>"] + LONG[251:351])
+
+
+def test_annodb_serve_honours_depth(deep):
+    """The real command on a real socket: `annodb serve --depth 3` gives three ranks of a
+    query matching 1200 documents, then done."""
+    script = os.path.join(os.path.dirname(sys.executable), "annodb")
+    command = [script] if os.path.exists(script) else \
+        [sys.executable, "-c", "from annodb_cli.main import annodb; annodb()"]
+    proc = subprocess.Popen(command + ["serve", "--db", deep, "--port", "0", "--depth", "3"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        line = proc.stderr.readline().decode()
+        m = re.fullmatch(r"listening on port (\d+)\n", line)
+        assert m, line
+        with Client(int(m.group(1))) as c:
+            got = ranks(c, "common")
+            assert c(op="stats")["server"]["depth"] == 3
+        assert [r.get("rank") for r in got] == [1, 2, 3, None]
+        assert got[-1] == {"op": "next", "ok": True, "qid": "q0", "done": True}
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+
+
+def test_the_vole_in_process_answers_as_the_server(deep):
+    """vole's Local backend speaks the server's protocol (annodb.protocol, one connection):
+    the same responses, qids from q0, depth and snippets included."""
+    from vole.backend import Local
+    queries = ["common", "(^ alpha omega)", "w250", "zebra"]
+    with Server(deep) as s, Client(s.port) as c, Local(deep, readonly=True) as local:
+        def ask(op, query=None, qid=None):
+            return local.query(query) if op == "query" else local.next(qid)
+        assert [ranks(ask, q) for q in queries] == [ranks(c, q) for q in queries]

@@ -717,7 +717,7 @@ def test_opening_while_another_process_writes_waits_at_most_the_timeout(tmp_path
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              timeout=60)
     assert out.stdout.startswith("busy"), out.stdout + out.stderr
-    assert float(out.stdout.split()[1]) < 3
+    assert float(out.stdout.split()[1]) < 15      # its own timeout, not the default 30 s
     reader = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
         import annodb
         db = annodb.open({str(path)!r}, readonly=True)
@@ -775,33 +775,39 @@ def test_add_many_is_add_item_by_item(tmp_path):
 
 
 def test_a_busy_writer_does_not_starve_another(tmp_path):
+    """A process committing back to back, with no pause between its transactions, until
+    told to stop (at most 120 s): another writer still gets its turns, each within its
+    timeout (a generous 30 s: starved, it would wait until the busy one stops)."""
     import annodb
     path = tmp_path / "db"
+    stop = tmp_path / "stop"
     annodb.open(path).close()
     code = textwrap.dedent(f"""
-        import time, annodb
+        import os, time, annodb
         db = annodb.open({str(path)!r})
-        end = time.monotonic() + 6
+        end = time.monotonic() + 120
         i = 0
-        print("go", flush=True)
-        while time.monotonic() < end:   # commit after commit, no pause between them
+        while time.monotonic() < end and not os.path.exists({str(stop)!r}):
             with db.write() as w:
                 w.add("busy " * 200, docno=f"b{{i}}")
                 time.sleep(0.02)
             i += 1
+            if i == 3:
+                print("go", flush=True)
+        print(i, flush=True)
     """)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "go"
-        time.sleep(0.3)
-        for _ in range(3):
-            started = time.monotonic()
-            db = annodb.open(path, timeout=3)          # opening needs the writer slot too
-            with db.write(timeout=3) as w:
-                w.add("mine", docno=f"m{started}")
+        for turn in range(3):
+            db = annodb.open(path, timeout=30)          # opening needs the writer slot too
+            with db.write(timeout=30) as w:
+                w.add("mine", docno=f"m{turn}")
             db.close()
-            assert time.monotonic() - started < 3
+        stop.touch()
+        assert int(proc.stdout.readline()) > 3        # it was busy all along
     finally:
+        stop.touch()
         proc.wait(timeout=60)
         proc.stdout.close()
 

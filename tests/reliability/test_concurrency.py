@@ -1,9 +1,9 @@
-"""Concurrency: 4 reader processes query continuously through three phases: (1) a writer
-process committing batches and an annotator process annotating (two writers taking turns)
-in windows of `window` seconds alternating with windows where both pause, so reader
-latency during writes is compared with idle at the same database size; (2) a third
-process holding a write transaction open (uncommitted documents, writer lock held) for the
-whole phase; (3) idle again (the same size as (2)).
+"""Concurrency: 4 reader processes (2 in the short run) query continuously through three
+phases: (1) a writer process committing batches and an annotator process annotating (two
+writers taking turns) in windows of `window` seconds alternating with windows where both
+pause, so reader latency during writes is compared with idle at the same database size;
+(2) a third process holding a write transaction open (uncommitted documents, writer lock
+held) for the whole phase; (3) idle again (the same size as (2)).
 
 Every snapshot of every reader is checked (workload.reader): within one snapshot the
 document count, the `:` list's length and count(":") agree and do not change; each
@@ -13,7 +13,8 @@ and its whole batch (count of the batch's word = the batch's size); nothing of t
 transaction is visible; across one reader's successive snapshots the document and
 annotation counts never go backwards (this workload only adds). Reader latency (snapshot
 open to close: counts, a ranked search, three documents, their checks) is reported per
-phase; "never blocked" is asserted where a writer holds the lock for the whole phase.
+phase (figures, not asserted); "never blocked" is asserted where a writer holds the lock
+for the whole phase: every reader finishes snapshots inside it.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from .workload import SEED, doc_text, size
 pytestmark = pytest.mark.reliability
 
 SCRIPT = os.path.join(workload.HERE, "workload.py")
-READERS = 4
+READERS = 4  # 2 in the short run: 4 busy readers and 3 writers on 2 cores made its
+             # phases wait seconds for a core
 
 
 def start(*args) -> subprocess.Popen:
@@ -90,13 +92,18 @@ def summary(latencies: list[float]) -> dict:
 
 def test_readers_writers_and_a_held_write_transaction(tmp_path, figures):
     writing, window, holding, idle_again = size((2.0, 0.5, 1.0, 0.5), (120.0, 2.0, 20.0, 20.0))
+    n_readers = size(2, READERS)
     path = tmp_path / "db"
-    with annodb.open(path) as db, db.write() as w:
-        w.add_many([(doc_text(f"b0.{i}.300"), f"b0.{i}.300") for i in range(300)])
+    with annodb.open(path) as db:
+        with db.write() as w:
+            w.add_many([(doc_text(f"b0.{i}.300"), f"b0.{i}.300") for i in range(300)])
+        # the kernels the children use, compiled here once: on a fresh checkout seven
+        # processes compiling them at once took minutes on 2 cores (then they load them)
+        workload._warm_up(db)
     cue = {name: str(tmp_path / name) for name in
            ("stop-read", "go-write", "stop-write", "go-hold", "holding", "stop-hold")}
     pause = cue["go-write"] + ".pause"
-    outs = [str(tmp_path / f"reader{i}.json") for i in range(READERS)]
+    outs = [str(tmp_path / f"reader{i}.json") for i in range(n_readers)]
     readers = [start("reader", path, out, cue["stop-read"], SEED + i)
                for i, out in enumerate(outs)]
     # every process starts now (importing on a loaded machine is slow) and waits its cue
@@ -155,7 +162,7 @@ def test_readers_writers_and_a_held_write_transaction(tmp_path, figures):
     by_phase = {name: summary(found) for name, found in lats.items()}
     commit = sorted(writer["commit_seconds"])
     figures.update(
-        readers=READERS, snapshots=sum(r["snapshots"] for r in results),
+        readers=n_readers, snapshots=sum(r["snapshots"] for r in results),
         documents_checked=sum(r["docs_checked"] for r in results),
         batches_committed=writer["commits"], documents_written=writer["docs"],
         annotation_commits=annotator["commits"],
@@ -165,9 +172,13 @@ def test_readers_writers_and_a_held_write_transaction(tmp_path, figures):
     assert not problems, problems[:10]
     assert writer["commits"] > 0 and annotator["commits"] > 0
     for name, found in by_phase.items():
-        assert found["ops"] >= READERS, (name, found)
-    # never blocked: with the writer lock held for the whole phase, no read waited on it
-    assert by_phase["held write transaction"]["max_ms"] < holding * 1000 / 2, by_phase
+        assert found["ops"] >= n_readers, (name, found)
+    # never blocked: while a writer held the lock for the whole phase, every reader
+    # finished snapshots that began and ended inside it (a read waiting on the lock would
+    # end only after it). Causal, not a latency bound: a loaded machine cannot fail it.
+    (lo, hi), = [(lo + 0.05, hi) for name, lo, hi in windows if name == "held write transaction"]
+    for r in results:
+        assert any(lo <= end - lat and end <= hi for end, lat in r["latencies"]), by_phase
     with annodb.open(path, readonly=True) as db:
         assert check(db) == []
         with db.read() as r:

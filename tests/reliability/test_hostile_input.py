@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 import annodb
@@ -211,8 +211,8 @@ def test_parser_and_evaluator_fuzzed_with_hypothesis(small_db, figures):
     with small_db.read() as snap:
         fuzz = Fuzz(snap, search_every=3)
 
-        @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
-                  suppress_health_check=list(HealthCheck))
+        @seed(SEED)   # like every random choice of the reliability suite
+        @settings(max_examples=examples, suppress_health_check=list(HealthCheck))
         @given(st.one_of(queries, st.lists(st.sampled_from(
             list('()"^+.<>!#@=: \t') + NASTY + VOCAB[:50]), max_size=40).map("".join)))
         def run(text):
