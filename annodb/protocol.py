@@ -90,7 +90,7 @@ from . import judgments as _judgments
 from .errors import AnnodbError, QueryCostError, StorageError
 from .gcl import Budget, as_node, prepare
 from .query import STRUCTURAL
-from .ranking import DEPTH, rank
+from .ranking import DEPTH
 
 MAX_LINE = 1 << 20                  # bytes in one request line
 QUERY_TIMEOUT = 30.0                # seconds a query may run
@@ -265,8 +265,8 @@ class Protocol:
         the compiled kernels (best effort)."""
         try:
             with self._handle.db.read() as snap:
-                rank(snap, '(+ (^ "a b" c) (... d e) (<< f (# 3)) (>> : g) (!< h :) (!> : i))',
-                     depth=1, container=self.container)
+                snap.rank('(+ (^ "a b" c) (... d e) (<< f (# 3)) (>> : g) (!< h :) (!> : i))',
+                          depth=1, container=self.container)
         except Exception:
             pass
 
@@ -370,7 +370,7 @@ class Protocol:
             raise _Refusal(f"container must be a feature name or query (e.g. \"note:\"), "
                            f"not {_shown(container)}")
         with self._handle.db.read() as snap:
-            ranking = rank(snap, text, depth=self.depth, container=container,
+            ranking = snap.rank(text, depth=self.depth, container=container,
                            lenient=not self.strict, budget=self._budget())
             first = ranking.hit(0, snapshot=snap) if len(ranking) else None
         ranking = replace(ranking, snapshot=None)

@@ -194,13 +194,15 @@ def text_tiers(snapshot, text: str) -> list[list[tuple[Combine | Term, float]]]:
     if getattr(snapshot, "fold_diacritics", False):   # stored without diacritics
         words = list(map(strip_diacritics, words))
     words = list(dict.fromkeys(words))
-    n_docs = max(snapshot.document_count(), 1)
+    all_forms = {w: word_forms(snapshot, w) for w in words}
+    stats = snapshot.statistics(sorted({f for fs in all_forms.values() for f in fs}))
+    n_docs = max(stats.documents, 1)
     weighted = []
     for w in words:
-        forms = [f for f in word_forms(snapshot, w) if snapshot.list_count(f)]
+        forms = [f for f in all_forms[w] if stats.postings.get(f)]
         if not forms:
             continue
-        df = sum(snapshot.list_count(f) for f in forms)
+        df = sum(stats.postings[f] for f in forms)
         node = Term((forms[0],)) if len(forms) == 1 else \
             Combine("+", tuple(Term((f,)) for f in forms))
         weighted.append((node, math.log(1 + n_docs / df)))
@@ -218,13 +220,33 @@ def text_tiers(snapshot, text: str) -> list[list[tuple[Combine | Term, float]]]:
     return tiers
 
 
+def scorer(snapshot, container: str = ":"):
+    """A function of a list of query nodes giving, for each, the containers its covers
+    touch and their SSR scores: (container starts, ends, scores, best cover starts,
+    ends), containers in address order. One Evaluator serves every call (subexpressions
+    shared by the tiers are solved once); a sharded collection concatenates its
+    shards'."""
+    ev = Evaluator(snapshot)
+    cnode = as_node(container)[0]
+
+    def score(nodes) -> list[tuple]:
+        out = []
+        for node in nodes:
+            covers, boxes = _covers_and_boxes(ev, node, cnode)
+            idx, scores, best = kernels.ssr_touched(covers.starts, covers.ends,
+                                                    boxes.starts, boxes.ends, K)
+            out.append((boxes.starts[idx], boxes.ends[idx], scores, covers.starts[best],
+                        covers.ends[best]))
+        return out
+    return score
+
+
 def search_text(snapshot, text: str, *, k: int = 10, container: str = ":") -> Results:
     """Free-text search: containers matching an earlier tier rank above later ones; within a
     tier, by the sum s over its subsets of weight x SSR score. A hit's score is
     n + s / (1 + s) for a tier of n words together, so scores fall with the rank and the
     whole part says how many of the words matched together."""
-    ev = Evaluator(snapshot)
-    cnode = as_node(container)[0]
+    score = snapshot.text_scorer(container)
     seen = set()  # containers ranked already (by start)
     hits: list[Hit] = []
     ran = []
@@ -232,13 +254,9 @@ def search_text(snapshot, text: str, *, k: int = 10, container: str = ":") -> Re
     for level, tier in zip(range(len(tiers), 0, -1), tiers):
         if len(hits) >= k:
             break
-        parts = []  # per subset: touched containers, weighted scores, cover starts and ends
-        for node, weight in tier:
-            covers, boxes = _covers_and_boxes(ev, node, cnode)
-            idx, scores, best = kernels.ssr_touched(covers.starts, covers.ends,
-                                                    boxes.starts, boxes.ends, K)
-            parts.append((boxes.starts[idx], boxes.ends[idx], weight * scores,
-                          covers.starts[best], covers.ends[best]))
+        # per subset: touched containers, weighted scores, cover starts and ends
+        parts = [(bs, be, weight * sc, cp, cq) for (bs, be, sc, cp, cq), (_, weight)
+                 in zip(score([node for node, _ in tier]), tier)]
         ran.append(format_query(Combine("+", tuple(n for n, _ in tier)))
                    if len(tier) > 1 else format_query(tier[0][0]))
         bs, be, contrib, cp, cq = (np.concatenate(x) for x in zip(*parts))

@@ -53,6 +53,15 @@ class Stats:
         return dict(self.__dict__)
 
 
+class Statistics(msgspec.Struct, frozen=True):
+    """Collection statistics (Snapshot.statistics): documents and tokens of the collection
+    (container `:`), and the postings of each feature asked for (0 when absent)."""
+
+    documents: int
+    tokens: int
+    postings: dict
+
+
 class Snapshot:
     """Read access to one committed state of the database."""
 
@@ -154,6 +163,17 @@ class Snapshot:
         self._before_read()
         return self._txn.docs()
 
+    def documents_in(self, p: int, q: int) -> list[Document]:
+        """The documents whose ranges overlap addresses p..q, in address order."""
+        self._before_read()
+        return list(self._txn.docs_overlapping(int(p), int(q)))
+
+    def present(self, docnos: list[str]) -> dict[str, int]:
+        """The docnos among these that are in the database, with their documents' first
+        addresses."""
+        self._check()
+        return self._txn.docnos_present(docnos)
+
     def text(self, p: int, q: int) -> str:
         """The text of addresses p..q: from the start of the token at p to the end of the
         token at q, documents joined by newlines, erased addresses left out."""
@@ -226,6 +246,34 @@ class Snapshot:
         self._before_read()
         return ranking.search_text(self, text, k=k, container=container)
 
+    def rank(self, gcl, *, depth: int = ranking.DEPTH, container: str = DOCUMENT,
+             lenient: bool = False, budget=None) -> "ranking.Ranking":
+        """The containers ranked by SSR to `depth`, as arrays (ranking.rank): what the
+        server keeps for a query's `next`."""
+        self._before_read()
+        return ranking.rank(self, gcl, depth=depth, container=container, lenient=lenient,
+                            budget=budget)
+
+    def text_scorer(self, container: str = DOCUMENT):
+        """The function search_text scores its tiers with (see ranking.scorer)."""
+        self._before_read()
+        return ranking.scorer(self, container)
+
+    def has_feature(self, name: str) -> bool:
+        """Whether some annotation list is named `name` (a word, a field, a label)."""
+        self._before_read()
+        return self.lists.fid(name) is not None
+
+    def statistics(self, features) -> "Statistics":
+        """The collection statistics a ranker weighs words by: documents, tokens and each
+        feature's postings (list_count). The one place a sharded collection sums them."""
+        self._before_read()
+        return Statistics(self.document_count(), self._tokens_now(),
+                          {f: self.lists.count(f) for f in features})
+
+    def _tokens_now(self) -> int:
+        return self._tokens if isinstance(self, Writer) else self._txn.meta("tokens", 0)
+
 
 def check_container(name: str) -> None:
     """AnnodbError unless `name` can be a container of documents kept apart: a feature
@@ -269,6 +317,7 @@ class Writer(Snapshot):
         self._new_docnos: dict[str, int] = {}  # docno -> start, not yet written
         self._dirty = False
         self._doc_runs: list[list] = []  # docs entries not yet written, a list per batch
+        self.allocate = None  # (batch, next address) -> starts: a sharded collection's
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
@@ -402,9 +451,13 @@ class Writer(Snapshot):
             raise AnnodbError(str(err)) from None
         return self.add_batch(made, replace=replace)
 
-    def add_batch(self, b: batch.Batch, *, replace: bool = False) -> list[Added]:
+    def add_batch(self, b: batch.Batch, *, replace: bool = False,
+                  starts=None) -> list[Added]:
         """Append a batch of documents made by batch.make (what add_many does after
-        tokenizing; an ingest makes its batches in another process)."""
+        tokenizing; an ingest makes its batches in another process). `starts`: each
+        document's first address (increasing, each after the previous document, the first
+        at or past address_space()), leaving gaps where another shard's documents are (see
+        annodb.shards); default: right after the content."""
         self._check()
         named = [d for d in b.docnos if d is not None]
         for docno in named:
@@ -419,26 +472,46 @@ class Writer(Snapshot):
                 if not replace:
                     raise AnnodbError(f"docno {docno!r} already exists (use replace=True)")
                 if docno in seen:  # replaced again within this call: one at a time
-                    out = self.add_batch(b.subset(range(i)), replace=True)
-                    return out + self.add_batch(b.subset(range(i, len(b))), replace=True)
+                    head, tail = (None, None) if starts is None else (starts[:i], starts[i:])
+                    out = self.add_batch(b.subset(range(i)), replace=True, starts=head)
+                    return out + self.add_batch(b.subset(range(i, len(b))), replace=True,
+                                                starts=tail)
             seen.add(docno)
         if replace:
             for docno in b.docnos:
                 if docno is not None and (docno in self._new_docnos or
                                           self._txn.doc_start(docno) is not None):
                     self.delete(docno)
-        return self._append(b)
+        return self._append(b, starts)
 
-    def _append(self, b: batch.Batch) -> list[Added]:
-        """Place the batch's documents after the content: its addresses, relative to the
-        batch, become these; tokens and annotations are buffered until the flush, its docs
-        entries likewise."""
+    def _placed(self, b: batch.Batch, starts) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, ends) of the batch's documents: `starts` checked, or those the
+        allocator (`self.allocate(batch, address_space)`, set by a sharded collection)
+        gives, or right after the content."""
+        base = self._next_address
+        spans = b.spans()
+        if starts is None and self.allocate is not None:
+            starts = self.allocate(b, base)
+        if starts is None:
+            ends = np.cumsum(spans) + (base - 1)
+            return ends - spans + 1, ends
+        starts = np.asarray(starts, dtype=np.int64)
+        ends = starts + spans - 1
+        if len(starts) != len(spans) or (len(starts) and (
+                starts[0] < base or np.any(starts[1:] <= ends[:-1]))):
+            raise AnnodbError(f"{self.db.path}: a batch's starts must be one per document, "
+                              f"increasing, each past the previous document and the first "
+                              f"at or past {base} (the next free address)")
+        return starts, ends
+
+    def _append(self, b: batch.Batch, starts=None) -> list[Added]:
+        """Place the batch's documents after the content (or at `starts`, see add_batch):
+        its addresses, relative to the batch, become these; tokens and annotations are
+        buffered until the flush, its docs entries likewise."""
         vocab = self._vocab
         vocab.writer = self  # a new name calls back into this writer (Vocab.__missing__)
         base = self._next_address
-        spans = b.spans()
-        ends = np.cumsum(spans) + (base - 1)
-        starts = ends - spans + 1
+        starts, ends = self._placed(b, starts)
         starts_list = starts.tolist()
         docnos = b.docnos
         if b.documents is not None:  # name the documents without a docno by their start
@@ -459,7 +532,7 @@ class Writer(Snapshot):
         except UnicodeError as err:  # a lone surrogate in a name or metadata
             raise AnnodbError(f"document is not valid Unicode ({err})") from None
         # compressed on a thread (zstd releases the GIL) while this one goes on
-        self._doc_runs.append(storage.encode_docs_later(raws, b.starts().tolist(), base,
+        self._doc_runs.append(storage.encode_docs_later(raws, (starts - base).tolist(), base,
                                                         self._txn.page_size()))
         # tokens: the ids of their words, and the runs of addresses they fill
         names = b.names if not self.fold_diacritics else \

@@ -44,7 +44,7 @@ import msgspec
 import annodb
 from annodb import judgments as _judgments
 from annodb.errors import AnnodbError
-from annodb.ranking import DEPTH, rank
+from annodb.ranking import DEPTH
 from annodb.protocol import hit_response, query_response
 
 from .errors import BackendError
@@ -137,7 +137,7 @@ class Local(Backend):
 
     def __init__(self, db, *, depth: int = DEPTH, container: str = ":",
                  fields: list[str] | None = None, readonly: bool = False, audit=None):
-        self._own = not isinstance(db, annodb.Database)
+        self._own = isinstance(db, (str, os.PathLike))
         try:
             self.db = annodb.open(db, create=False, readonly=readonly) if self._own else db
         except AnnodbError as err:
@@ -164,7 +164,7 @@ class Local(Backend):
 
     def _query(self, request: dict) -> dict:
         with self.db.read() as snap:
-            ranking = rank(snap, request["query"], depth=self.depth,
+            ranking = snap.rank(request["query"], depth=self.depth,
                            container=self.container, lenient=True)
             first = ranking.hit(0, snapshot=snap) if len(ranking) else None
         qid = f"q{self._issued}"

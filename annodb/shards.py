@@ -1,0 +1,722 @@
+"""A sharded collection: one collection over many annodb databases (DESIGN §8).
+
+    db = annodb.open("web.shards", shards=4)        # created with 4 shards if missing
+    with db.write() as w:                           # one shard per transaction
+        w.add("Goth rock grew out of post-punk.", docno="n1")
+    with db.read() as r:                            # one snapshot over every shard
+        r.search("(^ goth rock)", k=10)
+
+Layout: a directory holding `manifest.json` (the format, the shard count, how documents
+are routed, the tokenizer, options such as fold_diacritics), `shard-000` ... (ordinary annodb
+databases), `addresses` (the collection's next free address: the counter of addresses
+handed out) and the lock files `addresses.lock` and `writer.lock`.
+
+**Global addresses.** Every document gets the address it would have in one database
+holding the same documents in the same order: a shard's documents sit at their global
+addresses, with gaps where the other shards' documents are. So addresses are unique over
+the collection, a ranking's ties (by address) fall exactly as in one database, raw query
+results merge by address, and `text(p, q)` / `document_at(a)` find their shard by address.
+New documents take their addresses from the counter under `addresses.lock`, so two writers
+(or an ingest beside a writer) never hand out the same ones. The counter is never behind
+the shards: every open that may write raises it to the highest address a shard holds.
+
+**Routing.** A document lives in shard `route(docno, N)`: the first 8 bytes of the SHA-1 of
+its docno (UTF-8), big-endian, modulo N. A note (Writer.note) and every annotation, erase
+and delete go where their document is, so each document and everything about it lives in
+one shard. A document kept apart whose docno was not chosen for it (a note) lives with its
+target, so lookups by docno try the routed shard first, then the others.
+
+**Transactions.** A read is one snapshot of every shard, taken together (each shard's is
+ACID; a write committed to one shard while the snapshots were being taken may or may not
+be in it). A write transaction writes one shard and is ACID exactly as one database's; one
+that would write a second shard is refused (AnnodbError naming both) before anything of it
+is written. Sharded write transactions take turns (`writer.lock`, like one database's
+writer lock). `annodb ingest` writes every shard in parallel, committing per shard and
+batch; a rerun completes an interrupted one (idempotent by docno).
+
+**Exactness.** A ranked query counts covers inside one container, all of which lie in one
+shard: per-shard rankings merged by (score descending, address) are exactly one database's
+(tested against it). What differs from one database holding the same documents: an
+interval spanning documents of two shards is never formed, so `count` and `query` can
+differ for queries whose intervals cross documents (`"darkness gen"` across two verses),
+and so can a ranking whose containment operand crosses documents (`(<< A B)` or `(!< A B)`
+with a B interval spanning two documents); `(# n)` windows run over each shard's address
+space.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import fcntl
+import hashlib
+import heapq
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from . import batch, database, kernels, ranking, storage, tokenizer, transaction
+from .errors import AnnodbError, NotFoundError, StorageError, WriterBusyError
+from .gcl import Budget, evaluate, prepare
+from .lists import Intervals
+from .transaction import DOCUMENT, Stats, Statistics
+
+MANIFEST = "manifest.json"
+FORMAT = "annodb-shards"
+VERSION = 1
+ROUTING = "sha1-64-mod"   # int.from_bytes(sha1(docno utf-8)[:8], "big") % shards
+MAX_SHARDS = 1024
+COUNTER = "addresses"
+
+
+def route(docno: str, shards: int) -> int:
+    """The shard of a document: its docno's SHA-1, first 8 bytes big-endian, mod shards."""
+    digest = hashlib.sha1(docno.encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") % shards
+
+
+def shard_name(i: int) -> str:
+    return f"shard-{i:03d}"
+
+
+def is_collection(path) -> bool:
+    """Whether `path` is a sharded collection (a directory with a manifest)."""
+    return os.path.isfile(os.path.join(os.fspath(path), MANIFEST))
+
+
+def read_manifest(path: str) -> dict:
+    where = os.path.join(path, MANIFEST)
+    try:
+        with builtins.open(where, "rb") as f:
+            manifest = json.loads(f.read())
+    except (OSError, ValueError) as err:
+        raise StorageError(f"{where}: cannot read the collection's manifest: {err}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise StorageError(f"{where}: not an annodb sharded collection's manifest")
+    if manifest.get("version") != VERSION:
+        raise StorageError(f"{where}: collection format version {manifest.get('version')!r}; "
+                           f"this annodb reads version {VERSION} (upgrade annodb)")
+    n = manifest.get("shards")
+    if not isinstance(n, int) or not 1 <= n <= MAX_SHARDS:
+        raise StorageError(f"{where}: bad shard count {n!r}")
+    if manifest.get("routing") != ROUTING:
+        raise StorageError(f"{where}: unknown routing {manifest.get('routing')!r} "
+                           f"(this annodb routes by {ROUTING})")
+    if manifest.get("tokenizer") != tokenizer.NAME:
+        raise StorageError(f"{where}: made with tokenizer {manifest.get('tokenizer')!r}; this "
+                           f"annodb tokenizes as {tokenizer.NAME!r}")
+    return manifest
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with builtins.open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def create_manifest(path: str, shards: int, fold_diacritics: bool) -> dict:
+    """Make the directory of a new collection and write its manifest (the shards are made
+    when it is opened)."""
+    if not isinstance(shards, int) or isinstance(shards, bool) or \
+            not 1 <= shards <= MAX_SHARDS:
+        raise StorageError(f"the shard count must be 1 to {MAX_SHARDS}, not {shards!r}")
+    if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+        raise StorageError(f"{path}: exists and is not an empty directory; a sharded "
+                           "collection is made in a new one (`annodb split` turns a "
+                           "database into shards)")
+    manifest = {"format": FORMAT, "version": VERSION, "shards": shards, "routing": ROUTING,
+                "tokenizer": tokenizer.NAME, "fold_diacritics": bool(fold_diacritics)}
+    try:
+        os.makedirs(path, exist_ok=True)
+        _write_atomic(os.path.join(path, MANIFEST),
+                      json.dumps(manifest, indent=2).encode() + b"\n")
+    except OSError as err:
+        raise StorageError(f"{path}: cannot create the collection: {err.strerror}") from None
+    return manifest
+
+
+def open(path, *, shards: int | None = None, readonly: bool = False, create: bool = True,
+         timeout: float = 30.0, cache_bytes: int | None = None,
+         fold_diacritics: bool | None = None) -> "ShardedDatabase":
+    """Open the sharded collection at `path`; with `shards`, create it (N shards) when
+    missing. annodb.open(path) calls this for a directory holding a manifest."""
+    path = os.fspath(path)
+    if not is_collection(path):
+        if shards is None:
+            raise StorageError(f"{path}: no sharded collection here")
+        if readonly or not create:
+            raise StorageError(f"{path}: no sharded collection here (create one with "
+                               f"`annodb ingest --shards N`)")
+        create_manifest(path, shards, bool(fold_diacritics))
+    manifest = read_manifest(path)
+    if shards is not None and shards != manifest["shards"]:
+        raise StorageError(f"{path}: the collection has {manifest['shards']} shards, not "
+                           f"{shards} (`annodb split` makes a collection of another count)")
+    fold = manifest.get("fold_diacritics", False)
+    if fold_diacritics is not None and bool(fold_diacritics) != fold:
+        have = "folds" if fold else "does not fold"
+        raise StorageError(f"{path}: this collection {have} diacritics (set when it was "
+                           "created); make a new one to change it")
+    return ShardedDatabase(path, manifest, readonly=readonly, timeout=timeout,
+                           cache_bytes=cache_bytes)
+
+
+class _FileLock:
+    """An exclusive flock on a file, waiting up to `timeout` seconds."""
+
+    def __init__(self, path: str, timeout: float, what: str):
+        self.path, self.timeout, self.what = path, timeout, what
+        self.fd = None
+
+    def acquire(self) -> "_FileLock":
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + max(self.timeout, 0)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self.fd = fd
+                return self
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise WriterBusyError(
+                        f"{self.path}: {self.what} held by another writer for "
+                        f"{self.timeout:g}s; try again when it has committed") from None
+                time.sleep(0.005)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            os.close(fd)  # (closing drops the flock)
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+class ShardedDatabase:
+    """A sharded collection, open: the same API as annodb.Database (read, write, stats,
+    close), each call over every shard."""
+
+    def __init__(self, path: str, manifest: dict, *, readonly: bool = False,
+                 timeout: float = 30.0, cache_bytes: int | None = None):
+        self.path = path
+        self.manifest = manifest
+        self.readonly = readonly
+        self.timeout = timeout
+        self.fold_diacritics = bool(manifest.get("fold_diacritics", False))
+        n = manifest["shards"]
+        per_shard = None if cache_bytes is None else int(cache_bytes) // n
+        self.shards: list[database.Database] = []
+        self._pool = None
+        self._closed = False
+        try:
+            for i in range(n):
+                db = database.Database(os.path.join(path, shard_name(i)), readonly=readonly,
+                                       create=not readonly, timeout=timeout,
+                                       cache_bytes=per_shard)
+                self.shards.append(db)
+                if self.fold_diacritics and not readonly:
+                    db._record_folding(True)
+            if not readonly:
+                self.reserve(0)  # the counter is never behind the shards
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ the API
+
+    def read(self) -> "ShardedSnapshot":
+        """One snapshot over every shard (see the module docstring)."""
+        self._check_open()
+        parts = []
+        try:
+            for db in self.shards:
+                parts.append(db.read())
+        except BaseException:
+            for part in parts:
+                part.close()
+            raise
+        return ShardedSnapshot(self, parts)
+
+    def write(self, timeout: float | None = None) -> "ShardedWriter":
+        """A write transaction of one shard (the first one it writes; see the module
+        docstring): commits on a clean exit, aborts on an exception."""
+        self._check_open()
+        if self.readonly:
+            raise StorageError(f"{self.path}: opened read-only")
+        wait = self.timeout if timeout is None else timeout
+        lock = _FileLock(os.path.join(self.path, "writer.lock"), wait,
+                         "the collection's writer lock").acquire()
+        try:
+            parts = [db.read() for db in self.shards]
+        except BaseException:
+            lock.release()
+            raise
+        return ShardedWriter(self, parts, lock, wait)
+
+    def stats(self) -> Stats:
+        with self.read() as r:
+            return r.stats()
+
+    def compact(self, dest) -> None:
+        """A compacted copy of every shard, and the manifest, in the new directory
+        `dest` (see Database.compact)."""
+        self._check_open()
+        dest = os.fspath(dest)
+        create_manifest(dest, len(self.shards), self.fold_diacritics)
+        for i, db in enumerate(self.shards):
+            db.compact(os.path.join(dest, shard_name(i)))
+        _write_atomic(os.path.join(dest, COUNTER), str(self._counter()).encode())
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+            for db in self.shards:
+                db.close()
+
+    def __enter__(self) -> "ShardedDatabase":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"annodb.ShardedDatabase({self.path!r}, shards={len(self.shards)})"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError(f"{self.path}: collection is closed")
+
+    # ------------------------------------------------------------------ addresses
+
+    def _counter(self) -> int:
+        try:
+            with builtins.open(os.path.join(self.path, COUNTER), "rb") as f:
+                return int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def reserve(self, n: int, at_least: int = 0) -> int:
+        """Hand out `n` consecutive addresses: the first of them (at least `at_least`,
+        past every address a shard holds and every one handed out before)."""
+        with _FileLock(os.path.join(self.path, COUNTER + ".lock"), self.timeout,
+                       "the collection's address counter"):
+            base = max(self._counter(), int(at_least))
+            for db in self.shards:
+                with db.read() as r:
+                    base = max(base, r.address_space())
+            _write_atomic(os.path.join(self.path, COUNTER), str(base + int(n)).encode())
+        return base
+
+    def allocate(self, b: batch.Batch, at_least: int) -> np.ndarray:
+        """Global starts for a batch's documents, one after another (Writer.allocate)."""
+        spans = b.spans()
+        base = self.reserve(int(spans.sum()), at_least)
+        return base + np.cumsum(spans) - spans
+
+    # ------------------------------------------------------------------ fan-out
+
+    def each(self, fn, items) -> list:
+        """fn(item) for each item (one per shard), on threads: the kernels release the
+        GIL (benchmarks/RESULTS.md, "Shards", measures it)."""
+        items = list(items)
+        if len(items) < 2:
+            return [fn(x) for x in items]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=len(self.shards),
+                                            thread_name_prefix="annodb-shard")
+        return list(self._pool.map(fn, items))
+
+
+def _merge_intervals(found: list[Intervals]) -> Intervals:
+    """The union of per-shard lists, by start then end; a duplicate once (the first)."""
+    found = [x for x in found if len(x)]
+    if not found:
+        return Intervals.empty()
+    if len(found) == 1:
+        return found[0]
+    s = np.concatenate([x.starts for x in found])
+    e = np.concatenate([x.ends for x in found])
+    v = np.concatenate([x.values for x in found])
+    order = np.lexsort((e, s))
+    s, e, v = s[order], e[order], v[order]
+    keep = np.r_[True, (s[1:] != s[:-1]) | (e[1:] != e[:-1])]
+    return Intervals(s[keep], e[keep], v[keep])
+
+
+def merge_rankings(snapshot, rankings: list, depth: int) -> ranking.Ranking:
+    """Per-shard rankings (each to `depth`) merged exactly: score descending, ties by
+    address, to `depth`."""
+    first = rankings[0]
+    cols = [np.concatenate([getattr(r, name) for r in rankings]) for name in
+            ("starts", "ends", "scores", "cover_starts", "cover_ends")]
+    order = np.lexsort((cols[0], -cols[2]))[:max(depth, 0)]
+    return ranking.Ranking(snapshot, first.query, list(first.warnings),
+                           *(c[order] for c in cols), sum(r.total for r in rankings))
+
+
+class ShardedSnapshot:
+    """A read snapshot over every shard, with the methods of annodb.Snapshot: per-shard
+    work, one exact merge."""
+
+    def __init__(self, db: ShardedDatabase, parts: list):
+        self.db = db
+        self.parts = parts
+        self.fold_diacritics = db.fold_diacritics
+        self._done = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if not self._done:
+            self._done = True
+            for part in self.parts:
+                part.close()
+
+    def _each(self, fn) -> list:
+        if self._done:
+            raise StorageError("this transaction has ended")
+        return self.db.each(fn, self.parts)
+
+    def _order(self, docno: str) -> list:
+        """The parts in the order a docno is looked for: its shard first."""
+        home = route(docno, len(self.parts))
+        return [self.parts[home]] + self.parts[:home] + self.parts[home + 1:]
+
+    # annotation lists
+    def intervals(self, feature: str) -> Intervals:
+        return _merge_intervals([p.intervals(feature) for p in self.parts])
+
+    def term(self, token: str) -> Intervals:
+        return _merge_intervals([p.term(token) for p in self.parts])
+
+    def list_count(self, feature: str) -> int:
+        return sum(p.list_count(feature) for p in self.parts)
+
+    def has_feature(self, name: str) -> bool:
+        return any(p.has_feature(name) for p in self.parts)
+
+    def features_with_prefix(self, prefix: str, limit: int = 100) -> list[str]:
+        names = set()
+        for p in self.parts:
+            names.update(p.features_with_prefix(prefix, limit))
+        return sorted(names)[:limit]
+
+    def erased(self) -> tuple[np.ndarray, np.ndarray]:
+        found = [p.erased() for p in self.parts]
+        return kernels.merge_ranges(np.concatenate([s for s, _ in found]),
+                                    np.concatenate([e for _, e in found]))
+
+    # documents
+    def has(self, docno: str) -> bool:
+        return any(p.has(docno) for p in self._order(docno))
+
+    def present(self, docnos: list[str]) -> dict[str, int]:
+        found = {}
+        for p in self.parts:
+            found.update(p.present(docnos))
+        return found
+
+    def _holding(self, docno: str):
+        """(the part holding docno, its document), or (None, None)."""
+        for p in self._order(docno):
+            try:
+                return p, p.document(docno)
+            except NotFoundError:
+                continue
+        return None, None
+
+    def document(self, docno: str):
+        doc = self._holding(docno)[1]
+        if doc is None:
+            raise NotFoundError(f"no document with docno {docno!r}")
+        return doc
+
+    find = transaction.Snapshot.find  # (calls self.document)
+
+    def document_at(self, address: int):
+        for p in self.parts:
+            doc = p.document_at(address)
+            if doc is not None:
+                return doc
+        return None
+
+    def documents(self):
+        return heapq.merge(*(p.documents() for p in self.parts), key=lambda d: d.start)
+
+    def documents_in(self, p: int, q: int) -> list:
+        return list(heapq.merge(*(part.documents_in(p, q) for part in self.parts),
+                                key=lambda d: d.start))
+
+    def _parts_over(self, p: int, q: int) -> list[int]:
+        return [i for i, part in enumerate(self.parts) if part.documents_in(p, q)]
+
+    def text(self, p: int, q: int) -> str:
+        """As Snapshot.text: each document's live text of p..q, joined by newlines."""
+        pieces = []
+        for i in self._parts_over(p, q):
+            for doc in self.parts[i].documents_in(p, q):
+                piece = self.parts[i].text(max(p, doc.start), min(q, doc.end))
+                if piece:
+                    pieces.append((doc.start, piece))
+        return "\n".join(piece for _, piece in sorted(pieces))
+
+    def address_space(self) -> int:
+        return max(p.address_space() for p in self.parts)
+
+    def document_count(self) -> int:
+        return sum(p.document_count() for p in self.parts)
+
+    def stats(self) -> Stats:
+        """Sums over the shards (`features` counts each shard's lists: a word in two shards
+        counts twice); `addresses` is the collection's address space."""
+        found = [p.stats() for p in self.parts]
+        return Stats(documents=sum(s.documents for s in found),
+                     tokens=sum(s.tokens for s in found),
+                     features=sum(s.features for s in found),
+                     addresses=max(s.addresses for s in found),
+                     erased_ranges=sum(s.erased_ranges for s in found), path=self.db.path,
+                     size_bytes=sum(s.size_bytes for s in found),
+                     agent_documents=sum(s.agent_documents for s in found),
+                     agent_tokens=sum(s.agent_tokens for s in found))
+
+    def statistics(self, features) -> Statistics:
+        """The shards' statistics summed: what a ranker weighing words (free text, BM25)
+        needs to rank exactly as one database."""
+        features = list(features)
+        found = [p.statistics(features) for p in self.parts]
+        return Statistics(sum(s.documents for s in found), sum(s.tokens for s in found),
+                          {f: sum(s.postings[f] for s in found) for f in features})
+
+    # queries
+    def query(self, gcl, *, lenient: bool = False, budget: Budget | None = None) -> Intervals:
+        """The union of each shard's intervals (see the module docstring: no interval
+        spans two shards)."""
+        node, _ = prepare(self, gcl, lenient=lenient)
+        budget = budget or Budget()
+        return _merge_intervals(self._each(
+            lambda part: evaluate(part, node, budget=budget)))
+
+    def count(self, gcl, *, lenient: bool = False) -> int:
+        return len(self.query(gcl, lenient=lenient))
+
+    def rank(self, gcl, *, depth: int = ranking.DEPTH, container: str = DOCUMENT,
+             lenient: bool = False, budget: Budget | None = None) -> ranking.Ranking:
+        """Each shard ranked to `depth`, merged exactly (see merge_rankings)."""
+        node, warnings = prepare(self, gcl, lenient=lenient)
+        budget = budget or Budget()
+        found = self._each(lambda part: part.rank(node, depth=depth, container=container,
+                                                  budget=budget))
+        merged = merge_rankings(self, found, depth)
+        merged.warnings[:0] = warnings
+        return merged
+
+    def search(self, gcl, k: int = 10, *, container: str = DOCUMENT, lenient: bool = False,
+               snippets: bool = True) -> ranking.Results:
+        r = self.rank(gcl, depth=max(k, 0), container=container, lenient=lenient)
+        return ranking.Results(r.hits(k, snippets), r.query, r.warnings, r.total)
+
+    def search_text(self, text: str, k: int = 10, *, container: str = DOCUMENT):
+        return ranking.search_text(self, text, k=k, container=container)
+
+    def text_scorer(self, container: str = DOCUMENT):
+        """ranking.scorer per shard; a node's containers are the shards' concatenated
+        (search_text orders them itself)."""
+        scorers = [p.text_scorer(container) for p in self.parts]
+
+        def score(nodes) -> list[tuple]:
+            found = self.db.each(lambda s: s(nodes), scorers)
+            return [tuple(np.concatenate([f[j][c] for f in found]) for c in range(5))
+                    for j in range(len(nodes))]
+        return score
+
+
+class ShardedWriter(ShardedSnapshot):
+    """A write transaction of a sharded collection: it writes one shard (the one its first
+    write routes to, see the module docstring) and reads every shard, its own writes
+    included."""
+
+    def __init__(self, db: ShardedDatabase, parts: list, lock: _FileLock, timeout: float):
+        super().__init__(db, parts)
+        self._lock = lock
+        self._timeout = timeout
+        self._writing: int | None = None
+
+    def _each(self, fn) -> list:  # a write transaction stays on its thread (LMDB's rule)
+        if self._done:
+            raise StorageError("this transaction has ended")
+        return [fn(p) for p in self.parts]
+
+    def _writer(self, i: int, what: str) -> transaction.Writer:
+        """The write transaction of shard i (begun on first use); AnnodbError when this
+        transaction writes another shard already."""
+        if self._done:
+            raise StorageError("this transaction has ended")
+        if self._writing is None:
+            w = self.db.shards[i].write(self._timeout)
+            w.allocate = self.db.allocate
+            self.parts[i].close()
+            self.parts[i] = w
+            self._writing = i
+        elif self._writing != i:
+            raise AnnodbError(
+                f"{self.db.path}: this write transaction writes {shard_name(self._writing)} "
+                f"and {what} lives in {shard_name(i)}: a transaction of a sharded "
+                "collection writes one shard (each document and everything about it lives "
+                "in one); commit this one and write that in a transaction of its own")
+        return self.parts[i]
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+    def commit(self) -> None:
+        """Commit the shard written (if any): atomically, as one database commits."""
+        if self._done:
+            raise StorageError("this transaction has ended")
+        try:
+            if self._writing is not None:
+                self.parts[self._writing].commit()
+        finally:
+            self._end()
+
+    def abort(self) -> None:
+        if not self._done:
+            self._end()
+
+    def _end(self) -> None:
+        try:
+            self.close()  # (a writer's close aborts what was not committed)
+        finally:
+            self._lock.release()
+
+    # writes
+    def add(self, content, docno: str | None = None, *, id_field: str | None = None,
+            text_fields: list[str] | None = None, replace: bool = False,
+            container: str = DOCUMENT) -> transaction.Added:
+        """As Writer.add: the document goes to the shard its docno routes to."""
+        return self.add_many([(content, docno)], id_field=id_field, text_fields=text_fields,
+                             replace=replace, container=container)[0]
+
+    def add_many(self, items, *, id_field: str | None = None,
+                 text_fields: list[str] | None = None, replace: bool = False,
+                 container: str = DOCUMENT) -> list[transaction.Added]:
+        """As Writer.add_many; every document must route to the shard this transaction
+        writes (AnnodbError naming both shards otherwise). A document without a docno is
+        named `d<start>` from its global start, as one database names it."""
+        if container != DOCUMENT:
+            transaction.check_container(container)
+        docs = [batch.prepare_item(content, docno, id_field, text_fields)
+                for content, docno in items]
+        try:
+            b = batch.make(docs, container)
+        except UnicodeError as err:
+            raise AnnodbError(f"document text is not valid Unicode ({err})") from None
+        except ValueError as err:
+            raise AnnodbError(str(err)) from None
+        docnos = list(b.docnos)
+        for docno in docnos:
+            if docno is not None:
+                transaction.check_docno(docno)
+        shards = {route(d, len(self.parts)) for d in docnos if d is not None}
+        if len(shards) > 1:
+            a, c = sorted(shards)[:2]
+            raise AnnodbError(
+                f"{self.db.path}: these documents route to {shard_name(a)} and "
+                f"{shard_name(c)} (by docno): a transaction of a sharded collection writes "
+                "one shard; add them in a transaction each, or ingest them (`annodb ingest` "
+                "writes every shard in parallel)")
+        starts = None
+        if None in docnos:  # named from the start they will have: reserve it first
+            at_least = self.parts[self._writing].address_space() \
+                if self._writing is not None else 0
+            starts = self.db.allocate(b, at_least)
+            taken = set(docnos)
+            documents = list(b.documents)
+            for i, docno in enumerate(docnos):
+                if docno is None:
+                    docno = f"d{int(starts[i])}"
+                    while docno in taken or self.has(docno):
+                        docno += "_"
+                    taken.add(docno)
+                    docnos[i] = docno
+                    documents[i] = (docno,) + documents[i][1:]
+            b = dataclasses.replace(b, docnos=docnos, documents=documents)
+            named = {route(d, len(self.parts)): d for d in docnos}
+            if len(named) > 1:  # docno-less documents route by the names they get
+                a, c = list(named.values())[:2]
+                self._refuse_split(a, c)
+        if not docnos:
+            return []
+        w = self._writer(route(docnos[0], len(self.parts)), f"the document {docnos[0]!r}")
+        return w.add_batch(b, replace=replace, starts=starts)
+
+    def _refuse_split(self, a: str, b: str) -> None:
+        n = len(self.parts)
+        raise AnnodbError(
+            f"{self.db.path}: the documents {a!r} and {b!r} route to "
+            f"{shard_name(route(a, n))} and {shard_name(route(b, n))}: a transaction of a "
+            "sharded collection writes one shard; add them in a transaction each")
+
+    def _over(self, p: int, q: int, what: str) -> transaction.Writer:
+        """The writer of the one shard holding documents over p..q."""
+        found = self._parts_over(p, q)
+        if not found:
+            raise AnnodbError(f"{self.db.path}: no document lies over [{p}, {q}]; in a "
+                              f"sharded collection {what} goes to the shard of the document "
+                              "it is about")
+        if len(found) > 1:
+            raise AnnodbError(
+                f"{self.db.path}: [{p}, {q}] spans documents of {shard_name(found[0])} and "
+                f"{shard_name(found[1])}: a transaction of a sharded collection writes one "
+                f"shard; {what} one document at a time")
+        return self._writer(found[0], f"[{p}, {q}]")
+
+    def annotate(self, feature: str, p: int, q: int, value: float = 0.0) -> None:
+        """As Writer.annotate, in the shard of the documents over p..q (one shard)."""
+        if int(q) < int(p) or int(p) < 0:
+            raise AnnodbError(f"bad interval [{p}, {q}]: need 0 <= p <= q")
+        self._over(int(p), int(q), "an annotation").annotate(feature, p, q, value)
+
+    def erase(self, p: int, q: int) -> None:
+        if int(q) < int(p) or int(p) < 0:
+            raise AnnodbError(f"bad range [{p}, {q}]: need 0 <= p <= q")
+        self._over(int(p), int(q), "an erase").erase(p, q)
+
+    def delete(self, docno: str) -> bool:
+        part, doc = self._holding(docno)
+        if doc is None:
+            return False
+        return self._writer(self.parts.index(part), f"the document {docno!r}").delete(docno)
+
+    def note(self, docno: str, text: str, *, features=(),
+             note_docno: str | None = None) -> transaction.Added:
+        """As Writer.note: the note lives in its target's shard."""
+        part, doc = self._holding(docno)
+        if doc is None:
+            raise NotFoundError(f"no document with docno {docno!r}")
+        w = self._writer(self.parts.index(part), f"the document {docno!r}")
+        return w.note(docno, text, features=features, note_docno=note_docno)
+
+    def address_space(self) -> int:
+        return max(max(p.address_space() for p in self.parts), self.db._counter())
+
+    def set_folding(self, fold: bool) -> None:
+        raise StorageError(f"{self.db.path}: a sharded collection's diacritic folding is "
+                           "chosen when it is created (annodb.open(path, shards=N, "
+                           "fold_diacritics=True))")
