@@ -851,6 +851,13 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
     Raises IngestError for unreadable inputs (before writing anything) and, with strict,
     at the first malformed record (earlier batches stay committed).
     """
+    if hasattr(db, "shards") or (isinstance(db, (str, os.PathLike)) and
+                                 os.path.isfile(os.path.join(db, "manifest.json"))):
+        from . import sharded_ingest  # a sharded collection: read and written in parallel
+        return sharded_ingest.ingest(
+            db, paths, format=format, id_field=id_field, text_fields=text_fields,
+            batch_size=batch_size, batch_bytes=batch_bytes, replace=replace, strict=strict,
+            progress=progress, on_problem=on_problem, timeout=timeout)
     started = time.perf_counter()
     sources = check_inputs(paths, format)
     text_fields = list(text_fields) if text_fields else None

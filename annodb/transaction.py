@@ -266,10 +266,12 @@ class Snapshot:
 
     def statistics(self, features) -> "Statistics":
         """The collection statistics a ranker weighs words by: documents, tokens and each
-        feature's postings (list_count). The one place a sharded collection sums them."""
+        feature's postings (as stored: erased ones included, so the figures do not depend
+        on what this process decoded before). The one place a sharded collection sums
+        them."""
         self._before_read()
         return Statistics(self.document_count(), self._tokens_now(),
-                          {f: self.lists.count(f) for f in features})
+                          {f: self.lists.stored_count(f) for f in features})
 
     def _tokens_now(self) -> int:
         return self._tokens if isinstance(self, Writer) else self._txn.meta("tokens", 0)

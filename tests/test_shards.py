@@ -1,0 +1,276 @@
+"""A sharded collection ranks exactly as one database holding the same documents.
+
+Hypothesis draws small collections (records with two fields, judgments over documents,
+erased ranges inside them) and query trees; the same documents go into one database and
+into collections of 2 and 3 shards, in the same order. Rankings (docnos, scores, covers,
+addresses, snippets, totals), free-text results and document-bounded query results must be
+identical. Then the 4,435 real queries over a part of the MS MARCO sample, the refusal of
+a transaction over two shards, and the server, Memory and the Vole's backend over shards.
+"""
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import annodb
+from annodb import shards
+from annodb.errors import AnnodbError, WriterBusyError
+from annodb.query import Combine, Compare, Feature, Term, Window, format
+
+DATA = Path(__file__).parent / "data"
+WORDS = ["a", "b", "c", "d"]
+SETTINGS = settings(max_examples=int(os.environ.get("SHARD_EXAMPLES", "60")),
+                    deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+BOUNDED = st.one_of(st.sampled_from(["title:", "body:", ":", "judgment:t"]).map(Feature),
+                    st.integers(1, 4).map(Window))
+leaves = st.one_of(
+    st.sampled_from(WORDS).map(lambda w: Term((w,))),
+    st.lists(st.sampled_from(WORDS), min_size=2, max_size=3).map(lambda ws: Term(tuple(ws))),
+    BOUNDED,
+)
+
+
+def _branches(children):
+    # (<< A B) and (!< A B) only with B bounded by a document: an interval spanning two
+    # documents of different shards is never formed (see annodb.shards)
+    return st.one_of(
+        st.builds(lambda op, args: Combine(op, tuple(args)),
+                  st.sampled_from(["^", "+", "...", ">>", "!>"]),
+                  st.lists(children, min_size=2, max_size=3)),
+        st.builds(lambda op, a, b: Combine(op, (a, b)), st.sampled_from(["<<", "!<"]),
+                  children, BOUNDED),
+        st.builds(Compare, st.sampled_from(["=", ">=", "<"]), children,
+                  st.sampled_from([0.0, 1.0, 2.0])),
+    )
+
+
+queries = st.recursive(leaves, _branches, max_leaves=5)
+text = st.lists(st.sampled_from(WORDS), max_size=6).map(" ".join)
+collections = st.tuples(
+    st.lists(st.tuples(text, text), min_size=1, max_size=8),          # (title, body)
+    st.lists(st.tuples(st.integers(0, 7), st.sampled_from([0.0, 1.0, 2.0, 3.0])),
+             max_size=4),                                              # judgments
+    st.lists(st.tuples(st.integers(0, 7), st.integers(0, 3)), max_size=2),  # erases
+)
+
+
+def fill(db, records, judged, erased, one_transaction):
+    """The same writes in the same order; a sharded collection takes one per document."""
+    docnos = [f"doc{i}" for i in range(len(records))]
+
+    def writes():
+        for docno, (title, body) in zip(docnos, records):
+            yield lambda w, d=docno, t=title, b=body: w.add({"id": d, "title": t, "body": b})
+        for i, value in judged:
+            if i < len(docnos):
+                yield lambda w, d=docnos[i], v=value: w.annotate(
+                    "judgment:t", w.document(d).start, w.document(d).end, v)
+        for i, at in erased:
+            if i < len(docnos):
+                def erase(w, d=docnos[i], at=at):
+                    doc = w.find(d)
+                    if doc is not None and doc.start + at <= doc.end:
+                        w.erase(doc.start + at, doc.start + at)
+                yield erase
+    if one_transaction:
+        with db.write() as w:
+            for write in writes():
+                write(w)
+    else:
+        for write in writes():
+            with db.write() as w:
+                write(w)
+
+
+def ranked(r, node, box, k=20):
+    got = r.rank(node, depth=k, container=box)
+    return [(h.docno, h.score, h.start, h.end, h.cover, h.snippet)
+            for h in got.hits()], got.total, got.query
+
+
+@SETTINGS
+@given(collections, st.lists(queries, min_size=1, max_size=4))
+def test_shards_rank_exactly_as_one_database(collection, nodes):
+    with tempfile.TemporaryDirectory() as tmp:
+        one = annodb.open(os.path.join(tmp, "one.db"))
+        many = [annodb.open(os.path.join(tmp, f"{n}.shards"), shards=n) for n in (2, 3)]
+        try:
+            fill(one, *collection, one_transaction=True)
+            for db in many:
+                fill(db, *collection, one_transaction=False)
+            with one.read() as a:
+                for db in many:
+                    with db.read() as b:
+                        assert a.document_count() == b.document_count()
+                        assert [(d.docno, d.start, d.end) for d in a.documents()] == \
+                            [(d.docno, d.start, d.end) for d in b.documents()]
+                        for node in nodes:
+                            for box in (":", "title:"):
+                                assert ranked(a, node, box) == ranked(b, node, box), \
+                                    (format(node), box)
+                            inside = Combine("<<", (node, Feature(":")))
+                            assert list(a.query(inside)) == list(b.query(inside)), format(node)
+                        for words in ("a b", "c", "d a b"):
+                            assert a.search_text(words, k=5).hits == \
+                                b.search_text(words, k=5).hits
+                        assert a.text(0, a.address_space()) == b.text(0, b.address_space())
+        finally:
+            one.close()
+            for db in many:
+                db.close()
+
+
+def _real_queries():
+    rows = (DATA / "vole-queries.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    return [row.split("\t", 3)[3] for row in rows]
+
+
+def test_real_queries_rank_exactly_as_one_database(tmp_path):
+    """The 4,435 real queries (lenient, as the server runs them) over 600 MS MARCO segments:
+    the same hits, scores and order from 1 database and 3 shards (to depth 100)."""
+    from annodb.ingest import ingest
+    source = DATA / "msmarco-sample-600.jsonl"
+    ingest(str(tmp_path / "one.db"), [source])
+    many = annodb.open(tmp_path / "c.shards", shards=3)
+    ingest(many, [source])
+    with annodb.open(tmp_path / "one.db") as one, one.read() as a, many.read() as b:
+        assert a.document_count() == b.document_count() == 600
+        compared = matched = 0
+        for q in _real_queries():
+            try:
+                ra = a.rank(q, depth=100, lenient=True)
+            except AnnodbError as err:
+                with pytest.raises(type(err)):
+                    b.rank(q, depth=100, lenient=True)
+                continue
+            rb = b.rank(q, depth=100, lenient=True)
+            assert [h.as_dict() for h in ra.hits(snippet=False)] == \
+                [h.as_dict() for h in rb.hits(snippet=False)], q
+            assert (ra.total, ra.query, ra.warnings) == (rb.total, rb.query, rb.warnings)
+            compared += 1
+            matched += bool(len(ra))
+        assert compared > 4000 and matched > 300
+    many.close()
+
+
+def test_a_transaction_over_two_shards_is_refused_whole(tmp_path):
+    db = annodb.open(tmp_path / "c.shards", shards=2)
+    names = [f"d{i}" for i in range(20)]
+    a = names[0]
+    b = next(n for n in names if shards.route(n, 2) != shards.route(a, 2))
+    with pytest.raises(AnnodbError, match="writes one shard"):
+        with db.write() as w:
+            w.add("first", docno=a)
+            w.add("second", docno=b)
+    with pytest.raises(AnnodbError, match="route to shard-00"):
+        with db.write() as w:
+            w.add_many([("first", a), ("second", b)])
+    with db.read() as r:
+        assert not r.has(a) and not r.has(b) and r.document_count() == 0
+    with db.write() as w:
+        w.add("first", docno=a)
+    with db.write() as w:
+        w.add("second", docno=b)
+    with pytest.raises(AnnodbError, match="spans documents of shard-000 and shard-001"):
+        with db.write() as w:
+            w.annotate("label:", w.document(a).start, w.document(b).end)
+    with db.read() as r:
+        assert r.count("label:") == 0 and r.count(":") == 2
+    db.close()
+
+
+def test_writers_take_turns_and_addresses_are_never_handed_out_twice(tmp_path):
+    db = annodb.open(tmp_path / "c.shards", shards=2)
+    other = annodb.shards.open(tmp_path / "c.shards")  # a second handle, as another process
+    w = db.write()
+    with pytest.raises(WriterBusyError):
+        other.write(timeout=0.05)
+    w.add("one two three", docno="x")
+    w.commit()
+    with other.write() as w2:
+        added = w2.add("four five", docno="y")
+    assert added.start == 3
+    with db.read() as r:
+        assert [(d.docno, d.start) for d in r.documents()] == [("x", 0), ("y", 3)]
+    other.close()
+    db.close()
+
+
+def test_notes_and_judgments_live_with_their_document(tmp_path):
+    from annodb import judgments
+    db = annodb.open(tmp_path / "c.shards", shards=3)
+    for i in range(6):
+        with db.write() as w:
+            w.add(f"owls hunt voles {i}", docno=f"d{i}")
+    for i in (4, 1, 2):
+        with db.write() as w:
+            judgments.judge(w, "t1", f"d{i}", 3 - i % 3, f"about owls {i}")
+    with db.write() as w:
+        judgments.record(w, judgments.Record("t1", "done", 3, 3))
+    with db.read() as r:
+        found, record = judgments.judgments(r, "t1")
+        assert [(j.docno, j.order) for j in found] == [("d4", 1), ("d1", 2), ("d2", 3)]
+        assert record.stop == "done"
+        for i in (4, 1, 2):
+            home = shards.route(f"d{i}", 3)
+            assert r.parts[home].has(f"note:t1:d{i}")
+        assert r.search("owls", container="note:").total == 3
+        assert r.document_count() == 6
+    db.close()
+
+
+def test_server_memory_and_vole_backend_over_shards(tmp_path):
+    from annodb.ingest import ingest
+    from annodb.protocol import Protocol, Session
+    from vole.backend import Local
+    for name, n in (("one.db", None), ("c.shards", 2)):
+        if n:
+            annodb.open(tmp_path / name, shards=n).close()
+        ingest(str(tmp_path / name), [DATA / "msmarco-sample-600.jsonl"])
+    lines = [{"op": "query", "query": "(^ blood cell)"}, {"op": "next", "qid": "q0"},
+             {"op": "next", "qid": "q0"}, {"op": "count", "query": "(^ blood cell)"},
+             {"op": "document", "docno": None}]
+    replies = {}
+    for name in ("one.db", "c.shards"):
+        protocol = Protocol(str(tmp_path / name))
+        session = Session()
+        got = []
+        for line in lines:
+            if line["op"] == "document":
+                line = {"op": "document", "docno": got[0]["docno"]}
+            got.append(json.loads(protocol.respond(json.dumps(line), session))["response"])
+        got.append(json.loads(protocol.respond(json.dumps(
+            {"op": "judge", "topic": "t", "docno": got[0]["docno"], "grade": 2,
+             "text": "on topic"}), session))["response"])
+        protocol.close()
+        replies[name] = got
+        local = Local(str(tmp_path / name))
+        assert local._query({"query": "(^ blood cell)"})["docno"] == got[0]["docno"]
+        local.close()
+    assert replies["one.db"] == replies["c.shards"]
+    assert replies["one.db"][0]["ok"] and "docno" in replies["one.db"][0]
+    with annodb.Memory(tmp_path / "c.shards") as memory:
+        docno = memory.remember("the owl ate a vole", topic="birds")
+        assert memory.recall("owl vole", 3)[0].docno == docno
+        assert memory.get(docno).metadata["topic"] == "birds"
+        assert memory.forget(docno)
+
+
+def test_open_refuses_what_is_not_a_collection(tmp_path):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    with pytest.raises(annodb.StorageError, match="not an empty directory"):
+        annodb.open(tmp_path / "full", shards=2)
+    annodb.open(tmp_path / "c.shards", shards=2).close()
+    with pytest.raises(annodb.StorageError, match="has 2 shards, not 4"):
+        annodb.open(tmp_path / "c.shards", shards=4)
+    (tmp_path / "c.shards" / "manifest.json").write_text('{"format": "x"}')
+    with pytest.raises(annodb.StorageError, match="not an annodb sharded collection"):
+        annodb.open(tmp_path / "c.shards")
