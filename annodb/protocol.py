@@ -189,9 +189,15 @@ class Handle:
     `annotate` and `note` commit without reopening anything: readers never wait), else, or
     when asked, read-only (writes are refused with a message saying why)."""
 
-    def __init__(self, path: str, cache_bytes: int | None = None, readonly: bool = False):
+    def __init__(self, path: str, cache_bytes: int | None = None, readonly: bool = False,
+                 ray: str | None = None):
         self.path = path
         self.write_error = None
+        if ray is not None:  # a sharded collection on Ray actors ("local": a new cluster)
+            from . import ray_shards
+            self.db = ray_shards.open(path, address=None if ray == "local" else ray)
+            self.write_error = "the server reads the collection through Ray actors"
+            return
         if readonly:
             self.db = _database.open(path, readonly=True, cache_bytes=cache_bytes)
             self.write_error = "the server was started with --read-only"
@@ -222,7 +228,7 @@ class Protocol:
                  max_postings: int | None = MAX_POSTINGS, max_line: int = MAX_LINE,
                  max_queries: int = MAX_QUERIES, max_query_bytes: int = MAX_QUERY_BYTES,
                  cache_bytes: int | None = None, readonly: bool = False,
-                 strict: bool = False, log=None, info=None):
+                 strict: bool = False, log=None, info=None, ray: str | None = None):
         if depth < 1:
             raise ServerError(f"depth must be at least 1, not {depth}")
         if max_line < 1:
@@ -248,7 +254,7 @@ class Protocol:
                      "count": self._count, "stats": self._stats, "annotate": self._annotate,
                      "note": self._note, "judge": self._judge, "judgments": self._judgments,
                      "topic": self._topic}
-        self._handle = Handle(path, cache_bytes, readonly)  # StorageError when missing
+        self._handle = Handle(path, cache_bytes, readonly, ray)  # StorageError when missing
 
     def close(self) -> None:
         self._handle.close()

@@ -60,7 +60,7 @@ import numpy as np
 
 from . import batch, database, kernels, ranking, storage, tokenizer, transaction
 from .errors import AnnodbError, NotFoundError, StorageError, WriterBusyError
-from .gcl import Budget, evaluate, prepare
+from .gcl import Budget, prepare
 from .lists import Intervals
 from .transaction import DOCUMENT, Stats, Statistics
 
@@ -296,6 +296,44 @@ class ShardedDatabase:
         if self._closed:
             raise StorageError(f"{self.path}: collection is closed")
 
+    def check(self) -> list[str]:
+        """Every shard's problems (check.check, each prefixed with its shard), then the
+        collection's: each document in the shard its docno routes to (a note: its
+        target's), no two shards' documents overlapping, the counter past every address."""
+        from .check import check
+        problems = []
+        for i, db in enumerate(self.shards):
+            problems += [f"{shard_name(i)}: {p}" for p in check(db)]
+        n = len(self.shards)
+        with self.read() as r:
+            starts = {}  # every document's start -> its shard
+            for i, part in enumerate(r.parts):
+                for doc in part.documents():
+                    starts[doc.start] = i
+            ranges = []
+            for i, part in enumerate(r.parts):
+                links = dict(zip(part.intervals(transaction.NOTES).starts.tolist(),
+                                 part.intervals(transaction.NOTES).values.tolist()))
+                for doc in part.documents():
+                    ranges.append((doc.start, doc.end, doc.docno, i))
+                    if doc.container == transaction.NOTES and doc.start in links:
+                        home = starts.get(int(links[doc.start]))
+                        if home != i:
+                            problems.append(f"{shard_name(i)}: the note {doc.docno!r} is "
+                                            f"not in its document's shard ({home})")
+                    elif doc.container != transaction.NOTES and route(doc.docno, n) != i:
+                        problems.append(f"{shard_name(i)}: {doc.docno!r} routes to "
+                                        f"{shard_name(route(doc.docno, n))}")
+            ranges.sort()
+            for (s0, e0, d0, i0), (s1, e1, d1, i1) in zip(ranges, ranges[1:]):
+                if s1 <= e0:
+                    problems.append(f"{d0!r} ({shard_name(i0)}, {s0}..{e0}) overlaps {d1!r} "
+                                    f"({shard_name(i1)}, {s1}..{e1})")
+            if self._counter() < r.address_space() and not self.readonly:
+                problems.append(f"the address counter ({self._counter()}) is behind the "
+                                f"shards ({r.address_space()})")
+        return problems[:1000]
+
     # ------------------------------------------------------------------ addresses
 
     def _counter(self) -> int:
@@ -507,8 +545,7 @@ class ShardedSnapshot:
         spans two shards)."""
         node, _ = prepare(self, gcl, lenient=lenient)
         budget = budget or Budget()
-        return _merge_intervals(self._each(
-            lambda part: evaluate(part, node, budget=budget)))
+        return _merge_intervals(self._each(lambda part: part.query(node, budget=budget)))
 
     def count(self, gcl, *, lenient: bool = False) -> int:
         return len(self.query(gcl, lenient=lenient))

@@ -179,8 +179,12 @@ class _Bar:
               help="Make a new database that folds diacritics (cafe finds Café): chosen "
                    "when it is created, recorded in it; refused for one that holds "
                    "content without it.")
+@click.option("--shards", type=click.IntRange(1, 1024), metavar="N",
+              help="Make (or add to) a sharded collection of N databases, read, tokenized "
+                   "and written by parallel processes (a collection is ingested so "
+                   "without it too).")
 def ingest(files, db, id_field, text_fields, fmt, batch_size, replace, strict, quiet,
-           as_json, fold_diacritics):
+           as_json, fold_diacritics, shards):
     """Add documents from FILES (JSONL, TSV, TREC, MS MARCO segments or plain text; .gz too).
 
     The format follows the file name: .jsonl/.json/.ndjson one JSON record per line,
@@ -197,12 +201,13 @@ def ingest(files, db, id_field, text_fields, fmt, batch_size, replace, strict, q
       annodb ingest --db bible.db examples/bible-sample.jsonl
       annodb ingest --db web.db --id-field url --text-field title --text-field body pages.jsonl.gz
       annodb ingest --db cafes.db --fold-diacritics reviews.jsonl
+      annodb ingest --db web.shards --shards 4 corpus.jsonl
     """
     bar = _Bar(enabled=not quiet and sys.stderr.isatty())
     target = db
-    if fold_diacritics:
+    if fold_diacritics or shards:
         _ingest.check_inputs(files, fmt)       # before the database is created
-        target = _annodb.open(db, fold_diacritics=True)
+        target = _annodb.open(db, fold_diacritics=fold_diacritics or None, shards=shards)
     try:
         summary = _ingest.ingest(target, files, format=fmt, id_field=id_field,
                                  text_fields=list(text_fields) or None, batch_size=batch_size,
