@@ -38,7 +38,7 @@ import time
 
 import numpy as np
 
-from . import database, ingest as _ingest, shards as _shards
+from . import ingest as _ingest, shards as _shards
 from .errors import AnnodbError, IngestError
 
 QUEUED = 2          # chunks waiting in the router per reader and per writer
@@ -165,12 +165,17 @@ def _reader_main() -> None:
 
 class _Placed:
     """A shard database whose write transactions place each document at the start the
-    router gave it (Writer.allocate), for ingest._Run."""
+    router gave it (Writer.allocate), for ingest._Run. When another writer committed to
+    the shard after the router handed out those addresses (past them), the batch takes
+    new ones from the collection's counter: after that writer's documents, as one database
+    would have committed them."""
 
-    def __init__(self, db):
-        self.db = db
-        self._env = db._env
+    def __init__(self, collection, i: int):
+        self.collection = collection
+        self.db = collection.shards[i]
+        self._env = self.db._env
         self.starts: dict[str, list[int]] = {}
+        self.moved = 0
 
     def write(self, timeout=None):
         w = self.db.write(timeout)
@@ -182,7 +187,8 @@ class _Placed:
         for docno in b.docnos:
             found = [s for s in self.starts.get(docno, ()) if s > last]
             if not found:
-                raise AnnodbError(f"{self.db.path}: no address was given for {docno!r}")
+                self.moved += len(b)
+                return self.collection.allocate(b, at_least)
             last = found[0]
             out.append(last)
         return np.array(out, dtype=np.int64)
@@ -197,10 +203,10 @@ def _writer_main() -> None:
     out = sys.stdout.buffer
     inp = sys.stdin.buffer
     try:
-        path, options = pickle.load(inp)
-        with database.Database(path, create=False, timeout=options["timeout"] or 30.0) as db, \
+        path, i, options = pickle.load(inp)
+        with _shards.open(path, timeout=options["timeout"] or 30.0) as collection, \
                 _ingest._keep_freed_memory():
-            placed = _Placed(db)
+            placed = _Placed(collection, i)
             run = _ingest._Run(placed, progress=None, on_problem=None, total_bytes=0,
                                batch_size=None, batch_bytes=0, **options)
             while True:
@@ -214,6 +220,9 @@ def _writer_main() -> None:
                     placed.starts.setdefault(docno, []).append(start)
                 docs = list(zip((lines + offset).tolist(), made.docnos))
                 run.write(docs, made, source)
+            if placed.moved:
+                run.warn(f"{placed.moved} documents were placed after documents another "
+                         f"writer committed to {_shards.shard_name(i)} during the ingest")
         reply = ("done", run.summary)
     except BaseException as err:  # noqa: BLE001 - handed to the router, which raises it
         reply = ("error", str(err) if isinstance(err, AnnodbError) else
@@ -314,10 +323,10 @@ def ingest(db, paths, *, shards: int | None = None, format: str | None = None,
     children: list[subprocess.Popen] = []
     try:
         options = dict(replace=replace, strict=strict, timeout=timeout)
-        for shard in db.shards:
+        for i in range(len(db.shards)):
             child = _child("_writer_main")
             children.append(child)
-            writers.append(_Pipe(child, (shard.path, options), reading=False))
+            writers.append(_Pipe(child, (db.path, i, options), reading=False))
         total = sum(s.size for s in sources)
         done_bytes, routed = 0, 0
         for source in sources:
