@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
+from collections import OrderedDict
 
 from . import shards as _shards
 from .errors import AnnodbError, NotFoundError, StorageError
@@ -130,10 +132,14 @@ class RayCollection:
         self.actors = actors
         self.shards = actors
         self.readonly = True
+        self.homes = OrderedDict()
+        self._homes_lock = threading.Lock()
         self._pool = None
         self._closed = False
 
     each = _shards.ShardedDatabase.each
+    remember = _shards.ShardedDatabase.remember
+    threads = True
 
     def read(self) -> _shards.ShardedSnapshot:
         if self._closed:

@@ -53,7 +53,9 @@ import hashlib
 import heapq
 import json
 import os
+import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -70,6 +72,7 @@ VERSION = 1
 ROUTING = "sha1-64-mod"   # int.from_bytes(sha1(docno utf-8)[:8], "big") % shards
 MAX_SHARDS = 1024
 COUNTER = "addresses"
+HOMES = 200_000   # ranked containers whose shard is remembered (document_at)
 
 
 def route(docno: str, shards: int) -> int:
@@ -204,6 +207,8 @@ class ShardedDatabase:
     """A sharded collection, open: the same API as annodb.Database (read, write, stats,
     close), each call over every shard."""
 
+    threads = True  # per-shard work of one query on threads (False: one after another)
+
     def __init__(self, path: str, manifest: dict, *, readonly: bool = False,
                  timeout: float = 30.0, cache_bytes: int | None = None):
         self.path = path
@@ -214,6 +219,8 @@ class ShardedDatabase:
         n = manifest["shards"]
         per_shard = None if cache_bytes is None else int(cache_bytes) // n
         self.shards: list[database.Database] = []
+        self.homes: OrderedDict[int, int] = OrderedDict()  # container start -> its shard
+        self._homes_lock = threading.Lock()
         self._pool = None
         self._closed = False
         try:
@@ -363,11 +370,19 @@ class ShardedDatabase:
 
     # ------------------------------------------------------------------ fan-out
 
+    def remember(self, starts: np.ndarray, shards: np.ndarray) -> None:
+        """Note the shard of ranked containers (by start), the latest HOMES of them."""
+        homes = self.homes
+        with self._homes_lock:
+            homes.update(zip(starts.tolist(), shards.tolist()))
+            while len(homes) > HOMES:
+                homes.popitem(last=False)
+
     def each(self, fn, items) -> list:
         """fn(item) for each item (one per shard), on threads: the kernels release the
         GIL (benchmarks/RESULTS.md, "Shards", measures it)."""
         items = list(items)
-        if len(items) < 2:
+        if len(items) < 2 or not self.threads:
             return [fn(x) for x in items]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=len(self.shards),
@@ -393,11 +408,14 @@ def _merge_intervals(found: list[Intervals]) -> Intervals:
 
 def merge_rankings(snapshot, rankings: list, depth: int) -> ranking.Ranking:
     """Per-shard rankings (each to `depth`) merged exactly: score descending, ties by
-    address, to `depth`."""
+    address, to `depth`. Where each ranked container lives is remembered (see
+    ShardedSnapshot.document_at)."""
     first = rankings[0]
     cols = [np.concatenate([getattr(r, name) for r in rankings]) for name in
             ("starts", "ends", "scores", "cover_starts", "cover_ends")]
     order = np.lexsort((cols[0], -cols[2]))[:max(depth, 0)]
+    home = np.repeat(np.arange(len(rankings)), [len(r) for r in rankings])[order]
+    snapshot.db.remember(cols[0][order], home)
     return ranking.Ranking(snapshot, first.query, list(first.warnings),
                            *(c[order] for c in cols), sum(r.total for r in rankings))
 
@@ -486,7 +504,13 @@ class ShardedSnapshot:
     find = transaction.Snapshot.find  # (calls self.document)
 
     def document_at(self, address: int):
-        for p in self.parts:
+        """The document holding `address`: asked of the shard that ranked it, if a ranking
+        did (one lookup, not one per shard: on Ray actors a round trip each), else of each
+        shard in turn."""
+        home = self.db.homes.get(int(address))
+        parts = self.parts if home is None else \
+            [self.parts[home]] + self.parts[:home] + self.parts[home + 1:]
+        for p in parts:
             doc = p.document_at(address)
             if doc is not None:
                 return doc
