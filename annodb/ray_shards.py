@@ -1,6 +1,6 @@
 """A sharded collection served by Ray actors, one per shard (`pip install 'annodb[ray]'`).
 
-    db = annodb.ray_shards.open("web.shards")            # ray.init() unless connected
+    db = annodb.ray_shards.open("web.shards")            # a local cluster unless connected
     with db.read() as r:
         r.search("(^ goth rock)", k=10)                   # a fan-out of actor calls
 
@@ -29,16 +29,34 @@ from collections import OrderedDict
 from . import shards as _shards
 from .errors import AnnodbError, NotFoundError, StorageError
 
-try:
-    import ray
-except ModuleNotFoundError:
-    raise AnnodbError("Ray is not installed: pip install 'annodb[ray]'") from None
+ray = None  # the module, imported by _ray()
+LOOPBACK = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's processes on 127.0.0.1 only
+
+
+def _ray(local: bool = False):
+    """Ray, imported on first use. A local cluster (none to connect to) keeps every Ray
+    process on the loopback address, unless the environment says otherwise."""
+    global ray
+    if ray is None:
+        if local:
+            os.environ.setdefault(LOOPBACK, "0")
+        try:
+            import ray as module
+        except ModuleNotFoundError:
+            raise AnnodbError("Ray is not installed: pip install 'annodb[ray]'") from None
+        ray = module
+    return ray
+
+
+def start_local(num_cpus: int | None = None) -> None:
+    """Start a local Ray cluster with this machine's CPUs (or `num_cpus`), on loopback."""
+    _ray(local=True).init(num_cpus=num_cpus, namespace=NAMESPACE, include_dashboard=False,
+                          log_to_driver=False, configure_logging=False)
 
 CONCURRENCY = 4     # calls an actor serves at once (its own threads; LMDB readers)
 NAMESPACE = "annodb"
 
 
-@ray.remote
 class ShardActor:
     """One shard, opened read-only: snapshots by id, and the read methods on them."""
 
@@ -174,9 +192,14 @@ def open(path, *, address: str | None = None) -> RayCollection:
     starts (or finds) one actor per shard."""
     path = os.path.abspath(os.fspath(path))
     manifest = _shards.read_manifest(path)
+    _ray(local=address is None)
     if not ray.is_initialized():
-        ray.init(address=address, namespace=NAMESPACE, include_dashboard=False,
-                 log_to_driver=False, configure_logging=False)
+        if address is None:
+            start_local()
+        else:
+            ray.init(address=address, namespace=NAMESPACE, include_dashboard=False,
+                     log_to_driver=False, configure_logging=False)
+    remote = ray.remote(ShardActor)
     offered = ray.cluster_resources()
     actors = []
     for i in range(manifest["shards"]):
@@ -187,7 +210,7 @@ def open(path, *, address: str | None = None) -> RayCollection:
                        max_concurrency=CONCURRENCY, num_cpus=0)
         if where in offered:
             options["resources"] = {where: 0.001}
-        actors.append(ShardActor.options(**options).remote(os.path.join(path, name)))
+        actors.append(remote.options(**options).remote(os.path.join(path, name)))
     return RayCollection(path, manifest, actors)
 
 
@@ -196,6 +219,7 @@ def stop(path) -> None:
     the process that started them, so other processes of the cluster share them)."""
     path = os.path.abspath(os.fspath(path))
     manifest = _shards.read_manifest(path)
+    _ray()
     for i in range(manifest["shards"]):
         try:
             ray.kill(ray.get_actor(f"annodb:{path}:{_shards.shard_name(i)}",

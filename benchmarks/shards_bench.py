@@ -89,10 +89,8 @@ import numpy as np, annodb
 from benchmarks.server_bench import load_queries
 path, mode, queries = sys.argv[1], sys.argv[2], load_queries(sys.argv[3])
 if mode == "ray":
-    import ray
     from annodb import ray_shards
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             configure_logging=False, namespace=ray_shards.NAMESPACE)
+    ray_shards.start_local()
     db = ray_shards.open(path)
 else:
     db = annodb.open(path, readonly=True)
@@ -117,7 +115,7 @@ for q in queries:
         lat.append(time.perf_counter() - t)
 if mode == "ray":
     ray_shards.stop(path)
-    ray.shutdown()
+    ray_shards.ray.shutdown()
 print(json.dumps(lat))
 """
 
@@ -143,10 +141,8 @@ for n in (2, 4):
     annodb.open(f"{work}/s{n}.shards", shards=n).close()
     ingest(f"{work}/s{n}.shards", [sample])
     dbs[f"{n} shards"] = annodb.open(f"{work}/s{n}.shards", readonly=True)
-import ray
 from annodb import ray_shards
-ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
-         namespace=ray_shards.NAMESPACE)
+ray_shards.start_local()
 for n in (2, 4):
     dbs[f"{n} shards on Ray"] = ray_shards.open(f"{work}/s{n}.shards")
 def answer(db, q):
@@ -166,7 +162,7 @@ for q in queries:
         same[name] += answer(dbs[name], q) == want
 for n in (2, 4):
     ray_shards.stop(f"{work}/s{n}.shards")
-ray.shutdown()
+ray_shards.ray.shutdown()
 print(len(queries), ranked, " ".join(f"{k.replace(' ', '_')}={v}" for k, v in same.items()))
 """
 

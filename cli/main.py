@@ -378,6 +378,32 @@ def compact(db, dest):
     click.echo(f"annodb: compact: {before:,} -> {after:,} bytes in {dest}", err=True)
 
 
+@annodb.command()
+@db_option
+@click.argument("dest", type=click.Path(file_okay=False))
+@click.option("--shards", type=click.IntRange(1, 1024), required=True, metavar="N",
+              help="How many shards (databases) the collection has.")
+def split(db, dest, shards):
+    """Write the database as a new sharded collection DEST of N shards.
+
+    Each document goes to the shard its docno routes to (a note with its document), at
+    the address it has, with every annotation inside it, so DEST ranks exactly as the
+    database does; it is searched, served and ingested into like a database (an ingest
+    into it runs in parallel processes). The database is only read.
+
+    \b
+    Example:
+      annodb split --db web.db web.shards --shards 4
+      annodb query --db web.shards '(^ goth rock)'
+    """
+    from annodb.split import split as _split
+    summary = _split(db, dest, shards)
+    note = (f"; {summary.not_copied} annotations over no single document were not copied"
+            if summary.not_copied else "")
+    click.echo(f"annodb: split: {summary.documents:,} documents and {summary.annotations:,} "
+               f"annotations into {shards} shards in {dest}{note}", err=True)
+
+
 def _add_commands(names, until: str | None = None) -> None:
     """Add the commands of the modules `names`, in order, each once, stopping as soon as
     the command `until` is there (when the group first needs them, so a module importing

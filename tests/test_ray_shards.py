@@ -1,9 +1,10 @@
 """A sharded collection on local Ray actors answers exactly as in process (annodb.ray_shards).
 
-One local Ray cluster (`ray.init()` with this machine's CPUs) for the module: its start
-takes a few seconds.
+One local Ray cluster (ray_shards.start_local: this machine's CPUs, every Ray process on
+127.0.0.1) for the module: its start takes a few seconds.
 """
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -12,7 +13,8 @@ import pytest
 import annodb
 from annodb.ingest import ingest
 
-ray = pytest.importorskip("ray", reason="pip install 'annodb[ray]'")
+if importlib.util.find_spec("ray") is None:  # (not imported here: see start_local)
+    pytest.skip("pip install 'annodb[ray]'", allow_module_level=True)
 DATA = Path(__file__).parent / "data"
 
 
@@ -24,13 +26,12 @@ def collection(tmp_path_factory):
     ingest(str(path), [DATA / "msmarco-sample-600.jsonl"])
     with annodb.open(path) as db, db.write() as w:
         w.annotate("judgment:t", w.document(_first(db)).start, w.document(_first(db)).end, 2)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             configure_logging=False, namespace=ray_shards.NAMESPACE)
+    ray_shards.start_local(num_cpus=2)   # (on loopback)
     try:
         yield path
     finally:
         ray_shards.stop(path)
-        ray.shutdown()
+        ray_shards.ray.shutdown()
 
 
 def _first(db):
