@@ -377,7 +377,7 @@ class Protocol:
                            f"not {_shown(container)}")
         with self._handle.db.read() as snap:
             ranking = snap.rank(text, depth=self.depth, container=container,
-                           lenient=not self.strict, budget=self._budget())
+                                lenient=not self.strict, budget=self._budget())
             first = ranking.hit(0, snapshot=snap) if len(ranking) else None
         ranking = replace(ranking, snapshot=None)
         qid = self._states.add(session, ranking, 1 if first is not None else 0)

@@ -49,7 +49,10 @@ def _ray(local: bool = False):
 
 
 def start_local(num_cpus: int | None = None) -> None:
-    """Start a local Ray cluster with this machine's CPUs (or `num_cpus`), on loopback."""
+    """Start a local Ray cluster with this machine's CPUs (or `num_cpus`), on loopback, its
+    workers (the shards' actors) at the niceness of this process (Ray's default, 15, lets
+    every other process go first: the server's queries would wait for them)."""
+    os.environ.setdefault("RAY_worker_niceness", "0")
     _ray(local=True).init(num_cpus=num_cpus, namespace=NAMESPACE, include_dashboard=False,
                           log_to_driver=False, configure_logging=False)
 
@@ -134,8 +137,8 @@ class _Part:
         return lambda nodes: ray.get(self.actor.score.remote(self.sid, container, nodes))
 
     def close(self) -> None:
-        try:
-            ray.get(self.actor.close.remote(self.sid))
+        try:  # not waited for: every call of this snapshot has returned already
+            self.actor.close.remote(self.sid)
         except Exception:  # noqa: BLE001 - the cluster went away: nothing is held then
             pass
 

@@ -274,7 +274,7 @@ class Snapshot:
                           {f: self.lists.stored_count(f) for f in features})
 
     def _tokens_now(self) -> int:
-        return self._tokens if isinstance(self, Writer) else self._txn.meta("tokens", 0)
+        return self._txn.meta("tokens", 0)
 
 
 def check_container(name: str) -> None:
@@ -380,6 +380,9 @@ class Writer(Snapshot):
     def has(self, docno: str) -> bool:
         self._check()
         return docno in self._new_docnos or self._txn.doc_start(docno) is not None
+
+    def _tokens_now(self) -> int:
+        return self._tokens
 
     def present(self, docnos: list[str]) -> dict[str, int]:
         """The docnos among these that are in the database (or added by this writer), with

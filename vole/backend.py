@@ -165,7 +165,7 @@ class Local(Backend):
     def _query(self, request: dict) -> dict:
         with self.db.read() as snap:
             ranking = snap.rank(request["query"], depth=self.depth,
-                           container=self.container, lenient=True)
+                                container=self.container, lenient=True)
             first = ranking.hit(0, snapshot=snap) if len(ranking) else None
         qid = f"q{self._issued}"
         self._issued += 1
