@@ -24,14 +24,16 @@ _WHERE = {
     "Entry": "memory", "Memory": "memory",
     "AnnodbError": "errors", "FormatVersionError": "errors", "IngestError": "errors",
     "NotFoundError": "errors", "QueryError": "errors", "StorageError": "errors",
-    "WriterBusyError": "errors",
+    "WriterBusyError": "errors", "DamagedError": "errors", "AbandonedWriteWarning": "errors",
+    "QueryCostError": "errors", "RankingError": "errors",
     "Document": "storage", "DocField": "storage",
 }
 
 __all__ = [
     "open", "Database", "Snapshot", "Writer", "Intervals", "Added", "Stats", "Document",
-    "DocField", "AnnodbError", "QueryError", "StorageError", "FormatVersionError",
-    "WriterBusyError", "NotFoundError", "IngestError", "Memory", "Entry",
+    "DocField", "AnnodbError", "QueryError", "StorageError", "DamagedError", "FormatVersionError",
+    "WriterBusyError", "NotFoundError", "IngestError", "AbandonedWriteWarning",
+    "QueryCostError", "RankingError", "Memory", "Entry",
 ]
 
 

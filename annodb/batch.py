@@ -40,6 +40,7 @@ class Batch:
     raws: list | bytes | None  # each document's stored msgpack (storage.relative_raw), or
     #                           the msgpack array of them all (with_raws: what crosses the pipe)
     container: str = DOCUMENT  # the feature over each document's range (see make)
+    sparse: tuple = ()        # the sparse fields its records were read with (records.py)
 
     def __len__(self) -> int:
         return len(self.docnos)
@@ -80,13 +81,15 @@ class Batch:
             raws=None if raws is None else [raws[i] for i in pick])
 
 
-def prepare_item(content, docno=None, id_field=None, text_fields=None) -> Prepared:
+def prepare_item(content, docno=None, id_field=None, text_fields=None,
+                 sparse_fields=()) -> Prepared:
     """(docno, [(short name, path, text)], [(path, value)], metadata) of one document: plain
     text, or a JSON record (see records.prepare). The docno is checked by the writer."""
     if isinstance(content, str):
         return (None if docno is None else str(docno)), [("", "", content)], [], {}
     if isinstance(content, dict):
-        p = prepare(content, id_field=id_field, text_fields=text_fields, docno=docno)
+        p = prepare(content, id_field=id_field, text_fields=text_fields, docno=docno,
+                    sparse_fields=sparse_fields)
         return (None if p.docno is None else str(p.docno)), p.texts, p.values, p.meta
     raise TypeError("add() takes a string or a dict record")
 
@@ -108,11 +111,12 @@ def _numbered(names, numbers: _Names, suffix: str = "") -> np.ndarray:
     return np.fromiter(map(known.__getitem__, names), dtype=np.int64, count=len(names))
 
 
-def make(docs: list, container: str = DOCUMENT) -> Batch:
+def make(docs: list, container: str = DOCUMENT, sparse: tuple = ()) -> Batch:
     """Tokenize prepared documents and lay out their annotations and stored form.
     UnicodeEncodeError when a text holds a lone surrogate (no UTF-8 can store it);
     bad_documents() finds which. `container` is the feature each document's range carries:
-    `:` for the collection, another (e.g. `note:`) for documents kept apart from it."""
+    `:` for the collection, another (e.g. `note:`) for documents kept apart from it;
+    `sparse`: the sparse fields they were prepared with."""
     n_docs = len(docs)
     fields = [f for d in docs for f in d[1]]
     shorts = [f[0] for f in fields]
@@ -191,7 +195,7 @@ def make(docs: list, container: str = DOCUMENT) -> Batch:
     if container != DOCUMENT:
         documents = [d + (container,) for d in documents]
     return Batch([d[0] for d in docs], doc_tokens, kinds, names, ann_doc, ann_name, ann_p,
-                 ann_q, ann_v, list(ann_names), documents, None, container)
+                 ann_q, ann_v, list(ann_names), documents, None, container, tuple(sparse))
 
 
 def with_raws(b: Batch) -> Batch:

@@ -1,10 +1,16 @@
 """Check: verify every invariant of a database's stored state (see storage.py's header).
 
-    problems = check(annodb.open("bible.db", readonly=True))   # [] when healthy
+    problems = check_path("bible.db")                            # [] when healthy
+    problems = check(annodb.open("bible.db", readonly=True))   # annodb's invariants only
 
-What is verified, in one read snapshot:
+check_path first checks the LMDB file without letting LMDB read it (its meta pages and
+length, then every reachable page, by storage.page_problems: nothing there can crash on a
+damaged file); only when the pages are sound does it open the database and run check.
+What check verifies, in one read snapshot:
 
-- meta: format and tokenizer versions present; counters are non-negative integers.
+- meta: format and tokenizer versions present; counters are non-negative integers;
+  next_address <= MAX_ADDRESS (2**53), and every stored interval (blocks, documents,
+  erased ranges) ends below it.
 - features <-> names: the two maps are exact inverses; every id is below next_feature.
 - blocks: every block decodes and is exactly as long as its header says; it holds 1 to
   BLOCK_SIZE intervals; its key is its first start; its feature id is known. Within each
@@ -20,16 +26,24 @@ What is verified, in one read snapshot:
 - the `:` list, with erased intervals dropped, is exactly the ranges of the live documents
   of the collection; every document kept apart has an interval of its container (e.g.
   `note:`) over its range.
+- ranking statistics: each word's stored df is the number of live documents of the
+  collection holding one of its live postings (other features' is 0); each list's stored
+  high is at least 0 and every value it holds; meta "fields" is exactly the collection's
+  live documents' fields (how many documents have each, and their tokens).
 
 It reads everything, so it takes time proportional to the database's size.
 """
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
-from . import kernels, storage
+from . import kernels, storage, tokenizer
 from .database import DOCUMENT
+from .database import open as open_database
+from .errors import StorageError
 
 MAX_PROBLEMS = 1000  # stop collecting details after this many
 
@@ -42,6 +56,19 @@ class _Problems(list):
             self.append("... more problems not listed")
 
 
+def check_path(path) -> list[str]:
+    """The problems found in the database at `path`: an empty list when it is healthy.
+    StorageError when there is no database there."""
+    path = os.fspath(path)
+    if not os.path.exists(os.path.join(path, "data.mdb")):
+        raise StorageError(f"{path}: no annodb database here")
+    problems = storage.page_problems(path)
+    if problems:
+        return [f"pages: {p}" for p in problems]  # (annodb's invariants need sound pages)
+    with open_database(path, readonly=True, create=False) as db:
+        return check(db)
+
+
 def check(db) -> list[str]:
     """The problems found in `db` (an open Database): an empty list when it is healthy."""
     if hasattr(db, "shards"):   # a sharded collection checks each shard, then across them
@@ -51,9 +78,9 @@ def check(db) -> list[str]:
         txn = snapshot._txn
         next_address = _check_meta(txn, problems)
         ids = _check_features(txn, problems)
-        _check_blocks(txn, ids, problems)
         docs = _check_documents(txn, next_address, problems)
         erased = _check_erased(txn, problems)
+        _check_blocks(txn, ids, problems, docs, erased)
         _check_document_list(txn, docs, erased, problems)
     return list(problems)
 
@@ -69,6 +96,9 @@ def _check_meta(txn, problems) -> int:
             problems.add(f"meta: {key!r} is {value!r}, not a non-negative integer")
             value = 0
         values[key] = value
+    if values["next_address"] > storage.MAX_ADDRESS:
+        problems.add(f"meta: 'next_address' is {values['next_address']:,}, past the address "
+                     f"range (addresses must be below 2**53 = {storage.MAX_ADDRESS:,})")
     return values["next_address"]
 
 
@@ -120,17 +150,23 @@ def _block_size(buf, max_count: int) -> tuple[int, str | None]:
     return n, None
 
 
-def _check_blocks(txn, names, problems) -> None:
+def _check_blocks(txn, names, problems, docs, erased) -> None:
     fid_prev = None
     last_start = last_end = -1
     name = ""
     lengths: dict[int, int] = {}
     overlapping: set[int] = set()  # lists two of whose intervals overlap
+    collection = [d for d in docs if d[3] == DOCUMENT]  # (what df counts)
+    doc_starts = np.array([d[0] for d in collection], dtype=np.int64)
+    doc_ends = np.array([d[1] for d in collection], dtype=np.int64)
+    df: dict[int, int] = {}        # live documents holding a live interval of the list
+    last_doc = -1                  # the last such document of the current list
+    highs: dict[int, float] = {}   # the greatest value of a list
     for fid, key_start, buf in txn.all_blocks():
         lengths[fid] = lengths.get(fid, 0) + storage._HEADER.unpack_from(buf, 0)[3]
         if fid != fid_prev:
             fid_prev = fid
-            last_start = last_end = -1
+            last_start = last_end = last_doc = -1
             name = names.get(fid)
             if name is None:
                 problems.add(f"blocks: feature id {fid} has blocks but no name")
@@ -141,7 +177,7 @@ def _check_blocks(txn, names, problems) -> None:
             problems.add(f"{where} {bad}")
             continue
         try:
-            starts, ends, _ = storage.decode_block(buf)
+            starts, ends, values = storage.decode_block(buf)
         except Exception as err:  # any failure to decode is damage
             problems.add(f"{where} does not decode: {err}")
             continue
@@ -155,6 +191,9 @@ def _check_blocks(txn, names, problems) -> None:
             problems.add(f"{where}: starts do not strictly increase")
         if len(ends) > 1 and (np.diff(ends) <= 0).any():
             problems.add(f"{where}: ends do not strictly increase (nested intervals)")
+        if int(ends[-1]) >= storage.MAX_ADDRESS:
+            problems.add(f"{where}: an interval ends at {int(ends[-1]):,}, past the address "
+                         "range (addresses must be below 2**53)")
         if starts[0] <= last_start:
             problems.add(f"{where}: starts at {int(starts[0])}, not after the previous "
                          f"block's last start {last_start}")
@@ -164,22 +203,52 @@ def _check_blocks(txn, names, problems) -> None:
         if starts[0] <= last_end or (len(starts) > 1 and (starts[1:] <= ends[:-1]).any()):
             overlapping.add(fid)
         last_start, last_end = int(starts[-1]), int(ends[-1])
+        last_doc = _count_documents(fid, starts, ends, doc_starts, doc_ends, erased, df,
+                                    last_doc)
+        highs[fid] = max(highs.get(fid, 0.0), float(values.max()))
     with txn.txn.cursor(db=txn.dbs["counts"]) as cur:
         counts = {}
         for k, v in cur:
-            if len(v) not in (8, 17):
+            if len(v) not in (8, 17, 33):
                 problems.add(f"counts: feature {storage.from_u64(k)} has a value of "
-                             f"{len(v)} bytes (8 or 17 expected)")
+                             f"{len(v)} bytes (8, 17 or 33 expected)")
                 continue
             fid = storage.from_u64(k)
-            counts[fid], _, flags = storage._count_value(v)
-            if fid in overlapping and not flags:
+            counts[fid], _, flags, stored_df, high = storage._count_value(v)
+            if fid in overlapping and not flags & (storage.OVERLAPPING | storage.UNKNOWN):
                 problems.add(f"counts: feature {names.get(fid, fid)!r} is marked as holding "
                              "no overlapping intervals, but two of them overlap")
+            if stored_df is None:
+                continue
+            name = names.get(fid, "")
+            want = df.get(fid, 0) if tokenizer.tokens(name) == [name] else 0
+            if stored_df != want:
+                problems.add(f"counts: feature {name or fid!r} has df {stored_df}, but "
+                             f"{want} live documents hold it")
+            if not high >= highs.get(fid, 0.0):
+                problems.add(f"counts: feature {name or fid!r} has high {high}, below its "
+                             f"value {highs.get(fid, 0.0)}")
     for fid in sorted(set(counts) | set(lengths)):
         if counts.get(fid, 0) != lengths.get(fid, 0):
             problems.add(f"counts: feature {names.get(fid, fid)!r} is counted "
                          f"{counts.get(fid, 0)} but its list holds {lengths.get(fid, 0)}")
+
+
+def _count_documents(fid, starts, ends, doc_starts, doc_ends, erased, df, last_doc) -> int:
+    """Add to df[fid] the live documents holding a live interval of this block that were
+    not counted yet (a list's blocks come in order: its documents do too; last_doc is the
+    last one counted). Returns the new last one."""
+    es, ee = erased
+    if len(es):
+        keep = kernels.drop_erased(starts, ends, es, ee)
+        starts, ends = starts[keep], ends[keep]
+    at = np.searchsorted(doc_starts, starts, side="right") - 1
+    inside = at >= 0
+    inside[inside] = ends[inside] <= doc_ends[at[inside]]
+    held = np.unique(at[inside])
+    held = held[held > last_doc]
+    df[fid] = df.get(fid, 0) + len(held)
+    return int(held[-1]) if len(held) else last_doc
 
 
 _GROUPS = (storage.TAG_GROUP, storage.TAG_REL_GROUP)
@@ -189,6 +258,7 @@ def _check_documents(txn, next_address, problems) -> list[tuple[int, int, str, s
     """(start, end, docno, container) of every document that decodes, in address order."""
     docs = []
     tokens = apart = apart_tokens = 0
+    fields: dict[str, list[int]] = {}  # short name -> [documents, tokens]
     prev_end, prev_docno = -1, None
     for key, value in txn.docs_entries():
         key_start = storage.from_u64(key) if len(key) == 8 else None
@@ -222,12 +292,20 @@ def _check_documents(txn, next_address, problems) -> list[tuple[int, int, str, s
             if doc.start <= prev_end:
                 problems.add(f"{where} [{doc.start}, {doc.end}] overlaps {prev_docno!r}")
             prev_end, prev_docno = max(prev_end, doc.end), doc.docno
-            if doc.container == DOCUMENT:
-                tokens += doc.tokens
-            else:
+            docs.append((doc.start, doc.end, doc.docno, doc.container))
+            if doc.container != DOCUMENT:
                 apart += 1
                 apart_tokens += doc.tokens
-            docs.append((doc.start, doc.end, doc.docno, doc.container))
+                continue
+            tokens += doc.tokens
+            names = set()
+            for f in doc.fields:
+                if f.name and f.start <= f.end:
+                    entry = fields.setdefault(f.name + ":", [0, 0])
+                    entry[1] += f.end - f.start + 1
+                    if f.name not in names:
+                        names.add(f.name)
+                        entry[0] += 1
     by_docno = {}
     for docno, start in txn.docnos():
         by_docno[docno] = start
@@ -251,6 +329,14 @@ def _check_documents(txn, next_address, problems) -> list[tuple[int, int, str, s
         count = txn.meta(key, 0)
         if count != found:
             problems.add(f"meta: {key!r} is {count}, but there are {found} {what}")
+    kept = txn.meta("fields")
+    if kept is not None:
+        kept = {k: list(v) for k, v in kept.items() if list(v) != [0, 0]}
+        if kept != fields:
+            bad = sorted(k for k in set(kept) | set(fields) if kept.get(k) != fields.get(k))
+            problems.add("meta: 'fields' does not match the documents' fields: " + ", ".join(
+                f"{k} is {kept.get(k, [0, 0])}, the documents have {fields.get(k, [0, 0])}"
+                for k in bad[:5]))
     return docs
 
 
@@ -261,6 +347,9 @@ def _check_erased(txn, problems) -> tuple[np.ndarray, np.ndarray]:
             problems.add("erased: a range ends before it starts")
         if (starts[1:] <= ends[:-1]).any():
             problems.add("erased: ranges overlap")
+        if int(ends.max()) >= storage.MAX_ADDRESS:
+            problems.add(f"erased: a range ends at {int(ends.max()):,}, past the address range "
+                         "(addresses must be below 2**53)")
     return starts, ends
 
 

@@ -11,6 +11,15 @@
 Writes are buffered inside the transaction and written to LMDB at commit (or when the
 buffer grows large), so nothing is visible to anyone else before commit and an abort or a
 crash leaves the last committed state. Reads inside a write see the transaction's own work.
+
+Processes: any number may open one database. After fork() (os.fork, multiprocessing's
+default 'fork' method on Linux) a Database opened before it reopens itself in the child on
+its first use there (LMDB forbids using the parent's environment), and annodb.open() in the
+child opens afresh; a snapshot or write transaction begun before the fork belongs to the
+parent and raises StorageError in the child. A child forked while a transaction of the
+database was open (in any thread) cannot open that database at all (closing the inherited
+copy would end the parent's transaction): it gets a StorageError saying so; fork outside
+transactions, or use the 'spawn' or 'forkserver' start method.
 """
 
 from __future__ import annotations
@@ -71,31 +80,45 @@ class Database:
         self.timeout = timeout
         if cache_bytes is not None and cache_bytes < 0:
             raise StorageError(f"cache_bytes must be >= 0, not {cache_bytes}")
-        self._env = storage.open_environment(path, readonly=readonly, create=create,
-                                             timeout=timeout)
-        if self._env.lists is None:
-            self._env.lists = ListCache(lists.CACHE_BYTES if cache_bytes is None else cache_bytes)
-        elif cache_bytes is not None:
-            self._env.lists.max_bytes = int(cache_bytes)
-        self._lists = self._env.lists  # decoded lists shared by snapshots of one commit
+        self._cache_bytes = cache_bytes
+        self._attach(storage.open_environment(path, readonly=readonly, create=create,
+                                              timeout=timeout))
         self._closed = False
+
+    def _attach(self, env: storage.Environment) -> None:
+        self._env = env
+        if env.lists is None:
+            cache = self._cache_bytes
+            env.lists = ListCache(lists.CACHE_BYTES if cache is None else cache)
+        elif self._cache_bytes is not None:
+            env.lists.max_bytes = int(self._cache_bytes)
+        self._lists = env.lists  # decoded lists shared by snapshots of one commit
+
+    def _environment(self) -> storage.Environment:
+        """The environment, opened afresh in a forked child: LMDB forbids using the
+        parent's (see storage._after_fork)."""
+        self._check_open()
+        if self._env.pid != os.getpid():
+            self._attach(storage.open_environment(self._env.path, readonly=self.readonly,
+                                                  create=False, timeout=self.timeout))
+        return self._env
 
     def read(self) -> "Snapshot":
         """A read snapshot: a context manager that sees one committed state for its life."""
-        self._check_open()
-        return Snapshot(self, storage.Txn(self._env, write=False), self._lists)
+        env = self._environment()
+        return Snapshot(self, storage.Txn(env, write=False), self._lists)
 
     def write(self, timeout: float | None = None) -> "Writer":
         """A write transaction: a context manager that commits on a clean exit and aborts on
         an exception. Waits up to `timeout` seconds for another writer, then raises
         WriterBusyError."""
-        self._check_open()
+        env = self._environment()
         if self.readonly:
             raise StorageError(f"{self.path}: opened read-only")
-        lock = storage.WriterLock(self._env, self.timeout if timeout is None else timeout)
+        lock = storage.WriterLock(env, self.timeout if timeout is None else timeout)
         lock.acquire()
         try:
-            return Writer(self, storage.Txn(self._env, write=True), lock)
+            return Writer(self, storage.Txn(env, write=True), lock)
         except BaseException:
             lock.release()
             raise
@@ -118,8 +141,7 @@ class Database:
         """Write a compacted copy of the database to the new directory `dest`: the pages
         freed by earlier transactions are left out (an ingest in many batches leaves a
         sixth of its file free). Erased content still takes space in the copy."""
-        self._check_open()
-        storage.copy_compacted(self._env, os.fspath(dest))
+        storage.copy_compacted(self._environment(), os.fspath(dest))
 
     def stats(self) -> Stats:
         with self.read() as r:

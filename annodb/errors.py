@@ -26,6 +26,11 @@ class StorageError(AnnodbError):
     """The database cannot be opened or written (format, permissions, damage)."""
 
 
+class DamagedError(StorageError):
+    """The database file is damaged (truncated, or its pages are not what LMDB wrote): the
+    message says what was found; `annodb check` lists everything, and the fix is a copy."""
+
+
 class FormatVersionError(StorageError):
     """The database was written by an incompatible version of annodb."""
 
@@ -40,3 +45,19 @@ class NotFoundError(AnnodbError):
 
 class IngestError(AnnodbError):
     """Input that cannot be ingested: names the file and line."""
+
+
+class AbandonedWriteWarning(UserWarning):
+    """A write transaction was garbage-collected without commit() or abort(): its writes were
+    thrown away and its locks released. (A UserWarning, shown by default, not a
+    ResourceWarning, which Python hides: writes lost without a word would be silent loss.)"""
+
+
+class BadBlock(ValueError):
+    """A stored block whose header does not match its bytes (a damaged database): raised by
+    the block kernels, turned into DamagedError by storage."""
+
+
+class RankingError(AnnodbError):
+    """A ranking option that cannot be used (an unknown ranker, a parameter out of range, a
+    field no document has): the message lists what can be given."""

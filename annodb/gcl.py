@@ -45,6 +45,7 @@ from .errors import QueryCostError, QueryError
 from .lists import Intervals
 from .query import (Combine, Compare, Feature, Link, Node, Parsed, Term, Window, map_leaves,
                     parse, resolve)
+from .storage import MAX_ADDRESS
 from .tokenizer import strip_diacritics
 
 MAX_WINDOWS = 20_000_000
@@ -217,10 +218,14 @@ class Evaluator:
     # ------------------------------------------------------------------ accounting
 
     def _spent(self, result: Intervals) -> Intervals:
-        read = self.lists.read
-        self.budget.spend(len(result) + read - self._read)
-        self._read = read
+        self.charge(len(result))
         return result
+
+    def charge(self, produced: int) -> None:
+        """Charge the budget for `produced` intervals and what the lists decoded since."""
+        read = self.lists.read
+        self.budget.spend(produced + read - self._read)
+        self._read = read
 
     def check(self, node: Node) -> None:
         """QueryCostError for a query with more distinct leaves than MAX_LEAVES."""
@@ -431,8 +436,9 @@ class Evaluator:
 
     def _link(self, a: Intervals) -> Intervals:
         v = a.values
-        v = v[np.isfinite(v) & (v >= 0) & (v == np.floor(v)) & (v < 2.0 ** 63)]
-        addrs = np.unique(v.astype(np.int64))
+        v = v[np.isfinite(v) & (v >= 0) & (v == np.floor(v)) & (v < MAX_ADDRESS)]  # (exact)
+        addrs = np.sort(v.astype(np.int64))
+        addrs = addrs[np.concatenate(([True], addrs[1:] != addrs[:-1]))] if len(addrs) else addrs
         return self._live(Intervals(addrs, addrs.copy(), np.zeros(len(addrs))))
 
     def _windows(self, n: int) -> Intervals:

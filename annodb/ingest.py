@@ -1,49 +1,42 @@
 """Ingest: read documents from files and add them to a database in batched commits.
 
-    summary = ingest("bible.db", ["docs.jsonl.gz"])
+    summary = ingest("bible.db", ["docs.jsonl.gz", "notes/"])
 
-Formats, chosen by the file name (`.gz` is read transparently) or by `format=`:
-
-    jsonl    `.jsonl`, `.json`, `.ndjson`: one JSON object per line. The docno is the id field
-             (chosen, or the first of docid, docno, id, _id); the text is the chosen text
-             fields in order, or every string but the id (see records.py). A record with
-             `docid` and `segment` is an MS MARCO V2.1 segment unless text fields are chosen.
-    msmarco  MS MARCO V2.1 segmented JSONL: docno `docid`, text fields title, headings,
-             segment (in that order, each annotated `title:` and so on); url and the other
-             scalars stay with the document, start_char and end_char also as values.
-    tsv      `.tsv`: `docno<TAB>text` per line (the text may hold further tabs).
-    trec     `.trec`, `.sgml`, or any file whose first non-blank line starts with `<DOC>`:
-             `<DOC><DOCNO>x</DOCNO> ... </DOC>`; the text is everything inside DOC but the
-             DOCNO element, tags removed, entities decoded, blank lines dropped.
-    text     any other file: the whole file is one document, its docno the file name
-             without its extension(s) (`notes/a.txt` and `a.txt.gz` -> `a`).
+Which files are read in which format (JSONL, JSON, MS MARCO segments, CSV, TSV, TREC,
+plain text; `.gz` too; directories) is decided in inputs.py, how each format is read in
+formats.py.
 
 Every batch is one write transaction, so an interrupted ingest leaves whole batches and
 never a half-written document. Ingest is idempotent by docno: a document whose docno is
-already in the database is skipped, so re-running an ingest changes nothing and resumes an
-interrupted one; `replace=True` replaces such documents instead. Inside one input a
-repeated docno keeps its first occurrence (later ones are reported and skipped), unless
-`replace=True`, where the later one replaces it.
+already in the database is left as it is (counted as `present`), so re-running an ingest
+changes nothing and resumes an interrupted one; `replace=True` replaces such documents
+instead. Inside one input a repeated docno keeps its first occurrence (later ones are
+reported and skipped), unless `replace=True`, where the later one replaces it. Plain-text
+files are batched like the lines of one file (a batch spans many small files).
 
 A malformed record (bad JSON, not an object, no id, invalid UTF-8, a TSV line without a
-tab, a DOC without DOCNO, a record the database refuses) is reported as "file:line: message"
-and skipped; with `strict=True` the first one raises IngestError and its batch is not
-written. Inputs that cannot be read at all (missing, a directory, unreadable, not gzip) raise
-IngestError before anything is written.
+tab, a cut-off last line, a DOC without DOCNO, a record the database refuses) is reported
+as "file:line: message" and skipped; with `strict=True` the first one raises IngestError
+and its batch is not written. `Summary.skipped` counts what was not stored: each such
+problem, and each repeated docno skipped (not with `replace`). Inputs that cannot be read
+at all (missing, unreadable, not gzip) and options naming fields the records lack raise
+IngestError before anything is written. Ctrl-C stops the ingest between two records or
+batches, never inside a commit or a kernel, raising Interrupted, a KeyboardInterrupt
+carrying the Summary of what was committed.
 """
 
 from __future__ import annotations
 
 import bisect
 import contextlib
+import errno
 import gc
 import gzip
-import html
-import io
 import itertools
 import os
 import pickle
-import re
+import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -51,42 +44,41 @@ import threading
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Callable, Iterator, NamedTuple
 
 import msgspec
 import numpy as np
 
-from . import batch, database, records, storage, transaction
+from . import batch, database, formats, inputs, records, storage, transaction
 from .errors import AnnodbError, IngestError, WriterBusyError
+from .formats import FORMATS, Problem as _Problem  # noqa: F401 (FORMATS: for the CLI)
+from .inputs import Source, check_inputs, where
 
-FORMATS = ("jsonl", "msmarco", "tsv", "trec", "text")
-DEFAULT_BATCH_BYTES = 32 << 20  # a batch ends after this much input (and at batch_size docs)
-MAX_DOCNO_BYTES = 511            # LMDB's largest key
+DEFAULT_BATCH_BYTES = 8 << 20   # a batch ends after this much input (and at batch_size docs)
 MAX_MESSAGES = 1000              # problems kept in the summary (all are counted)
-MSMARCO_TEXT_FIELDS = ("title", "headings", "segment")
-
-_EXTENSIONS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".tsv": "tsv",
-               ".trec": "trec", ".sgml": "trec"}
 PARALLEL_OVER = 64 << 20          # inputs this big are read and tokenized in a second process
-_PEEK_BYTES = 1 << 16
 
 Progress = Callable[[int, int, int], None]   # (documents done, bytes read, bytes in all)
 
 
 class Summary(msgspec.Struct):
-    """What an ingest did. `errors` and `warnings` keep the first MAX_MESSAGES messages;
-    `error_count` counts them all. `tokens` counts the addresses the new documents took (an
-    empty document takes one)."""
+    """What an ingest did. `skipped` counts the records not stored: `error_count` problems
+    (malformed records and parts of files that could not be read) and the repeated docnos
+    skipped (`duplicates`, unless replace). `present` counts those whose docno was in the
+    database already (left as they were: a rerun resumes). `errors`, `warnings` and `notes`
+    (how inputs were read) keep the first MAX_MESSAGES messages. `tokens` counts the
+    addresses the new documents took (an empty document takes one)."""
 
     files: int = 0
     added: int = 0
-    skipped: int = 0          # docno already in the database
+    skipped: int = 0          # not stored: problems, and duplicates unless replace
+    present: int = 0          # docno already in the database (left as it was)
     replaced: int = 0
     duplicates: int = 0       # docno repeated inside this input (skipped unless replace)
     error_count: int = 0
     errors: list[str] = []
     warnings: list[str] = []
+    notes: list[str] = []
     tokens: int = 0
     bytes: int = 0
     batches: int = 0
@@ -98,36 +90,29 @@ class Summary(msgspec.Struct):
         return self.added + self.replaced
 
     def line(self) -> str:
-        """A one-line human summary."""
+        """A one-line human summary, starting `added N, skipped M`."""
         rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
         files = "file" if self.files == 1 else "files"
-        text = (f"{self.added} added, {self.replaced} replaced, {self.skipped} skipped, "
-                f"{self.duplicates} duplicates, {self.error_count} errors from {self.files} "
-                f"{files}; {self.tokens} tokens in {self.seconds:.1f} s "
-                f"({rate:,.0f} tokens/s)")
+        text = f"added {self.added:,}, skipped {self.skipped:,}"
+        if self.skipped:
+            repeated = self.skipped - self.error_count
+            parts = [f"{n:,} {what}" for n, what in (
+                (self.error_count, "malformed or unreadable"), (repeated, "repeated docnos"))
+                if n]
+            text += f" ({', '.join(parts)})"
+        text += (f", already present {self.present:,}, replaced {self.replaced:,}; "
+                 f"{self.files:,} {files}, {self.tokens:,} tokens in {self.seconds:.1f} s "
+                 f"({rate:,.0f} tokens/s)")
         return text
 
 
-@dataclass(frozen=True)
-class Source:
-    """One checked input file."""
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped an ingest: `summary` is what was committed before it (whole batches;
+    the one in progress was thrown away). Running the same ingest again resumes it."""
 
-    path: str
-    format: str
-    gzip: bool
-    size: int
-
-
-def _Doc(line: int, docno: str, content, id_field: str | None,
-         text_fields: list[str] | None, nbytes: int) -> tuple:
-    """A document as a reader yields it: a plain tuple of these (content a str or a dict
-    record), not a NamedTuple, whose construction cost more than decoding the record."""
-    return line, docno, content, id_field, text_fields, nbytes
-
-
-class _Problem(NamedTuple):
-    line: int
-    message: str
+    def __init__(self, summary: Summary):
+        super().__init__("ingest interrupted")
+        self.summary = summary
 
 
 class _Chunk(NamedTuple):
@@ -150,268 +135,41 @@ class _Rejected(Exception):
         self.err = err
 
 
-# ---------------------------------------------------------------- checking the inputs
-
-
-def _strip_gz(name: str) -> tuple[str, bool]:
-    if name.lower().endswith(".gz"):
-        return name[:-3], True
-    return name, False
-
-
-def _open_binary(path: str, gz: bool) -> tuple[io.BufferedIOBase, io.BufferedIOBase]:
-    """(reader, raw file): the raw file's position tells how many bytes were consumed."""
-    raw = open(path, "rb")  # noqa: SIM115 - closed by the caller
-    if not gz:
-        return raw, raw
-    return gzip.GzipFile(fileobj=raw, mode="rb"), raw
-
-
-def _first_line(head: bytes) -> bytes:
-    for line in head.splitlines():
-        if line.strip():
-            return line.strip().lstrip(b"\xef\xbb\xbf")
-    return b""
-
-
-def check_inputs(paths, format: str | None = None) -> list[Source]:
-    """Check that every input can be read and decide its format; IngestError otherwise.
-    Nothing is written: call this before opening the database."""
-    if format is not None and format not in FORMATS:
-        raise IngestError(f"unknown format {format!r}: choose one of {', '.join(FORMATS)}")
-    paths = [os.fspath(p) for p in paths]
-    if not paths:
-        raise IngestError("no input files given")
-    sources = []
-    for path in paths:
-        if not os.path.exists(path):
-            raise IngestError(f"{path}: no such file")
-        if os.path.isdir(path):
-            raise IngestError(f"{path}: is a directory; give the files in it (e.g. {path}/*)")
-        name, gz = _strip_gz(os.path.basename(path))
-        try:
-            reader, raw = _open_binary(path, gz)
-            with raw, reader:
-                head = reader.read(_PEEK_BYTES)
-        except PermissionError:
-            raise IngestError(f"{path}: permission denied") from None
-        except (gzip.BadGzipFile, zlib.error, EOFError) as err:
-            raise IngestError(f"{path}: not a readable gzip file ({err})") from None
-        except OSError as err:
-            raise IngestError(f"{path}: cannot read: {err.strerror or err}") from None
-        fmt = format
-        if fmt is None:
-            fmt = _EXTENSIONS.get(os.path.splitext(name)[1].lower())
-        if fmt is None:
-            fmt = "trec" if _first_line(head).startswith(b"<DOC>") else "text"
-        sources.append(Source(path, fmt, gz, os.path.getsize(path)))
-    return sources
-
-
-# ---------------------------------------------------------------- format readers
-# Each reader yields _Doc or _Problem; `tell()` of the raw file gives the bytes consumed.
-
-
-def _check_docno(docno: str) -> str | None:
-    if not docno:
-        return "empty docno"
-    if len(docno) <= 100 and docno.isascii():  # (most: no encoding needed to know)
-        return None
-    try:
-        size = len(docno.encode("utf-8"))
-    except UnicodeEncodeError:
-        return "docno is not valid Unicode (a lone surrogate)"
-    if size > MAX_DOCNO_BYTES:
-        return f"docno longer than {MAX_DOCNO_BYTES} bytes"
-    return None
-
-
-def _read_jsonl(reader, source: Source, id_field, text_fields) -> Iterator:
-    decode = msgspec.json.Decoder().decode
-    msmarco = source.format == "msmarco"
-    resolve = records._docno
-    for lineno, line in enumerate(reader, 1):
-        if lineno == 1 and line.startswith(b"\xef\xbb\xbf"):
-            line = line[3:]
-        if not line.strip():
-            continue
-        try:
-            record = decode(line)
-        except msgspec.DecodeError as err:
-            yield _Problem(lineno, f"invalid JSON: {err}")
-            continue
-        except RecursionError:
-            yield _Problem(lineno, "invalid JSON: nested too deeply")
-            continue
-        if not isinstance(record, dict):
-            yield _Problem(lineno, f"not a JSON object but {_json_kind(record)}")
-            continue
-        fields, key = text_fields, id_field
-        if text_fields is None and (msmarco or ("segment" in record and "docid" in record)):
-            fields = list(MSMARCO_TEXT_FIELDS)
-            key = id_field or "docid"
-        try:
-            key, docno = resolve(record, key)
-        except IngestError as err:
-            yield _Problem(lineno, str(err))
-            continue
-        bad = _check_docno(docno)
-        if bad:
-            yield _Problem(lineno, bad)
-            continue
-        yield lineno, docno, record, key, fields, len(line)  # a _Doc
-
-
-def _json_kind(value) -> str:
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    if value is None:
-        return "null"
-    return f"a {type(value).__name__}"
-
-
-def _decode_line(line: bytes) -> tuple[str | None, str | None]:
-    try:
-        return line.decode("utf-8"), None
-    except UnicodeDecodeError as err:
-        return None, f"invalid UTF-8 at byte {err.start} of the line"
-
-
-def _read_tsv(reader, source: Source, id_field, text_fields) -> Iterator:
-    for lineno, raw in enumerate(reader, 1):
-        if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
-            raw = raw[3:]
-        line, bad = _decode_line(raw)
-        if bad:
-            yield _Problem(lineno, bad)
-            continue
-        line = line.rstrip("\r\n")
-        if not line.strip():
-            continue
-        docno, tab, text = line.partition("\t")
-        if not tab:
-            yield _Problem(lineno, "no tab: expected docno<TAB>text")
-            continue
-        docno = docno.strip()
-        bad = _check_docno(docno)
-        if bad:
-            yield _Problem(lineno, bad)
-            continue
-        yield _Doc(lineno, docno, text, None, None, len(raw))
-
-
-def _read_text(reader, source: Source, id_field, text_fields) -> Iterator:
-    data = reader.read()
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        yield _Problem(line, f"invalid UTF-8 at byte {err.start}")
-        return
-    name, _ = _strip_gz(os.path.basename(source.path))
-    docno = name.split(".", 1)[0] if not name.startswith(".") else name
-    bad = _check_docno(docno)
-    if bad:
-        yield _Problem(1, bad)
-        return
-    yield _Doc(1, docno, text, None, None, len(data))
-
-
-_DOCNO = re.compile(r"<DOCNO>\s*(.*?)\s*</DOCNO>", re.S)
-_TAG = re.compile(r"<[^<>]*>")
-
-
-def _trec_doc(body: str, line: int, nbytes: int):
-    m = _DOCNO.search(body)
-    if m is None:
-        return _Problem(line, "<DOC> without <DOCNO>")
-    docno = m.group(1)
-    bad = _check_docno(docno)
-    if bad:
-        return _Problem(line, bad)
-    text = html.unescape(_TAG.sub("\n", body[:m.start()] + body[m.end():]))
-    text = "\n".join(s for s in (part.strip() for part in text.splitlines()) if s)
-    return _Doc(line, docno, text, None, None, nbytes)
-
-
-def _read_trec(reader, source: Source, id_field, text_fields) -> Iterator:
-    inside, start_line, parts, nbytes, broken = False, 0, [], 0, None
-    lineno = 0
-    for lineno, raw in enumerate(reader, 1):
-        if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
-            raw = raw[3:]
-        line, bad = _decode_line(raw)
-        if bad:
-            if inside:
-                broken = broken or _Problem(lineno, bad)
-                nbytes += len(raw)
-            else:
-                yield _Problem(lineno, bad)
-            continue
-        pos = 0
-        while True:
-            if not inside:
-                i = line.find("<DOC>", pos)
-                if i < 0:
-                    if line[pos:].strip():
-                        yield _Problem(lineno, "text outside <DOC> ... </DOC>")
-                    break
-                if line[pos:i].strip():
-                    yield _Problem(lineno, "text outside <DOC> ... </DOC>")
-                inside, start_line, parts, nbytes, broken = True, lineno, [], 0, None
-                pos = i + 5
-            else:
-                j = line.find("</DOC>", pos)
-                k = line.find("<DOC>", pos)
-                if 0 <= k and (j < 0 or k < j):
-                    yield _Problem(start_line, "<DOC> not closed before the next <DOC>")
-                    inside = False
-                    pos = k
-                    continue
-                if j < 0:
-                    parts.append(line[pos:])
-                    break
-                parts.append(line[pos:j])
-                inside = False
-                pos = j + 6
-                yield broken or _trec_doc("".join(parts), start_line, nbytes + len(raw))
-        if inside:
-            nbytes += len(raw)
-    if inside:
-        yield _Problem(start_line, "<DOC> not closed at the end of the file")
-
-
-_READERS = {"jsonl": _read_jsonl, "msmarco": _read_jsonl, "tsv": _read_tsv,
-            "text": _read_text, "trec": _read_trec}
-
-
 # ---------------------------------------------------------------- the reading side
 # Reading, parsing, preparing and tokenizing need no database: for a big input they run in
 # a second process (both cores busy), chunk by chunk ahead of the writer.
 
 
 def _chunks(source: Source, id_field, text_fields, batch_bytes: int,
-            batch_size: int | None) -> Iterator[_Chunk]:
-    """The file's batches, made ready to add."""
-    for pending, tell in _read_chunks(source, id_field, text_fields, batch_bytes, batch_size):
-        yield _ready(pending, tell)
+            batch_size: int | None, stop: threading.Event | None = None,
+            sparse: tuple = ()) -> Iterator[_Chunk]:
+    """The file's batches, made ready to add (`sparse`: the sparse fields)."""
+    for pending, tell in _read_chunks(source, id_field, text_fields, batch_bytes, batch_size,
+                                      stop):
+        yield _made(*_prepared(pending, stop, sparse), tell, sparse)
 
 
 def _read_chunks(source: Source, id_field, text_fields, batch_bytes: int,
-                 batch_size: int | None) -> Iterator[tuple[list, int]]:
-    """The file's batches as read: (_Doc and _Problem items, bytes consumed after them)."""
-    try:
-        reader, raw = _open_binary(source.path, source.gzip)
-    except OSError as err:
-        raise IngestError(f"{source.path}: cannot read: {err.strerror or err}") from None
-    pending: list = []
-    docs, size = 0, 0
-    items = _READERS[source.format](reader, source, id_field, text_fields)
-    with raw, reader:
+                 batch_size: int | None, stop: threading.Event | None = None
+                 ) -> Iterator[tuple[list, int]]:
+    """The file's batches as read: (Doc and _Problem items, bytes consumed after them).
+    KeyboardInterrupt between two records once `stop` is set (see _ctrl_c_noted)."""
+    with contextlib.ExitStack() as stack:
+        if source.format == "text":   # one file or a group: TextFiles opens each
+            files = formats.TextFiles(source)
+            items, tell = iter(files), files.tell
+        else:
+            try:
+                reader, raw = formats.open_binary(source.path, source.gzip)
+            except OSError as err:
+                raise IngestError(f"{source.path}: cannot read: {err.strerror or err}"
+                                  ) from None
+            stack.enter_context(raw)
+            stack.enter_context(reader)
+            items = formats.READERS[source.format](reader, source, id_field, text_fields)
+            tell = raw.tell
+        pending: list = []
+        docs, size = 0, 0
         while True:
             try:
                 item = next(items, None)
@@ -422,33 +180,33 @@ def _read_chunks(source: Source, id_field, text_fields, batch_bytes: int,
             if item is None:
                 break
             pending.append(item)
-            if type(item) is tuple:  # a _Doc (else a _Problem)
+            if type(item) is tuple:  # a Doc (else a _Problem)
                 docs += 1
                 size += item[5]
+                if stop is not None and not docs & 63 and stop.is_set():
+                    raise KeyboardInterrupt
                 if size >= batch_bytes or (batch_size and docs >= batch_size):
-                    yield pending, raw.tell()
+                    yield pending, tell()
                     pending, docs, size = [], 0, 0
-        yield pending, raw.tell()
+        yield pending, tell()
 
 
-def _ready(pending: list, tell: int) -> _Chunk:
-    """Prepare and tokenize the documents among `pending` (_Doc and _Problem items); a
-    document that cannot be stored becomes a problem."""
-    return _made(*_prepared(pending), tell)
-
-
-def _prepared(pending: list) -> tuple[list, list]:
+def _prepared(pending: list, stop: threading.Event | None = None, sparse: tuple = ()
+              ) -> tuple[list, list]:
     """(items, prepared): the _Problems and (line, docno) of the documents, in order, and
-    the documents prepared (batch.prepare_item); one that cannot be is a problem."""
+    the documents prepared (batch.prepare_item); one that cannot be is a problem.
+    KeyboardInterrupt between two documents once `stop` is set (see _ctrl_c_noted)."""
     items, prepared = [], []
     prepare = batch.prepare_item
     for item in pending:
         if type(item) is not tuple:  # a _Problem
             items.append(item)
             continue
+        if stop is not None and not len(items) & 63 and stop.is_set():
+            raise KeyboardInterrupt
         line, docno, content, id_field, text_fields, _ = item
         try:
-            p = prepare(content, docno, id_field, text_fields)
+            p = prepare(content, docno, id_field, text_fields, sparse)
         except Exception as err:  # noqa: BLE001 - reported against its line, not raised
             items.append(_Problem(line, f"not stored: {err}"))
             continue
@@ -457,12 +215,12 @@ def _prepared(pending: list) -> tuple[list, list]:
     return items, prepared
 
 
-def _made(items: list, prepared: list, tell: int) -> _Chunk:
+def _made(items: list, prepared: list, tell: int, sparse: tuple = ()) -> _Chunk:
     """The chunk of these prepared documents, tokenized (see _prepared)."""
     if not prepared:
         return _Chunk(items, None, tell)
     try:
-        made = batch.make(prepared)
+        made = batch.make(prepared, sparse=sparse)
     except UnicodeError:
         bad = set(batch.bad_documents(prepared))
         message = "not stored: document text is not valid Unicode (a lone surrogate)"
@@ -476,7 +234,7 @@ def _made(items: list, prepared: list, tell: int) -> _Chunk:
                 k += 1
             kept_items.append(item)
         items, prepared = kept_items, kept
-        made = batch.make(prepared) if prepared else None
+        made = batch.make(prepared, sparse=sparse) if prepared else None
     return _Chunk(items, made, tell)
 
 
@@ -515,6 +273,7 @@ def _reader_main() -> None:
     """The second process (`python -c` of this, see _chunks_from_process): read the
     arguments from stdin, write ("chunk", _Chunk) pickles to stdout, then ("end", None), or
     ("error", message) if reading fails. The pipe's buffer keeps it about one chunk ahead."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the writer's to handle
     gc.disable()  # see _no_cyclic_gc
     _set_malloc(_INGEST_MALLOC)  # see _keep_freed_memory (for the life of this process)
     out = sys.stdout.buffer
@@ -523,11 +282,11 @@ def _reader_main() -> None:
     failed = threading.Event()  # a chunk could not be made or sent: send none after it
     in_flight: list = []
 
-    def make_and_send(items: list, prepared: list, tell: int) -> None:
+    def make_and_send(items: list, prepared: list, tell: int, sparse: tuple) -> None:
         if failed.is_set():
             return
         try:
-            chunk = _encoded(_made(items, prepared, tell))
+            chunk = _encoded(_made(items, prepared, tell, sparse))
             pickle.dump(("chunk", _packed(chunk)), out, protocol=pickle.HIGHEST_PROTOCOL)
             out.flush()
         except BaseException:
@@ -535,12 +294,14 @@ def _reader_main() -> None:
             raise
 
     try:
-        source, id_field, text_fields, batch_bytes, batch_size = pickle.load(sys.stdin.buffer)
+        source, id_field, text_fields, batch_bytes, batch_size, sparse = \
+            pickle.load(sys.stdin.buffer)
         # this thread reads, parses and prepares; a second one tokenizes (the kernel
         # releases the GIL), encodes and sends, in order, at most a chunk behind
         for pending, tell in _read_chunks(source, id_field, text_fields, batch_bytes,
                                           batch_size):
-            in_flight.append(worker.submit(make_and_send, *_prepared(pending), tell))
+            in_flight.append(worker.submit(make_and_send, *_prepared(pending, sparse=sparse),
+                                           tell, sparse))
             if len(in_flight) > 1:
                 in_flight.pop(0).result()
         while in_flight:
@@ -565,7 +326,7 @@ def _reader_main() -> None:
 
 
 def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
-                         batch_size) -> Iterator[_Chunk]:
+                         batch_size, sparse: tuple = ()) -> Iterator[_Chunk]:
     """_chunks, made in a second Python process. A plain child process, not
     multiprocessing: that would re-run the caller's main script, and fork would copy this
     process's open LMDB environment."""
@@ -581,8 +342,8 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
             try:
                 if not child.stdin.closed:
                     with child.stdin:
-                        pickle.dump((source, id_field, text_fields, batch_bytes, batch_size),
-                                    child.stdin)
+                        pickle.dump((source, id_field, text_fields, batch_bytes, batch_size,
+                                     sparse), child.stdin)
                 kind, value = pickle.load(child.stdout)
             except (EOFError, BrokenPipeError, pickle.UnpicklingError):
                 code = child.wait()
@@ -609,8 +370,9 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
 
 class _Run:
     def __init__(self, db, *, replace, strict, timeout, batch_size, batch_bytes, progress,
-                 on_problem, total_bytes, parallel=None):
+                 on_problem, total_bytes, parallel=None, stop=None):
         self.db = db
+        self.stop = stop            # set by Ctrl-C: stop before the next batch
         self.parallel = parallel
         self.replace = replace
         self.strict = strict
@@ -629,9 +391,8 @@ class _Run:
         self.lasts: list[int] = []
 
     # problems
-    def problem(self, path: str, line: int, message: str, pending: int = 0) -> None:
-        where = f"{path}:{line}" if line else path
-        text = f"{where}: {message}"
+    def problem(self, source: Source, line: int, message: str, pending: int = 0) -> None:
+        text = f"{where(source, line)}: {message}"
         if self.strict:
             s = self.summary
             raise IngestError(
@@ -639,6 +400,7 @@ class _Run:
                 f"batches were committed, the {pending} of the current batch were not)")
         s = self.summary
         s.error_count += 1
+        s.skipped += 1
         if len(s.errors) < MAX_MESSAGES:
             s.errors.append(text)
         if self.on_problem is not None:
@@ -654,39 +416,45 @@ class _Run:
 
     def done(self) -> int:
         s = self.summary
-        return s.added + s.replaced + s.skipped + s.duplicates
+        return s.added + s.replaced + s.present + s.duplicates
 
     # one file
-    def file(self, source: Source, id_field, text_fields) -> None:
-        args = (source, id_field, text_fields, self.batch_bytes, self.batch_size)
+    def file(self, source: Source, id_field, text_fields, sparse: tuple = ()) -> None:
+        args = (source, id_field, text_fields, self.batch_bytes, self.batch_size, sparse)
         parallel = self.parallel
         if parallel is None:
             parallel = source.size >= PARALLEL_OVER
-        chunks = _chunks_from_process(*args) if parallel else _chunks(*args)
+        notes = self.summary.notes
+        notes.extend(source.notes[:MAX_MESSAGES - len(notes)])
+        chunks = _chunks_from_process(*args) if parallel else \
+            _chunks(*args[:5], stop=self.stop, sparse=sparse)
         with contextlib.closing(chunks):
             for chunk in chunks:
+                if self.stop is not None and self.stop.is_set():
+                    raise KeyboardInterrupt
                 docs = []
                 for item in chunk.items:
                     if isinstance(item, _Problem):
-                        self.problem(source.path, item.line, item.message, len(docs))
+                        self.problem(source, item.line, item.message, len(docs))
                     else:
                         docs.append(item)
                 if docs:
-                    self.write(docs, chunk.batch, source.path)
+                    self.write(docs, chunk.batch, source)
                 self.report(self.done(), chunk.tell)
         self.bytes_before += source.size
+        self.summary.files += len(source.files) or 1
         self.report(self.done(), 0)
 
     # one batch = one transaction
-    def write(self, docs: list[tuple[int, str]], made: batch.Batch, path: str) -> None:
+    def write(self, docs: list[tuple[int, str]], made: batch.Batch, source: Source) -> None:
         """Write a chunk's documents ((line, docno) each, their batch `made`)."""
         while docs:
             try:
-                counts, warnings = self._write_once(docs, made, path)
+                counts, warnings = self._write_once(docs, made, source)
             except _Rejected as rejected:
                 bad = docs[rejected.index]
                 message = f"not stored: {rejected.err}"
-                self.problem(path, bad[0], message, len(docs))
+                self.problem(source, bad[0], message, len(docs))
                 keep = [k for k in range(len(docs)) if k != rejected.index]
                 docs = [docs[k] for k in keep]
                 made = made.subset(keep)
@@ -695,10 +463,13 @@ class _Run:
                 raise
             except AnnodbError as err:   # the commit itself failed: nothing of it was written
                 s = self.summary
+                first, last = where(source, docs[0][0]), where(source, docs[-1][0])
+                span = f"{first}-{last.rpartition(':')[2]}" if not source.files else (
+                    f"{first} to {last}")
                 raise IngestError(
-                    f"{path}:{docs[0][0]}-{docs[-1][0]}: the batch of {len(docs)} "
-                    f"documents could not be committed: {err} ({s.added + s.replaced} "
-                    "documents of earlier batches stay committed)") from err
+                    f"{span}: the batch of {len(docs)} documents could not be committed: "
+                    f"{_commit_failure(self.db, err)} ({s.added + s.replaced} documents of "
+                    "earlier batches stay committed)") from err
             s = self.summary
             for name, n in counts.items():
                 setattr(s, name, getattr(s, name) + n)
@@ -728,8 +499,8 @@ class _Run:
         i = bisect.bisect_right(self.firsts, start) - 1
         return i >= 0 and start <= self.lasts[i]
 
-    def _write_once(self, docs: list[tuple[int, str]], made: batch.Batch, path: str):
-        counts = dict(added=0, replaced=0, skipped=0, duplicates=0, tokens=0)
+    def _write_once(self, docs: list[tuple[int, str]], made: batch.Batch, source: Source):
+        counts = dict(added=0, replaced=0, skipped=0, present=0, duplicates=0, tokens=0)
         warnings = []
         replace = self.replace
         added = []
@@ -743,12 +514,13 @@ class _Run:
                 if repeated:
                     counts["duplicates"] += 1
                     verb = "replaces the earlier one" if replace else "skipped (the first is kept)"
-                    warnings.append(f"{path}:{line}: duplicate docno {docno!r} {verb}")
+                    warnings.append(f"{where(source, line)}: duplicate docno {docno!r} {verb}")
                     if not replace:
+                        counts["skipped"] += 1
                         continue
                 elif docno in present:
                     if not replace:
-                        counts["skipped"] += 1
+                        counts["present"] += 1
                         continue
                     counts["replaced"] += 1
                 else:
@@ -766,6 +538,26 @@ class _Run:
             self.firsts.append(added[0].start)
             self.lasts.append(added[-1].end)
         return counts, warnings
+
+
+def _commit_failure(db, err: AnnodbError) -> str:
+    """What a failed commit means: a write past the file size limit (ulimit -f: with
+    SIGXFSZ ignored, LMDB gets EFBIG, or reports a write the limit cut short as an I/O
+    error) says so; anything else as it is."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft == resource.RLIM_INFINITY:
+        return str(err)
+    cause = err.__cause__
+    try:
+        largest = max(os.path.getsize(os.path.join(db.path, n)) for n in os.listdir(db.path))
+    except (OSError, ValueError):
+        largest = 0
+    if getattr(cause, "errno", None) == errno.EFBIG or "File too large" in str(err) or (
+            "Input/output error" in str(err) and largest >= soft - (16 << 20)):
+        return (f"file too large (the file size limit, ulimit -f, is {soft:,} bytes, and "
+                f"the database's file is {largest:,}): raise the limit, e.g. ulimit -f "
+                "unlimited, and run the same ingest again to resume")
+    return str(err)
 
 
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3  # glibc's mallopt options
@@ -812,6 +604,30 @@ def _keep_freed_memory():
 
 
 @contextlib.contextmanager
+def _ctrl_c_noted():
+    """Ctrl-C (SIGINT) noted for the duration, not raised wherever it lands: raised inside a
+    numba kernel or a commit, KeyboardInterrupt came out as another error (a SystemError, a
+    "commit failed"). The ingest stops between two records or batches instead (the Event
+    yielded is set); a second Ctrl-C raises at once. Only where Python's default handler is
+    in place (the main thread, no handler of the caller's own); else yields None."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield None
+        return
+    stop = threading.Event()
+
+    def noted(signum, frame):
+        stop.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    signal.signal(signal.SIGINT, noted)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@contextlib.contextmanager
 def _no_cyclic_gc():
     """Python's cyclic garbage collector off for the duration: an ingest allocates millions
     of small containers (records, fields, documents) and makes no reference cycles, and the
@@ -831,7 +647,8 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
            batch_bytes: int = DEFAULT_BATCH_BYTES, replace: bool = False,
            strict: bool = False, progress: Progress | None = None,
            on_problem: Callable[[str], None] | None = None,
-           timeout: float | None = None, parallel: bool | None = None) -> Summary:
+           timeout: float | None = None, parallel: bool | None = None,
+           sparse_fields=()) -> Summary:
     """Ingest the files `paths` into `db` (an open Database, or a path: then the inputs are
     checked before the database is opened or created). Returns a Summary.
 
@@ -846,10 +663,13 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
     A file of PARALLEL_OVER bytes or more is read, parsed and tokenized in a second process
     while this one writes (`parallel` True or False forces the choice).
 
+    `sparse_fields`: record fields holding sparse vectors ({term: weight}, see records.py).
+
     progress(documents done, bytes read, bytes in all) is called as the ingest goes;
     on_problem("file:line: message") for each malformed record (also listed in the summary).
-    Raises IngestError for unreadable inputs (before writing anything) and, with strict,
-    at the first malformed record (earlier batches stay committed).
+    Raises IngestError for unreadable inputs and options naming fields the records lack
+    (before writing anything) and, with strict, at the first malformed record (earlier
+    batches stay committed); Interrupted (a KeyboardInterrupt) on Ctrl-C.
     """
     if hasattr(db, "shards") or (isinstance(db, (str, os.PathLike)) and
                                  os.path.isfile(os.path.join(db, "manifest.json"))):
@@ -857,22 +677,29 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
         return sharded_ingest.ingest(
             db, paths, format=format, id_field=id_field, text_fields=text_fields,
             batch_size=batch_size, batch_bytes=batch_bytes, replace=replace, strict=strict,
-            progress=progress, on_problem=on_problem, timeout=timeout)
+            progress=progress, on_problem=on_problem, timeout=timeout,
+            sparse_fields=sparse_fields)
     started = time.perf_counter()
-    sources = check_inputs(paths, format)
     text_fields = list(text_fields) if text_fields else None
+    sparse = tuple(records.check_sparse_field(f) for f in sparse_fields)
     own = not isinstance(db, database.Database)
+    sources = inputs.grouped(check_inputs(paths, format, id_field, text_fields,
+                                           os.fspath(db) if own else db.path))
     if own:
         db = database.open(db)
     try:
-        run = _Run(db, replace=replace, strict=strict, timeout=timeout, batch_size=batch_size,
-                   batch_bytes=batch_bytes, progress=progress, on_problem=on_problem,
-                   total_bytes=sum(s.size for s in sources), parallel=parallel)
-        with _no_cyclic_gc(), _keep_freed_memory():
+        with _ctrl_c_noted() as stop, _no_cyclic_gc(), _keep_freed_memory():
+            run = _Run(db, replace=replace, strict=strict, timeout=timeout,
+                       batch_size=batch_size, batch_bytes=batch_bytes, progress=progress,
+                       on_problem=on_problem, total_bytes=sum(s.size for s in sources),
+                       parallel=parallel, stop=stop)
             try:
                 for source in sources:
-                    run.file(source, id_field, text_fields)
-                    run.summary.files += 1
+                    run.file(source, id_field, text_fields, sparse)
+            except BaseException as err:  # (after Ctrl-C, whatever a second one broke)
+                if isinstance(err, KeyboardInterrupt) or (stop is not None and stop.is_set()):
+                    raise Interrupted(run.summary) from err
+                raise
             finally:
                 run.summary.seconds = time.perf_counter() - started
                 run.summary.bytes = run.bytes_before

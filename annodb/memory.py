@@ -41,6 +41,7 @@ from . import query as _query
 from .database import open as _open
 from .errors import AnnodbError
 from .query import Combine, Compare, Feature
+from .ranking import TEXT_RANK
 
 DOCUMENT = Feature(":")
 TIME = "time"
@@ -210,20 +211,23 @@ class Memory:
 
     # reading
     def recall(self, query_or_text: str | None, k: int = 10, where: dict | None = None, *,
-               gcl: bool | None = None) -> Recalled:
+               gcl: bool | None = None, rank: str | None = None) -> Recalled:
         """The k best memories for a GCL query or free text, among those matching `where`,
-        ranked by shortest-substring ranking. No query (None or "") gives the latest k.
-        `gcl`: True reads the query as GCL (so a raw term like `user:alice` names a
-        feature), False as words; None (the default) decides by `is_gcl`."""
+        ranked by `rank` (ranking.RANKS; default: shortest-substring ranking for GCL, the
+        free-text default for text). No query (None or "") gives the latest k. `gcl`: True
+        reads the query as GCL (so a raw term like `user:alice` names a feature), False as
+        words; None (the default) decides by `is_gcl`."""
         if not query_or_text or not query_or_text.strip():
             latest = where_node(where, Feature(f":{TIME}:"))
             return Recalled(self.history(k, where), "", _query.format(latest))
         box = where_node(where)
         with self.db.read() as r:
             if gcl or (gcl is None and is_gcl(query_or_text)):
-                results = r.search(query_or_text, k=k, container=box, lenient=True)
+                results = r.search(query_or_text, k=k, container=box, lenient=True,
+                                   rank=rank or "ssr")
             else:
-                results = r.search_text(query_or_text, k=k, container=box)
+                results = r.search_text(query_or_text, k=k, container=box,
+                                        rank=rank or TEXT_RANK)
             fields = _Fields(r)
             entries = [self._entry(r.document_at(h.start), fields, h.score, h.snippet)
                        for h in results]

@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import hmac
 import math
+import os
 import threading
 import time
 import traceback
@@ -90,7 +91,7 @@ from . import judgments as _judgments
 from .errors import AnnodbError, QueryCostError, StorageError
 from .gcl import Budget, as_node, prepare
 from .query import STRUCTURAL
-from .ranking import DEPTH
+from .ranking import DEPTH, RANKS
 
 MAX_LINE = 1 << 20                  # bytes in one request line
 QUERY_TIMEOUT = 30.0                # seconds a query may run
@@ -189,10 +190,16 @@ class Handle:
     `annotate` and `note` commit without reopening anything: readers never wait), else, or
     when asked, read-only (writes are refused with a message saying why)."""
 
-    def __init__(self, path: str, cache_bytes: int | None = None, readonly: bool = False,
+    def __init__(self, path, cache_bytes: int | None = None, readonly: bool = False,
                  ray: str | None = None):
-        self.path = path
         self.write_error = None
+        self.own = isinstance(path, (str, os.PathLike))
+        if not self.own:  # an open database or collection (the Vole's in-process backend)
+            self.db, self.path = path, path.path
+            if path.readonly:
+                self.write_error = f"{path.path} is open read-only"
+            return
+        self.path = path
         if ray is not None:  # a sharded collection on Ray actors ("local": a new cluster)
             from . import ray_shards
             self.db = ray_shards.open(path, address=None if ray == "local" else ray)
@@ -216,11 +223,13 @@ class Handle:
         return self.db
 
     def close(self) -> None:
-        self.db.close()
+        if self.own:
+            self.db.close()
 
 
 class Protocol:
-    """Answers request lines against one database (see the module docstring)."""
+    """Answers request lines against one database (see the module docstring): `path` is
+    its directory, or an open Database (then it is used, not opened or closed)."""
 
     def __init__(self, path: str, *, container: str = ":", fields: list[str] | None = None,
                  depth: int = DEPTH, token: str | None = None,
@@ -375,9 +384,13 @@ class Protocol:
         if not isinstance(container, str) or not container:
             raise _Refusal(f"container must be a feature name or query (e.g. \"note:\"), "
                            f"not {_shown(container)}")
+        how = request.get("rank", "ssr")
+        if not isinstance(how, str):
+            raise _Refusal(f"rank must be a string (one of {', '.join(RANKS)}), not "
+                           f"{_json_kind(how)}")
         with self._handle.db.read() as snap:
             ranking = snap.rank(text, depth=self.depth, container=container,
-                                lenient=not self.strict, budget=self._budget())
+                                lenient=not self.strict, budget=self._budget(), rank=how)
             first = ranking.hit(0, snapshot=snap) if len(ranking) else None
         ranking = replace(ranking, snapshot=None)
         qid = self._states.add(session, ranking, 1 if first is not None else 0)

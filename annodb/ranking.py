@@ -11,19 +11,33 @@ only for the ranks someone looks at, so the server's `next` costs a lookup, not 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from itertools import combinations
 
 import numpy as np
 
-from . import kernels, snippets
+from . import bm25, kernels, snippets, tokenizer
+from .errors import RankingError
 from .gcl import Budget, Evaluator, Region, as_node, list_name, prepare
 from .lists import Intervals
-from .query import Combine, Term, format as format_query
+from .query import Combine, Feature, Term, format as format_query
 from .tokenizer import strip_diacritics, tokens
 
 K = 42.0
 DEPTH = 1000
+RANKS = ("ssr", "bm25", "fused", "sparse")
+# Free text's default ranker (GCL's is SSR), by measurement (benchmarks/RESULTS.md): BM25
+# is the best on the 86 RAG questions and the Nave subtopics, SSR's tiers on the Nave topics
+# (short names), and every fusion tried fell between the two.
+TEXT_RANK = "bm25"
+
+
+def check_rank(rank) -> str:
+    """The ranker named, or RankingError listing the choices."""
+    if rank not in RANKS:
+        raise RankingError(f"unknown ranker {rank!r}: choose one of {', '.join(RANKS)}")
+    return rank
 
 
 def score(p: int, q: int) -> float:
@@ -100,21 +114,86 @@ class Results:
 
 
 def rank(snapshot, gcl, *, depth: int = DEPTH, container: str = ":", lenient: bool = False,
-         evaluator: Evaluator | None = None, budget: Budget | None = None) -> Ranking:
-    """Evaluate `gcl` and rank the containers by SSR, keeping the best `depth`. Only the
-    containers that can hold a cover are read (found from the query's rarest operands, see
-    Evaluator.drivers), and the query is evaluated inside them."""
+         evaluator: Evaluator | None = None, budget: Budget | None = None,
+         rank: str = "ssr", scoring: bm25.Scoring | None = None,
+         statistics=None) -> Ranking:
+    """Evaluate `gcl` and rank the containers that hold a match, keeping the best `depth`:
+    by SSR (`rank="ssr"`), by BM25 over the query's words (`"bm25"`, see bm25.py), by the
+    dot product of their sparse vectors with the words' (`"sparse"`), or by both SSR and
+    BM25 (`"fused"`, see fuse). Only the containers that can hold a cover are read (found
+    from the query's rarest operands, see Evaluator.drivers), and the query is evaluated
+    inside them. `statistics` (statistics.Statistics) are the collection's that BM25 and
+    sparse scores weigh words by (default: the snapshot's, see top_words)."""
+    how = check_rank(rank)
     node, warnings = prepare(snapshot, gcl, lenient=lenient)
     ev = evaluator or Evaluator(snapshot, budget)
     ev.check(node)
-    covers, boxes = _covers_and_boxes(ev, node, as_node(container)[0])
+    cnode = as_node(container)[0]
+    covers, boxes = _covers_and_boxes(ev, node, cnode)
     idx, scores, best = kernels.ssr_touched(covers.starts, covers.ends, boxes.starts,
                                             boxes.ends, K)
+    if how != "ssr":  # the containers holding a match, ranked by another score
+        settings = scoring or bm25.Scoring()
+        matched = Intervals(boxes.starts[idx], boxes.ends[idx], scores)
+        if how == "sparse":
+            settings = _sparse(snapshot, settings)
+        terms = _terms(snapshot, ev, cnode, query_terms(node, how), how, settings,
+                       statistics)
+        s, _, sc = bm25.top(terms, depth if how != "fused" else len(matched), matched)
+        at = np.searchsorted(matched.starts, s)
+        if how == "fused":  # the whole rankings of the matches
+            at, sc = fuse(kernels.top(scores, len(matched)), at, depth, len(matched))
+        b, d = best[at], idx[at]
+        return Ranking(snapshot, _text(node), warnings, boxes.starts[d], boxes.ends[d], sc,
+                       covers.starts[b], covers.ends[b], len(idx))
     order = kernels.top(scores, depth)  # ties: container order, i.e. by address
     b = best[order]
     d = idx[order]
     return Ranking(snapshot, _text(node), warnings, boxes.starts[d], boxes.ends[d],
                    scores[order], covers.starts[b], covers.ends[b], len(idx))
+
+
+
+def query_terms(node, how: str) -> list:
+    """The words a GCL query is scored by when ranked by BM25 (`how` "bm25" or "fused":
+    [((word,), count)]) or sparse vectors ([(term, count)]), see top_words."""
+    words = bm25.query_words(node)
+    return words if how == "sparse" else [((w,), n) for w, n in words]
+
+FUSE_K = 60       # reciprocal rank fusion's constant
+FUSE_DEPTH = 100  # how deep each ranking is fused
+
+
+def fuse(a: np.ndarray, b: np.ndarray, depth: int, deep: int = FUSE_DEPTH
+         ) -> tuple[np.ndarray, np.ndarray]:
+    """Reciprocal rank fusion (Cormack, Clarke and Buettcher 2009) of two rankings of
+    items (arrays of ids, best first): score(x) = sum of 1 / (FUSE_K + rank) over the
+    rankings holding x in their first `deep`; (ids, scores) of the best `depth`, ties by
+    the rank in `a`, then in `b`."""
+    a, b = a[:deep], b[:deep]
+    ids = np.union1d(a, b)
+    score = np.zeros(len(ids))
+    ra = np.full(len(ids), len(a) + len(b), np.int64)
+    rb = np.full(len(ids), len(a) + len(b), np.int64)
+    for ranking, r in ((a, ra), (b, rb)):
+        at = np.searchsorted(ids, ranking)
+        r[at] = np.arange(len(ranking))
+        score[at] += 1.0 / (FUSE_K + 1 + np.arange(len(ranking)))
+    order = np.lexsort((rb, ra, -score))[:max(depth, 0)]
+    return ids[order], score[order]
+
+
+def _sparse(snapshot, settings: bm25.Scoring) -> bm25.Scoring:
+    """The settings with their sparse field: the one given, or the database's only one."""
+    if settings.sparse is not None:
+        return settings
+    known = snapshot.sparse_fields()
+    if len(known) != 1:
+        raise RankingError("no sparse field in this database: ingest records with "
+                           "--sparse-field NAME" if not known else
+                           f"several sparse fields ({', '.join(known)}): choose one with "
+                           "sparse_field=")
+    return bm25.Scoring(settings.k1, settings.b, settings.fields, known[0])
 
 
 def _covers_and_boxes(ev: Evaluator, node, cnode) -> tuple[Intervals, Intervals]:
@@ -153,8 +232,10 @@ def _text(node) -> str:
 
 
 def search(snapshot, gcl, *, k: int = 10, container: str = ":", lenient: bool = False,
-           snippets: bool = True) -> Results:
-    r = rank(snapshot, gcl, depth=max(k, 0), container=container, lenient=lenient)
+           snippets: bool = True, rank: str = "ssr",
+           scoring: bm25.Scoring | None = None) -> Results:
+    r = snapshot.rank(gcl, depth=max(k, 0), container=container, lenient=lenient,
+                      rank=rank, scoring=scoring)
     return Results(r.hits(k, snippets), r.query, r.warnings, r.total)
 
 
@@ -241,11 +322,110 @@ def scorer(snapshot, container: str = ":"):
     return score
 
 
-def search_text(snapshot, text: str, *, k: int = 10, container: str = ":") -> Results:
-    """Free-text search: containers matching an earlier tier rank above later ones; within a
-    tier, by the sum s over its subsets of weight x SSR score. A hit's score is
-    n + s / (1 + s) for a tier of n words together, so scores fall with the rank and the
-    whole part says how many of the words matched together."""
+def text_words(snapshot, text: str) -> list[tuple[tuple[str, ...], int]]:
+    """The words of free text as BM25 scores them: (the word and the words of the database
+    sharing its stem, how often the text has it), in order; words absent from it dropped."""
+    out = []
+    words = tokens(text)
+    if getattr(snapshot, "fold_diacritics", False):   # stored without diacritics
+        words = list(map(strip_diacritics, words))
+    for w, n in Counter(words).items():
+        forms = tuple(f for f in word_forms(snapshot, w) if snapshot.list_count(f))
+        if forms:
+            out.append((forms, n))
+    return out
+
+
+def statistics_needed(words, how: str, settings: bm25.Scoring
+                      ) -> tuple[list[str], list[str]]:
+    """(features, fields) whose collection statistics score `words` (see top_words)."""
+    if how == "sparse":
+        return sorted({f"{settings.sparse}:{t}" for t, _ in words}), []
+    return sorted({f for forms, _ in words for f in forms}), [f.name for f in settings.fields]
+
+
+def _terms(snapshot, ev: Evaluator, cnode, words, how: str, settings: bm25.Scoring,
+           statistics) -> list:
+    """The scored terms of `words` (see top_words), weighed by `statistics` (default: the
+    snapshot's own, Snapshot.statistics; a shard of a collection is given the
+    collection's)."""
+    if statistics is None:
+        statistics = snapshot.statistics(*statistics_needed(words, how, settings))
+    if how == "sparse":
+        return bm25.sparse_terms(ev, cnode, settings, words, statistics)
+    return bm25.word_terms(ev, cnode, settings, words, statistics)
+
+
+def top_words(snapshot, words, k: int, *, container: str = ":", rank: str = "bm25",
+              scoring: bm25.Scoring | None = None, statistics=None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The best k containers (starts, ends, scores; by score, ties by address) by BM25
+    over words [(forms, query count)] (`rank="bm25"`), or by sparse vectors over
+    [(term, query weight)] (`"sparse"`, scoring.sparse named)."""
+    ev = Evaluator(snapshot)
+    terms = _terms(snapshot, ev, as_node(container)[0], words, rank,
+                   scoring or bm25.Scoring(), statistics)
+    return bm25.top(terms, k)
+
+
+def word_covers(snapshot, words, s: np.ndarray, e: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """What each container's hit shows (bm25.covers): words, a tuple of forms each."""
+    return bm25.covers(Evaluator(snapshot), words, s, e)
+
+
+def _ranked_text(snapshot, text, k: int, container: str, how: str,
+                 settings: bm25.Scoring, snippets: bool) -> Results:
+    """search_text by BM25, by sparse vectors or fused (see search_text)."""
+    if how == "sparse":
+        settings = _sparse(snapshot, settings)
+        if isinstance(text, dict):
+            terms = [(tokenizer.fold(str(t)), bm25.number(w, f"the weight of {t!r}", 0.0))
+                     for t, w in text.items()]
+        else:
+            terms = [(w, float(n)) for w, n in Counter(tokens(text)).items()]
+        shown = [Feature(f"{settings.sparse}:{t}") for t, _ in terms]
+        words = [(t,) for t, _ in terms]
+    else:
+        terms = text_words(snapshot, text)
+        words = [forms for forms, _ in terms]
+        shown = [Term(f) if len(f) == 1 else Combine("+", tuple(Term((x,)) for x in f))
+                 for f in words]
+    s, e, sc = snapshot.top_words(terms, k if how != "fused" else FUSE_DEPTH,
+                                  container=container,
+                                  rank="sparse" if how == "sparse" else "bm25",
+                                  scoring=settings)
+    query = "" if not shown else format_query(shown[0] if len(shown) == 1 else
+                                             Combine("+", tuple(shown)))
+    if how == "fused":
+        ssr = search_text(snapshot, text, k=FUSE_DEPTH, container=container, rank="ssr",
+                          snippets=False)
+        first = np.array([h.start for h in ssr], dtype=np.int64)
+        ends = dict(zip(s.tolist(), e.tolist()))
+        ends.update((h.start, h.end) for h in ssr)
+        s, sc = fuse(first, s, k)
+        e = np.array([ends[x] for x in s.tolist()], dtype=np.int64)
+    cs, ce = snapshot.word_covers(words, s, e) if snippets else (s, s)
+    hits = Ranking(snapshot, query, [], s, e, sc, cs, ce).hits(k, snippets)
+    return Results(hits, query, [], len(hits))
+
+
+def search_text(snapshot, text: str, *, k: int = 10, container: str = ":",
+                rank: str = TEXT_RANK, scoring: bm25.Scoring | None = None,
+                snippets: bool = True) -> Results:
+    """Free-text search. By SSR (`rank="ssr"`): containers matching an earlier tier rank
+    above later ones; within a tier, by the sum s over its subsets of weight x SSR score (a
+    hit's score is n + s / (1 + s) for a tier of n words together, so scores fall with the
+    rank and the whole part says how many of the words matched together). By
+    BM25 over the words (each conflated with its forms), by the dot product of the
+    containers' sparse vectors with the words' (1 each, or `text` a {term: weight} dict),
+    or both SSR and BM25 fused (see fuse)."""
+    if not isinstance(text, str) and check_rank(rank) != "sparse":
+        raise RankingError(f"free text is a string (a {{term: weight}} dict is for "
+                           f"rank='sparse'), not {type(text).__name__}")
+    if check_rank(rank) != "ssr":
+        return _ranked_text(snapshot, text, k, container, rank, scoring or bm25.Scoring(),
+                            snippets)
     score = snapshot.text_scorer(container)
     seen = set()  # containers ranked already (by start)
     hits: list[Hit] = []
@@ -276,7 +456,7 @@ def search_text(snapshot, text: str, *, k: int = 10, container: str = ":") -> Re
             f = first[j]
             ranking = Ranking(snapshot, "", [], bs[[f]], be[[f]], total[[j]], cp[[f]],
                               cq[[f]])
-            h = ranking.hit(0)
+            h = ranking.hit(0, snippets)
             hits.append(Hit(len(hits) + 1, h.docno, level + h.score / (1 + h.score),
                             h.start, h.end, h.cover, h.snippet))
     return Results(hits, " ; ".join(ran), [], len(hits))

@@ -5,7 +5,18 @@ is the chosen text fields in the order given, or else every string in the record
 id, in record order; nested objects and arrays give paths like `:a:b:` and
 `:authors:[0]:`. Numbers and booleans become values on their full-path feature over the
 whole record (`:chapter:` = 2), so `(>> : (= :chapter: 2))` selects records of chapter 2.
-Whatever is not text stays with the document as metadata.
+
+Whatever is not text stays with the document as metadata (`Document.meta`), so a document
+gives back every field its record had but the id (which is its docno): each top-level
+field that is not wholly text, as it was (numbers, booleans, null, strings that are not
+text fields, lists holding anything but strings); an object holding text keeps its other
+members (`{"a": {"b": "text", "c": 1}}` -> meta `{"a": {"c": 1}}` and the text field
+`:a:b:`). An integer beyond 64 bits (msgpack has none) is kept as its decimal string.
+
+A sparse field (`sparse_fields`) holds a sparse vector, `{"term": weight, ...}` as a
+learned-sparse encoder such as SPLADE writes it: each term becomes the value annotation
+`field:term` (the term folded like text) over the record, its weight the value, for
+ranking by dot product (bm25.py). Weights are finite and >= 0; a weight of 0 is left out.
 """
 
 from __future__ import annotations
@@ -13,6 +24,7 @@ from __future__ import annotations
 import math
 
 from .errors import IngestError
+from .tokenizer import fold
 
 ID_FIELDS = ("docid", "docno", "id", "_id")
 
@@ -85,8 +97,64 @@ def _walk(value, path: str, short: str, out: Prepared, text: bool) -> None:
             out.values.append((path, number))
 
 
+_TEXT = object()  # _untext's "all of it is text"
+_INT_RANGE = range(-2**63, 2**64)
+
+
+def _stored(value):
+    """value as metadata can store it: an int beyond 64 bits as its decimal string."""
+    t = type(value)
+    if t is int:
+        return value if value in _INT_RANGE else str(value)
+    if t is dict:
+        return {k: _stored(v) for k, v in value.items()}
+    if t is list:
+        return [_stored(v) for v in value]
+    return value
+
+
+def _untext(value):
+    """The part of a value whose strings are text that is not text (_TEXT if none is): an
+    object keeps its other members; a list is kept whole unless all of it is text."""
+    t = type(value)
+    if t is str:
+        return _TEXT
+    if t is dict and value:
+        rest = {}
+        for k, v in value.items():
+            r = _untext(v)
+            if r is not _TEXT:
+                rest[k] = r
+        return rest or _TEXT
+    if t is list and value and all(_untext(v) is _TEXT for v in value):
+        return _TEXT
+    return _stored(value)
+
+
+def check_sparse_field(name: str) -> str:
+    """The name of a sparse field, or IngestError when it cannot be one."""
+    if not isinstance(name, str) or not name or any(c in name for c in ':<>#@="() \t\n'):
+        raise IngestError(f"a sparse field is a plain record key (no spaces, quotes, "
+                          f"parentheses or : < > # @ =), not {name!r}")
+    return name
+
+
+def _sparse(name: str, vector, out: Prepared) -> None:
+    if not isinstance(vector, dict):
+        raise IngestError(f"sparse field {name!r} must be an object of term: weight, not "
+                          f"{type(vector).__name__}")
+    for term, weight in vector.items():
+        if not term or not isinstance(weight, (int, float)) or isinstance(weight, bool) or \
+                not math.isfinite(weight) or weight < 0:
+            raise IngestError(f"sparse field {name!r}: term {term!r} needs a weight >= 0, "
+                              f"not {weight!r}")
+        if weight:
+            out.values.append((f"{name}:{fold(term)}", float(weight)))
+
+
 def prepare(record: dict, *, id_field: str | None = None,
-            text_fields: list[str] | None = None, docno: str | None = None) -> Prepared:
+            text_fields: list[str] | None = None, docno: str | None = None,
+            sparse_fields=()) -> Prepared:
     """Split a JSON record into docno, text fields, value annotations and metadata."""
     if not isinstance(record, dict):
         raise IngestError(f"a record must be a JSON object, not {type(record).__name__}")
@@ -96,22 +164,38 @@ def prepare(record: dict, *, id_field: str | None = None,
     elif id_field is not None:
         key = id_field
     out = Prepared(docno)
+    if sparse_fields:
+        record = dict(record)
+        for name in sparse_fields:
+            if name in record:
+                _sparse(name, record.pop(name), out)
     if text_fields:
         for name in text_fields:
             if name in record:
                 _walk(record[name], f":{name}:", name, out, True)
     as_text = text_fields is None
-    texts, values = out.texts, out.values
+    texts, values, meta = out.texts, out.values, out.meta
     for k, v in record.items():
-        if k == key or (text_fields and k in text_fields):
+        if k == key:
             continue
         t = type(v)
-        if t is str and as_text:  # the common flat cases without a call
-            texts.append((k, _path(k), v))
-        elif (t is int or t is float) and math.isfinite(v):
+        if text_fields and k in text_fields:  # (walked above)
+            rest = _untext(v)
+            if rest is not _TEXT:
+                meta[k] = rest
+            continue
+        if t is str:  # the common flat cases without a call
+            if as_text:
+                texts.append((k, _path(k), v))
+            else:
+                meta[k] = v
+            continue
+        if (t is int or t is float) and math.isfinite(v):
             values.append((_path(k), float(v)))
-        else:
-            _walk(v, f":{k}:", str(k), out, as_text)
-        if text_fields and isinstance(v, (str, int, float, bool)):
-            out.meta[k] = v
+            meta[k] = v if t is float or v in _INT_RANGE else str(v)
+            continue
+        _walk(v, f":{k}:", str(k), out, as_text)
+        rest = _untext(v) if as_text else _stored(v)
+        if rest is not _TEXT:
+            meta[k] = rest
     return out

@@ -2,7 +2,9 @@
 transaction of one shard (annodb.shards has the layout, the routing and what differs from
 one database). Their methods are those of annodb.Snapshot and annodb.Writer: per-shard
 work, one exact merge (SSR needs only what is inside a container, so per-shard rankings
-merged by score, then address, are one database's).
+merged by score, then address, are one database's; BM25 and sparse scores need, besides,
+the collection's statistics: summed over the shards in one place, `statistics`, and given
+to every shard's ranking, so each scores as one database would).
 """
 
 from __future__ import annotations
@@ -12,12 +14,12 @@ import heapq
 
 import numpy as np
 
-from . import batch, kernels, ranking, transaction
+from . import batch, bm25, kernels, ranking, statistics, transaction
 from .errors import AnnodbError, NotFoundError, StorageError
 from .gcl import Budget, prepare
 from .lists import Intervals
 from .shards import route, shard_name
-from .transaction import DOCUMENT, Stats, Statistics
+from .transaction import DOCUMENT, Stats
 
 
 def _merge_intervals(found: list[Intervals]) -> Intervals:
@@ -34,6 +36,9 @@ def _merge_intervals(found: list[Intervals]) -> Intervals:
     s, e, v = s[order], e[order], v[order]
     keep = np.r_[True, (s[1:] != s[:-1]) | (e[1:] != e[:-1])]
     return Intervals(s[keep], e[keep], v[keep])
+
+
+ALL = 1 << 62  # a depth past every container (a fused ranking fuses whole rankings)
 
 
 def merge_rankings(snapshot, rankings: list, depth: int) -> ranking.Ranking:
@@ -185,13 +190,20 @@ class ShardedSnapshot:
                      agent_documents=sum(s.agent_documents for s in found),
                      agent_tokens=sum(s.agent_tokens for s in found))
 
-    def statistics(self, features) -> Statistics:
-        """The shards' statistics summed: what a ranker weighing words (free text, BM25)
-        needs to rank exactly as one database."""
-        features = list(features)
-        found = [p.statistics(features) for p in self.parts]
-        return Statistics(sum(s.documents for s in found), sum(s.tokens for s in found),
-                          {f: sum(s.postings[f] for s in found) for f in features})
+    def token_count(self) -> int:
+        return sum(p.token_count() for p in self.parts)
+
+    def sparse_fields(self) -> list[str]:
+        return sorted({f for p in self.parts for f in p.sparse_fields()})
+
+    def field_statistics(self) -> dict[str, tuple[int, int]]:
+        return self.statistics().fields
+
+    def statistics(self, features=(), fields=()) -> statistics.Statistics:
+        """The shards' statistics combined (statistics.combine): what a ranker weighing
+        words (SSR's free text, BM25, sparse) needs to rank exactly as one database."""
+        features, fields = list(features), list(fields)
+        return statistics.combine(self._each(lambda p: p.statistics(features, fields)))
 
     # queries
     def query(self, gcl, *, lenient: bool = False, budget: Budget | None = None) -> Intervals:
@@ -205,23 +217,71 @@ class ShardedSnapshot:
         return len(self.query(gcl, lenient=lenient))
 
     def rank(self, gcl, *, depth: int = ranking.DEPTH, container: str = DOCUMENT,
-             lenient: bool = False, budget: Budget | None = None) -> ranking.Ranking:
-        """Each shard ranked to `depth`, merged exactly (see merge_rankings)."""
+             lenient: bool = False, budget: Budget | None = None, rank: str = "ssr",
+             scoring: bm25.Scoring | None = None, statistics=None) -> ranking.Ranking:
+        """Each shard ranked to `depth`, merged exactly (see merge_rankings); by BM25 or
+        sparse scores with the collection's statistics; fused from the whole merged SSR
+        and BM25 rankings, as one database fuses them."""
+        how = ranking.check_rank(rank)
         node, warnings = prepare(self, gcl, lenient=lenient)
         budget = budget or Budget()
-        found = self._each(lambda part: part.rank(node, depth=depth, container=container,
-                                                  budget=budget))
+        settings = scoring or bm25.Scoring()
+        if how == "fused":
+            a = self.rank(node, depth=ALL, container=container, budget=budget)
+            b = self.rank(node, depth=ALL, container=container, budget=budget, rank="bm25",
+                          scoring=settings)
+            ids, sc = ranking.fuse(a.starts, b.starts, depth, len(a))
+            at = np.argsort(a.starts)
+            at = at[np.searchsorted(a.starts[at], ids)]
+            return ranking.Ranking(self, a.query, warnings, a.starts[at], a.ends[at], sc,
+                                   a.cover_starts[at], a.cover_ends[at], a.total)
+        if how == "sparse":
+            settings = ranking._sparse(self, settings)
+        if how != "ssr" and statistics is None:
+            statistics = self.statistics(*ranking.statistics_needed(
+                ranking.query_terms(node, how), how, settings))
+        found = self._each(lambda part: part.rank(
+            node, depth=depth, container=container, budget=budget, rank=how,
+            scoring=settings, statistics=statistics))
         merged = merge_rankings(self, found, depth)
         merged.warnings[:0] = warnings
         return merged
 
     def search(self, gcl, k: int = 10, *, container: str = DOCUMENT, lenient: bool = False,
-               snippets: bool = True) -> ranking.Results:
-        r = self.rank(gcl, depth=max(k, 0), container=container, lenient=lenient)
-        return ranking.Results(r.hits(k, snippets), r.query, r.warnings, r.total)
+               snippets: bool = True, rank: str = "ssr", k1: float | None = None,
+               b: float | None = None, fields=None, sparse_field: str | None = None):
+        return ranking.search(self, gcl, k=k, container=container, lenient=lenient,
+                              snippets=snippets, rank=rank,
+                              scoring=bm25.scoring(k1, b, fields, sparse_field))
 
-    def search_text(self, text: str, k: int = 10, *, container: str = DOCUMENT):
-        return ranking.search_text(self, text, k=k, container=container)
+    def search_text(self, text, k: int = 10, *, container: str = DOCUMENT,
+                    snippets: bool = True, rank: str = ranking.TEXT_RANK,
+                    k1: float | None = None, b: float | None = None, fields=None,
+                    sparse_field: str | None = None):
+        return ranking.search_text(self, text, k=k, container=container, rank=rank,
+                                   scoring=bm25.scoring(k1, b, fields, sparse_field),
+                                   snippets=snippets)
+
+    def top_words(self, words, k: int, *, container: str = DOCUMENT, rank: str = "bm25",
+                  scoring=None, statistics=None):
+        """Each shard's best k by the collection's statistics, merged (score, address)."""
+        settings = scoring or bm25.Scoring()
+        if statistics is None:
+            statistics = self.statistics(*ranking.statistics_needed(words, rank, settings))
+        found = self._each(lambda p: p.top_words(words, k, container=container, rank=rank,
+                                                 scoring=settings, statistics=statistics))
+        s, e, sc = (np.concatenate(x) for x in zip(*found))
+        order = np.lexsort((s, -sc))[:max(k, 0)]
+        return s[order], e[order], sc[order]
+
+    def word_covers(self, words, s, e):
+        """Each container's window, from the one shard holding it (the others find none
+        of the words inside it: they answer (s, s))."""
+        cs, ce = np.array(s, dtype=np.int64), np.array(s, dtype=np.int64)
+        for ps, pe in self._each(lambda p: p.word_covers(words, s, e)):
+            found = (ps != s) | (pe != s)
+            cs[found], ce[found] = ps[found], pe[found]
+        return cs, ce
 
     def text_scorer(self, container: str = DOCUMENT):
         """ranking.scorer per shard; a node's containers are the shards' concatenated

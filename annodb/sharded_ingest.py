@@ -6,11 +6,12 @@ Three kinds of process, all plain `python -c` children joined by pipes (as inges
 reading process; not multiprocessing: spawn re-runs an unguarded caller script, fork copies
 an open LMDB environment):
 
-- **Readers** (one per core): an uncompressed line-based input (JSONL, MS MARCO, TSV) is cut
-  into chunks of `batch_bytes` at line starts, and reader r reads, parses, prepares and
-  tokenizes chunks r, r + R, r + 2R, ...; each chunk's documents are split by shard (their
-  docnos' route) and encoded, ready to write. Any other input (gzip, TREC, text files, or a
-  file smaller than two chunks) has one reader.
+- **Readers** (one per core): an uncompressed line-based input (JSONL, MS MARCO, TSV without
+  a header) is cut into chunks of `batch_bytes` x the shard count at line starts (so each
+  shard commits about `batch_bytes` at a time, as one database does), and reader r reads,
+  parses, prepares and tokenizes chunks r, r + R, r + 2R, ...; each chunk's documents are
+  split by shard (their docnos' route) and encoded, ready to write. Any other input (gzip,
+  JSON, CSV, TREC, text files, or a file smaller than two chunks) has one reader.
 - **The router** (this process) takes the chunks in input order and gives each its global
   addresses: chunk k's base is the collection's counter after chunk k - 1 (reserved from it,
   so a writer beside the ingest never takes the same), its documents one after another as
@@ -38,7 +39,7 @@ import time
 
 import numpy as np
 
-from . import ingest as _ingest, shards as _shards
+from . import formats, inputs, ingest as _ingest, records, shards as _shards
 from .errors import AnnodbError, IngestError
 
 QUEUED = 2          # chunks waiting in the router per reader and per writer
@@ -116,11 +117,11 @@ def _reader_main() -> None:
     gc.disable()
     out = sys.stdout.buffer
     try:
-        source, id_field, text_fields, batch_bytes, batch_size, n_shards, chunks, size = \
-            pickle.load(sys.stdin.buffer)
+        source, id_field, text_fields, sparse, batch_bytes, batch_size, n_shards, chunks, \
+            size = pickle.load(sys.stdin.buffer)
 
         def send(k, last, lines, pending, tell):
-            chunk = _ingest._ready(pending, tell)
+            chunk = _ingest._made(*_ingest._prepared(pending, sparse=sparse), tell, sparse)
             pickle.dump(("part", k, last, lines) + _split(chunk, n_shards), out,
                         protocol=pickle.HIGHEST_PROTOCOL)
             out.flush()
@@ -136,12 +137,12 @@ def _reader_main() -> None:
         for k in chunks or ():
             data, tell = _chunk_bytes(source.path, k, size)
             lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
-            items = _ingest._READERS[source.format](io.BytesIO(data), source, id_field,
-                                                    text_fields)
+            items = formats.READERS[source.format](io.BytesIO(data), source, id_field,
+                                                   text_fields)
             pending, docs = [], 0
             for item in items:
                 pending.append(item)
-                if type(item) is tuple:
+                if type(item) is tuple:  # a Doc (else a Problem)
                     docs += 1
                     if batch_size and docs >= batch_size:
                         send(k, False, 0, pending, tell)
@@ -213,7 +214,7 @@ def _writer_main() -> None:
                 message = pickle.load(inp)
                 if message[0] == "end":
                     break
-                _, source, offset, starts, blob = message
+                _, source, offset, starts, blob = message  # (source: an inputs.Source)
                 lines, made = pickle.loads(blob)
                 placed.starts = {}
                 for docno, start in zip(made.docnos, starts.tolist()):
@@ -292,7 +293,9 @@ class _Pipe(threading.Thread):
 
 def _plan(source, batch_bytes: int, readers: int) -> list:
     """Each reader's chunks, or [None] for one reader of the whole file."""
-    line_based = source.format in ("jsonl", "msmarco", "tsv") and not source.gzip
+    line_based = source.format in ("jsonl", "msmarco") or (source.format == "tsv" and
+                                                           not source.header)
+    line_based = line_based and not source.gzip
     if not line_based or readers < 2 or source.size < 2 * batch_bytes:
         return [None]
     n = -(-source.size // batch_bytes)
@@ -304,14 +307,16 @@ def ingest(db, paths, *, shards: int | None = None, format: str | None = None,
            batch_size: int | None = None, batch_bytes: int = _ingest.DEFAULT_BATCH_BYTES,
            replace: bool = False, strict: bool = False, progress=None, on_problem=None,
            timeout: float | None = None, readers: int | None = None,
-           parallel: bool | None = None) -> _ingest.Summary:
+           parallel: bool | None = None, sparse_fields=()) -> _ingest.Summary:
     """ingest.ingest for a sharded collection (`db` open, or a path: created with `shards`
     shards when missing), read and written in parallel processes (see the module
     docstring). `readers`: reading processes per input (default: one per core)."""
     started = time.perf_counter()
-    sources = _ingest.check_inputs(paths, format)
     text_fields = list(text_fields) if text_fields else None
+    sparse = tuple(records.check_sparse_field(f) for f in sparse_fields)
     own = isinstance(db, (str, os.PathLike))
+    sources = inputs.grouped(inputs.check_inputs(paths, format, id_field, text_fields,
+                                                 os.fspath(db) if own else db.path))
     if own:
         db = _shards.open(db, shards=shards)
     elif shards is not None and shards != len(db.shards):
@@ -328,16 +333,17 @@ def ingest(db, paths, *, shards: int | None = None, format: str | None = None,
             children.append(child)
             writers.append(_Pipe(child, (db.path, i, options), reading=False))
         total = sum(s.size for s in sources)
+        chunk_bytes = batch_bytes * len(db.shards)  # (so each shard commits batch_bytes)
         done_bytes, routed = 0, 0
         for source in sources:
-            plan = _plan(source, batch_bytes, readers)
+            plan = _plan(source, chunk_bytes, readers)
             pipes = []
             for chunks in plan:
                 child = _child("_reader_main")
                 children.append(child)
-                pipes.append(_Pipe(child, (source, id_field, text_fields, batch_bytes,
-                                           batch_size, len(db.shards), chunks,
-                                           batch_bytes), reading=True))
+                pipes.append(_Pipe(child, (source, id_field, text_fields, sparse,
+                                           chunk_bytes, batch_size, len(db.shards), chunks,
+                                           chunk_bytes), reading=True))
             lines_before, k = 0, 0
             while True:
                 pipe = pipes[k % len(pipes)]
@@ -348,12 +354,13 @@ def ingest(db, paths, *, shards: int | None = None, format: str | None = None,
                     break
                 _, chunk, last, lines, problems, spans, home, parts = message
                 for problem in problems:
-                    where = f"{source.path}:{problem.line + lines_before}"
-                    text = f"{where}: {problem.message}"
+                    text = f"{inputs.where(source, problem.line + lines_before)}: " \
+                           f"{problem.message}"
                     if strict:
                         raise IngestError(f"{text} (stopped by strict; the batches before "
                                           "it were handed to the shards' writers)")
                     summary.error_count += 1
+                    summary.skipped += 1
                     if len(summary.errors) < _ingest.MAX_MESSAGES:
                         summary.errors.append(text)
                     if on_problem is not None:
@@ -363,17 +370,18 @@ def ingest(db, paths, *, shards: int | None = None, format: str | None = None,
                     starts = base + np.cumsum(spans) - spans
                     for s, part in enumerate(parts):
                         if part is not None:
-                            writers[s].put(("part", source.path, lines_before,
+                            writers[s].put(("part", source, lines_before,
                                             starts[home == s], part))
                     routed += len(spans)
                 if last:
                     lines_before += lines
                     k += 1
                     if progress is not None and plan[0] is not None:
-                        progress(routed, done_bytes + min(k * batch_bytes, source.size),
+                        progress(routed, done_bytes + min(k * chunk_bytes, source.size),
                                  total)
             done_bytes += source.size
-            summary.files += 1
+            summary.files += len(source.files) or 1
+            summary.notes.extend(source.notes[:_ingest.MAX_MESSAGES - len(summary.notes)])
             if progress is not None:
                 progress(routed, done_bytes, total)
             for pipe in pipes:
@@ -385,8 +393,8 @@ def ingest(db, paths, *, shards: int | None = None, format: str | None = None,
             if w.reply is None or w.reply[0] != "done":
                 raise IngestError(w.why())
             got = w.reply[1]
-            for name in ("added", "replaced", "skipped", "duplicates", "tokens", "batches",
-                         "error_count"):
+            for name in ("added", "replaced", "skipped", "present", "duplicates", "tokens",
+                         "batches", "error_count"):
                 setattr(summary, name, getattr(summary, name) + getattr(got, name))
             summary.errors.extend(got.errors[:_ingest.MAX_MESSAGES - len(summary.errors)])
             summary.warnings.extend(

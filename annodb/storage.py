@@ -6,8 +6,19 @@ own writer mutex, so a second writer waits for a bounded time and then gets a cl
 instead of hanging.
 
 Format version 4 (older databases are read as they are: everything format n stores,
-format n + 1 reads the same way; the first write to one records format 4). Sub-databases and their keys (integers are unsigned 64-bit big-endian,
-so LMDB's byte order is numeric order; addresses are >= 0):
+format n + 1 reads the same way; the first write to one records format 4).
+
+Addresses are exact integers in [0, MAX_ADDRESS), MAX_ADDRESS = 2**53: every address is
+then exactly a float64 too, which a link needs (its target address is stored as an
+annotation's value, and values are float64), and int64 arithmetic on addresses (q + 1, the
+sentinels int64 min/max) never overflows. 2**53 is 9 * 10**15 addresses, 900,000 times the
+10**10 tokens of the largest collection annodb is sized for. A write that would use an
+address outside the range (an annotation, an erased range, a document past it) is refused
+with an AnnodbError and nothing of that call is written; `annodb check` reports a stored
+interval or next_address outside it.
+
+Sub-databases and their keys (integers are unsigned 64-bit big-endian, so LMDB's byte order
+is numeric order):
 
     meta      utf-8 name -> msgpack value. "format": 4; "tokenizer": tokenizer.VERSION;
               "next_address": first unused address; "documents", "tokens": live counts
@@ -15,7 +26,10 @@ so LMDB's byte order is numeric order; addresses are >= 0):
               "agent_tokens": those of the documents kept apart from the collection (see
               Document.container; absent: 0); "next_feature": next feature id to hand
               out; (format 4) "erased_version": the id of the last write transaction that
-              changed the erased ranges.
+              changed the erased ranges; "fields": {short field name ("title:"): [live
+              documents having the field, tokens in those fields]}, kept by the writer like
+              df (BM25F's averages); "sparse_fields": the record fields ingested as sparse
+              vectors (their terms are the features `field:term`, see records.py).
     features  feature name (utf-8; a name over 480 bytes: its first 400 bytes, a NUL and the
               hex SHA-256 of the whole name) -> feature id (u64)
     names     feature id (u64) -> feature name (utf-8)
@@ -75,7 +89,15 @@ so LMDB's byte order is numeric order; addresses are >= 0):
               touch it; and a flags byte: bit 0 set when two of its intervals may
               overlap (else no interval of it overlaps another, as documents and fields
               do not), bit 1 set when that is not known (the list was written by format
-              3, whose values are the 8 bytes of the count alone).
+              3, whose values are the 8 bytes of the count alone). Then (33-byte values)
+              the statistics ranking needs without reading the list: df (u64), the live
+              documents holding one of its postings written as text (a word's document
+              frequency; 0 for other features), kept by the writer as it adds and deletes
+              documents; and high (f64 big-endian), at least 0 and at least every value
+              ever written to the list (an upper bound of its values). Flags bit 2 set:
+              df and high are not known (the list was written before they were kept:
+              a 17-byte or 8-byte value; or annotate() put intervals into a word's list).
+              Readers take 8-, 17- and 33-byte values.
 
 A block (at most BLOCK_SIZE intervals) is a 16-byte header then up to three arrays:
 
@@ -104,23 +126,28 @@ from __future__ import annotations
 import bisect
 import errno
 import fcntl
+import functools
 import hashlib
+import inspect
 import os
 import shutil
 import struct
 import sys
 import threading
 import time
+import weakref
 import zlib
 from dataclasses import dataclass, field
 
 import lmdb
+import lmdb.verify
 import msgspec
 import numpy as np
 import zstandard
 
 from . import kernels, tokenizer
-from .errors import AnnodbError, FormatVersionError, StorageError, WriterBusyError
+from .errors import (AnnodbError, BadBlock, DamagedError, FormatVersionError, StorageError,
+                     WriterBusyError)
 
 FORMAT_VERSION = 4
 READS_FORMATS = (1, 2, 3, 4)  # each a subset of the next; a write upgrades the meta to 4
@@ -145,6 +172,11 @@ def block_limits(psize: int) -> tuple[int, int]:
 # to a leaf page, and a batch that adds a few postings to each of ~60,000 words rewrites a
 # few thousand pages, not a page or three a word.
 TAIL_BYTES = 512
+# A flush that appends to this many token lists (an ingest's) lets go of the pages of the
+# map it read (release_mapped_pages) after reading them and after writing: each read of
+# a page maps its neighbours too (the kernel's fault-around, 16 pages), so without this a
+# 4x-corpus ingest's writer held ~900 MB of the file's pages it never needed again.
+RELEASE_OVER = 1024
 
 # Lists of annotations other than token postings (the document list `:`, fields, values,
 # labels) are cut into blocks of at most this many intervals: a query probes them far more
@@ -153,6 +185,7 @@ TAIL_BYTES = 512
 # query's matches 10x cheaper than one overflow page (~1,700) each, for 0.3 bytes of
 # LMDB overhead a document.
 ANNOTATION_BLOCK = 128
+MAX_ADDRESS = 1 << 53  # addresses are in [0, MAX_ADDRESS): exact as float64 (see the header)
 MAP_SIZE = 1 << 40  # 1 TiB of address space: sparse on disk, so the map never fills in use
 MAX_READERS = 1024
 COMPRESS_OVER = 1024  # a document alone this long (msgpack bytes) is compressed (a group of one)
@@ -183,7 +216,8 @@ _HEADER = struct.Struct("<BBBxIq")
 _U64 = struct.Struct(">Q")
 _KEY = struct.Struct(">QQ")
 _COUNT = struct.Struct(">QQB")  # a counts value: intervals, version, flags
-OVERLAPPING, UNKNOWN = 1, 2      # its flags
+_STATS = struct.Struct(">QQBQd")  # ... and df, high (the value written now)
+OVERLAPPING, UNKNOWN, NO_STATS = 1, 2, 4  # its flags
 _ZEROS = np.zeros(4096, dtype=np.float64)  # (add_points allocates for more)
 
 _SUBDBS = ("meta", "features", "names", "blocks", "docs", "docnos", "erased", "counts",
@@ -192,6 +226,14 @@ _OPTIONAL = ("tails",)  # sub-databases an older format lacks (opened read-only:
 
 
 MAX_KEY = 480  # LMDB's keys are at most 511 bytes
+
+
+def check_address(q: int, what: str) -> None:
+    """AnnodbError unless `q` (the last address a write uses) is below MAX_ADDRESS."""
+    if q >= MAX_ADDRESS:
+        raise AnnodbError(f"{what} would use address {q:,}, past the last address annodb "
+                          f"stores ({MAX_ADDRESS - 1:,} = 2**53 - 1): refused, nothing of "
+                          "this call was written")
 
 
 def utf8(text: str, what: str) -> bytes:
@@ -240,11 +282,20 @@ def _by_group(n: int, group: list) -> list[list[int]]:
     return out
 
 
-def _count_value(raw) -> tuple[int, int | None, int]:
-    """(count, version, flags) of a counts value (format 3's 8 bytes: count alone)."""
-    if len(raw) == _COUNT.size:
-        return _COUNT.unpack(bytes(raw))
-    return from_u64(raw), None, UNKNOWN
+def _count_value(raw) -> tuple[int, int | None, int, int | None, float | None]:
+    """(count, version, flags, df, high) of a counts value; df and high are None when not
+    known (flag NO_STATS, or a value written before they were kept; format 3's 8 bytes
+    hold the count alone)."""
+    n = len(raw)
+    if n == _STATS.size:
+        count, version, flags, df, high = _STATS.unpack(bytes(raw))
+        if flags & NO_STATS:
+            return count, version, flags, None, None
+        return count, version, flags, df, high
+    if n == _COUNT.size:
+        count, version, flags = _COUNT.unpack(bytes(raw))
+        return count, version, flags | NO_STATS, None, None
+    return from_u64(raw), None, UNKNOWN | NO_STATS, None, None
 
 
 def u64(n: int) -> bytes:
@@ -346,6 +397,10 @@ def _array_header(n: int) -> bytes:
     return b"\xdd" + n.to_bytes(4, "big")
 
 
+class BadValue(StorageError):
+    """A stored value that does not decode (a damaged database)."""
+
+
 _zstd = threading.local()  # zstandard's (de)compressors are one per thread
 
 
@@ -368,7 +423,7 @@ def _unzip_group(buf) -> bytes:
     try:
         return _decompressor().decompress(memoryview(buf)[1:])
     except zstandard.ZstdError as err:
-        raise StorageError(f"a document group does not decompress: {err}") from None
+        raise BadValue(f"a document group does not decompress: {err}") from None
 
 
 def _group(raws, rel) -> bytes:
@@ -554,13 +609,15 @@ def _rel_parts(buf):
 def decode_docs(buf, key: int) -> list[Document]:
     """The documents of the docs value `buf` of any tag, keyed by `key`, in address
     order."""
+    if not len(buf):
+        raise BadValue("an empty docs value")
     kind = buf[0]
     if kind == TAG_REL_GROUP:
         rel, docs = _rel_parts(buf)
         found = _docs_decoder.decode(docs)
         if len(rel) != len(found):
-            raise StorageError(f"a document group lists {len(rel)} starts for "
-                               f"{len(found)} documents")
+            raise BadValue(f"a document group lists {len(rel)} starts for "
+                           f"{len(found)} documents")
         return [_shift(d, key + r) for d, r in zip(found, rel)]
     if kind == TAG_REL_DOC:
         return [_shift(_doc_decoder.decode(memoryview(buf)[1:]), key)]
@@ -570,7 +627,7 @@ def decode_docs(buf, key: int) -> list[Document]:
         return [_doc_decoder.decode(memoryview(buf)[1:])]
     if kind == TAG_ZDOC:
         return [_doc_decoder.decode(zlib.decompress(memoryview(buf)[1:]))]
-    raise StorageError(f"unknown docs value tag {kind}")
+    raise BadValue(f"unknown docs value tag {kind}")
 
 
 class _Entry:
@@ -581,6 +638,8 @@ class _Entry:
     __slots__ = ("starts", "ends", "raws", "docnos", "relative")
 
     def __init__(self, buf, key: int):
+        if not len(buf):
+            raise BadValue("an empty docs value")
         kind = buf[0]
         self.relative = kind in (TAG_REL_GROUP, TAG_REL_DOC)
         if kind == TAG_REL_GROUP:
@@ -588,8 +647,8 @@ class _Entry:
             heads = _heads_decoder.decode(docs)
             self.raws = _raws_decoder.decode(docs)
             if len(rel) != len(heads):
-                raise StorageError(f"a document group lists {len(rel)} starts for "
-                                   f"{len(heads)} documents")
+                raise BadValue(f"a document group lists {len(rel)} starts for "
+                               f"{len(heads)} documents")
             self.starts = [key + r + h.start for r, h in zip(rel, heads)]
             self.ends = [key + r + h.end for r, h in zip(rel, heads)]
         else:
@@ -606,7 +665,7 @@ class _Entry:
                 heads = [_head_decoder.decode(raw)]
                 self.raws = [raw]
             else:
-                raise StorageError(f"unknown docs value tag {kind}")
+                raise BadValue(f"unknown docs value tag {kind}")
             by = key if kind == TAG_REL_DOC else 0
             self.starts = [by + h.start for h in heads]
             self.ends = [by + h.end for h in heads]
@@ -655,7 +714,8 @@ class Vocab(dict):
 
 @dataclass
 class Environment:
-    """One open LMDB environment and its named sub-databases (one per process and path)."""
+    """One open LMDB environment and its named sub-databases (one per process and path).
+    `pid`: the process that opened it, the only one that may use it (see _after_fork)."""
 
     path: str
     env: lmdb.Environment
@@ -668,14 +728,72 @@ class Environment:
     lists: object = None  # transaction.ListCache, shared by this process's snapshots
     block_bytes: int = BLOCK_BYTES  # block_limits of the page size
     block_count: int = BLOCK_SIZE
+    guard: float | None = None  # read without lock.mdb: the timeout of its shared flock
+    pid: int = field(default_factory=os.getpid)
+    txns: weakref.WeakSet = field(default_factory=weakref.WeakSet)  # open Txns
+    writer_thread: int | None = None  # the thread holding thread_lock (see WriterLock)
+    damage: str | None = None  # what a transaction found damaged: no write begins after it
 
 
 _open_envs: dict[str, Environment] = {}
 _open_envs_lock = threading.Lock()
+_lock_fds: set[int] = set()  # flock descriptors this process holds (writer.lock, turnstile)
+_forked_busy: dict[str, int] = {}  # path -> pid of the parent whose copy the child keeps
 
 
-def _flock_wait(fd: int, timeout: float, path: str) -> None:
-    """Take the exclusive writer flock on `fd`, waiting at most `timeout` seconds."""
+def _after_fork() -> None:
+    """In a forked child: LMDB forbids using an environment across fork(), and py-lmdb
+    refuses a second open of one in a process. So the child's copies are dropped: each
+    environment that had no transaction open at the fork is closed in the child (which
+    touches nothing the parent uses: the parent's reader slots are the parent's) and is
+    opened afresh on the child's first use; one with a transaction open (in some thread)
+    cannot be closed without releasing the parent's reader slot, so the child keeps it
+    untouched and refuses to open that database. The compression pool (its thread did not
+    survive the fork), the zstd contexts and the locks other threads may have held are
+    made anew, and the writer flocks inherited are closed (they stay the parent's)."""
+    global _executor, _zstd, _open_envs_lock
+    _executor = None
+    _zstd = threading.local()
+    _open_envs_lock = threading.Lock()
+    for fd in _lock_fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _lock_fds.clear()
+    for real, e in _open_envs.items():
+        if len(e.txns):
+            _forked_busy[real] = e.pid
+        else:
+            try:
+                e.env.close()
+            except lmdb.Error:
+                _forked_busy[real] = e.pid
+    _open_envs.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def _open_lock_file(path: str) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    _lock_fds.add(fd)
+    return fd
+
+
+def _close_lock_file(fd: int) -> None:
+    _lock_fds.discard(fd)
+    os.close(fd)
+
+
+def seconds(t: float) -> str:
+    """A duration for a message: "5s", "0.25s", "30s" (never "4.99999s")."""
+    return (f"{t:.2f}".rstrip("0").rstrip(".") or "0") + "s"
+
+
+def _flock_wait(fd: int, timeout: float, path: str, asked: float | None = None) -> None:
+    """Take the exclusive writer flock on `fd`, waiting at most `timeout` seconds (of the
+    `asked` timeout, which the error names)."""
     deadline = time.monotonic() + timeout
     delay = 0.001
     while True:
@@ -685,30 +803,33 @@ def _flock_wait(fd: int, timeout: float, path: str) -> None:
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 raise WriterBusyError(
-                    f"{path}: another process has been writing for {timeout:g}s; retry when "
-                    "it finishes, or raise the timeout") from None
+                    f"{path}: another process has been writing for longer than the "
+                    f"timeout ({seconds(timeout if asked is None else asked)}); retry when it "
+                    "finishes, or raise the timeout") from None
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
 
 
-def _take_writer_lock(real: str, timeout: float, path: str) -> int:
+def _take_writer_lock(real: str, timeout: float, path: str, asked: float | None = None
+                      ) -> int:
     """The exclusive writer flock on writer.lock (its descriptor; close it to release),
     waiting at most `timeout` seconds. Fair: a waiter first holds turnstile.lock while it
     waits, so a process that just released the writer lock cannot take it straight back
     (busy writers committing batch after batch starved the others)."""
     deadline = time.monotonic() + timeout
-    turn = os.open(os.path.join(real, "turnstile.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    turn = _open_lock_file(os.path.join(real, "turnstile.lock"))
     try:
-        _flock_wait(turn, timeout, path)
-        fd = os.open(os.path.join(real, "writer.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        asked = timeout if asked is None else asked
+        _flock_wait(turn, timeout, path, asked)
+        fd = _open_lock_file(os.path.join(real, "writer.lock"))
         try:
-            _flock_wait(fd, max(deadline - time.monotonic(), 0.0), path)
+            _flock_wait(fd, max(deadline - time.monotonic(), 0.0), path, asked)
         except BaseException:
-            os.close(fd)
+            _close_lock_file(fd)
             raise
         return fd
     finally:
-        os.close(turn)  # closing the descriptor releases the turnstile
+        _close_lock_file(turn)  # closing the descriptor releases the turnstile
 
 
 LOCK_FILE_BYTES = 128 << 10  # lock.mdb with MAX_READERS reader slots fits in this
@@ -731,7 +852,7 @@ def _reserve_lock_file(real: str, path: str) -> None:
         os.close(fd)
 
 
-def _open_lmdb(real: str, readonly: bool):
+def _open_lmdb(real: str, readonly: bool, lock: bool = True):
     """lmdb.open with the map at MAP_SIZE, or, where the address space is limited (ulimit
     -v), the largest power of two that maps and still holds the file twice over."""
     size = MAP_SIZE
@@ -741,7 +862,7 @@ def _open_lmdb(real: str, readonly: bool):
         try:
             return lmdb.open(real, map_size=size, max_dbs=len(_SUBDBS) + 2,
                              max_readers=MAX_READERS, readonly=readonly, subdir=True,
-                             readahead=False, create=not readonly)
+                             readahead=False, create=not readonly, lock=lock)
         except lmdb.MemoryError:
             if size // 2 < floor:
                 raise StorageError(
@@ -750,12 +871,145 @@ def _open_lmdb(real: str, readonly: bool):
             size //= 2
 
 
+# Damage. LMDB keeps no checksums and trusts its file: a truncated file is a SIGBUS when a
+# page past its end is read, a damaged tree page can make LMDB abort (an assertion) or
+# read out of bounds. So before LMDB touches an existing file, its two meta pages are
+# checked (magic, version, page size, the committed one's txnid parity and roots) and its
+# length against the last page the committed meta uses; a database file of at most
+# VERIFY_AT_OPEN bytes is then verified page by page (lmdb.verify: every reachable page,
+# key order, counters, the free list; pure Python, it cannot crash), a larger one only by
+# `annodb check`. What LMDB or annodb then meets while reading (an LMDB corruption error,
+# a value that does not decode, a block whose header does not match it) is a StorageError
+# saying the database is damaged; a write transaction that meets it writes nothing.
+VERIFY_AT_OPEN = 8 << 20  # ~0.1 s of lmdb.verify (about 90 MB/s)
+_P_META = 0x08
+_P_INVALID = (1 << 64) - 1
+_META = struct.Struct("<IIQQ48s48sQQ")  # magic, version, address, mapsize, free, main, last, txn
+_ENGINES = {16: 1, 24: 3}  # page-header size -> LMDB data version (0.9: 1, 1.0: 3)
+
+
+def damaged(path: str, what: str) -> DamagedError:
+    return DamagedError(f"{path}: the database is damaged: {what}; run `annodb check --db "
+                        f"{path}` for the details, and restore it from a copy")
+
+
+def file_problems(real: str) -> tuple[list[str], bool]:
+    """(problems, truncated) of data.mdb found without LMDB, from its meta pages and its
+    length: the committed meta's last page must lie in the file (else a full page-by-page
+    verification decides: LMDB may leave free pages at the end unwritten)."""
+    data = os.path.join(real, "data.mdb")
+    try:
+        with open(data, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(65536 * 2)
+    except OSError as err:
+        return [f"data.mdb cannot be read: {err.strerror}"], False
+    if size < 2 * 512:
+        return [f"data.mdb is {size:,} bytes, shorter than two LMDB meta pages "
+                "(truncated)"], True
+    hdr = next((h for h in _ENGINES if head[h:h + 4] == b"\xde\xc0\xef\xbe"), None)
+    if hdr is None:
+        return ["meta page 0 is not an LMDB meta page (no magic number)"], False
+    metas = []
+    for i in (0, 1):
+        psize = metas[0][1] if metas else 0
+        at = i * psize
+        if at + hdr + _META.size > len(head):
+            return [f"meta page 1 lies past the end of the file ({size:,} bytes)"], True
+        magic, version, _, _, free, main, last, txnid = _META.unpack_from(head, at + hdr)
+        flags = int.from_bytes(head[at + hdr - 6:at + hdr - 4], "little")
+        if magic != 0xBEEFC0DE or not flags & _P_META:
+            return [f"meta page {i} is not an LMDB meta page"], False
+        if version != _ENGINES[hdr]:
+            return [f"meta page {i} has LMDB data version {version}, not {_ENGINES[hdr]}"], False
+        psize = int.from_bytes(free[:4], "little")
+        if i == 0 and (psize < 512 or psize > 65536 or psize & (psize - 1)):
+            return [f"meta page 0 gives the page size {psize}"], False
+        roots = [int.from_bytes(d[40:48], "little") for d in (free, main)]
+        metas.append((txnid, psize, last, roots))
+    if metas[1][1] != metas[0][1]:
+        return [f"the meta pages disagree on the page size ({metas[0][1]}, {metas[1][1]})"], False
+    problems = [f"meta page {i} has txnid {m[0]}, of the wrong parity"
+                for i, m in enumerate(metas) if m[0] and m[0] % 2 != i]
+    txnid, psize, last, roots = max(metas)
+    if any(r != _P_INVALID and not 2 <= r <= last for r in roots):
+        problems.append(f"the committed meta page's roots {roots} are not pages 2..{last}")
+    if problems:
+        return problems, False
+    if size < (last + 1) * psize:
+        found = _verify(real)
+        if found:
+            return [f"data.mdb is {size:,} bytes, but the committed state uses pages up to "
+                    f"byte {(last + 1) * psize:,} (truncated)"] + found[:5], True
+    return [], False
+
+
+def _verify(real: str) -> list[str]:
+    """lmdb.verify's findings for data.mdb (every reachable page checked; no LMDB)."""
+    try:
+        return lmdb.verify.verify(real, subdir=True)
+    except lmdb.verify.VerifyError as err:
+        return [str(err)]
+    except OSError as err:
+        return [f"data.mdb cannot be read: {err.strerror}"]
+
+
+def _verified_pinned(env, real: str) -> list[str]:
+    """_verify while a read transaction pins the pages of the committed state (so a writer
+    committing meanwhile reuses none of them); findings are confirmed by a second pass, so a
+    meta page caught mid-write is not taken for damage."""
+    for attempt in (0, 1):
+        txn = env.begin()
+        try:
+            found = _verify(real)
+        finally:
+            txn.abort()
+        if not found:
+            return []
+    return found
+
+
+def page_problems(path: str) -> list[str]:
+    """What is wrong with the LMDB file of the database at `path`, found without letting
+    LMDB read it: its meta pages and length, then every page (lmdb.verify), while a read
+    transaction pins the committed state's pages (a writer may go on meanwhile)."""
+    real = os.path.realpath(path)
+    problems, _ = file_problems(real)
+    if problems:
+        return problems
+    found = _open_envs.get(real)
+    if found is not None and found.pid == os.getpid() and found.guard is None:
+        return _verified_pinned(found.env, real)
+    if found is not None or not os.access(os.path.join(real, "lock.mdb"), os.W_OK):
+        fd = _shared_flock(real, 30.0)  # (no reader slot to pin with: hold writers off)
+        try:
+            return _verify(real)
+        finally:
+            if fd is not None:
+                _close_lock_file(fd)
+    try:
+        env = _open_lmdb(real, True)
+    except lmdb.Error as err:
+        return [f"LMDB cannot open the file: {err}"]
+    try:
+        return _verified_pinned(env, real)
+    finally:
+        env.close()
+
+
 def open_environment(path: str, *, readonly: bool = False, create: bool = True,
                      timeout: float = 30.0) -> Environment:
     """Open (or share, within this process) the environment at `path`. A writable open
     needs a moment of LMDB's writer slot (to open the sub-databases): it waits for another
     writer at most `timeout` seconds."""
     real = os.path.realpath(path)
+    if real in _forked_busy:
+        raise StorageError(
+            f"{path}: this process is a fork of process {_forked_busy[real]}, which had a "
+            "transaction of this database open when it forked; a forked child cannot open "
+            "the database (LMDB forbids using the parent's copy, and closing it would end the "
+            "parent's transaction). Fork when no transaction is open, or start the child "
+            "with multiprocessing's 'spawn' or 'forkserver' method")
     with _open_envs_lock:
         found = _open_envs.get(real)
         if found is not None and (found.readonly and not readonly):
@@ -768,16 +1022,38 @@ def open_environment(path: str, *, readonly: bool = False, create: bool = True,
             raise StorageError(f"{path}: no annodb database here (create one with `annodb ingest`)")
         if os.path.exists(real) and not os.path.isdir(real):
             raise StorageError(f"{path}: not a database directory")
+        # A reader that may not write lock.mdb (another user's database, a read-only
+        # directory) cannot take a slot in LMDB's reader table: it reads without it
+        # (MDB_NOLOCK), and instead each of its snapshots holds a shared flock on
+        # writer.lock, which every writer holds exclusively, so no write runs meanwhile.
+        lock_mdb = os.path.join(real, "lock.mdb")
+        unlocked = readonly and not os.access(lock_mdb if os.path.exists(lock_mdb) else real,
+                                              os.W_OK)
+        if exists:
+            problems, truncated = file_problems(real)
+            if problems:
+                if truncated:
+                    raise DamagedError(f"{path}: the database file is truncated: "
+                                       f"{problems[0].removesuffix(' (truncated)')}; restore "
+                                       "it from a copy")
+                raise damaged(path, problems[0])
         try:
             if not readonly:
                 os.makedirs(real, exist_ok=True)
                 _reserve_lock_file(real, path)
-            env = _open_lmdb(real, readonly)
+            env = _open_lmdb(real, readonly, lock=not unlocked)
         except lmdb.Error as err:
             raise StorageError(f"{path}: cannot open database: {err}") from None
         except OSError as err:
             raise StorageError(f"{path}: cannot open database: {err.strerror}") from None
+        guard = None
         try:
+            guard = _shared_flock(real, timeout) if unlocked else None
+            if exists and os.path.getsize(os.path.join(real, "data.mdb")) <= VERIFY_AT_OPEN:
+                found = _verify(real) if unlocked else _verified_pinned(env, real)
+                if found:
+                    raise damaged(path, found[0] + (f" (and {len(found) - 1} more problems)"
+                                                    if len(found) > 1 else ""))
             if readonly:
                 dbs = {}
                 for name in _SUBDBS:
@@ -794,27 +1070,32 @@ def open_environment(path: str, *, readonly: bool = False, create: bool = True,
                         dbs = {name: env.open_db(name.encode(), txn=txn) for name in _SUBDBS}
                         _init_meta(txn, dbs["meta"])
                 finally:
-                    os.close(fd)  # closing the descriptor releases the flock
+                    _close_lock_file(fd)  # closing the descriptor releases the flock
             with env.begin() as txn:
                 _check_meta(path, txn, dbs["meta"])
-        except lmdb.Error as err:
+        except (lmdb.Error, msgspec.DecodeError, struct.error) as err:
             env.close()
             raise StorageError(f"{path}: not an annodb database or damaged: {err}") from None
         except (StorageError, OSError):
             env.close()
             raise
+        finally:
+            if guard is not None:
+                _close_lock_file(guard)
         try:
             env.reader_check()  # slots left by killed readers would pin old pages forever
         except lmdb.Error:
             pass
         found = Environment(real, env, dbs, readonly, os.path.join(real, "writer.lock"),
-                            threading.Lock(), 1)
+                            threading.Lock(), 1, guard=timeout if unlocked else None)
         found.block_bytes, found.block_count = block_limits(env.stat()["psize"])
         _open_envs[real] = found
         return found
 
 
 def close_environment(e: Environment) -> None:
+    if e.pid != os.getpid():
+        return  # a copy from before a fork: _after_fork dealt with it
     with _open_envs_lock:
         e.users -= 1
         if e.users <= 0:
@@ -856,27 +1137,74 @@ class WriterLock:
 
     def acquire(self) -> None:
         deadline = time.monotonic() + self.timeout
+        me = threading.get_ident()
+        if self.env.writer_thread == me:
+            raise StorageError(
+                f"{self.env.path}: a write transaction is already open in this thread, and "
+                "a second one would wait for it forever; use the open one, or commit it "
+                "before db.write()")
         if not self.env.thread_lock.acquire(timeout=max(self.timeout, 0)):
             raise WriterBusyError(
                 f"{self.env.path}: another writer in this process held the database for "
-                f"{self.timeout:g}s; retry, or raise the timeout")
+                f"{seconds(self.timeout)}; retry, or raise the timeout")
+        self.env.writer_thread = me
         try:
             self.fd = _take_writer_lock(self.env.path, max(deadline - time.monotonic(), 0.0),
-                                        self.env.path)
+                                        self.env.path, self.timeout)
             self.env.env.reader_check()  # a dead reader's snapshot must not pin pages
         except BaseException:
             self.release()
             raise
 
     def release(self) -> None:
+        if self.env.pid != os.getpid():  # inherited across fork: the parent's, not ours
+            self.fd = None
+            return
         if self.fd is not None:
             try:
                 fcntl.flock(self.fd, fcntl.LOCK_UN)
             finally:
-                os.close(self.fd)
+                _close_lock_file(self.fd)
                 self.fd = None
         if self.env.thread_lock.locked():
+            self.env.writer_thread = None
             self.env.thread_lock.release()
+
+
+def _share_writer_lock(env: Environment) -> int | None:
+    """_shared_flock for a snapshot of an environment read without lock.mdb."""
+    return _shared_flock(env.path, env.guard)
+
+
+def _shared_flock(real: str, timeout: float) -> int | None:
+    """A shared flock on writer.lock (its descriptor; close it to release), for reading
+    without LMDB's reader table: it waits for a writer to finish (at most `timeout` seconds)
+    and holds writers off until it is released. None when there is no writer.lock: no annodb
+    writer has opened the database since it was made (a writable open creates it)."""
+    try:
+        fd = os.open(os.path.join(real, "writer.lock"), os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise StorageError(f"{real}: cannot read writer.lock ({err.strerror}), which a "
+                           "reader without write access to lock.mdb needs") from None
+    _lock_fds.add(fd)
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                _close_lock_file(fd)
+                raise WriterBusyError(
+                    f"{real}: a writer has held the database for longer than the timeout "
+                    f"({seconds(timeout)}); this process may not write lock.mdb, so it "
+                    "reads only while no one writes. Retry when the writer finishes, or "
+                    "raise the timeout") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
 
 def _append_all(cur, items: list) -> None:
@@ -896,11 +1224,27 @@ class Txn:
         self.env = env
         self.write = write
         self.dbs = env.dbs
-        self.txn = env.env.begin(write=write, buffers=not write)
+        self.pid = env.pid
+        if write and env.damage:
+            raise DamagedError(f"{env.damage}; nothing is written into a damaged database")
+        if self.pid != os.getpid():
+            raise StorageError(f"{env.path}: opened in process {env.pid}, before a fork; "
+                               "open the database again in this process")
+        self._guard = None if env.guard is None else _share_writer_lock(env)
+        try:
+            self.txn = env.env.begin(write=write, buffers=not write)
+        except BaseException:
+            self._unguard()
+            raise
+        env.txns.add(self)
         self.id = self.txn.id()  # the committed state a read sees
         self._append_cursor = None
         self._counts: dict[int, int] = {}  # list length changes of this transaction
         self._overlaps: set[int] = set()   # lists it may have given overlapping intervals
+        self._df_parts: list = []          # (fids, deltas) arrays: df changes (see df_changes)
+        self._df: dict[int, int] | None = {}  # ... summed (None: not yet)
+        self._highs: dict[int, float] = {}  # the greatest value it wrote to a list, if > 0
+        self._no_stats: set[int] = set()    # lists whose df is no longer known
         self.block_bytes, self.block_count = env.block_bytes, env.block_count
         self._entries: dict[bytes, _Entry] = {}  # decoded docs entries (see _entry)
         self._pending = None  # (key, entry): a group delete_doc has not rewritten yet
@@ -908,29 +1252,55 @@ class Txn:
     def commit(self) -> None:
         self._flush_deletions()
         self._close_cursors()
-        if self._counts:
+        df = self.df_changes()
+        if self._counts or df or self._highs or self._no_stats:
             pack = _U64.pack
-            unpack = _U64.unpack
-            fids = sorted(self._counts)
+            deltas, overlaps, highs = self._counts, self._overlaps, self._highs
+            fids = sorted(set(deltas) | set(df) | set(highs) | self._no_stats)
             keys = [pack(fid) for fid in fids]
             version = self.id
+            fresh = (0, None, 0, 0, 0.0)  # a new list: its statistics are known
             with self.txn.cursor(db=self.dbs["counts"]) as cur:
                 old = {bytes(k): _count_value(v) for k, v in cur.getmulti(keys)}
-                deltas, overlaps = self._counts, self._overlaps
                 items = []
                 for fid, k in zip(fids, keys):
-                    n, _, flags = old.get(k, (0, None, 0))
+                    n, _, flags, d, high = old.get(k, fresh)
                     if fid in overlaps:
                         flags |= OVERLAPPING
-                    items.append((k, _COUNT.pack(n + deltas[fid], version, flags)))
+                    if d is not None:
+                        d += df.get(fid, 0)
+                        high = max(high, highs.get(fid, 0.0))
+                    if d is None or d < 0 or fid in self._no_stats:  # (not known)
+                        flags, d, high = flags | NO_STATS, 0, 0.0
+                    items.append((k, _STATS.pack(n + deltas.get(fid, 0), version, flags, d,
+                                                 high)))
                 cur.putmulti(items)
             self._counts.clear()
             self._overlaps.clear()
+            self._df_parts.clear()
+            self._df = {}
+            self._highs.clear()
+            self._no_stats.clear()
         self.txn.commit()
+        self.env.txns.discard(self)
+        self._unguard()
 
     def abort(self) -> None:
+        """End the transaction (in a forked child, one inherited is left as it is: it is
+        the parent's)."""
+        if self.pid != os.getpid():
+            return
+        self.env.txns.discard(self)
         self._close_cursors()
-        self.txn.abort()
+        try:
+            self.txn.abort()
+        finally:
+            self._unguard()
+
+    def _unguard(self) -> None:
+        if self._guard is not None:
+            _close_lock_file(self._guard)  # (releases the shared flock)
+            self._guard = None
 
     def _close_cursors(self) -> None:
         if self._append_cursor is not None:
@@ -1056,8 +1426,8 @@ class Txn:
             if tail is not None and _HEADER.unpack_from(tail, 0)[4] == int(firsts[-1]):
                 bufs.append(tail)
         if len(bufs) != len(firsts):
-            raise StorageError(f"feature {fid}: {len(firsts) - len(bufs)} of its blocks "
-                               "are missing (run `annodb check`)")
+            raise BadValue(f"feature {fid}: {len(firsts) - len(bufs)} of its blocks "
+                           "are missing (run `annodb check`)")
         offsets = np.zeros(len(bufs) + 1, dtype=np.int64)
         np.cumsum([len(b) for b in bufs], out=offsets[1:])
         s, e, v, _, zero = kernels.decode_blocks(b"".join(bufs), offsets)
@@ -1069,13 +1439,52 @@ class Txn:
         """How many intervals the feature's list holds (committed, erased ones included)."""
         return self.list_state(fid)[0]
 
-    def list_state(self, fid: int) -> tuple[int, int | None, int]:
+    def list_state(self, fid: int) -> tuple[int, int | None, int, int | None, float | None]:
         """(how many intervals the list holds, its version: the id of the write transaction
-        that last changed it, None when not known; its flags, OVERLAPPING | UNKNOWN)."""
+        that last changed it, None when not known; its flags, OVERLAPPING | UNKNOWN |
+        NO_STATS; its df and high, None when not known). Committed state; a write
+        transaction's own df and high changes are added (see df_changes)."""
         raw = self.txn.get(u64(fid), db=self.dbs["counts"])
-        if raw is None:
-            return 0, None, 0
-        return _count_value(raw)
+        state = (0, None, 0, 0, 0.0) if raw is None else _count_value(raw)
+        if self.write and fid in self._no_stats:
+            return state[:3] + (None, None)
+        if self.write and state[3] is not None:
+            df = self.df_changes().get(fid, 0)
+            high = self._highs.get(fid, 0.0)
+            if df or high > state[4]:
+                state = state[:3] + (state[3] + df, max(state[4], high))
+        return state
+
+    def add_doc_frequencies(self, fids: np.ndarray, deltas: np.ndarray) -> None:
+        """Change the df of lists fids[i] by deltas[i] (at commit)."""
+        if len(fids):
+            self._df_parts.append((np.asarray(fids, np.int64), np.asarray(deltas, np.int64)))
+            self._df = None
+
+    def forget_stats(self, fid: int) -> None:
+        """Mark list fid's df as not known (at commit): intervals not written as text
+        went into a word's list."""
+        self._no_stats.add(fid)
+
+    def df_changes(self) -> dict[int, int]:
+        """This transaction's df changes so far, by feature id (nonzero ones)."""
+        if self._df is None:
+            fids = np.concatenate([f for f, _ in self._df_parts])
+            deltas = np.concatenate([d for _, d in self._df_parts])
+            ids, at = np.unique(fids, return_inverse=True)
+            sums = np.zeros(len(ids), np.int64)
+            np.add.at(sums, at, deltas)
+            keep = sums != 0
+            self._df = dict(zip(ids[keep].tolist(), sums[keep].tolist()))
+            self._df_parts = [(ids[keep], sums[keep])]
+        return self._df
+
+    def _note_high(self, fid: int, v: np.ndarray) -> None:
+        """Keep the greatest value written to list fid (when it is above 0)."""
+        if len(v) and v.strides != (0,):
+            high = float(v.max())
+            if high > self._highs.get(fid, 0.0):
+                self._highs[fid] = high
 
     def _mark_overlaps(self, fid: int, s: np.ndarray, e: np.ndarray, before: int = -1) -> None:
         """Note that list `fid` may now hold overlapping intervals, if the sorted (s, e)
@@ -1194,12 +1603,15 @@ class Txn:
             else:
                 spill.append(g)
         blocks = []
+        many = len(fids) >= RELEASE_OVER
         if spill:
             blocks, spilled_tails, dropped = self._spill(
                 [fids[g] for g in spill], [old[g] for g in spill],
                 [addresses[bounds[g]:bounds[g + 1]] for g in spill])
             tails += spilled_tails
             tails.sort(key=lambda item: item[0])
+        if many:
+            release_mapped_pages(self.env)
         if blocks:
             with self.txn.cursor(db=self.dbs["blocks"]) as cur:
                 cur.putmulti(blocks)
@@ -1208,6 +1620,8 @@ class Txn:
             for k in dropped if spill else ():
                 if cur.set_key(k):
                     cur.delete()
+        if many:
+            release_mapped_pages(self.env)
         for g, n in enumerate(np.diff(bounds).tolist()):
             self._count(fids[g], n)
 
@@ -1308,6 +1722,7 @@ class Txn:
                   count: int | None = None) -> None:
         """Write a GC-list as new blocks (cut so each fits self.block_bytes, and holds at
         most `count` intervals, default self.block_count)."""
+        self._note_high(fid, v)
         cuts = kernels.block_bounds(s, e, v, self.block_bytes, self._limit(count)).tolist()
         blocks = self.dbs["blocks"]
         put = self.txn.put
@@ -1319,6 +1734,7 @@ class Txn:
         """A GC-list as blocks (of at most `count` intervals, default self.block_count), in
         put_blocks' form (fids, firsts, buf, offsets)."""
         self._mark_overlaps(fid, s, e)
+        self._note_high(fid, v)
         cuts = kernels.block_bounds(s, e, v, self.block_bytes, self._limit(count)).tolist()
         parts = [encode_block(s[i:j], e[i:j], v[i:j]) for i, j in zip(cuts[:-1], cuts[1:])]
         offsets = np.zeros(len(parts) + 1, dtype=np.int64)
@@ -1599,6 +2015,44 @@ class Txn:
                 yield fid, start, v
         for tfid, value in tails[t:]:
             yield tfid, _HEADER.unpack_from(value, 0)[4], value
+
+
+# What reading a damaged database raises: LMDB's corruption errors (and the error state
+# they leave the transaction in), values that do not decode, blocks whose header does not
+# match them.
+_DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.BadTxnError, lmdb.InvalidError,
+           lmdb.PanicError, lmdb.BadValsizeError, msgspec.DecodeError, struct.error,
+           zlib.error, zstandard.ZstdError, UnicodeDecodeError, BadBlock, BadValue)
+
+
+def _damage_is_an_error(method):
+    """The Txn method, with damage met while it reads turned into DamagedError (and the
+    environment marked, so no write transaction begins in it afterwards)."""
+    def seen(txn, err):
+        message = damaged(txn.env.path, f"{type(err).__name__}: {err}")
+        txn.env.damage = str(message).split("; run `annodb check")[0]  # (without the advice)
+        return message
+
+    if inspect.isgeneratorfunction(method):
+        @functools.wraps(method)
+        def wrapper(self, *args, **kwargs):
+            try:
+                yield from method(self, *args, **kwargs)
+            except _DAMAGE as err:
+                raise seen(self, err) from None
+    else:
+        @functools.wraps(method)
+        def wrapper(self, *args, **kwargs):
+            try:
+                return method(self, *args, **kwargs)
+            except _DAMAGE as err:
+                raise seen(self, err) from None
+    return wrapper
+
+
+for _name, _method in list(vars(Txn).items()):
+    if inspect.isfunction(_method) and _name not in ("__init__", "commit", "abort"):
+        setattr(Txn, _name, _damage_is_an_error(_method))
 
 
 def copy_compacted(e: Environment, dest: str) -> None:

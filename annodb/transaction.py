@@ -5,14 +5,15 @@ return. `annodb.database` opens the database that hands them out."""
 from __future__ import annotations
 
 import dataclasses
-import threading
+import os
+import warnings
 from dataclasses import dataclass
 
 import msgspec
 import numpy as np
 
-from . import batch, kernels, ranking, storage, tokenizer
-from .errors import AnnodbError, NotFoundError, StorageError
+from . import batch, bm25, kernels, ranking, records, statistics, storage, tokenizer
+from .errors import AbandonedWriteWarning, AnnodbError, NotFoundError, StorageError
 from .gcl import evaluate
 from .lists import Intervals, Lists
 from .query import STRUCTURAL
@@ -53,15 +54,6 @@ class Stats:
         return dict(self.__dict__)
 
 
-class Statistics(msgspec.Struct, frozen=True):
-    """Collection statistics (Snapshot.statistics): documents and tokens of the collection
-    (container `:`), and the postings of each feature asked for (0 when absent)."""
-
-    documents: int
-    tokens: int
-    postings: dict
-
-
 class Snapshot:
     """Read access to one committed state of the database."""
 
@@ -88,6 +80,11 @@ class Snapshot:
     def _check(self) -> None:
         if self._done:
             raise StorageError("this transaction has ended")
+        if self._txn.pid != os.getpid():
+            raise StorageError(
+                f"{self.db.path}: this transaction was begun in process {self._txn.pid}, "
+                "before a fork; it belongs to that process. Begin a new one here (the "
+                "database reopens itself in a forked child)")
 
     def _before_read(self) -> None:
         self._check()
@@ -155,8 +152,10 @@ class Snapshot:
     def document_at(self, address: int) -> Document | None:
         """The document whose address range holds `address`, or None."""
         self._before_read()
-        doc = self._txn.doc_containing(int(address))
-        return doc
+        address = int(address)
+        if not 0 <= address < storage.MAX_ADDRESS:
+            return None
+        return self._txn.doc_containing(address)
 
     def documents(self):
         """Every document, in address order."""
@@ -178,6 +177,7 @@ class Snapshot:
         """The text of addresses p..q: from the start of the token at p to the end of the
         token at q, documents joined by newlines, erased addresses left out."""
         self._before_read()
+        p, q = max(int(p), 0), min(int(q), storage.MAX_ADDRESS - 1)
         es, ee = self.erased()
         pieces = []
         for doc in self._txn.docs_overlapping(int(p), int(q)):
@@ -214,6 +214,28 @@ class Snapshot:
             return self._documents
         return self._txn.meta("documents", 0)
 
+    def token_count(self) -> int:
+        """The tokens of the live documents."""
+        self._before_read()
+        if isinstance(self, Writer):
+            return self._tokens
+        return self._txn.meta("tokens", 0)
+
+    def sparse_fields(self) -> list[str]:
+        """The record fields ingested as sparse vectors (features `field:term`)."""
+        self._check()
+        if isinstance(self, Writer) and self._sparse is not None:
+            return list(self._sparse)
+        return list(self._txn.meta("sparse_fields") or [])
+
+    def field_statistics(self) -> dict[str, tuple[int, int]] | None:
+        """{short field name ("title:"): (live documents having it, tokens in it)}, or None
+        when the database does not keep them (written before they were)."""
+        self._before_read()
+        found = self._fields if isinstance(self, Writer) and self._fields is not False \
+            else self._txn.meta("fields")
+        return None if found is None else {k: tuple(v) for k, v in found.items()}
+
     def stats(self) -> Stats:
         self._before_read()
         txn = self._txn
@@ -235,24 +257,49 @@ class Snapshot:
         return len(self.query(gcl, lenient=lenient))
 
     def search(self, gcl, k: int = 10, *, container: str = DOCUMENT, lenient: bool = False,
-               snippets: bool = True):
-        """Rank the containers (documents by default) by shortest-substring ranking."""
+               snippets: bool = True, rank: str = "ssr", k1: float | None = None,
+               b: float | None = None, fields=None, sparse_field: str | None = None):
+        """Rank the containers (documents by default) that match a GCL query: by
+        shortest-substring ranking (`rank="ssr"`), by BM25 over the query's words
+        ("bm25"; k1, b, and `fields` for BM25F: names, or {name: weight or (weight, b)}),
+        by sparse vectors ("sparse", the field `sparse_field`) or both fused ("fused")."""
         self._before_read()
         return ranking.search(self, gcl, k=k, container=container, lenient=lenient,
-                              snippets=snippets)
+                              snippets=snippets, rank=rank,
+                              scoring=bm25.scoring(k1, b, fields, sparse_field))
 
-    def search_text(self, text: str, k: int = 10, *, container: str = DOCUMENT):
-        """Free-text search: Boolean tiers built from the words, ranked by SSR."""
+    def search_text(self, text, k: int = 10, *, container: str = DOCUMENT,
+                    snippets: bool = True, rank: str = ranking.TEXT_RANK,
+                    k1: float | None = None, b: float | None = None, fields=None,
+                    sparse_field: str | None = None):
+        """Free-text search: the words ranked by `rank` (see search; SSR ranks Boolean
+        tiers built from the words). For rank="sparse", `text` may be a {term: weight}
+        dict of the query's own weights."""
         self._before_read()
-        return ranking.search_text(self, text, k=k, container=container)
+        return ranking.search_text(self, text, k=k, container=container, rank=rank,
+                                   scoring=bm25.scoring(k1, b, fields, sparse_field),
+                                   snippets=snippets)
 
     def rank(self, gcl, *, depth: int = ranking.DEPTH, container: str = DOCUMENT,
-             lenient: bool = False, budget=None) -> "ranking.Ranking":
-        """The containers ranked by SSR to `depth`, as arrays (ranking.rank): what the
-        server keeps for a query's `next`."""
+             lenient: bool = False, budget=None, rank: str = "ssr", scoring=None,
+             statistics=None) -> "ranking.Ranking":
+        """The containers ranked to `depth`, as arrays (ranking.rank): what the server
+        keeps for a query's `next`, and what search() shows the first k of."""
         self._before_read()
         return ranking.rank(self, gcl, depth=depth, container=container, lenient=lenient,
-                            budget=budget)
+                            budget=budget, rank=rank, scoring=scoring, statistics=statistics)
+
+    def top_words(self, words, k: int, *, container: str = DOCUMENT, rank: str = "bm25",
+                  scoring=None, statistics=None):
+        """The best k containers by BM25 or sparse scores of words (ranking.top_words)."""
+        self._before_read()
+        return ranking.top_words(self, words, k, container=container, rank=rank,
+                                 scoring=scoring, statistics=statistics)
+
+    def word_covers(self, words, s, e):
+        """What each container's BM25 hit shows (ranking.word_covers)."""
+        self._before_read()
+        return ranking.word_covers(self, words, s, e)
 
     def text_scorer(self, container: str = DOCUMENT):
         """The function search_text scores its tiers with (see ranking.scorer)."""
@@ -264,17 +311,11 @@ class Snapshot:
         self._before_read()
         return self.lists.fid(name) is not None
 
-    def statistics(self, features) -> "Statistics":
-        """The collection statistics a ranker weighs words by: documents, tokens and each
-        feature's postings (as stored: erased ones included, so the figures do not depend
-        on what this process decoded before). The one place a sharded collection sums
-        them."""
+    def statistics(self, features=(), fields=()) -> statistics.Statistics:
+        """The collection statistics rankers weigh words by (statistics.gather): the one
+        place a sharded collection sums its shards'."""
         self._before_read()
-        return Statistics(self.document_count(), self._tokens_now(),
-                          {f: self.lists.stored_count(f) for f in features})
-
-    def _tokens_now(self) -> int:
-        return self._txn.meta("tokens", 0)
+        return statistics.gather(self, features, fields)
 
 
 def check_container(name: str) -> None:
@@ -320,12 +361,29 @@ class Writer(Snapshot):
         self._dirty = False
         self._doc_runs: list[list] = []  # docs entries not yet written, a list per batch
         self.allocate = None  # (batch, next address) -> starts: a sharded collection's
+        # the fields' [documents, tokens] (storage's meta "fields"); None when not kept
+        # (documents written before they were), loaded at the first change
+        self._fields: dict | None | bool = False
+        self._sparse: list[str] | None = None  # the sparse fields, when this writer adds one
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
             self.commit()
         else:
             self.abort()
+
+    def __del__(self) -> None:
+        """A writer dropped while open (never committed, aborted or exited) is aborted, its
+        locks released, with an AbandonedWriteWarning."""
+        if getattr(self, "_done", True) or self._txn.pid != os.getpid():
+            return
+        try:
+            self._abort()
+            warnings.warn(f"{self.db.path}: a write transaction was dropped without commit() "
+                          "or abort(); its writes were thrown away (use `with db.write() as "
+                          "w:`)", AbandonedWriteWarning, stacklevel=2)
+        except Exception:  # (at interpreter exit modules may be gone)
+            pass
 
     def commit(self) -> None:
         """Write everything and make it visible, atomically."""
@@ -340,6 +398,10 @@ class Writer(Snapshot):
             if self._apart != self._apart_before:
                 txn.set_meta("agent_documents", self._apart[0])
                 txn.set_meta("agent_tokens", self._apart[1])
+            if isinstance(self._fields, dict):
+                txn.set_meta("fields", self._fields)
+            if self._sparse is not None:
+                txn.set_meta("sparse_fields", self._sparse)
             if self._format != storage.FORMAT_VERSION:
                 txn.set_meta("format", storage.FORMAT_VERSION)  # what it writes now
             txn.commit()
@@ -380,9 +442,6 @@ class Writer(Snapshot):
     def has(self, docno: str) -> bool:
         self._check()
         return docno in self._new_docnos or self._txn.doc_start(docno) is not None
-
-    def _tokens_now(self) -> int:
-        return self._tokens
 
     def present(self, docnos: list[str]) -> dict[str, int]:
         """The docnos among these that are in the database (or added by this writer), with
@@ -427,29 +486,33 @@ class Writer(Snapshot):
     # writes
     def add(self, content, docno: str | None = None, *, id_field: str | None = None,
             text_fields: list[str] | None = None, replace: bool = False,
-            container: str = DOCUMENT) -> Added:
+            container: str = DOCUMENT, sparse_fields=()) -> Added:
         """Append a document: plain text (give a docno, or one is made from its address) or a
-        JSON record (docno from its id field; see records.prepare). A docno already present
-        raises unless replace=True, which deletes the old document first. `container` is
-        the feature over its range: `:` for a document of the collection; another name
-        (e.g. `note:`) keeps it apart: it is then no hit of searches of the collection and
-        not counted among its documents, and found by searching that container."""
+        JSON record (docno from its id field; see records.prepare; `sparse_fields`: its
+        fields holding sparse vectors). A docno already present raises unless
+        replace=True, which deletes the old document first. `container` is the feature
+        over its range: `:` for a document of the collection; another name (e.g. `note:`)
+        keeps it apart: it is then no hit of searches of the collection, not counted among
+        its documents nor in its ranking statistics, and found by searching that
+        container."""
         return self.add_many([(content, docno)], id_field=id_field, text_fields=text_fields,
-                             replace=replace, container=container)[0]
+                             replace=replace, container=container,
+                             sparse_fields=sparse_fields)[0]
 
     def add_many(self, items, *, id_field: str | None = None,
                  text_fields: list[str] | None = None, replace: bool = False,
-                 container: str = DOCUMENT) -> list[Added]:
+                 container: str = DOCUMENT, sparse_fields=()) -> list[Added]:
         """Append many documents: each item is `(content, docno)` as for add() (docno may be
         None). The same as add() item by item, with one tokenizer pass for them all. Every
         docno is checked before anything is added: on an error nothing of the call is."""
         self._check()
         if container != DOCUMENT:
             check_container(container)
-        docs = [batch.prepare_item(content, docno, id_field, text_fields)
+        sparse = tuple(records.check_sparse_field(f) for f in sparse_fields)
+        docs = [batch.prepare_item(content, docno, id_field, text_fields, sparse)
                 for content, docno in items]
         try:
-            made = batch.make(docs, container)
+            made = batch.make(docs, container, sparse)
         except UnicodeError as err:  # a lone surrogate: no UTF-8 can store the text
             raise AnnodbError(f"document text is not valid Unicode ({err})") from None
         except ValueError as err:    # a field named as the container
@@ -464,6 +527,9 @@ class Writer(Snapshot):
         at or past address_space()), leaving gaps where another shard's documents are (see
         annodb.shards); default: right after the content."""
         self._check()
+        if len(b):  # (before a replace deletes anything)
+            storage.check_address(self._next_address + int(b.spans().sum()) - 1,
+                                  f"adding {len(b)} documents at {self._next_address:,}")
         named = [d for d in b.docnos if d is not None]
         for docno in named:
             if not docno or len(docno) > storage.MAX_KEY // 4:  # (else short enough)
@@ -487,7 +553,11 @@ class Writer(Snapshot):
                 if docno is not None and (docno in self._new_docnos or
                                           self._txn.doc_start(docno) is not None):
                     self.delete(docno)
-        return self._append(b, starts)
+        try:
+            return self._append(b, starts)
+        finally:
+            self._vocab.writer = None  # (a reference from the shared vocab would keep a
+            #                            dropped writer, and its locks, alive)
 
     def _placed(self, b: batch.Batch, starts) -> tuple[np.ndarray, np.ndarray]:
         """(starts, ends) of the batch's documents: `starts` checked, or those the
@@ -548,6 +618,13 @@ class Writer(Snapshot):
         self._tok_count += len(ids)
         has = b.doc_tokens > 0
         self._tok_runs.append((starts[has], b.doc_tokens[has]))
+        if b.container == DOCUMENT:  # (documents kept apart are not in the statistics)
+            self._txn.add_doc_frequencies(fids, statistics.batch_words(b.kinds, b.doc_tokens,
+                                                                       len(b.names)))
+            self._count_fields(statistics.batch_fields(b.ann_names, b.ann_name, b.ann_doc,
+                                                       b.ann_q - b.ann_p + 1, b.sparse), 1)
+        if b.sparse and not set(b.sparse) <= set(self.sparse_fields()):
+            self._sparse = sorted(set(self.sparse_fields()) | set(b.sparse))
         # annotations
         self._ann_flush_list()
         names = np.fromiter((vocab[name] for name in b.ann_names), dtype=np.int64,
@@ -568,13 +645,24 @@ class Writer(Snapshot):
             self._flush()
         return out
 
+    def _count_fields(self, counts: dict, sign: int) -> None:
+        """Add (sign 1) or take away (-1) statistics.batch_fields' counts to meta
+        "fields" (loaded at the first change; not kept for documents written before)."""
+        if self._fields is False:
+            found = self._txn.meta("fields")
+            self._fields = found if found is not None else \
+                ({} if not self._txn.meta("documents", 0) else None)
+        if self._fields is not None and counts:
+            statistics.add_fields(self._fields, counts, sign)
+
     def _ann_flush_list(self) -> None:
         """Move annotate()'s buffered annotations to the arrays (keeping write order)."""
         if self._ann:
-            # ids and addresses are below 2**53, exact as float64
-            table = np.array(self._ann, dtype=np.float64).reshape(-1, 4)
-            self._ann_arrays.append((table[:, 0].astype(np.int64), table[:, 1].astype(np.int64),
-                                     table[:, 2].astype(np.int64), table[:, 3]))
+            ann = self._ann  # ids and addresses int64 (exact), values float64
+            self._ann_arrays.append((np.array(ann[0::4], dtype=np.int64),
+                                     np.array(ann[1::4], dtype=np.int64),
+                                     np.array(ann[2::4], dtype=np.int64),
+                                     np.array(ann[3::4], dtype=np.float64)))
             self._ann = []
 
     def set_folding(self, fold: bool) -> None:
@@ -596,13 +684,17 @@ class Writer(Snapshot):
             raise AnnodbError("a feature name cannot be empty")
         if p < 0 or q < p:
             raise AnnodbError(f"bad interval [{p}, {q}]: need 0 <= p <= q")
+        storage.check_address(q, f"annotating [{p}, {q}]")
         if q >= self._next_address:
             # reserve the addresses: text added later goes after them, never inside
             self._next_address = q + 1
         value = float(value)
         if value != value:
             raise AnnodbError("an annotation value cannot be NaN")
-        self._annotate_id(self._intern(feature), p, q, value)
+        fid = self._intern(feature)
+        if tokenizer.tokens(feature) == [feature]:  # a word's list: df no longer known
+            self._txn.forget_stats(fid)
+        self._annotate_id(fid, p, q, value)
         self._dirty = True
 
     def _annotate_id(self, fid: int, p: int, q: int, value: float) -> None:
@@ -633,7 +725,11 @@ class Writer(Snapshot):
         p, q = int(p), int(q)
         if p < 0 or q < p:
             raise AnnodbError(f"bad range [{p}, {q}]: need 0 <= p <= q")
+        storage.check_address(q, f"erasing [{p}, {q}]")
+        es, ee = self._txn.erased()
         for doc in list(self._txn.docs_overlapping(p, q)):
+            if doc.container == DOCUMENT:  # (documents kept apart are not in the statistics)
+                self._uncount(doc, p, q, (es, ee))
             if p <= doc.start and doc.end <= q:
                 self._txn.delete_doc(doc)
                 if doc.container == DOCUMENT:
@@ -641,10 +737,24 @@ class Writer(Snapshot):
                     self._tokens -= doc.tokens
                 else:
                     self._apart = (self._apart[0] - 1, self._apart[1] - doc.tokens)
-        es, ee = self._txn.erased()
         es, ee = kernels.merge_ranges(np.append(es, p), np.append(ee, q))
         self._txn.set_erased(es, ee)
         self.lists.reset()
+
+    def _uncount(self, doc: Document, p: int, q: int, erased) -> None:
+        """Take what erasing p..q removes of `doc` out of the statistics: the df of each
+        word whose live postings in it all lie in p..q, and when it goes whole, its
+        fields."""
+        words = statistics.lost_words(doc, p, q, erased)
+        if words:
+            found = list(map(self._vocab.get, words))  # (new words are not stored yet)
+            if None in found:
+                found = [f if f is not None else g for f, g in
+                         zip(found, self._txn.feature_ids(words))]
+            fids = np.array([f for f in found if f is not None], dtype=np.int64)
+            self._txn.add_doc_frequencies(fids, np.full(len(fids), -1, np.int64))
+        if p <= doc.start and doc.end <= q:
+            self._count_fields(statistics.document_fields(doc), -1)
 
     def delete(self, docno: str) -> bool:
         """Delete the document with this docno (erasing its addresses). False if absent."""

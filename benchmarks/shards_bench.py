@@ -6,10 +6,11 @@
 
 Run it with the venv's Python from the repository (`pip install -e '.[ray]'`). In one run:
 
-1. Exactness: the 4,435 real queries (benchmarks/work or ../shared vole-queries.tsv) over
-   the whole MS MARCO sample (../shared/data/rag24/msmarco-sample.jsonl), one database
-   against 2 and 4 shards, in process and on Ray: every ranking to depth 1000 (docnos,
-   scores, covers, totals) must be identical.
+1. Exactness: the 4,435 real queries (tests/data/vole-queries.tsv) over the whole MS MARCO
+   sample (../shared/data/rag24/msmarco-sample.jsonl), one database against 2 and 4
+   shards, in process and on Ray: every ranking to depth 1000 (docnos, scores, covers,
+   totals), by SSR and by BM25, and the queries' words as free text (BM25; every tenth by
+   SSR's tiers) to depth 100, must be identical.
 2. For each corpus (benchmarks/work/corpus.jsonl, the scale corpus; corpus4x.jsonl, it four
    times with docids suffixed #r1..#r3, from /work/main/benchmarks/work when this tree has
    none) and each shard count: `annodb ingest` in a child process (wall time; CPU time of
@@ -145,25 +146,32 @@ from annodb import ray_shards
 ray_shards.start_local()
 for n in (2, 4):
     dbs[f"{n} shards on Ray"] = ray_shards.open(f"{work}/s{n}.shards")
-def answer(db, q):
+import re
+def answer(db, q, how):
     with db.read() as r:
         try:
-            got = r.rank(q, depth=1000, lenient=True)
+            got = r.rank(q, depth=1000, lenient=True, rank=how)
         except annodb.AnnodbError as err:
             return type(err).__name__
         return (got.total, got.query, got.warnings,
                 [h.as_dict() for h in got.hits(snippet=False)])
+def free(db, text, how):
+    with db.read() as r:
+        return [h.as_dict() for h in r.search_text(text, k=100, rank=how, snippets=False)]
 same = {name: 0 for name in dbs if name != "one"}
 ranked = 0
-for q in queries:
-    want = answer(dbs["one"], q)
-    ranked += isinstance(want, tuple) and bool(want[0])
+texts = sorted({" ".join(re.findall(r"\w+", q)) for q in queries})
+asked = [(answer, q, how) for q in queries for how in ("ssr", "bm25")] + \
+    [(free, t, "bm25") for t in texts] + [(free, t, "ssr") for t in texts[::10]]
+for fn, q, how in asked:
+    want = fn(dbs["one"], q, how)
+    ranked += fn is answer and how == "ssr" and isinstance(want, tuple) and bool(want[0])
     for name in same:
-        same[name] += answer(dbs[name], q) == want
+        same[name] += fn(dbs[name], q, how) == want
 for n in (2, 4):
     ray_shards.stop(f"{work}/s{n}.shards")
 ray_shards.ray.shutdown()
-print(len(queries), ranked, " ".join(f"{k.replace(' ', '_')}={v}" for k, v in same.items()))
+print(len(queries), ranked, len(texts), len(asked), " ".join(f"{k.replace(' ', '_')}={v}" for k, v in same.items()))
 """
 
 
@@ -174,9 +182,11 @@ def check(work: str) -> str:
                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO})
     if out.returncode:
         raise SystemExit(f"shards_bench: check failed: {out.stderr[-2000:]}")
-    n, ranked, *rest = out.stdout.strip().splitlines()[-1].split()
-    return (f"Exactness on the MS MARCO sample (4,036 segments): of {n} real queries "
-            f"({ranked} rank at least one segment), identical rankings to depth 1000: " +
+    n, ranked, texts, asked, *rest = out.stdout.strip().splitlines()[-1].split()
+    return (f"Exactness on the MS MARCO sample (4,036 segments): {n} real queries ({ranked} "
+            f"rank at least one segment) ranked by SSR and by BM25 to depth 1000, their "
+            f"words ({texts} texts) as free text by BM25 and every tenth by SSR's tiers to "
+            f"depth 100: of {asked} rankings, identical to one database's: " +
             ", ".join(x.replace("_", " ").replace("=", ": ") for x in rest))
 
 

@@ -27,10 +27,12 @@ something that may already be there."""
 
 SEARCH_HELP = """\
 Search the memory. `query` is free text (its words, whatever characters it holds: an email
-address, a time, a URL; ranked by how close together they occur) or a GCL query: one
-"quoted phrase", or an expression starting with `(` and an operator: (^ A B) all of,
-(+ A B) one of, (... A B) A then B, (<< A B) A inside B, (>> : user:alice) memories
-carrying the label user:alice, (>> : (>= :importance: 3)).
+address, a time, a URL; ranked by BM25 by default) or a GCL query: one "quoted phrase", or
+an expression starting with `(` and an operator: (^ A B) all of, (+ A B) one of, (... A B)
+A then B, (<< A B) A inside B, (>> : user:alice) memories carrying the label user:alice,
+(>> : (>= :importance: 3)). `rank` orders them: "bm25", "ssr" (shortest-substring
+ranking: how close together the words occur), "fused" (both) or "sparse"; the default is
+BM25 for free text, SSR for GCL.
 `where` filters inside the ranking, so k results come back when k match: {"user": "alice"}
 (exact), {"user": ["alice", "bob"]} (any of), {"importance": [">=", 3]} (= != < <= > >=),
 {"time": [">=", 1735689600]} (seconds since the epoch). An empty query lists the most
@@ -55,8 +57,9 @@ def make_server(path: str):
                 raise ToolError(str(err)) from None
 
     @server.tool(description=SEARCH_HELP)
-    def search(query: str = "", k: int = 10, where: dict | None = None) -> dict[str, Any]:
-        found = call(memory.recall, query, k=max(0, min(k, 1000)), where=where)
+    def search(query: str = "", k: int = 10, where: dict | None = None,
+               rank: str | None = None) -> dict[str, Any]:
+        found = call(memory.recall, query, k=max(0, min(k, 1000)), where=where, rank=rank)
         results = []
         for e in found:
             snippet = e.snippet if e.snippet is not None else e.text[:SNIPPET_CHARS]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import click
 
-from annodb.errors import QueryError
+from annodb import ranking
+from annodb.errors import QueryError, RankingError
 from annodb.gcl import prepare
 from .main import db_option, echo_json, fail, open_db
 
@@ -28,6 +30,53 @@ def _warn(warnings) -> None:
         click.echo(f"annodb: warning: {w}", err=True)
 
 
+def _field(text: str) -> tuple[str, object]:
+    """--field NAME[=WEIGHT[,B]] -> (name, weight or (weight, b))."""
+    name, _, spec = text.partition("=")
+    if not spec:
+        return name, None
+    parts = spec.split(",")
+    try:
+        numbers = [float(x) for x in parts]
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: give NAME, NAME=WEIGHT or NAME=WEIGHT,B",
+                                 param_hint="--field") from None
+    if len(numbers) > 2:
+        raise click.BadParameter(f"{text!r}: give NAME, NAME=WEIGHT or NAME=WEIGHT,B",
+                                 param_hint="--field")
+    return name, numbers[0] if len(numbers) == 1 else tuple(numbers)
+
+
+def rank_options(default: str):
+    """The ranking options query and search share: --rank, --k1, --b, --field,
+    --sparse-field (passed on as `ranking`, a dict of search()'s keywords)."""
+    def decorate(f):
+        options = [
+            click.option("--rank", type=click.Choice(ranking.RANKS), default=default,
+                         show_default=True,
+                         help="How to rank: ssr (shortest-substring ranking), bm25 (BM25 "
+                              "over the words), sparse (sparse vectors of --sparse-field) "
+                              "or fused (SSR and BM25)."),
+            click.option("--k1", type=float, help="BM25's k1 (default 0.9)."),
+            click.option("--b", "b", type=float, help="BM25's b (default 0.4)."),
+            click.option("--field", "fields", metavar="NAME[=WEIGHT[,B]]", multiple=True,
+                         help="BM25F: score these fields (repeat), e.g. --field title=2 "
+                              "--field text."),
+            click.option("--sparse-field", metavar="NAME",
+                         help="The sparse-vector field --rank sparse uses (default: the "
+                              "database's only one)."),
+        ]
+        @functools.wraps(f)
+        def wrapped(*args, rank, k1, b, fields, sparse_field, **kwargs):
+            kwargs["ranking"] = dict(rank=rank, k1=k1, b=b, sparse_field=sparse_field,
+                                     fields=dict(map(_field, fields)) or None)
+            return f(*args, **kwargs)
+        for option in reversed(options):
+            wrapped = option(wrapped)
+        return wrapped
+    return decorate
+
+
 @click.command()
 @db_option
 @click.argument("gcl")
@@ -39,18 +88,21 @@ def _warn(warnings) -> None:
               help="Reject queries that lenient parsing would repair.")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object per result: rank, docno, score, cover [p, q], snippet.")
-def query(db, gcl, k, container, strict, as_json):
-    """Rank documents for a GCL query by shortest-substring ranking.
+@rank_options("ssr")
+def query(db, gcl, k, container, strict, as_json, ranking):
+    """Rank documents for a GCL query by shortest-substring ranking, or by BM25.
 
     GCL is Cottontail's S-expression notation: (^ A B) all of, (+ A B) one of,
     "a b" a phrase, (<< A B) A inside B, (>> A B) A containing B, (... A B) A
     then B, (>= F 2) F with value >= 2. Give - to read one query per line from
     stdin (with --json, one line per query; a bad query does not stop the batch).
+    --rank bm25 orders the documents that match by BM25 over the query's words.
 
     \b
     Example:
       annodb query --db bible.db '(^ "living creature" (+ sea birds))'
       annodb query --db bible.db -k 3 --json '(<< god title:)'
+      annodb query --db bible.db --rank bm25 '(+ light darkness)'
       printf 'light\\n(^ day night)\\n' | annodb query --db bible.db --json -
     """
     database = open_db(db, readonly=True)
@@ -63,8 +115,9 @@ def query(db, gcl, k, container, strict, as_json):
                 continue
             with database.read() as r:
                 try:
-                    results = r.search(text, k=k, container=container, lenient=lenient)
-                except QueryError as err:
+                    results = r.search(text, k=k, container=container, lenient=lenient,
+                                       **ranking)
+                except (QueryError, RankingError) as err:
                     failed = True
                     if as_json:
                         echo_json({"query": text, "results": [], "warnings": [],
@@ -82,8 +135,8 @@ def query(db, gcl, k, container, strict, as_json):
         sys.exit(2 if failed else 0)
     with database.read() as r:
         try:
-            results = r.search(gcl, k=k, container=container, lenient=lenient)
-        except QueryError as err:
+            results = r.search(gcl, k=k, container=container, lenient=lenient, **ranking)
+        except (QueryError, RankingError) as err:
             fail(str(err), 2)
         _warn(results.warnings)
         _show(results, as_json)
@@ -98,23 +151,29 @@ def query(db, gcl, k, container, strict, as_json):
 @click.option("-k", "k", default=10, show_default=True, type=click.IntRange(0),
               help="How many results.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per result.")
-def search(db, text, k, as_json):
+@rank_options(ranking.TEXT_RANK)
+def search(db, text, k, as_json, ranking):
     """Free-text search, for when you would rather not write GCL.
 
-    The words are combined into Boolean tiers, all of them together first, then
-    smaller subsets (rarer words weigh more); each tier is ranked by SSR. The
-    queries that ran are printed to stderr.
+    By default the words are ranked by BM25, each with the words sharing its
+    English stem; --rank ssr ranks Boolean tiers of them by SSR (all the words
+    together first, then smaller subsets), --rank fused both. The query that ran
+    is printed to stderr.
 
     \b
     Example:
       annodb search --db bible.db 'waters divided'
       annodb search --db bible.db 'contact bob@example.com at 10:30'   # any text
+      annodb search --db bible.db --rank bm25 --k1 1.2 --b 0.75 'living water'
     """
     database = open_db(db, readonly=True)
     with database.read() as r:
-        results = r.search_text(text, k=k)
-    click.echo(f"annodb: ran {results.query or '(nothing: no word is in the database)'}",
-               err=True)
+        try:
+            results = r.search_text(text, k=k, **ranking)
+        except RankingError as err:
+            fail(str(err), 2)
+    click.echo(f"annodb: ran {results.query or '(nothing: no word is in the database)'} "
+               f"(ranked by {ranking['rank']})", err=True)
     _show(results, as_json)
 
 

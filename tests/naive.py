@@ -326,3 +326,115 @@ def group_postings(ids, runs):
         out += sorted(groups[f])
         bounds.append(len(out))
     return fids, bounds, out
+
+
+# ---------------------------------------------------------------- BM25 and sparse vectors
+
+def document_frequencies(kinds, doc_tokens, n):
+    """df[k]: the documents (consecutive runs of doc_tokens[d] tokens) holding kind k."""
+    df, at = [0] * n, 0
+    for count in doc_tokens:
+        for k in set(kinds[at:at + count]):
+            df[k] += 1
+        at += count
+    return df
+
+
+def best_windows(addrs, terms, ranges):
+    """Per range (lo, hi): the shortest [p, q] of addrs holding every distinct term of the
+    range (the first of the shortest), or (-1, -1) when the range holds none."""
+    out = []
+    for lo, hi in ranges:
+        inside = [(a, t) for a, t in zip(addrs, terms) if lo <= a <= hi]
+        want = {t for _, t in inside}
+        best = (-1, -1)
+        for i in range(len(inside)):
+            for j in range(i, len(inside)):
+                if {t for _, t in inside[i:j + 1]} == want:
+                    p, q = inside[i][0], inside[j][0]
+                    if best == (-1, -1) or q - p < best[1] - best[0]:
+                        best = (p, q)
+                    break
+        out.append(best)
+    return out
+
+
+def bm25(model, query, k, k1=0.9, b=0.4):
+    """Lucene's BM25 by its definition: the top k [(docno, score)] of the live documents,
+    score > 0, by score descending then address. query: [(forms, weight)]: a term is one of
+    its forms (tf summed; df the sum of the forms', at most N)."""
+    import math
+    docs = model.docs
+    n = len(docs)
+    if not n:
+        return []
+    avg = sum(len(toks) for *_, toks in docs) / n
+    points = {}
+
+    def postings(f):
+        if f not in points:
+            points[f] = [p for p, _, _ in model.feature(f)]
+        return points[f]
+
+    def tf(f, doc):
+        return sum(1 for p in postings(f) if doc[1] <= p <= doc[2])
+
+    scores = [0.0] * n
+    for forms, weight in query:
+        df = min(n, sum(sum(1 for d in docs if tf(f, d)) for f in forms))
+        if not df:
+            continue
+        idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        for i, d in enumerate(docs):
+            t = sum(tf(f, d) for f in forms)
+            if t:
+                length = d[2] - d[1] + 1
+                scores[i] += weight * idf * t / (t + k1 * (1 - b + b * length / avg))
+    ranked = sorted((i for i in range(n) if scores[i] > 0), key=lambda i: (-scores[i],
+                                                                        docs[i][1]))
+    return [(docs[i][0], scores[i]) for i in ranked[:k]]
+
+
+def bm25f(docs, fields, query, k, k1=0.9):
+    """BM25F by its definition over documents given as (docno, {field: [tokens]}) in
+    address order; fields: [(field, weight, b)]; query: [(word, weight)]; idf from the
+    documents holding the word in any field. The top k [(docno, score)], score > 0."""
+    import math
+    n = len(docs)
+    avg = {}
+    for f, _, _ in fields:
+        having = [d for d in docs if d[1].get(f)]
+        avg[f] = sum(len(d[1][f]) for d in having) / len(having) if having else 1.0
+    scores = [0.0] * n
+    for word, weight in query:
+        df = sum(1 for _, fs in docs if any(word in toks for toks in fs.values()))
+        if not df:
+            continue
+        idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        for i, (_, fs) in enumerate(docs):
+            tilde = 0.0
+            for f, w, bf in fields:
+                toks = fs.get(f, [])
+                if toks.count(word):
+                    tilde += w * toks.count(word) / (1 - bf + bf * len(toks) / avg[f])
+            if tilde:
+                scores[i] += weight * idf * tilde / (k1 + tilde)
+    ranked = sorted((i for i in range(n) if scores[i] > 0), key=lambda i: (-scores[i], i))
+    return [(docs[i][0], scores[i]) for i in ranked[:k]]
+
+
+def sparse(vectors, query, k):
+    """The dot product of each document's {term: weight} with the query's: the top k
+    [(docno, score)] of vectors [(docno, {term: weight})] in address order, score > 0."""
+    scores = [sum(w * vec.get(t, 0.0) for t, w in query) for _, vec in vectors]
+    ranked = sorted((i for i in range(len(vectors)) if scores[i] > 0),
+                    key=lambda i: (-scores[i], i))
+    return [(vectors[i][0], scores[i]) for i in ranked[:k]]
+
+
+def merge_scores(a, b):
+    """The union of two [(start, end, score)] lists (distinct starts): scores added."""
+    out = {s: (e, v) for s, e, v in a}
+    for s, e, v in b:
+        out[s] = (e, out[s][1] + v) if s in out else (e, 0.0 + v)
+    return [(s, e, v) for s, (e, v) in sorted(out.items())]

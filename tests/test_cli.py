@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import resource
 import shutil
+import signal
 import subprocess
 import sys
+import time
+import types
 from pathlib import Path
 
 import pytest
@@ -51,9 +56,10 @@ def test_ingest_prints_a_summary_line_and_json(tmp_path):
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert (summary["files"], summary["added"], summary["error_count"]) == (2, 7, 0)
-    assert result.stderr.splitlines()[-1].startswith("annodb: ingest: 7 added")
+    assert result.stderr.splitlines()[-1].startswith("annodb: ingest: added 7, skipped 0")
     again = invoke("ingest", "--db", path, "--json", DATA / "sample.jsonl")
-    assert json.loads(again.stdout)["skipped"] == 4
+    assert again.exit_code == 0                           # a rerun resumes: nothing lost
+    assert (json.loads(again.stdout)["present"], json.loads(again.stdout)["skipped"]) == (4, 0)
 
 
 def test_ingest_options(tmp_path):
@@ -64,14 +70,14 @@ def test_ingest_options(tmp_path):
     with annodb.open(path) as db, db.read() as r:
         assert r.document("r2").text == "Bats catch moths above the pond.\nBats at dusk"
     result = invoke("ingest", "--db", path, "--format", "tsv", DATA / "sample.tsv")
-    assert result.exit_code == 0 and "3 added" in result.stderr
+    assert result.exit_code == 0 and "added 3" in result.stderr
 
 
 def test_ingest_replace(db, tmp_path):
     changed = tmp_path / "c.jsonl"
     changed.write_text('{"docid": "ch1-v1", "text": "replaced"}\n')
     result = invoke("ingest", "--db", db, "--replace", changed)
-    assert "1 replaced" in result.stderr
+    assert "replaced 1" in result.stderr
     assert json.loads(invoke("show", "--db", db, "--json", "ch1-v1").stdout)["text"] == "replaced"
 
 
@@ -79,13 +85,38 @@ def test_ingest_reports_malformed_lines_and_strict_stops(tmp_path):
     path = tmp_path / "m.db"
     bad = DATA / "malformed.jsonl"
     result = invoke("ingest", "--db", path, bad)
-    assert result.exit_code == 0
+    assert result.exit_code == 1                          # records were skipped
     assert f"annodb: skipped {bad}:2: invalid JSON" in result.stderr
-    assert "4 errors" in result.stderr.splitlines()[-1]
+    assert f"annodb: {bad}:6: duplicate docno 'g1' skipped (the first is kept)" in result.stderr
+    *_, error, last = result.stderr.splitlines()
+    assert error == ("annodb: error: 5 records were skipped (listed above); what was stored "
+                     "stays; fix the input and run the same command again to add the rest (or "
+                     "give --skip-bad to accept skipping them)")
+    assert last.startswith("annodb: ingest: added 2, skipped 5 (4 malformed or unreadable, "
+                           "1 repeated docnos), already present 0")
     quiet = invoke("ingest", "--db", tmp_path / "q.db", "--quiet", bad)
-    assert len(quiet.stderr.splitlines()) == 1
+    assert len(quiet.stderr.splitlines()) == 2 and quiet.exit_code == 1
     strict = invoke("ingest", "--db", tmp_path / "s.db", "--strict", bad)
     assert f"{bad}:2: invalid JSON" in one_error_line(strict, 1)
+
+
+def test_skip_bad_accepts_skipped_records_but_never_a_run_that_stored_nothing(tmp_path):
+    bad = DATA / "malformed.jsonl"
+    result = invoke("ingest", "--db", tmp_path / "a.db", "--skip-bad", bad)
+    assert result.exit_code == 0
+    assert f"annodb: skipped {bad}:2: invalid JSON" in result.stderr     # still reported
+    assert result.stderr.splitlines()[-1].startswith("annodb: ingest: added 2, skipped 5")
+    worse = tmp_path / "worse.jsonl"
+    worse.write_text("not json\n[1]\n")
+    result = invoke("ingest", "--db", tmp_path / "b.db", "--skip-bad", worse)
+    assert result.exit_code == 1
+    assert "annodb: error: nothing was stored: 2 records were skipped" in result.stderr
+    assert "give one of them" in one_error_line(
+        invoke("ingest", "--db", tmp_path / "c.db", "--strict", "--skip-bad", bad), 2)
+    dup = tmp_path / "dup.jsonl"                          # repeated docnos are skipped too
+    dup.write_text('{"id": "a", "t": "x"}\n{"id": "a", "t": "y"}\n')
+    assert invoke("ingest", "--db", tmp_path / "d.db", dup).exit_code == 1
+    assert invoke("ingest", "--db", tmp_path / "e.db", "--replace", dup).exit_code == 0
 
 
 def test_stats(db):
@@ -107,6 +138,8 @@ def test_show(db):
     assert doc["docno"] == "ch2-v1" and doc["text"] == "Notes\nFoxes are quick; dogs are loyal."
     assert [f["name"] for f in doc["fields"]] == ["book", "text"]
     assert doc["fields"][1]["text"] == "Foxes are quick; dogs are loyal."
+    assert doc["meta"] == {"chapter": 2, "verse": 1, "draft": True}   # every field
+    assert "chapter: 2\nverse: 1\ndraft: true\n" in result.stdout
 
 
 def test_show_plain_text_document(tmp_path):
@@ -211,7 +244,7 @@ def test_console_script_in_a_subprocess(tmp_path):
     done = subprocess.run(console_script() + ["ingest", str(EXAMPLE)], env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stderr.splitlines()[-1].startswith("annodb: ingest: 398 added")
+    assert done.stderr.splitlines()[-1].startswith("annodb: ingest: added 398, skipped 0")
     done = subprocess.run(console_script() + ["stats", "--json"], env=env,
                           capture_output=True, text=True, timeout=120)
     stats = json.loads(done.stdout)
@@ -319,3 +352,102 @@ def test_compact_writes_a_smaller_copy_that_passes_check(tmp_path):
             assert list(ra.intervals("word7")) == list(rb.intervals("word7"))
     result = invoke("compact", "--db", path, dest)       # not an empty directory
     assert result.exit_code == 1 and "not an empty directory" in result.stderr
+
+
+def _committed(path) -> int:
+    """Documents committed in the database at path so far (0 while it is being created)."""
+    try:
+        with annodb.open(path, readonly=True, create=False) as database:
+            return database.stats().documents
+    except annodb.AnnodbError:
+        return 0
+
+
+def test_ctrl_c_during_ingest_exits_130_saying_what_was_committed(tmp_path):
+    """A real SIGINT to a real `annodb ingest` between its batches: exit 130, a line saying
+    how many documents in how many batches were committed (exactly what the database
+    holds), and the same command again resumes."""
+    n, size = 200_000, 1000
+    src = tmp_path / "big.jsonl"
+    src.write_text("".join(f'{{"docid": "d{i}", "text": "line {i} of many {i * 7919 % 10007}"}}\n'
+                           for i in range(n)))
+    path = tmp_path / "big.db"
+    command = console_script() + ["ingest", "--db", str(path), "--batch-size", str(size),
+                                  str(src)]
+    child = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while _committed(path) < 2 * size:
+        assert child.poll() is None, child.stderr.read()
+        assert time.monotonic() < deadline, "no batch committed within 120 s"
+        time.sleep(0.05)
+    child.send_signal(signal.SIGINT)
+    err = child.communicate(timeout=60)[1]
+    assert child.returncode == 130, err
+    said = re.search(r"^annodb: interrupted: ([\d,]+) documents in ([\d,]+) batches were "
+                     r"committed .*run the same command again to resume", err, re.M)
+    assert said, err
+    docs, batches = (int(g.replace(",", "")) for g in said.groups())
+    held = _committed(path)
+    assert held % size == 0 and 2 * size <= held < n
+    assert docs == batches * size == held
+    assert "Traceback" not in err and err.splitlines()[-1].startswith("annodb: ingest: added")
+    again = subprocess.run(command + ["--json"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    summary = json.loads(again.stdout)
+    assert (summary["added"], summary["present"], summary["skipped"]) == (n - held, held, 0)
+
+
+def test_ctrl_c_with_a_reading_process_leaves_no_process_behind(tmp_path):
+    src = tmp_path / "big.jsonl"
+    src.write_text("".join(f'{{"docid": "d{i}", "text": "line {i} of many"}}\n'
+                           for i in range(200_000)))
+    script = (
+        "import os, sys\n"
+        "from annodb.ingest import ingest, Interrupted\n"
+        "try:\n"
+        f"    ingest({str(tmp_path / 'p.db')!r}, [{str(src)!r}], batch_size=500, parallel=True)\n"
+        "except Interrupted as stop:\n"
+        "    kids = [p for p in os.listdir('/proc') if p.isdigit() and open(f'/proc/{p}/stat')"
+        ".read().rsplit(')', 1)[1].split()[1] == str(os.getpid())]\n"
+        "    print('INTERRUPTED', stop.summary.documents, len(kids), flush=True)\n"
+        "    sys.exit(130)\n")
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while _committed(tmp_path / "p.db") < 1000:
+        assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 130, err
+    words = out.split()
+    assert words[0] == "INTERRUPTED" and int(words[1]) >= 1000 and words[2] == "0", out
+
+
+@pytest.mark.parametrize("growing", [False, True])
+def test_a_file_size_limit_is_named_not_an_input_output_error(tmp_path, growing):
+    """ulimit -f during ingest (SIGXFSZ ignored, so the write fails with EFBIG, or is cut
+    short, which LMDB reports as an I/O error): the error names the limit."""
+    path = tmp_path / "f.db"
+    limit = 300_000
+    if growing:       # the database is there; this ingest makes it cross the limit
+        assert invoke("ingest", "--db", path, "--batch-size", "50", EXAMPLE).exit_code == 0
+        limit = os.path.getsize(path / "data.mdb") + 64 * 1024
+    src = tmp_path / "more.jsonl"
+    src.write_text("".join(line.replace('"Gen.', '"More.') + "\n"
+                           for line in EXAMPLE.read_text().splitlines()))
+
+    def limited():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    done = subprocess.run(console_script() + ["ingest", "--db", str(path), "--batch-size",
+                                              "20", str(src)],
+                          preexec_fn=limited, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    line = one_error_line(types.SimpleNamespace(exit_code=done.returncode,
+                                                stderr=done.stderr, output=done.stderr), 1)
+    assert f"file too large (the file size limit, ulimit -f, is {limit:,} bytes" in line
+    assert "Input/output error" not in line and "run the same ingest again" in line
+    assert invoke("check", "--db", path).stdout == "ok\n"

@@ -77,14 +77,22 @@ def test_batch_from_stdin_goes_on_after_a_bad_query(db):
 def test_search_says_what_it_ran(db):
     result = invoke("search", "--db", db, "--json", "-k", "3", "waters divided")
     assert result.exit_code == 0
-    assert "ran (^" in result.stderr
+    assert "ran (+ (+ waters water watered) (+ divided divide)) (ranked by bm25)" in \
+        result.stderr
+    result = invoke("search", "--db", db, "--rank", "ssr", "-k", "3", "waters divided")
+    assert "ran (^" in result.stderr and "(ranked by ssr)" in result.stderr
     assert len(result.stdout.splitlines()) == 3
 
 
 def test_search_shows_scores_in_rank_order(db):
-    """Tier by tier (all the words together first): the score's whole part is how many
-    words matched together, so scores fall with the rank across tiers too."""
+    """By SSR, tier by tier (all the words together first): the score's whole part is how
+    many words matched together, so scores fall with the rank across tiers too; by BM25
+    (the default) scores fall with the rank too."""
     result = invoke("search", "--db", db, "--json", "-k", "12", "waters divided light")
+    scores = [json.loads(line)["score"] for line in result.stdout.splitlines()]
+    assert len(scores) == 12 and scores == sorted(scores, reverse=True)
+    result = invoke("search", "--db", db, "--json", "--rank", "ssr", "-k", "12",
+                    "waters divided light")
     hits = [json.loads(line) for line in result.stdout.splitlines()]
     scores = [h["score"] for h in hits]
     assert len(hits) == 12 and scores == sorted(scores, reverse=True)
@@ -135,3 +143,47 @@ def test_an_empty_result_says_so(db):
     assert result.stderr == ("annodb: no document holds a match of "
                              "(^ water (+ well spring))\n")
     assert invoke("count", "--db", db, "(^ water (+ well spring))").stdout == "3\n"
+def test_rank_options(db):
+    ssr = invoke("query", "--db", db, "--json", "-k", "5", "(+ light darkness)")
+    bm = invoke("query", "--db", db, "--json", "-k", "5", "--rank", "bm25",
+                "(+ light darkness)")
+    assert ssr.exit_code == bm.exit_code == 0
+    with annodb.open(db, readonly=True) as d, d.read() as r:
+        want = [h.docno for h in r.search("(+ light darkness)", k=5, rank="bm25")]
+        tuned = [h.docno for h in r.search_text("light darkness", k=5, rank="bm25", k1=1.2,
+                                                b=0.75, fields={"text": 2})]
+    assert [json.loads(line)["docno"] for line in bm.stdout.splitlines()] == want
+    assert want != [json.loads(line)["docno"] for line in ssr.stdout.splitlines()]
+    result = invoke("search", "--db", db, "--json", "-k", "5", "--rank", "bm25", "--k1",
+                    "1.2", "--b", "0.75", "--field", "text=2", "light darkness")
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["docno"] for line in result.stdout.splitlines()] == tuned
+    assert "(ranked by bm25)" in result.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["search", "--rank", "bm2", "light"], "'bm2' is not one of 'ssr', 'bm25', 'fused', 'sparse'"),
+    (["query", "--rank", "BM25", "light"], "is not one of"),
+    (["search", "--rank", "bm25", "--field", "titel", "light"], "no document has the field"),
+    (["search", "--rank", "bm25", "--b", "2", "light"], "b must be between 0 and 1"),
+    (["search", "--rank", "bm25", "--field", "text=x", "light"], "NAME=WEIGHT"),
+    (["query", "--rank", "sparse", "light"], "no sparse field in this database"),
+])
+def test_a_bad_rank_option_is_one_line(db, args, message):
+    result = invoke(args[0], "--db", db, *args[1:])
+    assert result.exit_code == 2
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, \
+        result.stderr
+
+
+def test_ingest_sparse_field_then_search_by_it(tmp_path):
+    src = tmp_path / "enc.jsonl"
+    src.write_text('{"id": "a", "text": "goth rock", "splade": {"goth": 2, "gothic": 1}}\n'
+                   '{"id": "b", "text": "rock", "splade": {"rock": 1.5}}\n')
+    db = tmp_path / "enc.db"
+    assert invoke("ingest", "--db", db, "--quiet", "--sparse-field", "splade", src).exit_code == 0
+    result = invoke("search", "--db", db, "--json", "--rank", "sparse", "gothic rock")
+    assert result.exit_code == 0, result.output
+    assert [(json.loads(x)["docno"], json.loads(x)["score"]) for x in
+            result.stdout.splitlines()] == [("b", 1.5), ("a", 1.0)]
+    assert "ran (+ splade:gothic splade:rock) (ranked by sparse)" in result.stderr

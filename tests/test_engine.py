@@ -215,13 +215,14 @@ def test_search_text_ranks_tier_by_tier_and_conflates_stems(tmp_path):
         w.add("goths and their music", docno="goths")
         w.add("nothing here", docno="none")
     with db.read() as r:
-        results = r.search_text("Goth rock", k=10)
+        results = r.search_text("Goth rock", k=10, rank="ssr")
         docnos = [h.docno for h in results]
         assert docnos[0] == "both"                   # all the words: first tier
         assert set(docnos[1:]) == {"rock", "goths"}  # "goths" shares goth's stem
         assert "none" not in docnos
         assert [h.rank for h in results] == [1, 2, 3]
         assert "(^" in results.query
+        assert r.search_text("zebra", rank="ssr").hits == []
         assert r.search_text("zebra").hits == []
     db.close()
 

@@ -45,7 +45,7 @@ def run(db, *paths, **options) -> Summary:
 
 def test_jsonl(db):
     s = run(db, DATA / "sample.jsonl")
-    assert (s.files, s.added, s.skipped, s.error_count) == (1, 4, 0, 0)
+    assert (s.files, s.added, s.skipped, s.present, s.error_count) == (1, 4, 0, 0, 0)
     assert docnos(db) == ["ch1-v1", "ch1-v2", "ch2-v1", "ch2-v2"]
     with db.read() as r:
         doc = r.document("ch1-v1")
@@ -158,14 +158,15 @@ def test_trec_detected_by_first_line(db, tmp_path):
     assert run(db, other).added == 2
 
 
-def test_plain_text_file_docno_is_its_stem(db, tmp_path):
+def test_a_lone_plain_text_file_docno_is_its_stem(db, tmp_path):
     gz = tmp_path / "heron.txt.gz"
     gz.write_bytes(gzip.compress("Herons wait.\n".encode()))
-    s = run(db, DATA / "note.txt", gz)
-    assert (s.files, s.added) == (2, 2)
-    with db.read() as r:
-        assert r.document("note").text == (DATA / "note.txt").read_text()
-        assert r.document("heron").text == "Herons wait.\n"
+    for path, docno in ((DATA / "note.txt", "note"), (gz, "heron")):
+        s = run(db, path)
+        assert (s.files, s.added) == (1, 1)
+        with db.read() as r:
+            assert r.document(docno).text == (
+                "Herons wait.\n" if docno == "heron" else path.read_text())
 
 
 def test_format_detection():
@@ -173,6 +174,7 @@ def test_format_detection():
         [DATA / n for n in ("sample.jsonl", "sample.tsv", "sample.trec", "note.txt")])}
     assert found == {"sample.jsonl": "jsonl", "sample.tsv": "tsv", "sample.trec": "trec",
                      "note.txt": "text"}
+    assert not check_inputs([DATA / "sample.tsv"])[0].header   # docno<TAB>text
     assert check_inputs([DATA / "note.txt"], format="tsv")[0].format == "tsv"
 
 
@@ -183,7 +185,7 @@ def test_reingest_changes_nothing(db):
     run(db, DATA / "sample.jsonl")
     before = db.stats()
     s = run(db, DATA / "sample.jsonl")
-    assert (s.added, s.skipped, s.tokens) == (0, 4, 0)
+    assert (s.added, s.skipped, s.present, s.tokens) == (0, 0, 4, 0)
     after = db.stats()
     assert (after.documents, after.tokens, after.addresses) == (
         before.documents, before.tokens, before.addresses)
@@ -195,7 +197,7 @@ def test_interrupted_ingest_resumes(db, tmp_path):
     part.write_text("".join(lines[:2]))
     run(db, part)
     s = run(db, DATA / "sample.jsonl", batch_size=1)
-    assert (s.added, s.skipped) == (2, 2)
+    assert (s.added, s.skipped, s.present) == (2, 0, 2)
     assert docnos(db) == ["ch1-v1", "ch1-v2", "ch2-v1", "ch2-v2"]
 
 
@@ -205,7 +207,7 @@ def test_replace(db, tmp_path):
     changed.write_text('{"docid": "ch1-v2", "text": "A busy morning."}\n'
                        '{"docid": "new", "text": "brand new"}\n')
     s = run(db, changed, replace=True)
-    assert (s.added, s.replaced, s.skipped) == (1, 1, 0)
+    assert (s.added, s.replaced, s.skipped, s.present) == (1, 1, 0, 0)
     with db.read() as r:
         assert r.document("ch1-v2").text == "A busy morning."
         assert len(r.term("afternoon")) == 0 and len(r.term("busy")) == 1
@@ -220,7 +222,7 @@ def test_duplicates_first_wins(db, tmp_path):
     for batch_size in (10, 1):   # inside one batch, and across batches
         db_path = tmp_path / f"dup{batch_size}.db"
         s = ingest(db_path, [dup], batch_size=batch_size)
-        assert (s.added, s.duplicates, s.skipped) == (2, 1, 0)
+        assert (s.added, s.duplicates, s.skipped, s.present) == (2, 1, 1, 0)
         assert s.warnings == [f"{dup}:3: duplicate docno 'a' skipped (the first is kept)"]
         with annodb.open(db_path) as other, other.read() as r:
             assert r.document("a").text == "first"
@@ -230,7 +232,7 @@ def test_duplicates_with_replace_last_wins(db, tmp_path):
     dup = tmp_path / "dup.jsonl"
     dup.write_text('{"docid": "a", "text": "first"}\n{"docid": "a", "text": "second"}\n')
     s = run(db, dup, replace=True)
-    assert (s.added, s.duplicates) == (1, 1)
+    assert (s.added, s.duplicates, s.skipped) == (1, 1, 0)   # nothing lost
     with db.read() as r:
         assert r.document("a").text == "second"
         assert r.stats().documents == 1
@@ -244,7 +246,7 @@ def test_malformed_lines_are_reported_and_skipped(db):
     problems = []
     s = run(db, path, on_problem=problems.append)
     assert docnos(db) == ["g1", "g4"]
-    assert s.duplicates == 1 and s.error_count == 4
+    assert s.duplicates == 1 and s.error_count == 4 and s.skipped == 5
     assert problems == s.errors
     assert s.errors[0].startswith(f"{path}:2: invalid JSON")
     assert s.errors[1] == f"{path}:3: not a JSON object but an array"
@@ -318,12 +320,14 @@ def test_over_long_docno_is_reported(db, tmp_path):
     assert s.errors == [f"{path}:1: docno longer than 511 bytes"]
 
 
-def test_missing_file_directory_and_bad_gzip_fail_before_writing(tmp_path):
+def test_missing_file_empty_directory_and_bad_gzip_fail_before_writing(tmp_path):
     target = tmp_path / "never.db"
     bad_gz = tmp_path / "bad.jsonl.gz"
     bad_gz.write_bytes(b"not gzip at all")
+    empty = tmp_path / "empty"
+    (empty / ".git").mkdir(parents=True)
     cases = [([tmp_path / "missing.jsonl"], "no such file"),
-             ([DATA / "sample.jsonl", tmp_path], "is a directory"),
+             ([DATA / "sample.jsonl", empty], r"no files in this directory \(1 hidden"),
              ([bad_gz], "not a readable gzip file"),
              ([], "no input files")]
     for paths, message in cases:
@@ -389,7 +393,13 @@ def _scenario_files(tmp_path) -> list[tuple[list, dict]]:
     data = gzip.compress("".join(f'{{"docid": "d{i}", "text": "line {i} {i * 7919 % 10007}"}}\n'
                                  for i in range(20000)).encode())
     cut.write_bytes(data[: len(data) // 2])
+    array = tmp_path / "array.json"
+    array.write_text("[\n" + ",\n".join(['{"docid": "j1", "text": "one"}', '{"bad": }',
+                                          '{"docid": "j2", "n": 2, "text": "two"}']) + "\n]\n")
+    table = tmp_path / "table.csv"
+    table.write_text('id,text\nc1,"a, b"\nc2,x,y\nc3,three\n')
     return [([DATA / "sample.jsonl", DATA / "sample.tsv", DATA / "sample.trec"], {}),
+            ([array, table, DATA / "note.txt"], {"batch_size": 1}),
             ([DATA / "malformed.jsonl", DATA / "malformed.tsv"], {}),
             ([DATA / "msmarco.jsonl"], {}),
             ([mixed], {"batch_size": 2}),
@@ -466,7 +476,8 @@ def test_a_lone_surrogate_in_a_field_name_rejects_only_its_record(tmp_path, para
 def test_a_chunk_crosses_the_pipe_unchanged():
     """_packed/_unpacked: documents' lines as an array, problems put back in place."""
     import random
-    from annodb.ingest import _Chunk, _Problem, _packed, _unpacked
+    from annodb.ingest import _Chunk, _packed, _unpacked
+    from annodb.formats import Problem as _Problem
 
     class Made:
         def __init__(self, docnos):
@@ -492,6 +503,7 @@ def test_the_reading_process_sends_no_chunk_after_a_failure(tmp_path, monkeypatc
     then the error, and never a chunk after it."""
     import io
     import pickle
+    import signal
     import sys
     import types
     from annodb import ingest as module
@@ -508,18 +520,18 @@ def test_the_reading_process_sends_no_chunk_after_a_failure(tmp_path, monkeypatc
 
     made = module._made
 
-    def make(items, prepared, tell):
+    def make(items, prepared, tell, sparse):
         if where == "making" and len(made_calls) == 1:
             made_calls.append(tell)
             raise ValueError("a bug")
         made_calls.append(tell)
-        return made(items, prepared, tell)
+        return made(items, prepared, tell, sparse)
 
     made_calls: list = []
     monkeypatch.setattr(module, "_read_chunks", read_chunks)
     monkeypatch.setattr(module, "_made", make)
     stdin = types.SimpleNamespace(buffer=io.BytesIO(pickle.dumps(
-        (source, None, None, 1, None))))
+        (source, None, None, 1, None, ()))))
     stdout = types.SimpleNamespace(buffer=io.BytesIO())
     monkeypatch.setattr(sys, "stdin", stdin)
     monkeypatch.setattr(sys, "stdout", stdout)
@@ -530,7 +542,8 @@ def test_the_reading_process_sends_no_chunk_after_a_failure(tmp_path, monkeypatc
     finally:
         if was:
             gc.enable()
-        module._set_malloc(module._GLIBC_DEFAULTS)  # (... and tunes malloc)
+        module._set_malloc(module._GLIBC_DEFAULTS)  # (... tunes malloc, ignores Ctrl-C)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     stdout.buffer.seek(0)
     sent = []
     while True:

@@ -140,6 +140,6 @@ def test_strict_refuses_what_lenient_repairs(path):
 
 
 def test_serve_has_a_strict_option(path):
-    out = subprocess.run([sys.executable, "-c", "from cli.main import annodb; annodb()",
+    out = subprocess.run([sys.executable, "-c", "from annodb_cli.main import annodb; annodb()",
                           "serve", "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "--strict" in out.stdout, out.stderr

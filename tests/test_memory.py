@@ -350,3 +350,43 @@ def test_mcp_server_with_the_mcp_client(tmp_path):
     with annodb.Memory(path) as mem:                 # what the server committed is there
         (left,) = mem.history()
         assert left.text == "Bob is allergic to cats" and left.metadata["useful"] == 2
+
+
+FACTS = ["Alice is allergic to peanuts", "Alice's favourite colour is green",
+         "The meeting with the design team is on Tuesday",
+         "Bob's flight to Berlin leaves at 9am", "The wifi password is hunter2",
+         "Carol prefers tea over coffee", "It is what it is, said the team lead to the team",
+         "The cat is on the mat and it is happy, is it not?"]
+QUESTIONS = [("what is Alice allergic to?", 0), ("when does Bob's flight leave?", 3),
+             ("what's the wifi password?", 4), ("when is the meeting with the design team?", 2),
+             ("does Carol like coffee or tea?", 5), ("what colour does Alice like?", 1)]
+
+
+@pytest.mark.parametrize("rank", [None, "bm25", "fused", "ssr"])
+def test_recall_answers_natural_language_questions(mem, rank):
+    ids = [mem.remember(fact, user="u") for fact in FACTS]
+    for question, i in QUESTIONS:
+        found = mem.recall(question, k=1, rank=rank, where={"user": "u"})
+        assert [e.docno for e in found] == [ids[i]], (question, rank)
+    with pytest.raises(annodb.RankingError, match="choose one of"):
+        mem.recall("alice", rank="nope")
+
+
+def test_mcp_search_takes_a_rank(tmp_path):
+    from mcp import Client
+
+    path = str(tmp_path / "mcp.db")
+    with annodb.Memory(path) as m:
+        ids = [m.remember(fact) for fact in FACTS]
+
+    async def session():
+        async with Client(_server_params(path)) as client:
+            for rank in ("bm25", "fused", "ssr"):
+                result = await client.call_tool("search", {"query": "what is Alice allergic "
+                                                           "to?", "k": 1, "rank": rank})
+                assert not result.is_error, result.content
+                assert [r["docno"] for r in result.structured_content["results"]] == [ids[0]]
+            bad = await client.call_tool("search", {"query": "alice", "rank": "bm2"})
+            assert bad.is_error and "choose one of ssr, bm25" in bad.content[0].text
+
+    anyio.run(session)

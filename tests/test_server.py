@@ -22,8 +22,8 @@ import pytest
 from click.testing import CliRunner
 
 import annodb
-from annodb import protocol
 from annodb import server as server_module
+from annodb.transaction import Snapshot
 from annodb.ranking import rank
 from annodb.server import Server, ServerError
 from annodb_cli.serve import serve
@@ -379,14 +379,14 @@ def test_concurrent_clients_get_consistent_answers(server, db):
 
 def test_a_slow_query_times_out_and_does_not_stall_others(db, monkeypatch):
     release = threading.Event()
-    real_rank = protocol.rank
+    real_rank = Snapshot.rank  # (the server ranks through the read interface)
 
     def slow_rank(snapshot, gcl, **kw):
         if "slowpoke" in gcl:
             release.wait(10)
         return real_rank(snapshot, gcl, **kw)
 
-    monkeypatch.setattr(protocol, "rank", slow_rank)
+    monkeypatch.setattr(Snapshot, "rank", slow_rank)
     with Server(db.path, query_timeout=1.0) as s, Client(s.port) as slow, \
             Client(s.port) as fast:
         slow.sock.sendall(b'{"op":"query","query":"(+ slowpoke hello)"}\n')
@@ -590,3 +590,27 @@ def test_respond_without_sockets(server):
     record = json.loads(server.respond('{"op":"document","docno":"p4"}'))
     assert record["response"]["document"] == "goodbye world"
     assert json.loads(server.respond(b"{"))["response"]["op"] == "parse"
+
+
+def test_query_rank_field(server, db):
+    """The additive "rank" field: BM25 (or fused) order of the same matches; without it
+    SSR, as the reference server ranks; a mistyped ranker is an error line."""
+    query = "(+ hello world)"
+    with db.read() as snap:
+        want = [h.docno for h in snap.search(query, k=1000, rank="bm25")]
+    with Client(server.port) as c:
+        r = c(op="query", query=query, rank="bm25")
+        assert r["ok"] and r["rank"] == 1 and r["docno"] == want[0]
+        got = [r["docno"]]
+        while True:
+            r = c(op="next", qid=r["qid"])
+            if r.get("done"):
+                break
+            got.append(r["docno"])
+        assert got == want
+        assert sorted(all_ranks(c, query)) == sorted(want)
+        assert all_ranks(c, query) == expected_ranks(db, query) != want
+        bad = c(op="query", query=query, rank="bm2")
+        assert bad == {"op": "query", "ok": False,
+                       "error": "unknown ranker 'bm2': choose one of ssr, bm25, fused, sparse"}
+        assert c(op="query", query=query, rank="fused")["ok"]

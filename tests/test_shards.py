@@ -3,13 +3,16 @@
 Hypothesis draws small collections (records with two fields, judgments over documents,
 erased ranges inside them) and query trees; the same documents go into one database and
 into collections of 2 and 3 shards, in the same order. Rankings (docnos, scores, covers,
-addresses, snippets, totals), free-text results and document-bounded query results must be
-identical. Then the 4,435 real queries over a part of the MS MARCO sample, the refusal of
-a transaction over two shards, and the server, Memory and the Vole's backend over shards.
+addresses, snippets, totals; by SSR, BM25 and both fused), free-text results (SSR tiers,
+BM25, BM25F, fused) and document-bounded query results must be identical. Then the 4,435
+real queries over a part of the MS MARCO sample (by SSR and BM25, and their words as free
+text), the refusal of a transaction over two shards, and the server, Memory and the
+Vole's backend over shards.
 """
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -89,10 +92,21 @@ def fill(db, records, judged, erased, one_transaction):
                 write(w)
 
 
-def ranked(r, node, box, k=20):
-    got = r.rank(node, depth=k, container=box, lenient=True)
+def ranked(r, node, box, k=20, **how):
+    got = r.rank(node, depth=k, container=box, lenient=True, **how)
     return [(h.docno, h.score, h.start, h.end, h.cover, h.snippet)
             for h in got.hits()], got.total, got.query
+
+
+def same(fn, a, b) -> bool:
+    """fn(a) == fn(b), or both raise the same error."""
+    try:
+        want = fn(a)
+    except AnnodbError as err:
+        with pytest.raises(type(err), match=re.escape(str(err))):
+            fn(b)
+        return True
+    return want == fn(b)
 
 
 @SETTINGS
@@ -113,13 +127,17 @@ def test_shards_rank_exactly_as_one_database(collection, nodes):
                             [(d.docno, d.start, d.end) for d in b.documents()]
                         for node in nodes:
                             for box in (":", "title:"):
-                                assert ranked(a, node, box) == ranked(b, node, box), \
-                                    (format(node), box)
+                                for how in ("ssr", "bm25", "fused"):
+                                    assert same(lambda r: ranked(r, node, box, rank=how),
+                                                a, b), (format(node), box, how)
                             inside = Combine("<<", (node, Feature(":")))
                             assert list(a.query(inside)) == list(b.query(inside)), format(node)
-                        for words in ("a b", "c", "d a b"):
-                            assert a.search_text(words, k=5).hits == \
-                                b.search_text(words, k=5).hits
+                        for words in ("a b", "c", "d a b b"):
+                            for how in ({"rank": "ssr"}, {"rank": "bm25"}, {"rank": "fused"},
+                                        {"rank": "bm25", "fields": ["title", "body"]},
+                                        {"rank": "bm25", "container": "title:"}):
+                                assert same(lambda r: r.search_text(words, k=5, **how).hits,
+                                            a, b), (words, how)
                         assert a.text(0, a.address_space()) == b.text(0, b.address_space())
         finally:
             one.close()
@@ -134,7 +152,10 @@ def _real_queries():
 
 def test_real_queries_rank_exactly_as_one_database(tmp_path):
     """The 4,435 real queries (lenient, as the server runs them) over 600 MS MARCO segments:
-    the same hits, scores and order from 1 database and 3 shards (to depth 100)."""
+    the same hits, scores and order from 1 database and 3 shards (to depth 100), by SSR and
+    by BM25; their words as free text, the same top 10 by BM25 (a third of them) and by
+    SSR's tiers (a thirtieth: up to 96 Boolean queries each; benchmarks/shards_bench.py
+    checks them all)."""
     from annodb.ingest import ingest
     source = DATA / "msmarco-sample-600.jsonl"
     ingest(str(tmp_path / "one.db"), [source])
@@ -143,20 +164,31 @@ def test_real_queries_rank_exactly_as_one_database(tmp_path):
     with annodb.open(tmp_path / "one.db") as one, one.read() as a, many.read() as b:
         assert a.document_count() == b.document_count() == 600
         compared = matched = 0
+        texts = set()
         for q in _real_queries():
-            try:
-                ra = a.rank(q, depth=100, lenient=True)
-            except AnnodbError as err:
-                with pytest.raises(type(err)):
-                    b.rank(q, depth=100, lenient=True)
-                continue
-            rb = b.rank(q, depth=100, lenient=True)
-            assert [h.as_dict() for h in ra.hits(snippet=False)] == \
-                [h.as_dict() for h in rb.hits(snippet=False)], q
-            assert (ra.total, ra.query, ra.warnings) == (rb.total, rb.query, rb.warnings)
-            compared += 1
-            matched += bool(len(ra))
-        assert compared > 4000 and matched > 300
+            texts.add(" ".join(re.findall(r"\w+", q)))
+            for how in ("ssr", "bm25"):
+                try:
+                    ra = a.rank(q, depth=100, lenient=True, rank=how)
+                except AnnodbError as err:
+                    with pytest.raises(type(err)):
+                        b.rank(q, depth=100, lenient=True, rank=how)
+                    continue
+                rb = b.rank(q, depth=100, lenient=True, rank=how)
+                assert [h.as_dict() for h in ra.hits(snippet=False)] == \
+                    [h.as_dict() for h in rb.hits(snippet=False)], (q, how)
+                assert (ra.total, ra.query, ra.warnings) == (rb.total, rb.query, rb.warnings)
+                compared += 1
+                matched += bool(len(ra))
+        assert compared > 8000 and matched > 600
+        found = 0
+        for i, text in enumerate(sorted(texts)):
+            for how in ("bm25",) * (i % 3 == 0) + ("ssr",) * (i % 30 == 0):
+                got = a.search_text(text, k=10, rank=how, snippets=False).hits
+                assert got == b.search_text(text, k=10, rank=how, snippets=False).hits, \
+                    (text, how)
+                found += bool(got)
+        assert len(texts) > 4000 and found > 1000
     many.close()
 
 
@@ -252,8 +284,12 @@ def test_server_memory_and_vole_backend_over_shards(tmp_path):
         protocol.close()
         replies[name] = got
         local = Local(str(tmp_path / name))
-        assert local._query({"query": "(^ blood cell)"})["docno"] == got[0]["docno"]
+        assert local.query("(^ blood cell)")["docno"] == got[0]["docno"]
         local.close()
+        with annodb.open(tmp_path / name) as open_db:  # an open one: used, not reopened
+            local = Local(open_db)
+            assert local.query("(^ blood cell)")["docno"] == got[0]["docno"]
+            local.close()
     assert replies["one.db"] == replies["c.shards"]
     assert replies["one.db"][0]["ok"] and "docno" in replies["one.db"][0]
     with annodb.Memory(tmp_path / "c.shards") as memory:

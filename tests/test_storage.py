@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import os
 import random
 import shutil
 import subprocess
@@ -305,10 +306,20 @@ def test_snapshot_keeps_its_state_while_a_writer_commits(db):
 
 
 def test_second_writer_in_this_process_times_out(db):
+    import threading
     with db.write():
         started = time.monotonic()
-        with pytest.raises(annodb.WriterBusyError, match="retry"):
-            db.write(timeout=0.2)
+        found = []
+
+        def other():
+            try:
+                db.write(timeout=0.2)
+            except annodb.WriterBusyError as err:
+                found.append(str(err))
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        assert "another writer in this process held the database for 0.2s; retry" in found[0]
         assert time.monotonic() - started >= 0.2
     with db.write(timeout=0.2) as w:            # free again after commit
         w.add("x", docno="x")
@@ -814,3 +825,233 @@ def test_an_append_out_of_order_is_an_error_not_a_silent_skip(tmp_path):
             assert [d.docno for d in r.documents()] == ["b", "a", "c", "d"]
             assert all(r.has(d) for d in "abcd")
         assert check(db) == []
+
+
+# ---------------------------------------------------------------- the address range
+
+def test_a_huge_annotation_is_refused_and_memory_keeps_working(tmp_path):
+    """Issue 14's reproduction: an annotation at 2**60 was stored as (2**60, 2**60) (through
+    float64) and every later address was rounded, so Memory's labels stopped matching."""
+    path = tmp_path / "m.db"
+    with annodb.open(path) as db:
+        with db.write() as w:
+            w.add("hello world", docno="d1")
+            with pytest.raises(annodb.AnnodbError, match=r"past the last address annodb "
+                               r"stores .*2\*\*53 - 1"):
+                w.annotate("big:", 2**60 + 3, 2**60 + 5, 1)
+        with db.read() as r:
+            assert r.count("big:") == 0 and r.address_space() == 2
+        with db.write() as w:
+            for q in (storage.MAX_ADDRESS, 2**63, 2**64 + 1):
+                with pytest.raises(annodb.AnnodbError, match="past the last address"):
+                    w.erase(5, q)
+    memory = annodb.Memory(path)
+    memory.remember("alice likes tea", user="alice")
+    assert [m.text for m in memory.recall("tea", where={"user": "alice"})] == \
+        ["alice likes tea"]
+    memory.close()
+    with annodb.open(path) as db:
+        assert check(db) == []
+
+
+def test_addresses_up_to_the_limit_are_exact_links_too(tmp_path):
+    top = storage.MAX_ADDRESS - 1
+    with annodb.open(tmp_path / "a.db") as db:
+        with db.write() as w:
+            w.annotate("far:", top - 8, top - 6, 2)      # reserves everything below top - 5
+            target = w.add("the far document", docno="far")
+            assert (target.start, target.end) == (top - 5, top - 3)
+            w.note("far", "a note", features=("note:",), note_docno="n")  # ends at top
+            with pytest.raises(annodb.AnnodbError, match="past the last address"):
+                w.add("one more", docno="x")            # would need top + 1
+            w.annotate("edge:", top, top, 1)
+            with pytest.raises(annodb.AnnodbError, match="past the last address"):
+                w.annotate("edge:", top, top + 1, 1)
+        with db.read() as r:
+            assert list(r.intervals("far:")) == [(top - 8, top - 6, 2.0)]
+            assert list(r.intervals("edge:")) == [(top, top, 1.0)]
+            assert [h.docno for h in r.search("(>> : (@ note:))")] == ["far"]
+            assert r.document_at(top - 4).docno == "far"
+            assert r.document_at(2**70) is None and r.document_at(-3) is None
+            assert r.text(-5, 2**70).split("\n")[0] == "the far document"
+        assert check(db) == []
+
+
+def test_check_reports_addresses_past_the_range(db):
+    with db.write() as w:
+        w.add("some words", docno="a")
+    txn = storage.Txn(db._env, write=True)
+    txn.set_meta("next_address", 2**60)
+    fid = txn.feature_id(":")
+    txn.txn.put(_key(fid, 2**60), storage.encode_block(
+        np.array([2**60]), np.array([2**60 + 2]), np.zeros(1)), db=txn.dbs["blocks"])
+    txn.txn.put(storage.u64(2**61), storage.u64(2**61 + 1), db=txn.dbs["erased"])
+    txn.commit()
+    found = "\n".join(check(db))
+    assert "'next_address' is 1,152,921,504,606,846,976, past the address range" in found
+    assert "ends at 1,152,921,504,606,846,978, past the address range" in found
+    assert "erased: a range ends at 2,305,843,009,213,693,953, past the address range" in found
+
+
+# ---------------------------------------------------------------- writer lifecycle
+
+@pytest.mark.parametrize("adds", [0, 1])
+def test_a_dropped_writer_is_aborted_warned_and_releases_its_locks(tmp_path, adds):
+    path = tmp_path / "d.db"
+    with annodb.open(path) as db:
+        w = db.write()
+        for _ in range(adds):
+            w.add("never committed", docno="lost")
+        with pytest.warns(annodb.AbandonedWriteWarning, match="dropped without commit"):
+            del w
+        started = time.monotonic()
+        with db.write(timeout=2) as w:              # this process: the thread lock is free
+            w.add("kept", docno="kept")
+        other = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+            import annodb
+            with annodb.open({str(path)!r}, timeout=2) as db, db.write() as w:
+                w.add("from another process", docno="other")
+        """)], capture_output=True, text=True, timeout=60)  # the flock is free too
+        assert other.returncode == 0, other.stderr
+        assert time.monotonic() - started < 30
+        with db.read() as r:
+            assert not r.has("lost") and r.has("kept") and r.has("other")
+
+
+def test_a_nested_write_in_the_same_thread_raises_at_once(db):
+    with db.write() as w:
+        w.add("outer", docno="o")
+        started = time.monotonic()
+        with pytest.raises(annodb.StorageError, match="already open in this thread"):
+            db.write(timeout=30)
+        assert time.monotonic() - started < 5
+    with db.read() as r:
+        assert r.has("o")
+    with db.write(timeout=1) as w:   # nothing was left held
+        w.add("next", docno="n")
+
+
+def test_writer_busy_names_the_timeout_it_was_given(db):
+    import fcntl
+    fd = os.open(os.path.join(db._env.path, "writer.lock"), os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)            # as another process's writer would
+        with pytest.raises(annodb.WriterBusyError) as err:
+            db.write(timeout=1)
+        assert "timeout (1s)" in str(err.value), str(err.value)
+        assert storage.seconds(4.99999) == "5s" and storage.seconds(0.25) == "0.25s"
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------- a reader who may not write
+
+def _as_nobody(tmp: str):
+    """(command prefix, subprocess keywords) that run a child as the user nobody, or None
+    where this process cannot switch users. setpriv drops root only at the exec (this
+    interpreter may live where nobody cannot reach, as under /root), and numba's cache is
+    copied where nobody may use it (numba needs a writable cache directory to load it)."""
+    import hashlib
+    import pwd
+    setpriv = shutil.which("setpriv")
+    if os.getuid() != 0 or setpriv is None:
+        return None
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        return None
+    kernels = Path(annodb.__file__).parent / "kernels"
+    cache = Path(tmp) / "numba-cache"
+    where = cache / ("kernels_" + hashlib.sha1(str(kernels).encode()).hexdigest())
+    shutil.copytree(kernels / "__pycache__", where, ignore=shutil.ignore_patterns("*.pyc"))
+    for path in [cache, *cache.rglob("*")]:
+        os.chown(path, nobody.pw_uid, nobody.pw_gid)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), HOME=tmp)
+    return ([setpriv, f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups"],
+            dict(env=env, cwd=tmp))
+
+
+def test_a_reader_who_may_not_write_lock_mdb_can_query(tmp_path):
+    """Another user's database (files 0644): the reader cannot take a slot in lock.mdb, so
+    it reads without it (MDB_NOLOCK), holding a shared flock on writer.lock per snapshot, so
+    it waits for a writer and no writer runs while it reads."""
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="annodb-ro-")      # (tmp_path's parents are 0700)
+    try:
+        os.chmod(tmp, 0o755)
+        found = _as_nobody(tmp)
+        if found is None:
+            pytest.skip("needs root and setpriv to run a reader as the user nobody")
+        prefix, nobody = found
+        path = os.path.join(tmp, "ro.db")
+        with annodb.open(path) as db, db.write() as w:
+            w.add("light was made on the first day", docno="a")
+        cli = prefix + [sys.executable, "-c", "from annodb_cli.main import annodb; annodb()"]
+        out = subprocess.run(cli + ["query", "--db", path, "--json", "light"],
+                             capture_output=True, text=True, timeout=300, **nobody)
+        assert out.returncode == 0, out.stderr
+        assert '"a"' in out.stdout
+        code = textwrap.dedent(f"""
+            import sys, time, annodb
+            db = annodb.open({path!r}, readonly=True, timeout=0.5)
+            print("open", flush=True)
+            sys.stdin.readline()                       # a writer is writing now
+            try:
+                db.read()
+            except annodb.WriterBusyError as err:
+                print("busy:", err, flush=True)
+            sys.stdin.readline()                       # the writer has committed
+            with db.read() as r:
+                print(r.count("light"), r.count("second"), flush=True)
+                sys.stdin.readline()                   # a writer tries now, and must wait
+                time.sleep(0.5)
+                print(r.count("second"), flush=True)
+        """)
+        reader = subprocess.Popen(prefix + [sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  **nobody)
+        assert reader.stdout.readline() == "open\n", reader.stderr.read()
+        with annodb.open(path) as db:
+            with db.write() as w:                      # the reader waits, then gives up
+                w.add("light again on the second day", docno="b")
+                reader.stdin.write("\n")
+                reader.stdin.flush()
+                busy = reader.stdout.readline()
+            reader.stdin.write("\n")
+            reader.stdin.flush()
+            assert reader.stdout.readline().split() == ["2", "1"], reader.stderr.read()
+            reader.stdin.write("\n")
+            reader.stdin.flush()
+            with pytest.raises(annodb.WriterBusyError):
+                db.write(timeout=0.2)                  # the reader's snapshot holds it off
+            out, err = reader.communicate(timeout=60)
+            assert out.split() == ["1"], err
+            with db.write(timeout=5) as w:             # free once the snapshot ended
+                w.add("third", docno="c")
+        assert busy.startswith("busy:") and "may not write lock.mdb" in busy, busy
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_damage_met_while_reading_is_an_error_and_stops_writes(db):
+    """Values LMDB hands over intact but that do not decode (a block whose header claims
+    more than it holds, a document that is not msgpack): DamagedError, never a read past
+    the block; after it, no write transaction begins in the process."""
+    with db.write() as w:
+        w.add("goth rock scene", docno="a")
+    txn = storage.Txn(db._env, write=True)
+    bad_block = bytes([storage.FLAG_POINTS | storage.FLAG_ZERO, 1, 1, 0]) + \
+        (1000).to_bytes(4, "little") + bytes(8) + b"\x01\x01"
+    txn.txn.put(_key(txn.feature_id("goth"), 0), bad_block, db=txn.dbs["blocks"])
+    txn.txn.put(storage.u64(0), b"\x04\xc1 not msgpack", db=txn.dbs["docs"])
+    txn.commit()
+    with db.read() as r:
+        with pytest.raises(annodb.DamagedError, match="the database is damaged: .*block"):
+            r.count("goth")
+        with pytest.raises(annodb.DamagedError, match="annodb check --db"):
+            r.document("a")
+        assert r.count("rock") == 1                      # what is intact still reads
+    with pytest.raises(annodb.DamagedError, match="nothing is written into a damaged"):
+        db.write()
+    problems = check(db)
+    assert any("'goth'" in p for p in problems) and any("docs:" in p for p in problems)

@@ -717,7 +717,7 @@ def test_sigterm_says_which_topics_are_complete_and_a_rerun_resumes(bible, tmp_p
     release = threading.Event()
     with FakeOpenAI([slow] * 200) as fake:
         child = subprocess.Popen(
-            [sys.executable, "-c", "from cli.vole import vole; vole()", "run", "--topics",
+            [sys.executable, "-c", "from annodb_cli.vole import vole; vole()", "run", "--topics",
              str(topics), "--db", bible, "--model", "m", "--base-url", fake.base_url,
              "--out", str(tmp_path / "out"), "--max-judgments", "5"],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -35,21 +35,17 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections import OrderedDict
-from dataclasses import replace
 from typing import Callable
 
 import msgspec
 
 import annodb
-from annodb import judgments as _judgments
 from annodb.errors import AnnodbError
+from annodb.protocol import Protocol, Session
 from annodb.ranking import DEPTH
-from annodb.protocol import hit_response, query_response
 
 from .errors import BackendError
 
-MAX_STATES = 512          # query states the local backend keeps (least recently used go)
 TIMEOUT = 300.0           # seconds to wait for a server reply
 MAX_REPLY = 64 << 20      # bytes in one reply line
 NOTE_PREFIX = "note:"
@@ -131,94 +127,31 @@ class Backend:
 
 
 class Local(Backend):
-    """annodb in this process, answering as `annodb serve` would (its own query states,
-    qids q0, q1, ...). `db` is an open Database or a path (then it is opened, not created,
-    and closed with the backend; `readonly` when nothing will be judged)."""
+    """annodb in this process, answering exactly as `annodb serve` does: the server's own
+    protocol (annodb.protocol) without the sockets, one connection's qids q0, q1, ...
+    `db` is an open Database or a path (then it is opened, not created, and closed with
+    the backend; `readonly` when nothing will be judged)."""
 
     def __init__(self, db, *, depth: int = DEPTH, container: str = ":",
                  fields: list[str] | None = None, readonly: bool = False, audit=None):
-        self._own = isinstance(db, (str, os.PathLike))
+        self._own = isinstance(db, (str, os.PathLike))  # else an open database or collection
         try:
             self.db = annodb.open(db, create=False, readonly=readonly) if self._own else db
+            self._protocol = Protocol(self.db, depth=depth, container=container,
+                                      fields=fields, query_timeout=None, max_postings=None)
         except AnnodbError as err:
             raise BackendError(str(err)) from None
-        self.depth = depth
-        self.container = container
-        self.fields = list(fields or [])
+        self._session = Session()
         self.audit = audit
-        self._states: OrderedDict[str, list] = OrderedDict()
-        self._issued = 0
 
     def close(self) -> None:
         if self._own:
             self.db.close()
 
     def _answer(self, request: dict) -> dict:
-        op = request["op"]
-        try:
-            return getattr(self, "_" + op)(request)
-        except AnnodbError as err:
-            if getattr(self.db, "_closed", False):
-                raise BackendError(str(err)) from None
-            return {"op": op, "ok": False, "error": str(err)}
-
-    def _query(self, request: dict) -> dict:
-        with self.db.read() as snap:
-            ranking = snap.rank(request["query"], depth=self.depth,
-                                container=self.container, lenient=True)
-            first = ranking.hit(0, snapshot=snap) if len(ranking) else None
-        qid = f"q{self._issued}"
-        self._issued += 1
-        self._states[qid] = [replace(ranking, snapshot=None), 1 if first else 0]
-        while len(self._states) > MAX_STATES:
-            self._states.popitem(last=False)
-        return query_response(qid, ranking, first)
-
-    def _next(self, request: dict) -> dict:
-        qid = request["qid"]
-        state = self._states.get(qid)
-        if state is None:
-            return {"op": "next", "ok": False,
-                    "error": f"Unknown qid {qid!r}: never issued, or evicted to bound "
-                             "memory; run the query again"}
-        self._states.move_to_end(qid)
-        ranking, position = state
-        if position >= len(ranking):
-            return {"op": "next", "ok": True, "qid": qid, "done": True}
-        state[1] = position + 1
-        with self.db.read() as snap:
-            hit = ranking.hit(position, snapshot=snap)
-        return hit_response("next", qid, hit)
-
-    def _document(self, request: dict) -> dict:
-        with self.db.read() as snap:
-            doc = snap.find(request["docno"])
-            if doc is None:
-                return {"op": "document", "ok": False,
-                        "error": f"Unknown docno {request['docno']!r}"}
-            return {"op": "document", "ok": True, "docno": doc.docno,
-                    "document": doc.display_text(self.fields)}
-
-    def _judge(self, request: dict) -> dict:
-        with self.db.write() as w:
-            done = _judgments.judge(w, request["topic"], request["docno"], request["grade"],
-                                    request["text"], request["call"])
-        return {"op": "judge", "ok": True, "topic": request["topic"], "docno": done.docno,
-                "grade": request["grade"], "note": done.note, "order": done.order,
-                "regraded": done.regraded}
-
-    def _judgments(self, request: dict) -> dict:
-        with self.db.read() as snap:
-            found, record = _judgments.judgments(snap, request["topic"])
-        return {"op": "judgments", "ok": True, "topic": request["topic"],
-                "judgments": msgspec.to_builtins(found),
-                "record": None if record is None else msgspec.to_builtins(record)}
-
-    def _topic(self, request: dict) -> dict:
-        fields = {k: v for k, v in request.items() if k != "op"}
-        with self.db.write() as w:
-            _judgments.record(w, msgspec.convert(fields, _judgments.Record))
-        return {"op": "topic", "ok": True, "topic": request["topic"]}
+        if getattr(self.db, "_closed", False):
+            raise BackendError(f"{self.db.path}: database is closed")
+        return _decode(self._protocol.respond(_encode(request), self._session))["response"]
 
 
 # ---------------------------------------------------------------- over TCP

@@ -1,5 +1,6 @@
 """The numba kernels (the only package that imports numba): the region algebra over
-GC-lists (algebra.py), the storage block codec (codec.py) and tokenizing (text.py).
+GC-lists (algebra.py), the storage block codec (codec.py), tokenizing (text.py) and BM25's
+counting (scoring.py).
 
 The modules are imported on first use of one of their names (`kernels.both_of`), not when
 annodb is: numba takes a fifth of a second to import, and `annodb --help` or a command that
@@ -20,7 +21,8 @@ _MODULES = {
     "text": ("token_spans", "intern_tokens", "LoneSurrogate"),
     "codec": ("encode_block", "block_bytes", "decode_block", "decode_blocks",
               "encode_point_groups", "append_point_groups", "block_bounds", "group_order",
-              "group_postings"),
+              "group_postings", "BadBlock"),
+    "scoring": ("document_frequencies", "merge_scores", "best_windows"),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
 

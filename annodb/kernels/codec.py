@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..errors import BadBlock  # noqa: F401 (raised here, re-exported by kernels)
 from .algebra import _floats, _pair
 
 _HEADER_SIZE = 16
@@ -395,6 +396,45 @@ def _decode_block(buf):
     return s, e, v
 
 
+
+@njit(cache=True, nogil=True)
+def _first_bad_block(buf, offsets, empty_ok):
+    """The index of the first block of buf (block i = buf[offsets[i]:offsets[i+1]]) whose
+    length is not what its header says (widths known, 1 or more intervals), or -1. Empty
+    blocks are allowed when empty_ok. Decoding trusts these headers, so a damaged one must
+    be refused before (it would read past the block)."""
+    for b in range(len(offsets) - 1):
+        pos, end = offsets[b], offsets[b + 1]
+        size = end - pos
+        if size == 0 and empty_ok:
+            continue
+        if pos < 0 or end > len(buf) or size < _HEADER_SIZE:
+            return b
+        flags, sw, lw = np.int64(buf[pos]), np.int64(buf[pos + 1]), np.int64(buf[pos + 2])
+        n = _get_uint(buf, pos + 4, 4)
+        if n < 1 or (flags | _FLAG_POINTS | _FLAG_ZERO) != (_FLAG_POINTS | _FLAG_ZERO):
+            return b
+        for w in (sw, lw):
+            if not (w == 1 or w == 2 or w == 4 or w == 8 or
+                    (w & PACKED and 1 <= (w & 127) <= MAX_PACKED_BITS)):
+                return b
+        want = _HEADER_SIZE + _stream_bytes(sw, n - 1)
+        if not flags & _FLAG_ZERO:
+            want += 8 * n
+        if not flags & _FLAG_POINTS:
+            want += _stream_bytes(lw, n)
+        if want != size:
+            return b
+    return -1
+
+
+def _check_blocks(buf, offsets, empty_ok=False) -> None:
+    bad = _first_bad_block(buf, offsets, empty_ok)
+    if bad >= 0:
+        raise BadBlock(f"stored block {bad} of {len(offsets) - 1} is damaged (its header "
+                       "does not match its length)")
+
+
 def block_bytes(header: bytes) -> int | None:
     """The size a block's 16-byte header says it has, or None for unknown widths."""
     flags, sw, lw, n = header[0], header[1], header[2], int.from_bytes(header[4:8], "little")
@@ -419,8 +459,10 @@ def encode_block(starts, ends, values) -> bytes:
 
 
 def decode_block(buf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The GC-list stored in one block."""
-    return _decode_block(np.frombuffer(buf, dtype=np.uint8))
+    """The GC-list stored in one block (BadBlock if its header does not match it)."""
+    b = np.frombuffer(buf, dtype=np.uint8)
+    _check_blocks(b, np.array([0, len(b)], dtype=np.int64))
+    return _decode_block(b)
 
 
 def encode_point_groups(addresses, bounds, budget: int, max_count: int):
@@ -589,6 +631,7 @@ def decode_blocks(buf, offsets):
     empty (the caller supplies zeros)."""
     b = np.frombuffer(buf, dtype=np.uint8) if not isinstance(buf, np.ndarray) else buf
     o = np.ascontiguousarray(offsets, dtype=np.int64)
+    _check_blocks(b, o)
     return _decode_blocks(b, o)
 
 
@@ -844,6 +887,7 @@ def append_point_groups(last_blocks, last_offsets, addresses, bounds, budget: in
     b = np.ascontiguousarray(bounds, dtype=np.int64)
     if len(lo) != len(b):
         raise ValueError("one last block (possibly empty) per group")
+    _check_blocks(lb, lo, empty_ok=True)
     return _append_point_groups(lb, lo, a, b, int(budget), int(max_count))
 
 

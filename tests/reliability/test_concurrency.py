@@ -206,6 +206,6 @@ def test_three_ingests_of_the_same_files_at_once(tmp_path, figures):
             assert sorted(docnos) == sorted(f"b{i}.0.1" for i in range(n))
             assert r.count(":") == n
     figures.update(documents=n, processes=3, added=[s["added"] for s in summaries],
-                   skipped=[s["skipped"] for s in summaries],
+                   present=[s["present"] for s in summaries],
                    seconds=round(time.perf_counter() - started, 1))
     assert sum(s["added"] for s in summaries) == n

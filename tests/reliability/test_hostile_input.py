@@ -502,7 +502,7 @@ def test_ingest_malformed_input(tmp_path, fmt):
     after = state(path)
     assert after[0][:len(before[0])] == before[0]      # what was there is untouched
     code, err = cli("ingest", "--db", path, src)          # again: all skipped, reported
-    assert code == 0 and "Traceback" not in err and "annodb: skipped" in err, err
+    assert code == 1 and "Traceback" not in err and "annodb: skipped" in err, err
 
 
 def test_ingest_invalid_utf8_plain_text_and_gzip(tmp_path):
@@ -595,7 +595,8 @@ def test_ingest_duplicate_docnos(tmp_path):
     src.write_text("n1\tfirst\nn1\tsecond\nbase1\tclash with the database\nn2\tother\n"
                    "n2\tagain\n")
     summary = ingest(path, [src], batch_size=2)            # duplicates across batches too
-    assert (summary.added, summary.skipped, summary.duplicates) == (2, 1, 2), summary
+    assert (summary.added, summary.present, summary.duplicates, summary.skipped) == (
+        2, 1, 2, 2), summary
     assert any(f"{src}:2: duplicate docno 'n1'" in w for w in summary.warnings)
     with annodb.open(path, readonly=True) as db, db.read() as r:
         assert r.document("n1").text == "first" and r.document("n2").text == "other"
@@ -614,8 +615,9 @@ def test_ingest_missing_and_unreadable_inputs(tmp_path):
     good = tmp_path / "good.tsv"
     good.write_text("ok1\tgood\n")
     before = state(path)
+    (tmp_path / "empty").mkdir()
     for bad, words in ((tmp_path / "missing.jsonl", "no such file"),
-                       (tmp_path, "is a directory")):
+                       (tmp_path / "empty", "no files in this directory")):
         with pytest.raises(IngestError, match=words):
             ingest(path, [good, bad])                     # checked before anything is written
         code, err = cli("ingest", "--db", path, good, bad)

@@ -30,7 +30,7 @@ import annodb
 import vole_policy
 from annodb.check import check
 from annodb.ingest import ingest
-from cli.vole import vole
+from annodb_cli.vole import vole
 from fake_openai import FakeOpenAI
 
 from .workload import SEED, size
@@ -130,7 +130,7 @@ def test_vole_run_killed_at_random_points_resumes_exactly(tmp_path, collection, 
         killer = Killer(*kill_point(rng, trial, trials, calls))
         with FakeOpenAI([killer] * 400) as fake:
             child = subprocess.Popen(
-                [sys.executable, "-c", "from cli.vole import vole; vole()",
+                [sys.executable, "-c", "from annodb_cli.vole import vole; vole()",
                  *vole_args(tmp_path, out, fake.base_url, ["--db", db])],
                 cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             killer.pid = child.pid
@@ -151,7 +151,7 @@ class Served:
 
     def __init__(self, db):
         self.child = subprocess.Popen(
-            [sys.executable, "-c", "from cli.main import annodb; annodb()", "serve", "--db",
+            [sys.executable, "-c", "from annodb_cli.main import annodb; annodb()", "serve", "--db",
              db, "--port", "0"], cwd=REPO, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, text=True)
         line = self.child.stderr.readline()

@@ -1,0 +1,477 @@
+"""BM25, BM25F and sparse-vector (impact) scores over the annotative index, and their
+exact top-k under dynamic pruning (DESIGN §5).
+
+Everything comes from what the index holds: a term's frequency in a container is the
+number of its postings inside the container's interval, a container's length is its
+interval's (q - p + 1: its tokens), and the collection's statistics are stored (storage's
+counts hold each word's document frequency, its meta the documents, tokens and fields).
+
+**BM25** is Lucene's (as Anserini and Pyserini use it, and bm25s with method="lucene"):
+
+    idf(t)    = ln(1 + (N - df + 0.5) / (df + 0.5))
+    w(t, d)   = idf(t) * tf / (tf + k1 * (1 - b + b * len(d) / avglen))
+    score(d)  = sum over the query's distinct terms t of qtf(t) * w(t, d)
+
+N is the live documents, avglen their tokens / N, k1 = 0.9 and b = 0.4 by default
+(Anserini's). A term that stands for several words (a word and the words sharing its
+Snowball stem, conflated as a stemming index would) has the sum of their tf, and the sum
+of their df (at most N: an upper bound of its documents, exact when the forms do not
+share one). The containers ranked are the documents by default; any other container
+(a filter such as `(>> : user:alice)`, or fields) is scored with its own tf and length and
+the collection's df, N and avglen. An erase inside a document leaves its length as it was.
+
+**BM25F** (Robertson and Zaragoza), over fields f with weights w_f and b_f:
+
+    tf~(t, d) = sum_f w_f * tf_f / (1 - b_f + b_f * len_f(d) / avglen_f)
+    w(t, d)   = idf(t) * tf~ / (k1 + tf~)
+
+tf_f counts the postings inside d's f-intervals, len_f(d) their tokens, avglen_f the
+tokens of f over the documents having f (meta "fields"); the idf is the document's.
+
+**Sparse vectors** (SPLADE or any learned-sparse encoder): a record's `{term: weight}`
+field F is stored as the features `F:term` over the record with the weight as value;
+score(d) = sum over the query's terms of q(t) * v(t, d), v the values of `F:t` inside d.
+Stored weights are >= 0 (ingest refuses others).
+
+**Top-k** is MaxScore (Turtle and Flood 1995) over whole terms: each term's contribution
+is bounded (idf x qtf for BM25 and BM25F, as tf grows; q(t) x the list's stored value
+bound for sparse), terms are taken from the highest bound down, and once the bounds of the
+terms left sum below the k-th best score so far, a container holding none of the terms
+read can no longer enter the top k: those terms are read only inside the candidates left,
+and every candidate whose score so far plus the bounds left falls below the k-th best is
+dropped before each. Partial scores only grow, so the k-th best partial score bounds the
+final k-th best from below and nothing that belongs in the top k is dropped: the result
+is the exhaustive one, scores added in the same order (`prune=False` computes that).
+Before a long list would be read whole, the k best candidates' scores are completed
+(each list left probed in the few blocks holding them): their least is a floor under the
+final k-th best too, and often ends the reading of whole lists (a question's "the").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import kernels
+from .errors import RankingError
+from .gcl import Evaluator, Region, list_name
+from .lists import EMPTY_F, EMPTY_I, Intervals
+from .query import Combine, Compare, Link, Node, Term
+
+K1 = 0.9
+B = 0.4
+SLACK = 1e-9  # relative margin of the pruning comparisons (sums added in another order)
+
+
+# scoring --------------------------------------------------------------------------------
+
+def idf(df, n):
+    """Lucene's idf of a term held by df of n documents (always > 0)."""
+    return np.log(1.0 + (n - df + 0.5) / (df + 0.5))
+
+
+def saturation(tf, length, avglen, k1: float, b: float):
+    """Lucene's BM25 term-frequency part: tf / (tf + k1 * (1 - b + b * length / avglen))."""
+    return tf / (tf + k1 * (1.0 - b + b * length / avglen))
+
+
+# settings -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Field:
+    """A field BM25F scores: its short name (`title:`), weight and length normalisation."""
+
+    name: str
+    weight: float = 1.0
+    b: float = B
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """BM25's parameters, BM25F's fields (empty: plain BM25) and the sparse field."""
+
+    k1: float = K1
+    b: float = B
+    fields: tuple[Field, ...] = ()
+    sparse: str | None = None
+
+
+def number(value, name: str, lo: float, hi: float = math.inf) -> float:
+    """value as a float in [lo, hi], or RankingError naming it."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise RankingError(f"{name} must be a number, not {value!r}") from None
+    if not (lo <= x <= hi) or math.isnan(x):
+        where = f"between {lo:g} and {hi:g}" if hi < math.inf else f">= {lo:g}"
+        raise RankingError(f"{name} must be {where}, not {value!r}")
+    return x
+
+
+def field_name(name: str) -> str:
+    """A field's short-name feature: `title` and `title:` are `title:`."""
+    if not isinstance(name, str) or not name.strip(":"):
+        raise RankingError(f"a field is named by its short name, like title or title:, not "
+                           f"{name!r}")
+    return name if name.endswith(":") else name + ":"
+
+
+def scoring(k1=None, b=None, fields=None, sparse=None) -> Scoring:
+    """Validated Scoring. fields: names (weight 1), {name: weight}, {name: (weight, b)} or
+    Field objects; RankingError says what is wrong."""
+    k1 = K1 if k1 is None else number(k1, "k1", 0.0, 1e6)
+    b = B if b is None else number(b, "b", 0.0, 1.0)
+    made = []
+    if fields:
+        if isinstance(fields, dict):
+            items = fields.items()
+        elif isinstance(fields, (list, tuple)):
+            items = [(f, None) for f in fields]
+        else:
+            raise RankingError(f"fields must be a list of names or a dict of weights, not "
+                               f"{type(fields).__name__}")
+        for name, spec in items:
+            if isinstance(name, Field):
+                name, spec = name.name, (name.weight, name.b)
+            weight, fb = 1.0, b
+            if isinstance(spec, (tuple, list)):
+                if len(spec) != 2:
+                    raise RankingError(f"field {name!r}: give a weight or (weight, b), not "
+                                       f"{spec!r}")
+                weight, fb = spec
+            elif spec is not None:
+                weight = spec
+            made.append(Field(field_name(name), number(weight, f"the weight of {name!r}",
+                                                        1e-9, 1e9),
+                              number(fb, f"b of {name!r}", 0.0, 1.0)))
+        names = [f.name for f in made]
+        if len(set(names)) != len(names):
+            raise RankingError(f"a field is given twice: {names}")
+    if sparse is not None and (not isinstance(sparse, str) or not sparse):
+        raise RankingError(f"the sparse field is a name, not {sparse!r}")
+    return Scoring(k1, b, tuple(made), sparse)
+
+
+# queries -------------------------------------------------------------------------------
+
+def query_words(node: Node) -> list[tuple[str, int]]:
+    """The words a GCL query scores, with how often it names each: the words of its terms
+    and phrases, except those only a negation names (the B of `(!< A B)`, `(!> A B)`)."""
+    counts: dict[str, int] = {}
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, Term):
+            for t in n.tokens:
+                counts[t] = counts.get(t, 0) + 1
+        elif isinstance(n, Combine):
+            todo.extend(n.args[:1] if n.op in ("!<", "!>") else n.args)
+        elif isinstance(n, (Link, Compare)):
+            todo.append(n.arg)
+    return sorted(counts.items())
+
+
+# containers ----------------------------------------------------------------------------
+
+class _Boxes:
+    """The containers ranked: a feature's list (documents: `:`) probed by blocks, or the
+    intervals of any other GCL expression, evaluated whole."""
+
+    def __init__(self, ev: Evaluator, cnode: Node):
+        self.ev = ev
+        self.name = list_name(cnode)
+        self.node = cnode
+
+    def holding(self, s: np.ndarray, e: np.ndarray) -> Intervals:
+        """The containers holding one of the sorted intervals (s, e)."""
+        if self.name is not None:
+            return self.ev.lists.containing(self.name, s, e)
+        boxes = self.ev.eval(self.node)
+        return boxes.take(kernels.containing(boxes.starts, boxes.ends, s, e))
+
+
+def _inside_counts(s, e, los, his):
+    """For each range [los[r], his[r]] (a GC-list), how many of the intervals (s, e), a
+    GC-list, lie inside it: the index range [first start >= lo, last end <= hi]."""
+    a = np.searchsorted(s, los, side="left")
+    z = np.searchsorted(e, his, side="right")
+    return a, np.maximum(z, a)
+
+
+def _sums_inside(s, e, values, los, his):
+    """The sum of the values of the intervals inside each range (see _inside_counts)."""
+    a, z = _inside_counts(s, e, los, his)
+    total = np.concatenate(([0.0], np.cumsum(values, dtype=np.float64)))
+    return total[z] - total[a]
+
+
+# terms ---------------------------------------------------------------------------------
+
+class _Term:
+    """One query term: `bound` bounds its contribution to any container; `everywhere()`
+    gives the containers holding it with its contributions, `at(s, e, region)` its
+    contributions to the given containers (zeros where it is absent); `size()` the
+    intervals everywhere() reads."""
+
+    bound: float
+
+    def size(self) -> int:
+        raise NotImplementedError
+
+    def everywhere(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def at(self, s: np.ndarray, e: np.ndarray, region: Region) -> np.ndarray:
+        raise NotImplementedError
+
+
+class _Words(_Term):
+    """A word (or a word and its forms, conflated) scored by BM25, or BM25F over fields."""
+
+    def __init__(self, ev, boxes, forms, weight, term_idf, stats):
+        self.ev, self.boxes, self.forms = ev, boxes, forms
+        self.factor = weight * term_idf
+        self.bound = self.factor
+        self.stats = stats
+
+    def size(self) -> int:
+        return sum(self.ev.lists.count(f) for f in self.forms)
+
+    def _postings(self, region: Region | None) -> np.ndarray:
+        parts = []
+        for f in self.forms:
+            got = self.ev._whole(f) if region is None else \
+                self.ev.lists.inside(f, region.los, region.his)
+            parts.append(got.starts)
+        points = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
+        self.ev.charge(len(points))
+        return points
+
+    def everywhere(self):
+        points = self._postings(None)
+        boxes = self.boxes.holding(points, points)
+        c = self._score(points, boxes.starts, boxes.ends)
+        keep = c > 0
+        return boxes.starts[keep], boxes.ends[keep], c[keep]
+
+    def at(self, s, e, region):
+        return self._score(self._postings(region), s, e)
+
+    def _score(self, points, s, e) -> np.ndarray:
+        st = self.stats
+        a, z = _inside_counts(points, points, s, e)
+        tf = (z - a).astype(np.float64)
+        if not st.scoring.fields:
+            c = self.factor * saturation(tf, (e - s + 1).astype(np.float64), st.avglen,
+                                         st.scoring.k1, st.scoring.b)
+            return np.where(tf > 0, c, 0.0)
+        tilde = np.zeros(len(s))
+        for f in st.scoring.fields:
+            fi = st.field_intervals(self.ev, f.name, s, e)
+            fa, fz = _inside_counts(points, points, fi.starts, fi.ends)
+            per = (fz - fa).astype(np.float64)  # postings in each field interval
+            tf_f = _sums_inside(fi.starts, fi.ends, per, s, e)
+            len_f = _sums_inside(fi.starts, fi.ends, (fi.ends - fi.starts + 1), s, e)
+            norm = 1.0 - f.b + f.b * len_f / st.field_avg(f.name)
+            tilde += np.where(tf_f > 0, f.weight * tf_f / np.where(norm > 0, norm, 1.0), 0.0)
+        c = self.factor * (tilde / (st.scoring.k1 + tilde))
+        return np.where(tilde > 0, c, 0.0)
+
+
+class _Sparse(_Term):
+    """A sparse-vector term: the feature F:term, each container scored q x its values."""
+
+    def __init__(self, ev, boxes, feature, weight, high):
+        self.ev, self.boxes, self.feature, self.weight = ev, boxes, feature, weight
+        self.bound = weight * high
+
+    def size(self) -> int:
+        return self.ev.lists.count(self.feature)
+
+    def _score(self, iv: Intervals, s, e) -> np.ndarray:
+        return self.weight * _sums_inside(iv.starts, iv.ends, iv.values, s, e)
+
+    def everywhere(self):
+        iv = self.ev._whole(self.feature)
+        self.ev.charge(len(iv))
+        boxes = self.boxes.holding(iv.starts, iv.ends)
+        c = self._score(iv, boxes.starts, boxes.ends)
+        keep = c > 0
+        return boxes.starts[keep], boxes.ends[keep], c[keep]
+
+    def at(self, s, e, region):
+        iv = self.ev.lists.inside(self.feature, region.los, region.his)
+        self.ev.charge(len(iv))
+        return self._score(iv, s, e)
+
+
+# statistics ----------------------------------------------------------------------------
+
+class Statistics:
+    """What scoring needs of the collection: N, the average length, each word's df, the
+    fields' averages, taken from `known` (statistics.Statistics, Snapshot.statistics: a
+    database's, or a sharded collection's summed over its shards, so that each shard
+    scores as one database would)."""
+
+    def __init__(self, settings: Scoring, known):
+        self.scoring = settings
+        self.known = known
+        self.n = known.documents
+        self.avglen = known.tokens / self.n if self.n and known.tokens else 1.0
+
+    def df(self, word: str) -> int:
+        return self.known.df.get(word, 0)
+
+    def high(self, feature: str) -> float:
+        return self.known.high.get(feature, 0.0)
+
+    def field_avg(self, name: str) -> float:
+        docs, tokens = self.known.fields.get(name, (0, 0))
+        return tokens / docs if docs else 1.0
+
+    def field_intervals(self, ev: Evaluator, name: str, s: np.ndarray, e: np.ndarray
+                        ) -> Intervals:
+        """The intervals of field `name` inside the containers (s, e)."""
+        region = Region.around(Intervals(s, e, EMPTY_F))
+        return ev.lists.inside(name, region.los, region.his)
+
+
+def check_fields(settings: Scoring, known) -> None:
+    """RankingError for a BM25F field no document has (a typo), listing the fields."""
+    for f in settings.fields:
+        if not known.fields.get(f.name, (0, 0))[0]:
+            have = sorted(k for k, v in known.fields.items() if v[0])
+            raise RankingError(f"no document has the field {f.name!r}; the fields are: "
+                               f"{', '.join(have) or '(none)'}")
+
+
+# top k ---------------------------------------------------------------------------------
+
+def word_terms(ev, cnode, settings: Scoring, words, known) -> list[_Term]:
+    """BM25 (or BM25F) terms for [(forms, weight)]: each a word, or a word and its forms,
+    weighed by the collection statistics `known` (statistics.Statistics of every form)."""
+    check_fields(settings, known)
+    stats = Statistics(settings, known)
+    boxes = _Boxes(ev, cnode)
+    out = []
+    for forms, weight in words:
+        df = min(sum(stats.df(f) for f in forms), max(stats.n, 1))  # (the collection's)
+        forms = [f for f in forms if ev.lists.count(f)]  # (those this database holds)
+        if not forms or weight <= 0:
+            continue
+        out.append(_Words(ev, boxes, forms, float(weight),
+                          float(idf(df, max(stats.n, 1))), stats))
+    return out
+
+
+def sparse_terms(ev, cnode, settings: Scoring, weights, known) -> list[_Term]:
+    """Sparse terms for [(term, query weight)] of the field settings.sparse, bounded by
+    the collection statistics `known`."""
+    stats = Statistics(settings, known)
+    boxes = _Boxes(ev, cnode)
+    out = []
+    for term, weight in weights:
+        feature = f"{settings.sparse}:{term}"
+        if weight > 0 and ev.lists.count(feature):
+            out.append(_Sparse(ev, boxes, feature, float(weight), stats.high(feature)))
+    return out
+
+
+def top(terms: list[_Term], k: int, matches: Intervals | None = None, *,
+        prune: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The best k containers by the sum of the terms' contributions (starts, ends,
+    scores), by score descending, ties by start. Without `matches`, the containers
+    holding a term with a positive score; with them (a GCL query's matching containers,
+    a GC-list), those containers only, every one a result (score 0 too)."""
+    order = sorted(range(len(terms)), key=lambda i: -terms[i].bound)
+    terms = [terms[i] for i in order]
+    bounds = np.array([t.bound for t in terms], dtype=np.float64)
+    rest = np.concatenate((np.cumsum(bounds[::-1])[::-1], [0.0]))  # bound of terms i..
+    floor = 0.0  # the least of k containers' whole scores: the k-th best is no lower
+    i = 0
+    if matches is None:
+        cs, ce, sc = EMPTY_I, EMPTY_I, EMPTY_F
+        while i < len(terms):
+            if prune and len(sc) >= k > 0:
+                if rest[i] * (1 + SLACK) < max(_kth(sc, k), floor):
+                    break  # no container holding none of the terms so far can enter
+                if terms[i].size() > LEADERS_OVER:  # before reading a long list whole
+                    floor = max(floor, _leaders(terms, i, cs, ce, sc, k))
+                    if rest[i] * (1 + SLACK) < floor:
+                        break
+            s, e, c = terms[i].everywhere()
+            cs, ce, sc = kernels.merge_scores(cs, ce, sc, s, e, c)
+            i += 1
+    else:
+        cs, ce, sc = matches.starts, matches.ends, np.zeros(len(matches))
+    while i < len(terms) and len(cs):
+        if prune and len(sc) > k:
+            keep = (sc + rest[i]) * (1 + SLACK) >= max(_kth(sc, k), floor) if k else \
+                np.zeros(len(sc), bool)
+            if not keep.all():
+                cs, ce, sc = cs[keep], ce[keep], sc[keep]
+                if not len(cs):
+                    break
+        sc = sc + terms[i].at(cs, ce, _region(cs, ce))
+        i += 1
+    pick = np.lexsort((cs, -sc))
+    if matches is None:
+        pick = pick[sc[pick] > 0]
+    pick = pick[:max(k, 0)]
+    return cs[pick], ce[pick], sc[pick]
+
+
+LEADERS_OVER = 50_000  # a term with more postings than this is read whole only when needed
+
+
+def _leaders(terms, i, cs, ce, sc, k) -> float:
+    """The least whole score of the k containers best so far (terms i.. added where they
+    are): a lower bound of the final k-th best, found by probing a few blocks of each
+    list left, which can spare reading a long one whole."""
+    best = np.sort(np.argpartition(-sc, k - 1)[:k])
+    s, e = cs[best], ce[best]
+    region = _region(s, e)
+    whole = sc[best].copy()
+    for t in terms[i:]:
+        whole += t.at(s, e, region)
+    return float(whole.min())
+
+
+def _region(s, e) -> Region:
+    return Region.around(Intervals(s, e, EMPTY_F))
+
+
+def _kth(scores: np.ndarray, k: int) -> float:
+    """The k-th largest score (len(scores) >= k >= 1)."""
+    return float(np.partition(scores, len(scores) - k)[len(scores) - k])
+
+
+# what a hit shows ----------------------------------------------------------------------
+
+def covers(ev: Evaluator, words: list[tuple[str, ...]], s: np.ndarray, e: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """For each container (s, e): the shortest window holding each of the query's terms
+    that it holds (a term: one of the words of a tuple), the first of the shortest; its
+    first address where it holds none. What a BM25 or sparse hit's snippet shows."""
+    if not len(s):
+        return EMPTY_I, EMPTY_I
+    order = np.argsort(s, kind="stable")
+    ss, se = s[order], e[order]
+    region = _region(ss, se)
+    addrs, ids = [], []
+    for i, forms in enumerate(words):
+        for w in forms:
+            found = ev.lists.inside(w, region.los, region.his).starts
+            addrs.append(found)
+            ids.append(np.full(len(found), i, np.int64))
+    cs, ce = np.full(len(s), -1, np.int64), np.full(len(s), -1, np.int64)
+    if addrs:
+        a = np.concatenate(addrs)
+        pick = np.argsort(a, kind="stable")
+        ws, we = kernels.best_windows(a[pick], np.concatenate(ids)[pick], len(words), ss, se)
+        cs[order], ce[order] = ws, we
+    none = cs < 0
+    cs[none], ce[none] = s[none], s[none]
+    return cs, ce

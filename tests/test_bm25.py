@@ -1,0 +1,388 @@
+"""BM25, BM25F and sparse-vector ranking against their definitions (naive.py), the pruned
+top-k against the exhaustive one, the stored statistics against the lists, and BM25
+against the bm25s package (method="lucene")."""
+
+import math
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import annodb
+from annodb import bm25, kernels
+from annodb.check import check
+from annodb.gcl import Evaluator
+from annodb.query import Feature
+
+import naive
+
+SETTINGS = settings(max_examples=int(os.environ.get("BM25_EXAMPLES", "100")),
+                    deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                           HealthCheck.function_scoped_fixture])
+# a skewed vocabulary: some words in most documents, some in few
+WORDS = ["a", "a", "a", "b", "b", "c", "d", "e", "f", "g"]
+DOC = Feature(":")
+
+
+@st.composite
+def collections(draw, max_docs=25):
+    docs = draw(st.lists(st.lists(st.sampled_from(WORDS), max_size=12), min_size=1,
+                         max_size=max_docs))
+    size = sum(max(len(d), 1) for d in docs)
+    erased = draw(st.lists(st.tuples(st.integers(0, size - 1), st.integers(0, 3)),
+                           max_size=3))
+    deleted = draw(st.sets(st.integers(0, len(docs) - 1), max_size=3))
+    return docs, [(p, min(p + d, size - 1)) for p, d in erased], sorted(deleted)
+
+
+queries = st.lists(st.tuples(st.sampled_from(sorted(set(WORDS)) + ["zz"]),
+                             st.integers(1, 3)), min_size=1, max_size=5, unique_by=lambda x: x[0])
+
+
+def build(path, docs, erased, deleted):
+    """The database and its model: documents in one transaction, erases and deletions in
+    a second (df kept through both)."""
+    model = naive.Model()
+    db = annodb.open(path)
+    with db.write() as w:
+        for i, toks in enumerate(docs):
+            w.add(" ".join(toks), docno=f"d{i}")
+            model.add(f"d{i}", toks)
+    with db.write() as w:
+        for p, q in erased:
+            w.erase(p, q)
+            model.erase(p, q)
+        for i in deleted:
+            doc = next((d for d in model.docs if d[0] == f"d{i}"), None)
+            if doc is not None:
+                assert w.delete(f"d{i}")
+                model.erase(doc[1], doc[2])
+    return db, model
+
+
+def engine_top(r, query, k, prune=True, k1=0.9, b=0.4):
+    ev = Evaluator(r)
+    terms = bm25.word_terms(ev, DOC, bm25.Scoring(k1, b), [((w,), n) for w, n in query],
+                            r.statistics([w for w, _ in query]))
+    s, _, sc = bm25.top(terms, k, prune=prune)
+    return s, sc
+
+
+def named(r, starts, scores):
+    return [(r.document_at(s).docno, x) for s, x in zip(starts.tolist(), scores.tolist())]
+
+
+def same_ranking(got, want):
+    """Equal docnos and scores (to 1e-9), allowing reordering among near ties only."""
+    assert len(got) == len(want), (got, want)
+    for (gd, gs), (wd, ws) in zip(got, want):
+        assert math.isclose(gs, ws, rel_tol=1e-9, abs_tol=1e-12), (got, want)
+    assert {d for d, _ in got} == {d for d, _ in want} or \
+        sorted(s for _, s in got) == pytest.approx(sorted(s for _, s in want))
+    for (gd, gs), (wd, ws) in zip(got, want):
+        if gd != wd:  # a tie in exact arithmetic, summed in another order
+            assert math.isclose(gs, ws, rel_tol=1e-9)
+
+
+@SETTINGS
+@given(collections(), queries, st.integers(0, 12), st.sampled_from([(0.9, 0.4), (1.2, 0.75),
+                                                                      (0.0, 0.0), (2.0, 1.0)]))
+def test_bm25_equals_its_definition_and_pruning_changes_nothing(tmp_path_factory, coll, query,
+                                                                k, params):
+    db, model = build(str(tmp_path_factory.mktemp("b") / "db"), *coll)
+    k1, b = params
+    with db.read() as r:
+        pruned = engine_top(r, query, k, True, k1, b)
+        full = engine_top(r, query, k, False, k1, b)
+        assert np.array_equal(pruned[0], full[0]) and np.array_equal(pruned[1], full[1])
+        same_ranking(named(r, *pruned),
+                     naive.bm25(model, [((w,), n) for w, n in query], k, k1, b))
+    db.close()
+
+
+@SETTINGS
+@given(st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=30), min_size=20,
+                max_size=80), queries, st.integers(1, 4))
+def test_pruning_on_larger_collections(tmp_path_factory, docs, query, k):
+    """Enough documents, and few results wanted, for pruning to drop most candidates."""
+    db, model = build(str(tmp_path_factory.mktemp("p") / "db"), docs, [], [])
+    with db.read() as r:
+        full = engine_top(r, query, k, False)
+        for leaders in (bm25.LEADERS_OVER, 0):  # 0: the leaders' scores before every term
+            old, bm25.LEADERS_OVER = bm25.LEADERS_OVER, leaders
+            try:
+                pruned = engine_top(r, query, k, True)
+            finally:
+                bm25.LEADERS_OVER = old
+            assert np.array_equal(pruned[0], full[0]) and np.array_equal(pruned[1], full[1])
+    db.close()
+
+
+@SETTINGS
+@given(collections())
+def test_document_frequencies_are_kept_through_adds_erases_and_deletes(tmp_path_factory,
+                                                                        coll):
+    db, model = build(str(tmp_path_factory.mktemp("f") / "db"), *coll)
+    assert check(db) == []
+    with db.read() as r:
+        for w in set(WORDS):
+            want = sum(1 for d in model.docs if any(d[1] <= p <= d[2] for p, _, _ in
+                                                    model.feature(w)))
+            assert r.lists.statistics(w)[0] == want, w
+    db.close()
+
+
+def test_a_document_added_and_deleted_in_one_transaction_leaves_no_df(tmp_path):
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        w.add("keep this", docno="a")
+        w.add("gone this fleeting", docno="b")
+        w.delete("b")
+    with db.read() as r:
+        assert [r.lists.statistics(x)[0] for x in ("keep", "this", "gone", "fleeting")] == \
+            [1, 1, 0, 0]
+    assert check(db) == []
+
+
+def test_an_annotated_word_has_its_df_counted_at_query_time(tmp_path):
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        a = w.add("rare word here", docno="a")
+        w.add("another text", docno="b")
+        w.annotate("rare", a.end, a.end)  # a posting written as an annotation
+    with db.read() as r:
+        assert r.lists.statistics("rare") == (None, None)
+        assert [h.docno for h in r.search_text("rare", rank="bm25")] == ["a"]
+    assert check(db) == []
+
+
+@SETTINGS
+@given(collections(max_docs=12), queries, st.integers(1, 8))
+def test_gcl_bm25_ranks_exactly_the_matches(tmp_path_factory, coll, query, k):
+    """rank="bm25" on a GCL query: the same containers as SSR, ordered by BM25 over the
+    query's words (every match is a result, score 0 too)."""
+    db, model = build(str(tmp_path_factory.mktemp("g") / "db"), *coll)
+    words = [w for w, _ in query]
+    gcl = words[0] if len(words) == 1 else "(+ " + " ".join(words) + ")"
+    with db.read() as r:
+        ssr = r.search(gcl, k=1000)
+        got = r.search(gcl, k=k, rank="bm25")
+        scores = dict(naive.bm25(model, [((w,), 1) for w in words], 1000))
+        want = sorted(((scores.get(h.docno, 0.0), h.start, h.docno) for h in ssr),
+                      key=lambda x: (-x[0], x[1]))[:k]
+        same_ranking([(h.docno, h.score) for h in got], [(d, s) for s, _, d in want])
+    db.close()
+
+
+def test_bm25_agrees_with_bm25s_lucene():
+    """Scores to 1e-6 against the bm25s package (method="lucene"), same tokens, no
+    stemming, on the bundled Bible sample."""
+    bm25s = pytest.importorskip("bm25s")
+    from annodb.tokenizer import tokens
+    path = os.path.join(os.path.dirname(__file__), "..", "examples", "bible-sample.jsonl")
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        db = annodb.open(os.path.join(tmp, "db"))
+        from annodb import ingest
+        ingest.ingest(db, [path])
+        with db.read() as r:
+            docs = list(r.documents())
+            corpus = [tokens(d.text) for d in docs]
+            for k1, b in ((0.9, 0.4), (1.2, 0.75)):
+                ref = bm25s.BM25(method="lucene", k1=k1, b=b, dtype="float64")
+                ref.index(corpus, show_progress=False)
+                for query in (["god", "light"], ["waters", "the", "earth"],
+                              ["and", "and", "lord", "spirit"], ["firmament"]):
+                    want = ref.get_scores(query)
+                    counted = {}
+                    for w in query:
+                        counted[w] = counted.get(w, 0) + 1
+                    s, sc = engine_top(r, list(counted.items()), len(docs), True, k1, b)
+                    got = np.zeros(len(docs))
+                    at = {d.start: i for i, d in enumerate(docs)}
+                    for start, score in zip(s.tolist(), sc.tolist()):
+                        got[at[start]] = score
+                    assert np.allclose(got, want, rtol=0, atol=1e-6), query
+        db.close()
+
+
+def test_bm25f_equals_its_definition(tmp_path):
+    recs = [{"id": "r0", "title": "goth rock", "body": "the scene of goth and punk rock"},
+            {"id": "r1", "title": "punk", "body": "rock rock rock and more rock"},
+            {"id": "r2", "body": "goth"},
+            {"id": "r3", "title": "goth goth", "body": "a long body of text with no match"},
+            {"id": "r4", "title": "nothing here"}]
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        for rec in recs:
+            w.add(rec)
+    from annodb.tokenizer import tokens
+    docs = [(rec["id"], {f: tokens(rec[f]) for f in ("title", "body") if f in rec})
+            for rec in recs]
+    with db.read() as r:
+        for fields in ({"title": 2.0, "body": 1.0}, {"title": (3.0, 0.2), "body": (1.0, 0.9)},
+                       ["body"]):
+            spec = [(f, *(fields[f] if isinstance(fields, dict) and
+                          isinstance(fields[f], tuple) else
+                          ((fields[f] if isinstance(fields, dict) else 1.0), 0.4)))
+                    for f in fields]
+            for query in (["goth"], ["rock", "goth"], ["punk", "rock", "more"]):
+                got = r.search_text(" ".join(query), k=10, rank="bm25", fields=fields)
+                want = naive.bm25f(docs, spec, [(q, 1) for q in query], 10)
+                same_ranking([(h.docno, h.score) for h in got], want)
+    db.close()
+
+
+def test_sparse_vectors_rank_by_dot_product(tmp_path):
+    rng = np.random.default_rng(7)
+    terms = [f"t{i}" for i in range(12)]
+    vectors = []
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        for i in range(40):
+            vec = {t: round(float(rng.uniform(0, 3)), 3) for t in rng.choice(terms, 5,
+                                                                              replace=False)}
+            vec[terms[int(rng.integers(0, 12))]] = 0.0  # a zero weight: left out
+            w.add({"id": f"v{i}", "text": f"document {i}", "splade": vec},
+                  sparse_fields=["splade"])
+            vectors.append((f"v{i}", vec))
+    assert check(db) == []
+    with db.read() as r:
+        assert r.sparse_fields() == ["splade"]
+        for _ in range(20):
+            query = {t: round(float(rng.uniform(0.1, 2)), 2) for t in rng.choice(terms, 3,
+                                                                                  replace=False)}
+            for k in (1, 5, 40):
+                got = r.search_text(query, k=k, rank="sparse")
+                same_ranking([(h.docno, h.score) for h in got],
+                             naive.sparse(vectors, list(query.items()), k))
+        # free text: 1 per word
+        got = r.search_text("t1 t2 t2", k=40, rank="sparse")
+        same_ranking([(h.docno, h.score) for h in got],
+                     naive.sparse(vectors, [("t1", 1.0), ("t2", 2.0)], 40))
+    db.close()
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"rank": "bm2"}, "choose one of ssr, bm25, fused, sparse"),
+    ({"rank": "bm25", "k1": -1}, "k1 must be between"),
+    ({"rank": "bm25", "b": 1.5}, "b must be between"),
+    ({"rank": "bm25", "fields": {"titel": 1}}, "no document has the field 'titel:'"),
+    ({"rank": "bm25", "fields": {"title": 0}}, "the weight of 'title' must be"),
+    ({"rank": "sparse"}, "no sparse field in this database"),
+])
+def test_ranking_options_are_checked(tmp_path, bad, message):
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        w.add({"id": "x", "title": "goth", "body": "rock"})
+    with db.read() as r:
+        with pytest.raises(annodb.RankingError, match=message):
+            r.search_text("goth", **bad)
+        with pytest.raises(annodb.RankingError, match=message):
+            r.search("goth", **bad)
+
+
+@SETTINGS
+@given(st.lists(st.lists(st.integers(0, 4), max_size=8), max_size=6))
+def test_document_frequencies_kernel(docs):
+    kinds = np.array([k for d in docs for k in d], dtype=np.int32)
+    counts = np.array([len(d) for d in docs], dtype=np.int64)
+    assert kernels.document_frequencies(kinds, counts, 5).tolist() == \
+        naive.document_frequencies(kinds.tolist(), counts.tolist(), 5)
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3)), max_size=25,
+                unique_by=lambda x: x[0]),
+       st.lists(st.tuples(st.integers(0, 40), st.integers(0, 10)), max_size=6))
+def test_best_windows_kernel(points, ranges):
+    points.sort()
+    addrs = np.array([p for p, _ in points], dtype=np.int64)
+    terms = np.array([t for _, t in points], dtype=np.int64)
+    ranges = sorted({(lo, lo + n) for lo, n in ranges})
+    ranges = [r for i, r in enumerate(ranges) if not i or r[0] > ranges[i - 1][0] and
+              r[1] > ranges[i - 1][1]]  # a GC-list
+    los = np.array([r[0] for r in ranges], dtype=np.int64)
+    his = np.array([r[1] for r in ranges], dtype=np.int64)
+    ws, we = kernels.best_windows(addrs, terms, 4, los, his)
+    assert list(zip(ws.tolist(), we.tolist())) == naive.best_windows(
+        addrs.tolist(), terms.tolist(), ranges)
+
+
+def _reference_scores(docs, query, k1=0.9, b=0.4):
+    """BM25 of each document by bm25s (lucene) over its text's tokens."""
+    bm25s = pytest.importorskip("bm25s")
+    from annodb.tokenizer import tokens
+    ref = bm25s.BM25(method="lucene", k1=k1, b=b, dtype="float64")
+    ref.index([tokens(d.text) for d in docs], show_progress=False)
+    return ref.get_scores(query)
+
+
+def test_bm25_on_a_format_3_database_and_after_its_first_write(tmp_path):
+    """golden-v3 keeps no df (8-byte counts): BM25 counts the documents itself; a write then
+    keeps df for the words it brings, the old words stay counted at query time."""
+    import shutil
+    path = tmp_path / "golden.db"
+    shutil.copytree(os.path.join(os.path.dirname(__file__), "data", "golden-v3"), path)
+    query = ["golden", "psalm", "verse", "tick"]
+
+    def agree(r):
+        docs = list(r.documents())
+        want = _reference_scores(docs, query)
+        s, sc = engine_top(r, [(w, 1) for w in query], len(docs))
+        got = dict(zip(s.tolist(), sc.tolist()))
+        assert np.allclose([got.get(d.start, 0.0) for d in docs], want, atol=1e-9)
+
+    with annodb.open(path) as db:
+        with db.read() as r:
+            assert r.lists.statistics("golden") == (None, None)
+            agree(r)
+        with db.write() as w:
+            w.add("a new golden verse about fresh words", docno="new")
+        with db.read() as r:
+            assert r.lists.statistics("golden") == (None, None)
+            assert r.lists.statistics("fresh")[0] == 1
+            agree(r)
+        assert check(db) == []
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_ingest_sparse_field(tmp_path, parallel):
+    """--sparse-field through both ingest paths (in process, and the reading process):
+    `splade:term` values over each record, bad weights reported against their line."""
+    import json
+    from annodb import ingest
+    lines = [{"id": "s1", "text": "goth rock music", "splade": {"Goth": 1.25, "music": 0.5}},
+             {"id": "s2", "text": "rock and stones", "splade": {"rock": 1.5, "stone": 1.0}},
+             {"id": "s3", "text": "bad weights", "splade": {"x": -1}},
+             {"id": "s4", "text": "not a vector", "splade": [1, 2]}]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    db = annodb.open(tmp_path / "db")
+    summary = ingest.ingest(db, [str(src)], sparse_fields=["splade"], parallel=parallel)
+    assert summary.added == 2 and summary.error_count == 2
+    assert "in.jsonl:3" in summary.errors[0] and "weight >= 0" in summary.errors[0]
+    assert "in.jsonl:4" in summary.errors[1] and "term: weight" in summary.errors[1]
+    with db.read() as r:
+        assert r.sparse_fields() == ["splade"]
+        assert list(r.intervals("splade:goth")) == [(0, 2, 1.25)]
+        assert r.document("s1").text == "goth rock music"   # the vector is not text
+        hits = r.search_text({"goth": 2.0, "rock": 1.0}, rank="sparse")
+        assert [(h.docno, h.score) for h in hits] == [("s1", 2.5), ("s2", 1.5)]
+    assert check(db) == []
+    db.close()
+
+
+@SETTINGS
+@given(st.dictionaries(st.integers(0, 30), st.floats(0, 5)),
+       st.dictionaries(st.integers(0, 30), st.floats(0, 5)))
+def test_merge_scores_kernel(a, b):
+    a = [(s, s + 1, v) for s, v in sorted(a.items())]
+    b = [(s, s + 1, v) for s, v in sorted(b.items())]
+    cols = lambda x, i: np.array([t[i] for t in x], dtype=np.float64 if i == 2 else np.int64)
+    s, e, v = kernels.merge_scores(cols(a, 0), cols(a, 1), cols(a, 2), cols(b, 0), cols(b, 1),
+                                   cols(b, 2))
+    assert list(zip(s.tolist(), e.tolist(), v.tolist())) == naive.merge_scores(a, b)
