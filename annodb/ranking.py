@@ -153,12 +153,12 @@ def rank(snapshot, gcl, *, depth: int = DEPTH, container: str = ":", lenient: bo
                    scores[order], covers.starts[b], covers.ends[b], len(idx))
 
 
-
 def query_terms(node, how: str) -> list:
     """The words a GCL query is scored by when ranked by BM25 (`how` "bm25" or "fused":
     [((word,), count)]) or sparse vectors ([(term, count)]), see top_words."""
     words = bm25.query_words(node)
     return words if how == "sparse" else [((w,), n) for w, n in words]
+
 
 FUSE_K = 60       # reciprocal rank fusion's constant
 FUSE_DEPTH = 100  # how deep each ranking is fused

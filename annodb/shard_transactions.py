@@ -14,7 +14,7 @@ import heapq
 
 import numpy as np
 
-from . import batch, bm25, kernels, ranking, statistics, transaction
+from . import batch, bm25, kernels, ranking, records, statistics, transaction
 from .errors import AnnodbError, NotFoundError, StorageError
 from .gcl import Budget, prepare
 from .lists import Intervals
@@ -359,23 +359,25 @@ class ShardedWriter(ShardedSnapshot):
     # writes
     def add(self, content, docno: str | None = None, *, id_field: str | None = None,
             text_fields: list[str] | None = None, replace: bool = False,
-            container: str = DOCUMENT) -> transaction.Added:
+            container: str = DOCUMENT, sparse_fields=()) -> transaction.Added:
         """As Writer.add: the document goes to the shard its docno routes to."""
         return self.add_many([(content, docno)], id_field=id_field, text_fields=text_fields,
-                             replace=replace, container=container)[0]
+                             replace=replace, container=container,
+                             sparse_fields=sparse_fields)[0]
 
     def add_many(self, items, *, id_field: str | None = None,
                  text_fields: list[str] | None = None, replace: bool = False,
-                 container: str = DOCUMENT) -> list[transaction.Added]:
+                 container: str = DOCUMENT, sparse_fields=()) -> list[transaction.Added]:
         """As Writer.add_many; every document must route to the shard this transaction
         writes (AnnodbError naming both shards otherwise). A document without a docno is
         named `d<start>` from its global start, as one database names it."""
         if container != DOCUMENT:
             transaction.check_container(container)
-        docs = [batch.prepare_item(content, docno, id_field, text_fields)
+        sparse = tuple(records.check_sparse_field(f) for f in sparse_fields)
+        docs = [batch.prepare_item(content, docno, id_field, text_fields, sparse)
                 for content, docno in items]
         try:
-            b = batch.make(docs, container)
+            b = batch.make(docs, container, sparse)
         except UnicodeError as err:
             raise AnnodbError(f"document text is not valid Unicode ({err})") from None
         except ValueError as err:

@@ -36,7 +36,10 @@ batch; a rerun completes an interrupted one (idempotent by docno).
 
 **Exactness.** A ranked query counts covers inside one container, all of which lie in one
 shard: per-shard rankings merged by (score descending, address) are exactly one database's
-(tested against it). What differs from one database holding the same documents: an
+(tested against it). Scores weighing words by collection statistics (BM25, BM25F, sparse
+vectors, SSR's free-text tiers) take the shards' summed (statistics.combine), computed
+once per query by the sharded snapshot and given to each shard's ranking; a fused
+ranking fuses the merged SSR and BM25 rankings. What differs from one database holding the same documents: an
 interval spanning documents of two shards is never formed, so `count` and `query` can
 differ for queries whose intervals cross documents (`"darkness gen"` across two verses),
 and so can a ranking whose containment operand crosses documents (`(<< A B)` or `(!< A B)`

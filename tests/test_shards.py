@@ -345,3 +345,34 @@ def test_split_turns_a_database_into_shards_that_rank_as_it_did(tmp_path):
             assert judgments.judgments(a, "t1") == judgments.judgments(b, "t1")
             assert a.text(0, a.address_space()) == b.text(0, b.address_space())
             assert a.stats().documents == b.stats().documents
+
+
+def test_sparse_vectors_over_shards(tmp_path):
+    """Records with a sparse field, ingested into one database and into 2 shards (in
+    parallel processes): the same sparse rankings (free text, weighted terms, GCL), and
+    the same problems reported."""
+    import numpy as np
+    from annodb.ingest import ingest
+    rng = np.random.default_rng(3)
+    terms = [f"t{i}" for i in range(10)]
+    lines = [json.dumps({"id": f"v{i}", "text": f"document {i} {' '.join(rng.choice(terms, 3))}",
+                         "splade": {t: round(float(rng.uniform(0, 3)), 3)
+                                    for t in rng.choice(terms, 4, replace=False)}})
+             for i in range(80)]
+    lines[7] = json.dumps({"id": "bad", "text": "x", "splade": {"t1": -1}})
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    one = tmp_path / "one.db"
+    many = tmp_path / "c.shards"
+    annodb.open(many, shards=2).close()
+    got = [ingest(str(p), [src], sparse_fields=["splade"]) for p in (one, many)]
+    assert [(s.added, s.error_count, s.errors) for s in got] == [(79, 1, got[0].errors)] * 2
+    with annodb.open(one) as a_db, annodb.open(many) as b_db, a_db.read() as a, \
+            b_db.read() as b:
+        assert b.sparse_fields() == ["splade"]
+        for query in ({"t1": 1.0, "t3": 0.5}, {"t2": 2.0}, "t4 t5 t5", {"t9": 1, "t0": 3}):
+            for k in (1, 5, 100):
+                assert same(lambda r: r.search_text(query, k=k, rank="sparse").hits, a, b)
+        for q in ("(+ t1 t2)", "document", "(^ t3 t4)"):
+            assert same(lambda r: [h.as_dict() for h in r.search(q, k=50, rank="sparse")],
+                        a, b)
