@@ -81,6 +81,14 @@ def batch_words(kinds: np.ndarray, doc_tokens: np.ndarray, n: int) -> np.ndarray
     return kernels.document_frequencies(kinds, doc_tokens, n)
 
 
+def merged(ids: np.ndarray, kinds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct ids, each token's index among them) when several words share an id
+    (a database folding diacritics stores "café" and "cafe" as one word): a document
+    holding both counts once in the word's df."""
+    distinct, at = np.unique(ids, return_inverse=True)
+    return distinct, at[kinds]
+
+
 def batch_fields(names: list, name: np.ndarray, doc: np.ndarray, lengths: np.ndarray,
                  sparse=()) -> dict[str, tuple[int, int]]:
     """{field: (documents, tokens)} of annotations of documents doc[i] named
@@ -119,12 +127,20 @@ def add_fields(kept: dict, counts: dict, sign: int) -> None:
         entry[1] += sign * tokens
 
 
-def lost_words(doc, p: int, q: int, erased: tuple[np.ndarray, np.ndarray]) -> list[str]:
+def lost_words(doc, p: int, q: int, erased: tuple[np.ndarray, np.ndarray],
+               fold: bool = False) -> list[str]:
     """The words of `doc` whose live postings in it all lie in p..q (so erasing p..q takes
-    the document from their df), erased the ranges already erased."""
+    the document from their df), erased the ranges already erased; stripped of their
+    diacritics when the database folds them (fold)."""
     _, kinds, names = tokenizer.distinct_tokens(doc.text)
     if not len(kinds):
         return []
+    if fold:
+        names = list(map(tokenizer.strip_diacritics, names))
+        distinct = list(dict.fromkeys(names))
+        where = {n: i for i, n in enumerate(distinct)}
+        kinds = np.array([where[n] for n in names], dtype=np.int64)[kinds]
+        names = distinct
     addrs = np.arange(doc.start, doc.start + len(kinds), dtype=np.int64)
     live = np.zeros(len(addrs), bool)
     live[kernels.drop_erased(addrs, addrs, *erased)] = True

@@ -619,8 +619,10 @@ class Writer(Snapshot):
         has = b.doc_tokens > 0
         self._tok_runs.append((starts[has], b.doc_tokens[has]))
         if b.container == DOCUMENT:  # (documents kept apart are not in the statistics)
-            self._txn.add_doc_frequencies(fids, statistics.batch_words(b.kinds, b.doc_tokens,
-                                                                       len(b.names)))
+            words, kinds = (fids, b.kinds) if not self.fold_diacritics else \
+                statistics.merged(fids, b.kinds)
+            self._txn.add_doc_frequencies(words, statistics.batch_words(kinds, b.doc_tokens,
+                                                                        len(words)))
             self._count_fields(statistics.batch_fields(b.ann_names, b.ann_name, b.ann_doc,
                                                        b.ann_q - b.ann_p + 1, b.sparse), 1)
         if b.sparse and not set(b.sparse) <= set(self.sparse_fields()):
@@ -745,7 +747,7 @@ class Writer(Snapshot):
         """Take what erasing p..q removes of `doc` out of the statistics: the df of each
         word whose live postings in it all lie in p..q, and when it goes whole, its
         fields."""
-        words = statistics.lost_words(doc, p, q, erased)
+        words = statistics.lost_words(doc, p, q, erased, self.fold_diacritics)
         if words:
             found = list(map(self._vocab.get, words))  # (new words are not stored yet)
             if None in found:

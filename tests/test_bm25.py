@@ -147,6 +147,25 @@ def test_a_document_added_and_deleted_in_one_transaction_leaves_no_df(tmp_path):
     assert check(db) == []
 
 
+def test_words_one_by_folding_count_once_in_df(tmp_path):
+    """In a database folding diacritics "café" and "Cafe" are one word: a document holding
+    both counts once in its df, and deleting it takes it away once."""
+    db = annodb.open(tmp_path / "db", fold_diacritics=True)
+    with db.write() as w:
+        w.add("café and Cafe and cafe", docno="a")
+        w.add("naïve cafe", docno="b")
+        w.add("résumé", docno="c")
+    with db.read() as r:
+        assert [r.lists.statistics(x)[0] for x in ("cafe", "naive", "resume")] == [2, 1, 1]
+    assert check(db) == []
+    with db.write() as w:
+        w.delete("a")
+        w.delete("c")
+    with db.read() as r:
+        assert [r.lists.statistics(x)[0] for x in ("cafe", "naive", "resume")] == [1, 1, 0]
+    assert check(db) == []
+
+
 def test_an_annotated_word_has_its_df_counted_at_query_time(tmp_path):
     db = annodb.open(tmp_path / "db")
     with db.write() as w:
