@@ -201,10 +201,15 @@ def _inside_counts(s, e, los, his):
 
 
 def _sums_inside(s, e, values, los, his):
-    """The sum of the values of the intervals inside each range (see _inside_counts)."""
+    """The sum of the values of the intervals inside each range (see _inside_counts), in
+    list order: each range's own, not a difference of prefix sums (whose last bits depend
+    on every value before the range: on other containers, so a shard holding some of the
+    documents would score apart from one database holding them all)."""
     a, z = _inside_counts(s, e, los, his)
-    total = np.concatenate(([0.0], np.cumsum(values, dtype=np.float64)))
-    return total[z] - total[a]
+    n = z - a
+    at = np.arange(int(n.sum())) + np.repeat(a - (np.cumsum(n) - n), n)
+    return np.bincount(np.repeat(np.arange(len(los)), n),
+                       weights=np.asarray(values, dtype=np.float64)[at], minlength=len(los))
 
 
 # terms ---------------------------------------------------------------------------------
