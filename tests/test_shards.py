@@ -27,7 +27,7 @@ from annodb.query import Combine, Compare, Feature, Term, Window, format
 
 DATA = Path(__file__).parent / "data"
 WORDS = ["a", "b", "c", "d"]
-SETTINGS = settings(max_examples=int(os.environ.get("SHARD_EXAMPLES", "60")),
+SETTINGS = settings(max_examples=int(os.environ.get("SHARD_EXAMPLES", "40")),
                     deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -153,9 +153,9 @@ def _real_queries():
 def test_real_queries_rank_exactly_as_one_database(tmp_path):
     """The 4,435 real queries (lenient, as the server runs them) over 600 MS MARCO segments:
     the same hits, scores and order from 1 database and 3 shards (to depth 100), by SSR and
-    by BM25; their words as free text, the same top 10 by BM25 (a third of them) and by
-    SSR's tiers (a thirtieth: up to 96 Boolean queries each; benchmarks/shards_bench.py
-    checks them all)."""
+    by BM25; their words as free text, the same top 10 by BM25 (a sixth of them) and by
+    SSR's tiers (a sixtieth: up to 96 Boolean queries each; benchmarks/shards_bench.py
+    checks more, over the whole sample)."""
     from annodb.ingest import ingest
     source = DATA / "msmarco-sample-600.jsonl"
     ingest(str(tmp_path / "one.db"), [source])
@@ -183,12 +183,12 @@ def test_real_queries_rank_exactly_as_one_database(tmp_path):
         assert compared > 8000 and matched > 600
         found = 0
         for i, text in enumerate(sorted(texts)):
-            for how in ("bm25",) * (i % 3 == 0) + ("ssr",) * (i % 30 == 0):
+            for how in ("bm25",) * (i % 6 == 0) + ("ssr",) * (i % 60 == 0):
                 got = a.search_text(text, k=10, rank=how, snippets=False).hits
                 assert got == b.search_text(text, k=10, rank=how, snippets=False).hits, \
                     (text, how)
                 found += bool(got)
-        assert len(texts) > 4000 and found > 1000
+        assert len(texts) > 4000 and found > 500
     many.close()
 
 
