@@ -577,6 +577,9 @@ class Writer(Snapshot):
             raise AnnodbError(f"{self.db.path}: a batch's starts must be one per document, "
                               f"increasing, each past the previous document and the first "
                               f"at or past {base} (the next free address)")
+        if len(ends):
+            storage.check_address(int(ends[-1]), f"adding {len(ends)} documents at "
+                                                 f"{int(starts[0]):,}")
         return starts, ends
 
     def _append(self, b: batch.Batch, starts=None) -> list[Added]:
