@@ -173,10 +173,13 @@ def block_limits(psize: int) -> tuple[int, int]:
 # few thousand pages, not a page or three a word.
 TAIL_BYTES = 512
 # A flush that appends to this many token lists (an ingest's) lets go of the pages of the
-# map it read (release_mapped_pages) after reading them and after writing: each read of
-# a page maps its neighbours too (the kernel's fault-around, 16 pages), so without this a
-# 4x-corpus ingest's writer held ~900 MB of the file's pages it never needed again.
+# map it read (release_mapped_pages) after each RELEASE_EVERY lists it reads or writes:
+# each read of a page maps its neighbours too (the kernel's fault-around, 16 pages), so
+# without this a flush mapped 100-300 MB of the file at 1x and ~800 MB at 4x that it never
+# needed again (reading the last blocks of 2,200 spilling lists alone mapped ~150 KB each:
+# 330 MB); a release costs ~20 us.
 RELEASE_OVER = 1024
+RELEASE_EVERY = 512
 
 # Lists of annotations other than token postings (the document list `:`, fields, values,
 # labels) are cut into blocks of at most this many intervals: a query probes them far more
@@ -733,6 +736,7 @@ class Environment:
     txns: weakref.WeakSet = field(default_factory=weakref.WeakSet)  # open Txns
     writer_thread: int | None = None  # the thread holding thread_lock (see WriterLock)
     damage: str | None = None  # what a transaction found damaged: no write begins after it
+    mapped: list = field(default_factory=list)  # the map's ranges (release_mapped_pages)
 
 
 _open_envs: dict[str, Environment] = {}
@@ -1587,8 +1591,11 @@ class Txn:
             return
         tails_db = self.dbs["tails"]
         keys = [u64(f) for f in fids]
+        many = len(fids) >= RELEASE_OVER
+        found = {}
         with self.txn.cursor(db=tails_db) as cur:
-            found = dict(cur.getmulti(keys))
+            for piece in self._pieces(keys, many):
+                found.update(cur.getmulti(piece))
         old = [found.get(k, b"") for k in keys]
         buf, offs, group, first, ok = _append_groups(old, addresses, bounds, TAIL_BYTES,
                                                      self.block_count)
@@ -1603,20 +1610,19 @@ class Txn:
             else:
                 spill.append(g)
         blocks = []
-        many = len(fids) >= RELEASE_OVER
         if spill:
             blocks, spilled_tails, dropped = self._spill(
                 [fids[g] for g in spill], [old[g] for g in spill],
-                [addresses[bounds[g]:bounds[g + 1]] for g in spill])
+                [addresses[bounds[g]:bounds[g + 1]] for g in spill], many)
             tails += spilled_tails
             tails.sort(key=lambda item: item[0])
-        if many:
-            release_mapped_pages(self.env)
         if blocks:
             with self.txn.cursor(db=self.dbs["blocks"]) as cur:
-                cur.putmulti(blocks)
+                for piece in self._pieces(blocks, many):
+                    cur.putmulti(piece)
         with self.txn.cursor(db=tails_db) as cur:
-            cur.putmulti(tails)
+            for piece in self._pieces(tails, many):
+                cur.putmulti(piece)
             for k in dropped if spill else ():
                 if cur.set_key(k):
                     cur.delete()
@@ -1625,20 +1631,32 @@ class Txn:
         for g, n in enumerate(np.diff(bounds).tolist()):
             self._count(fids[g], n)
 
-    def _spill(self, fids: list[int], old_tails: list, points: list[np.ndarray]):
+    def _pieces(self, items: list, many: bool):
+        """items in pieces of RELEASE_EVERY when many (an ingest's flush), letting go of
+        the map's pages after each (see RELEASE_OVER); else whole."""
+        if not many:
+            yield items
+            return
+        for i in range(0, len(items), RELEASE_EVERY):
+            yield items[i:i + RELEASE_EVERY]
+            release_mapped_pages(self.env)
+
+    def _spill(self, fids: list[int], old_tails: list, points: list[np.ndarray],
+               many: bool = False):
         """The blocks, tails and dropped tail keys for lists whose tail spills (see
         add_point_groups): each list's last block in `blocks` refilled with its tail's
         points and the new ones, then full blocks, the rest its new tail."""
         lasts = []
         prefix_of = u64
         with self.txn.cursor(db=self.dbs["blocks"]) as cur:
-            for fid in fids:
-                found = cur.set_range(_KEY.pack(fid + 1, 0))
-                found = cur.prev() if found else cur.last()
-                value = b""
-                if found and cur.key()[:8] == prefix_of(fid):
-                    value = cur.value()
-                lasts.append(bytes(value))
+            for piece in self._pieces(fids, many):
+                for fid in piece:
+                    found = cur.set_range(_KEY.pack(fid + 1, 0))
+                    found = cur.prev() if found else cur.last()
+                    value = b""
+                    if found and cur.key()[:8] == prefix_of(fid):
+                        value = cur.value()
+                    lasts.append(bytes(value))
         joined = [np.concatenate((decode_block(t)[0], p)) if t else p
                   for t, p in zip(old_tails, points)]
         bounds = np.zeros(len(fids) + 1, dtype=np.int64)
@@ -2115,14 +2133,25 @@ def release_mapped_pages(e: Environment) -> bool:
     if not _madvise:
         return False
     data = os.path.join(e.path, "data.mdb")
+    ranges = [r for r in e.mapped if _still_mapped(r, data)] if e.mapped else []
+    if not ranges:  # (found once: the map stays where LMDB put it while it is open)
+        try:
+            with open("/proc/self/maps") as f:
+                ranges = [tuple(int(x, 16) for x in line.split()[0].split("-"))
+                          for line in f if line.rstrip().endswith(data)]
+        except OSError:
+            return False
+        e.mapped = ranges
     done = False
+    for lo, hi in ranges:
+        done = _madvise(lo, hi - lo, _MADV_DONTNEED) == 0 or done
+    return done
+
+
+def _still_mapped(r: tuple[int, int], data: str) -> bool:
+    """Whether lo-hi is still a mapping of the file data (a readlink: the range is
+    checked before madvise, which would zero anything else mapped there)."""
     try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                if not line.rstrip().endswith(data):
-                    continue
-                lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
-                done = _madvise(lo, hi - lo, _MADV_DONTNEED) == 0 or done
+        return os.readlink(f"/proc/self/map_files/{r[0]:x}-{r[1]:x}") == data
     except OSError:
         return False
-    return done

@@ -1055,3 +1055,50 @@ def test_damage_met_while_reading_is_an_error_and_stops_writes(db):
         db.write()
     problems = check(db)
     assert any("'goth'" in p for p in problems) and any("docs:" in p for p in problems)
+
+
+def _memory_of(path, words, monkeypatch, over, every):
+    """A database of 60 batches over a vocabulary of 300 words, flushed as an ingest
+    flushes (releasing the map's pages every `every` lists once a flush has `over`)."""
+    monkeypatch.setattr(storage, "RELEASE_OVER", over)
+    monkeypatch.setattr(storage, "RELEASE_EVERY", every)
+    rng = random.Random(5)
+    db = annodb.open(path)
+    for b in range(60):
+        with db.write() as w:
+            for i in range(20):
+                w.add(" ".join(rng.choice(words) for _ in range(rng.randint(1, 40))),
+                      docno=f"b{b}d{i}")
+    return db
+
+
+def test_flushes_that_let_go_of_mapped_pages_write_the_same(tmp_path, monkeypatch):
+    """Letting go of the map's pages between pieces of a flush (what keeps an ingest's
+    resident memory flat) changes nothing that is written or read."""
+    words = [f"w{i}" for i in range(300)]
+    a = _memory_of(tmp_path / "a", words, monkeypatch, 10**9, 4096)
+    b = _memory_of(tmp_path / "b", words, monkeypatch, 2, 3)
+    assert b._env.mapped  # (the pieces were released: the map's range was found)
+    with a.read() as ra, b.read() as rb:
+        for w in words[:60] + ["(^ w1 w2)", '"w3 w4"', "(+ w5 w299)"]:
+            assert list(ra.query(w)) == list(rb.query(w)), w
+    assert check(a) == [] and check(b) == []
+
+
+def test_a_stale_map_range_is_never_released(tmp_path):
+    """release_mapped_pages checks its remembered range still maps the database file
+    before dropping its pages (anything else mapped there would be zeroed)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("Linux only")
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        w.add("some words here", docno="a")
+    keep = bytearray(b"x" * 8192)  # memory of ours: its range stands in for a stale one
+    import ctypes
+    lo = ctypes.addressof((ctypes.c_char * len(keep)).from_buffer(keep)) // 4096 * 4096
+    db._env.mapped = [(lo, lo + 4096)]
+    assert storage.release_mapped_pages(db._env)
+    assert keep == bytearray(b"x" * 8192)
+    assert db._env.mapped and db._env.mapped[0] != (lo, lo + 4096)
+    with db.read() as r:
+        assert list(r.query("words"))
