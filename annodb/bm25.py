@@ -201,10 +201,15 @@ def _inside_counts(s, e, los, his):
 
 
 def _sums_inside(s, e, values, los, his):
-    """The sum of the values of the intervals inside each range (see _inside_counts)."""
+    """The sum of the values of the intervals inside each range (see _inside_counts), in
+    list order: each range's own, not a difference of prefix sums (whose last bits depend
+    on every value before the range: on other containers, so a shard holding some of the
+    documents would score apart from one database holding them all)."""
     a, z = _inside_counts(s, e, los, his)
-    total = np.concatenate(([0.0], np.cumsum(values, dtype=np.float64)))
-    return total[z] - total[a]
+    n = z - a
+    at = np.arange(int(n.sum())) + np.repeat(a - (np.cumsum(n) - n), n)
+    return np.bincount(np.repeat(np.arange(len(los)), n),
+                       weights=np.asarray(values, dtype=np.float64)[at], minlength=len(los))
 
 
 # terms ---------------------------------------------------------------------------------
@@ -269,7 +274,7 @@ class _Words(_Term):
             return np.where(tf > 0, c, 0.0)
         tilde = np.zeros(len(s))
         for f in st.scoring.fields:
-            fi = st.field_intervals(f.name, s, e)
+            fi = st.field_intervals(self.ev, f.name, s, e)
             fa, fz = _inside_counts(points, points, fi.starts, fi.ends)
             per = (fz - fa).astype(np.float64)  # postings in each field interval
             tf_f = _sums_inside(fi.starts, fi.ends, per, s, e)
@@ -310,83 +315,66 @@ class _Sparse(_Term):
 # statistics ----------------------------------------------------------------------------
 
 class Statistics:
-    """What scoring needs of the collection, as of one snapshot: N, the average length,
-    each word's df, the fields' averages (read from what is stored; computed from the
-    lists, exactly, where a database does not keep them)."""
+    """What scoring needs of the collection: N, the average length, each word's df, the
+    fields' averages, taken from `known` (statistics.Statistics, Snapshot.statistics: a
+    database's, or a sharded collection's summed over its shards, so that each shard
+    scores as one database would)."""
 
-    def __init__(self, ev: Evaluator, settings: Scoring):
-        snap = ev.snapshot
-        self.ev = ev
+    def __init__(self, settings: Scoring, known):
         self.scoring = settings
-        self.n = snap.document_count()
-        tokens = snap.token_count()
-        self.avglen = tokens / self.n if self.n and tokens else 1.0
-        self._fields = None
+        self.known = known
+        self.n = known.documents
+        self.avglen = known.tokens / self.n if self.n and known.tokens else 1.0
 
     def df(self, word: str) -> int:
-        found, _ = self.ev.lists.statistics(word)
-        if found is None:  # not kept: the documents holding a posting, counted
-            points = self.ev._whole(word).starts
-            found = len(self.ev.lists.containing(":", points, points))
-        return found
+        return self.known.df.get(word, 0)
 
     def high(self, feature: str) -> float:
-        _, found = self.ev.lists.statistics(feature)
-        if found is None:
-            values = self.ev._whole(feature).values
-            found = max(float(values.max()), 0.0) if len(values) else 0.0
-        return found
+        return self.known.high.get(feature, 0.0)
 
     def field_avg(self, name: str) -> float:
-        if self._fields is None:
-            self._fields = self.ev.snapshot.field_statistics() or {}
-        found = self._fields.get(name)
-        if found is None or not found[0]:
-            docs = self.ev._whole(name)  # not kept: the field's documents and tokens
-            held = self.ev.lists.containing(":", docs.starts, docs.ends)
-            found = (len(held), int((docs.ends - docs.starts + 1).sum()))
-            self._fields[name] = found
-        return found[1] / found[0] if found[0] else 1.0
+        docs, tokens = self.known.fields.get(name, (0, 0))
+        return tokens / docs if docs else 1.0
 
-    def field_intervals(self, name: str, s: np.ndarray, e: np.ndarray) -> Intervals:
+    def field_intervals(self, ev: Evaluator, name: str, s: np.ndarray, e: np.ndarray
+                        ) -> Intervals:
         """The intervals of field `name` inside the containers (s, e)."""
         region = Region.around(Intervals(s, e, EMPTY_F))
-        return self.ev.lists.inside(name, region.los, region.his)
+        return ev.lists.inside(name, region.los, region.his)
 
 
-def check_fields(ev: Evaluator, settings: Scoring) -> None:
+def check_fields(settings: Scoring, known) -> None:
     """RankingError for a BM25F field no document has (a typo), listing the fields."""
-    if not settings.fields:
-        return
-    known = ev.snapshot.field_statistics()
     for f in settings.fields:
-        if (known is not None and f.name not in known) or not ev.lists.count(f.name):
-            have = sorted(k for k, v in (known or {}).items() if v[0])
+        if not known.fields.get(f.name, (0, 0))[0]:
+            have = sorted(k for k, v in known.fields.items() if v[0])
             raise RankingError(f"no document has the field {f.name!r}; the fields are: "
                                f"{', '.join(have) or '(none)'}")
 
 
 # top k ---------------------------------------------------------------------------------
 
-def word_terms(ev, cnode, settings: Scoring, words) -> list[_Term]:
-    """BM25 (or BM25F) terms for [(forms, weight)]: each a word, or a word and its forms."""
-    check_fields(ev, settings)
-    stats = Statistics(ev, settings)
+def word_terms(ev, cnode, settings: Scoring, words, known) -> list[_Term]:
+    """BM25 (or BM25F) terms for [(forms, weight)]: each a word, or a word and its forms,
+    weighed by the collection statistics `known` (statistics.Statistics of every form)."""
+    check_fields(settings, known)
+    stats = Statistics(settings, known)
     boxes = _Boxes(ev, cnode)
     out = []
     for forms, weight in words:
-        forms = [f for f in forms if ev.lists.count(f)]
+        df = min(sum(stats.df(f) for f in forms), max(stats.n, 1))  # (the collection's)
+        forms = [f for f in forms if ev.lists.count(f)]  # (those this database holds)
         if not forms or weight <= 0:
             continue
-        df = min(sum(stats.df(f) for f in forms), max(stats.n, 1))
         out.append(_Words(ev, boxes, forms, float(weight),
                           float(idf(df, max(stats.n, 1))), stats))
     return out
 
 
-def sparse_terms(ev, cnode, settings: Scoring, weights) -> list[_Term]:
-    """Sparse terms for [(term, query weight)] of the field settings.sparse."""
-    stats = Statistics(ev, settings)
+def sparse_terms(ev, cnode, settings: Scoring, weights, known) -> list[_Term]:
+    """Sparse terms for [(term, query weight)] of the field settings.sparse, bounded by
+    the collection statistics `known`."""
+    stats = Statistics(settings, known)
     boxes = _Boxes(ev, cnode)
     out = []
     for term, weight in weights:

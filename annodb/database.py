@@ -40,7 +40,8 @@ __all__ = ["open", "Database", "Snapshot", "Writer", "Intervals", "Added", "Stat
 
 def open(path: str | os.PathLike | None = None, *, readonly: bool = False,
          create: bool = True, timeout: float = 30.0,
-         cache_bytes: int | None = None, fold_diacritics: bool | None = None) -> "Database":
+         cache_bytes: int | None = None, fold_diacritics: bool | None = None,
+         shards: int | None = None) -> "Database":
     """Open the database at `path` (default: $ANNODB_DB or ./annodb.db), creating it unless
     `readonly` or `create=False`. `timeout` bounds how long a writer waits for another.
     `cache_bytes` is the budget of decoded lists this process keeps for its snapshots
@@ -48,9 +49,18 @@ def open(path: str | os.PathLike | None = None, *, readonly: bool = False,
     last budget given applies). `fold_diacritics=True` makes a new (empty) database fold
     diacritics in its words and queries (tokenizer.strip_diacritics: `cafe` finds `Café`),
     recorded in it for good; a database that holds content keeps what it was created with
-    (asking for another is an error). None: as recorded."""
+    (asking for another is an error). None: as recorded.
+
+    A sharded collection (a directory holding manifest.json, see annodb.shards) opens as a
+    ShardedDatabase, with the same API; `shards=N` creates one of N shards when `path` is
+    missing."""
     if path is None:
         path = os.environ.get("ANNODB_DB") or DEFAULT_PATH
+    if shards is not None or os.path.isfile(os.path.join(path, "manifest.json")):
+        from . import shards as _shards
+        return _shards.open(path, shards=shards, readonly=readonly, create=create,
+                            timeout=timeout, cache_bytes=cache_bytes,
+                            fold_diacritics=fold_diacritics)
     db = Database(os.fspath(path), readonly=readonly, create=create, timeout=timeout,
                   cache_bytes=cache_bytes)
     if fold_diacritics is not None:

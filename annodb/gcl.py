@@ -94,8 +94,7 @@ def prepare(snapshot, gcl, *, lenient: bool = False) -> tuple[Node, list[str]]:
     lenient, their words searched instead). An AST node is taken as it is."""
     node, warnings = as_node(gcl, lenient=lenient)
     if isinstance(gcl, (str, Parsed)):
-        node, more = resolve(node, lambda name: snapshot.lists.fid(name) is not None,
-                             lenient=lenient)
+        node, more = resolve(node, snapshot.has_feature, lenient=lenient)
         warnings += more
     return node, warnings
 

@@ -671,6 +671,14 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
     (before writing anything) and, with strict, at the first malformed record (earlier
     batches stay committed); Interrupted (a KeyboardInterrupt) on Ctrl-C.
     """
+    if hasattr(db, "shards") or (isinstance(db, (str, os.PathLike)) and
+                                 os.path.isfile(os.path.join(db, "manifest.json"))):
+        from . import sharded_ingest  # a sharded collection: read and written in parallel
+        return sharded_ingest.ingest(
+            db, paths, format=format, id_field=id_field, text_fields=text_fields,
+            batch_size=batch_size, batch_bytes=batch_bytes, replace=replace, strict=strict,
+            progress=progress, on_problem=on_problem, timeout=timeout,
+            sparse_fields=sparse_fields)
     started = time.perf_counter()
     text_fields = list(text_fields) if text_fields else None
     sparse = tuple(records.check_sparse_field(f) for f in sparse_fields)

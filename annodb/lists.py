@@ -250,6 +250,13 @@ class Lists:
         fid = self.fid(feature)
         return Intervals.empty() if fid is None else self._get("list", fid)
 
+    def stored_count(self, feature: str) -> int:
+        """How many intervals the stored list holds, erased ones included, whether or not
+        it is decoded (count() is exact once it is): the same in every snapshot of one
+        state, so statistics weighed by it do not depend on what was read before."""
+        fid = self.fid(feature)
+        return 0 if fid is None else self._state(fid)[0]
+
     def count(self, feature: str) -> int:
         """How many intervals the list holds, without reading it (erased ones included
         unless it is decoded: an upper bound)."""

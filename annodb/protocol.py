@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import hmac
 import math
+import os
 import threading
 import time
 import traceback
@@ -90,7 +91,7 @@ from . import judgments as _judgments
 from .errors import AnnodbError, QueryCostError, StorageError
 from .gcl import Budget, as_node, prepare
 from .query import STRUCTURAL
-from .ranking import DEPTH, RANKS, rank
+from .ranking import DEPTH, RANKS
 
 MAX_LINE = 1 << 20                  # bytes in one request line
 QUERY_TIMEOUT = 30.0                # seconds a query may run
@@ -189,15 +190,21 @@ class Handle:
     `annotate` and `note` commit without reopening anything: readers never wait), else, or
     when asked, read-only (writes are refused with a message saying why)."""
 
-    def __init__(self, path, cache_bytes: int | None = None, readonly: bool = False):
+    def __init__(self, path, cache_bytes: int | None = None, readonly: bool = False,
+                 ray: str | None = None):
         self.write_error = None
-        self.own = not isinstance(path, _database.Database)
-        if not self.own:  # an open Database (the Vole's in-process backend): used as it is
+        self.own = isinstance(path, (str, os.PathLike))
+        if not self.own:  # an open database or collection (the Vole's in-process backend)
             self.db, self.path = path, path.path
             if path.readonly:
                 self.write_error = f"{path.path} is open read-only"
             return
         self.path = path
+        if ray is not None:  # a sharded collection on Ray actors ("local": a new cluster)
+            from . import ray_shards
+            self.db = ray_shards.open(path, address=None if ray == "local" else ray)
+            self.write_error = "the server reads the collection through Ray actors"
+            return
         if readonly:
             self.db = _database.open(path, readonly=True, cache_bytes=cache_bytes)
             self.write_error = "the server was started with --read-only"
@@ -230,7 +237,7 @@ class Protocol:
                  max_postings: int | None = MAX_POSTINGS, max_line: int = MAX_LINE,
                  max_queries: int = MAX_QUERIES, max_query_bytes: int = MAX_QUERY_BYTES,
                  cache_bytes: int | None = None, readonly: bool = False,
-                 strict: bool = False, log=None, info=None):
+                 strict: bool = False, log=None, info=None, ray: str | None = None):
         if depth < 1:
             raise ServerError(f"depth must be at least 1, not {depth}")
         if max_line < 1:
@@ -256,7 +263,7 @@ class Protocol:
                      "count": self._count, "stats": self._stats, "annotate": self._annotate,
                      "note": self._note, "judge": self._judge, "judgments": self._judgments,
                      "topic": self._topic}
-        self._handle = Handle(path, cache_bytes, readonly)  # StorageError when missing
+        self._handle = Handle(path, cache_bytes, readonly, ray)  # StorageError when missing
 
     def close(self) -> None:
         self._handle.close()
@@ -273,8 +280,8 @@ class Protocol:
         the compiled kernels (best effort)."""
         try:
             with self._handle.db.read() as snap:
-                rank(snap, '(+ (^ "a b" c) (... d e) (<< f (# 3)) (>> : g) (!< h :) (!> : i))',
-                     depth=1, container=self.container)
+                snap.rank('(+ (^ "a b" c) (... d e) (<< f (# 3)) (>> : g) (!< h :) (!> : i))',
+                          depth=1, container=self.container)
         except Exception:
             pass
 
@@ -382,8 +389,8 @@ class Protocol:
             raise _Refusal(f"rank must be a string (one of {', '.join(RANKS)}), not "
                            f"{_json_kind(how)}")
         with self._handle.db.read() as snap:
-            ranking = rank(snap, text, depth=self.depth, container=container,
-                           lenient=not self.strict, budget=self._budget(), rank=how)
+            ranking = snap.rank(text, depth=self.depth, container=container,
+                                lenient=not self.strict, budget=self._budget(), rank=how)
             first = ranking.hit(0, snapshot=snap) if len(ranking) else None
         ranking = replace(ranking, snapshot=None)
         qid = self._states.add(session, ranking, 1 if first is not None else 0)

@@ -115,13 +115,15 @@ class Results:
 
 def rank(snapshot, gcl, *, depth: int = DEPTH, container: str = ":", lenient: bool = False,
          evaluator: Evaluator | None = None, budget: Budget | None = None,
-         rank: str = "ssr", scoring: bm25.Scoring | None = None) -> Ranking:
+         rank: str = "ssr", scoring: bm25.Scoring | None = None,
+         statistics=None) -> Ranking:
     """Evaluate `gcl` and rank the containers that hold a match, keeping the best `depth`:
     by SSR (`rank="ssr"`), by BM25 over the query's words (`"bm25"`, see bm25.py), by the
     dot product of their sparse vectors with the words' (`"sparse"`), or by both SSR and
     BM25 (`"fused"`, see fuse). Only the containers that can hold a cover are read (found
     from the query's rarest operands, see Evaluator.drivers), and the query is evaluated
-    inside them."""
+    inside them. `statistics` (statistics.Statistics) are the collection's that BM25 and
+    sparse scores weigh words by (default: the snapshot's, see top_words)."""
     how = check_rank(rank)
     node, warnings = prepare(snapshot, gcl, lenient=lenient)
     ev = evaluator or Evaluator(snapshot, budget)
@@ -133,11 +135,10 @@ def rank(snapshot, gcl, *, depth: int = DEPTH, container: str = ":", lenient: bo
     if how != "ssr":  # the containers holding a match, ranked by another score
         settings = scoring or bm25.Scoring()
         matched = Intervals(boxes.starts[idx], boxes.ends[idx], scores)
-        words = bm25.query_words(node)
         if how == "sparse":
-            terms = bm25.sparse_terms(ev, cnode, _sparse(snapshot, settings), words)
-        else:
-            terms = bm25.word_terms(ev, cnode, settings, [((w,), n) for w, n in words])
+            settings = _sparse(snapshot, settings)
+        terms = _terms(snapshot, ev, cnode, query_terms(node, how), how, settings,
+                       statistics)
         s, _, sc = bm25.top(terms, depth if how != "fused" else len(matched), matched)
         at = np.searchsorted(matched.starts, s)
         if how == "fused":  # the whole rankings of the matches
@@ -152,7 +153,12 @@ def rank(snapshot, gcl, *, depth: int = DEPTH, container: str = ":", lenient: bo
                    scores[order], covers.starts[b], covers.ends[b], len(idx))
 
 
-_rank = rank  # (for the functions whose `rank` is the ranker's name)
+def query_terms(node, how: str) -> list:
+    """The words a GCL query is scored by when ranked by BM25 (`how` "bm25" or "fused":
+    [((word,), count)]) or sparse vectors ([(term, count)]), see top_words."""
+    words = bm25.query_words(node)
+    return words if how == "sparse" else [((w,), n) for w, n in words]
+
 
 FUSE_K = 60       # reciprocal rank fusion's constant
 FUSE_DEPTH = 100  # how deep each ranking is fused
@@ -228,8 +234,8 @@ def _text(node) -> str:
 def search(snapshot, gcl, *, k: int = 10, container: str = ":", lenient: bool = False,
            snippets: bool = True, rank: str = "ssr",
            scoring: bm25.Scoring | None = None) -> Results:
-    r = _rank(snapshot, gcl, depth=max(k, 0), container=container, lenient=lenient,
-              rank=rank, scoring=scoring)
+    r = snapshot.rank(gcl, depth=max(k, 0), container=container, lenient=lenient,
+                      rank=rank, scoring=scoring)
     return Results(r.hits(k, snippets), r.query, r.warnings, r.total)
 
 
@@ -269,13 +275,15 @@ def text_tiers(snapshot, text: str) -> list[list[tuple[Combine | Term, float]]]:
     if getattr(snapshot, "fold_diacritics", False):   # stored without diacritics
         words = list(map(strip_diacritics, words))
     words = list(dict.fromkeys(words))
-    n_docs = max(snapshot.document_count(), 1)
+    all_forms = {w: word_forms(snapshot, w) for w in words}
+    stats = snapshot.statistics(sorted({f for fs in all_forms.values() for f in fs}))
+    n_docs = max(stats.documents, 1)
     weighted = []
     for w in words:
-        forms = [f for f in word_forms(snapshot, w) if snapshot.list_count(f)]
+        forms = [f for f in all_forms[w] if stats.postings.get(f)]
         if not forms:
             continue
-        df = sum(snapshot.list_count(f) for f in forms)
+        df = sum(stats.postings[f] for f in forms)
         node = Term((forms[0],)) if len(forms) == 1 else \
             Combine("+", tuple(Term((f,)) for f in forms))
         weighted.append((node, math.log(1 + n_docs / df)))
@@ -293,6 +301,27 @@ def text_tiers(snapshot, text: str) -> list[list[tuple[Combine | Term, float]]]:
     return tiers
 
 
+def scorer(snapshot, container: str = ":"):
+    """A function of a list of query nodes giving, for each, the containers its covers
+    touch and their SSR scores: (container starts, ends, scores, best cover starts,
+    ends), containers in address order. One Evaluator serves every call (subexpressions
+    shared by the tiers are solved once); a sharded collection concatenates its
+    shards'."""
+    ev = Evaluator(snapshot)
+    cnode = as_node(container)[0]
+
+    def score(nodes) -> list[tuple]:
+        out = []
+        for node in nodes:
+            covers, boxes = _covers_and_boxes(ev, node, cnode)
+            idx, scores, best = kernels.ssr_touched(covers.starts, covers.ends,
+                                                    boxes.starts, boxes.ends, K)
+            out.append((boxes.starts[idx], boxes.ends[idx], scores, covers.starts[best],
+                        covers.ends[best]))
+        return out
+    return score
+
+
 def text_words(snapshot, text: str) -> list[tuple[tuple[str, ...], int]]:
     """The words of free text as BM25 scores them: (the word and the words of the database
     sharing its stem, how often the text has it), in order; words absent from it dropped."""
@@ -307,28 +336,65 @@ def text_words(snapshot, text: str) -> list[tuple[tuple[str, ...], int]]:
     return out
 
 
+def statistics_needed(words, how: str, settings: bm25.Scoring
+                      ) -> tuple[list[str], list[str]]:
+    """(features, fields) whose collection statistics score `words` (see top_words)."""
+    if how == "sparse":
+        return sorted({f"{settings.sparse}:{t}" for t, _ in words}), []
+    return sorted({f for forms, _ in words for f in forms}), [f.name for f in settings.fields]
+
+
+def _terms(snapshot, ev: Evaluator, cnode, words, how: str, settings: bm25.Scoring,
+           statistics) -> list:
+    """The scored terms of `words` (see top_words), weighed by `statistics` (default: the
+    snapshot's own, Snapshot.statistics; a shard of a collection is given the
+    collection's)."""
+    if statistics is None:
+        statistics = snapshot.statistics(*statistics_needed(words, how, settings))
+    if how == "sparse":
+        return bm25.sparse_terms(ev, cnode, settings, words, statistics)
+    return bm25.word_terms(ev, cnode, settings, words, statistics)
+
+
+def top_words(snapshot, words, k: int, *, container: str = ":", rank: str = "bm25",
+              scoring: bm25.Scoring | None = None, statistics=None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The best k containers (starts, ends, scores; by score, ties by address) by BM25
+    over words [(forms, query count)] (`rank="bm25"`), or by sparse vectors over
+    [(term, query weight)] (`"sparse"`, scoring.sparse named)."""
+    ev = Evaluator(snapshot)
+    terms = _terms(snapshot, ev, as_node(container)[0], words, rank,
+                   scoring or bm25.Scoring(), statistics)
+    return bm25.top(terms, k)
+
+
+def word_covers(snapshot, words, s: np.ndarray, e: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """What each container's hit shows (bm25.covers): words, a tuple of forms each."""
+    return bm25.covers(Evaluator(snapshot), words, s, e)
+
+
 def _ranked_text(snapshot, text, k: int, container: str, how: str,
                  settings: bm25.Scoring, snippets: bool) -> Results:
     """search_text by BM25, by sparse vectors or fused (see search_text)."""
-    ev = Evaluator(snapshot)
-    cnode = as_node(container)[0]
     if how == "sparse":
         settings = _sparse(snapshot, settings)
         if isinstance(text, dict):
-            weights = [(tokenizer.fold(str(t)), bm25.number(w, f"the weight of {t!r}", 0.0))
-                       for t, w in text.items()]
+            terms = [(tokenizer.fold(str(t)), bm25.number(w, f"the weight of {t!r}", 0.0))
+                     for t, w in text.items()]
         else:
-            weights = [(w, float(n)) for w, n in Counter(tokens(text)).items()]
-        terms = bm25.sparse_terms(ev, cnode, settings, weights)
-        shown = [Feature(f"{settings.sparse}:{t}") for t, _ in weights]
-        words = [(t,) for t, _ in weights]
+            terms = [(w, float(n)) for w, n in Counter(tokens(text)).items()]
+        shown = [Feature(f"{settings.sparse}:{t}") for t, _ in terms]
+        words = [(t,) for t, _ in terms]
     else:
-        found = text_words(snapshot, text)
-        terms = bm25.word_terms(ev, cnode, settings, found)
-        words = [forms for forms, _ in found]
+        terms = text_words(snapshot, text)
+        words = [forms for forms, _ in terms]
         shown = [Term(f) if len(f) == 1 else Combine("+", tuple(Term((x,)) for x in f))
                  for f in words]
-    s, e, sc = bm25.top(terms, k if how != "fused" else FUSE_DEPTH)
+    s, e, sc = snapshot.top_words(terms, k if how != "fused" else FUSE_DEPTH,
+                                  container=container,
+                                  rank="sparse" if how == "sparse" else "bm25",
+                                  scoring=settings)
     query = "" if not shown else format_query(shown[0] if len(shown) == 1 else
                                              Combine("+", tuple(shown)))
     if how == "fused":
@@ -339,7 +405,7 @@ def _ranked_text(snapshot, text, k: int, container: str, how: str,
         ends.update((h.start, h.end) for h in ssr)
         s, sc = fuse(first, s, k)
         e = np.array([ends[x] for x in s.tolist()], dtype=np.int64)
-    cs, ce = bm25.covers(ev, words, s, e) if snippets else (s, s)
+    cs, ce = snapshot.word_covers(words, s, e) if snippets else (s, s)
     hits = Ranking(snapshot, query, [], s, e, sc, cs, ce).hits(k, snippets)
     return Results(hits, query, [], len(hits))
 
@@ -360,8 +426,7 @@ def search_text(snapshot, text: str, *, k: int = 10, container: str = ":",
     if check_rank(rank) != "ssr":
         return _ranked_text(snapshot, text, k, container, rank, scoring or bm25.Scoring(),
                             snippets)
-    ev = Evaluator(snapshot)
-    cnode = as_node(container)[0]
+    score = snapshot.text_scorer(container)
     seen = set()  # containers ranked already (by start)
     hits: list[Hit] = []
     ran = []
@@ -369,13 +434,9 @@ def search_text(snapshot, text: str, *, k: int = 10, container: str = ":",
     for level, tier in zip(range(len(tiers), 0, -1), tiers):
         if len(hits) >= k:
             break
-        parts = []  # per subset: touched containers, weighted scores, cover starts and ends
-        for node, weight in tier:
-            covers, boxes = _covers_and_boxes(ev, node, cnode)
-            idx, scores, best = kernels.ssr_touched(covers.starts, covers.ends,
-                                                    boxes.starts, boxes.ends, K)
-            parts.append((boxes.starts[idx], boxes.ends[idx], weight * scores,
-                          covers.starts[best], covers.ends[best]))
+        # per subset: touched containers, weighted scores, cover starts and ends
+        parts = [(bs, be, weight * sc, cp, cq) for (bs, be, sc, cp, cq), (_, weight)
+                 in zip(score([node for node, _ in tier]), tier)]
         ran.append(format_query(Combine("+", tuple(n for n, _ in tier)))
                    if len(tier) > 1 else format_query(tier[0][0]))
         bs, be, contrib, cp, cq = (np.concatenate(x) for x in zip(*parts))

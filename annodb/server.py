@@ -367,7 +367,8 @@ class Server:
                  max_clients: int = MAX_CLIENTS, workers: int | None = None,
                  processes: int = 1, idle_timeout: float = IDLE_TIMEOUT,
                  line_timeout: float = LINE_TIMEOUT, cache_bytes: int | None = None,
-                 readonly: bool = False, strict: bool = False, log=None):
+                 readonly: bool = False, strict: bool = False, log=None,
+                 ray: str | None = None):
         if token is None and not is_loopback(host):
             raise ServerError(
                 f"refusing to listen on {host!r} without a token: anyone who can reach it "
@@ -375,6 +376,8 @@ class Server:
                 "\"token\": T), or listen on 127.0.0.1")
         if processes < 1:
             raise ServerError(f"processes must be at least 1, not {processes}")
+        if ray == "local":
+            processes = 1  # (each worker process would start a cluster of its own)
         if max_clients < 1:
             raise ServerError(f"max_clients must be at least 1, not {max_clients}")
         if path is None:
@@ -391,7 +394,7 @@ class Server:
             query_timeout=query_timeout, max_postings=max_postings, max_line=max_line,
             max_queries=max(int(max_queries) // self.processes, 1),
             max_query_bytes=int(max_query_bytes) // self.processes, cache_bytes=per_process,
-            readonly=readonly, strict=strict)
+            readonly=readonly, strict=strict, ray=ray)
         self._core_options = dict(threads=workers or THREADS, idle_timeout=idle_timeout,
                                   line_timeout=line_timeout, max_clients=self.max_clients)
         # checks the options and opens the database here (in every mode): a missing

@@ -1,13 +1,79 @@
 """What a writer keeps for ranking (storage.py: each word's df in counts, the fields'
 documents and tokens in meta "fields"): counted from a batch as it is added, and taken away
-for what an erase removes (the erased document's text is at hand: retokenized).
+for what an erase removes (the erased document's text is at hand: retokenized); and what a
+ranker reads of them (Statistics: gathered from one snapshot, combined over shards).
 """
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 
 from . import kernels, tokenizer
+
+
+class Statistics(msgspec.Struct, frozen=True):
+    """A collection's statistics as rankers weigh words by them (Snapshot.statistics):
+    its documents (container `:`) and their tokens; per feature asked for, its postings as
+    stored (erased ones included: the same in every snapshot of one state, whatever was
+    decoded before; SSR's free-text weights), the live documents holding it (df, BM25's)
+    and a bound of its values (high, sparse scores'); per field, (documents, tokens), every
+    field kept and the ones asked for. Summed over shards (combine), they are those of one
+    database holding the same documents."""
+
+    documents: int
+    tokens: int
+    postings: dict[str, int] = {}
+    df: dict[str, int] = {}
+    high: dict[str, float] = {}
+    fields: dict[str, tuple[int, int]] = {}
+
+
+def gather(snapshot, features=(), fields=()) -> Statistics:
+    """The Statistics of one database's snapshot, for these features and fields: as
+    stored, or counted from the lists where the database does not keep them (written
+    before it did)."""
+    lists = snapshot.lists
+    postings, df, high = {}, {}, {}
+    for f in features:
+        postings[f] = lists.stored_count(f)
+        d, h = lists.statistics(f)
+        if d is None or h is None:
+            whole = lists.whole(f)
+            if d is None:  # the documents holding a posting
+                d = len(lists.containing(":", whole.starts, whole.starts))
+            if h is None:
+                h = max(float(whole.values.max()), 0.0) if len(whole) else 0.0
+        df[f], high[f] = int(d), float(h)
+    kept = {name: tuple(v) for name, v in (snapshot.field_statistics() or {}).items()}
+    for name in fields:
+        if not kept.get(name, (0, 0))[0]:  # not kept: the field's documents and tokens
+            iv = lists.whole(name)
+            held = lists.containing(":", iv.starts, iv.ends)
+            kept[name] = (len(held), int((iv.ends - iv.starts + 1).sum()))
+    return Statistics(snapshot.document_count(), snapshot.token_count(), postings, df,
+                      high, kept)
+
+
+def combine(parts: list[Statistics]) -> Statistics:
+    """The statistics of shards as one collection's: sums (high: the largest)."""
+    def summed(attr):
+        out = {}
+        for p in parts:
+            for k, v in getattr(p, attr).items():
+                out[k] = out.get(k, 0) + v
+        return out
+    high = {}
+    for p in parts:
+        for k, v in p.high.items():
+            high[k] = max(high.get(k, 0.0), v)
+    fields = {}
+    for p in parts:
+        for k, (d, t) in p.fields.items():
+            d0, t0 = fields.get(k, (0, 0))
+            fields[k] = (d0 + d, t0 + t)
+    return Statistics(sum(p.documents for p in parts), sum(p.tokens for p in parts),
+                      summed("postings"), summed("df"), high, fields)
 
 
 def batch_words(kinds: np.ndarray, doc_tokens: np.ndarray, n: int) -> np.ndarray:

@@ -162,6 +162,17 @@ class Snapshot:
         self._before_read()
         return self._txn.docs()
 
+    def documents_in(self, p: int, q: int) -> list[Document]:
+        """The documents whose ranges overlap addresses p..q, in address order."""
+        self._before_read()
+        return list(self._txn.docs_overlapping(int(p), int(q)))
+
+    def present(self, docnos: list[str]) -> dict[str, int]:
+        """The docnos among these that are in the database, with their documents' first
+        addresses."""
+        self._check()
+        return self._txn.docnos_present(docnos)
+
     def text(self, p: int, q: int) -> str:
         """The text of addresses p..q: from the start of the token at p to the end of the
         token at q, documents joined by newlines, erased addresses left out."""
@@ -269,6 +280,43 @@ class Snapshot:
                                    scoring=bm25.scoring(k1, b, fields, sparse_field),
                                    snippets=snippets)
 
+    def rank(self, gcl, *, depth: int = ranking.DEPTH, container: str = DOCUMENT,
+             lenient: bool = False, budget=None, rank: str = "ssr", scoring=None,
+             statistics=None) -> "ranking.Ranking":
+        """The containers ranked to `depth`, as arrays (ranking.rank): what the server
+        keeps for a query's `next`, and what search() shows the first k of."""
+        self._before_read()
+        return ranking.rank(self, gcl, depth=depth, container=container, lenient=lenient,
+                            budget=budget, rank=rank, scoring=scoring, statistics=statistics)
+
+    def top_words(self, words, k: int, *, container: str = DOCUMENT, rank: str = "bm25",
+                  scoring=None, statistics=None):
+        """The best k containers by BM25 or sparse scores of words (ranking.top_words)."""
+        self._before_read()
+        return ranking.top_words(self, words, k, container=container, rank=rank,
+                                 scoring=scoring, statistics=statistics)
+
+    def word_covers(self, words, s, e):
+        """What each container's BM25 hit shows (ranking.word_covers)."""
+        self._before_read()
+        return ranking.word_covers(self, words, s, e)
+
+    def text_scorer(self, container: str = DOCUMENT):
+        """The function search_text scores its tiers with (see ranking.scorer)."""
+        self._before_read()
+        return ranking.scorer(self, container)
+
+    def has_feature(self, name: str) -> bool:
+        """Whether some annotation list is named `name` (a word, a field, a label)."""
+        self._before_read()
+        return self.lists.fid(name) is not None
+
+    def statistics(self, features=(), fields=()) -> statistics.Statistics:
+        """The collection statistics rankers weigh words by (statistics.gather): the one
+        place a sharded collection sums its shards'."""
+        self._before_read()
+        return statistics.gather(self, features, fields)
+
 
 def check_container(name: str) -> None:
     """AnnodbError unless `name` can be a container of documents kept apart: a feature
@@ -312,6 +360,7 @@ class Writer(Snapshot):
         self._new_docnos: dict[str, int] = {}  # docno -> start, not yet written
         self._dirty = False
         self._doc_runs: list[list] = []  # docs entries not yet written, a list per batch
+        self.allocate = None  # (batch, next address) -> starts: a sharded collection's
         # the fields' [documents, tokens] (storage's meta "fields"); None when not kept
         # (documents written before they were), loaded at the first change
         self._fields: dict | None | bool = False
@@ -470,9 +519,13 @@ class Writer(Snapshot):
             raise AnnodbError(str(err)) from None
         return self.add_batch(made, replace=replace)
 
-    def add_batch(self, b: batch.Batch, *, replace: bool = False) -> list[Added]:
+    def add_batch(self, b: batch.Batch, *, replace: bool = False,
+                  starts=None) -> list[Added]:
         """Append a batch of documents made by batch.make (what add_many does after
-        tokenizing; an ingest makes its batches in another process)."""
+        tokenizing; an ingest makes its batches in another process). `starts`: each
+        document's first address (increasing, each after the previous document, the first
+        at or past address_space()), leaving gaps where another shard's documents are (see
+        annodb.shards); default: right after the content."""
         self._check()
         if len(b):  # (before a replace deletes anything)
             storage.check_address(self._next_address + int(b.spans().sum()) - 1,
@@ -490,8 +543,10 @@ class Writer(Snapshot):
                 if not replace:
                     raise AnnodbError(f"docno {docno!r} already exists (use replace=True)")
                 if docno in seen:  # replaced again within this call: one at a time
-                    out = self.add_batch(b.subset(range(i)), replace=True)
-                    return out + self.add_batch(b.subset(range(i, len(b))), replace=True)
+                    head, tail = (None, None) if starts is None else (starts[:i], starts[i:])
+                    out = self.add_batch(b.subset(range(i)), replace=True, starts=head)
+                    return out + self.add_batch(b.subset(range(i, len(b))), replace=True,
+                                                starts=tail)
             seen.add(docno)
         if replace:
             for docno in b.docnos:
@@ -499,21 +554,42 @@ class Writer(Snapshot):
                                           self._txn.doc_start(docno) is not None):
                     self.delete(docno)
         try:
-            return self._append(b)
+            return self._append(b, starts)
         finally:
             self._vocab.writer = None  # (a reference from the shared vocab would keep a
             #                            dropped writer, and its locks, alive)
 
-    def _append(self, b: batch.Batch) -> list[Added]:
-        """Place the batch's documents after the content: its addresses, relative to the
-        batch, become these; tokens and annotations are buffered until the flush, its docs
-        entries likewise."""
+    def _placed(self, b: batch.Batch, starts) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, ends) of the batch's documents: `starts` checked, or those the
+        allocator (`self.allocate(batch, address_space)`, set by a sharded collection)
+        gives, or right after the content."""
+        base = self._next_address
+        spans = b.spans()
+        if starts is None and self.allocate is not None:
+            starts = self.allocate(b, base)
+        if starts is None:
+            ends = np.cumsum(spans) + (base - 1)
+            return ends - spans + 1, ends
+        starts = np.asarray(starts, dtype=np.int64)
+        ends = starts + spans - 1
+        if len(starts) != len(spans) or (len(starts) and (
+                starts[0] < base or np.any(starts[1:] <= ends[:-1]))):
+            raise AnnodbError(f"{self.db.path}: a batch's starts must be one per document, "
+                              f"increasing, each past the previous document and the first "
+                              f"at or past {base} (the next free address)")
+        if len(ends):
+            storage.check_address(int(ends[-1]), f"adding {len(ends)} documents at "
+                                                 f"{int(starts[0]):,}")
+        return starts, ends
+
+    def _append(self, b: batch.Batch, starts=None) -> list[Added]:
+        """Place the batch's documents after the content (or at `starts`, see add_batch):
+        its addresses, relative to the batch, become these; tokens and annotations are
+        buffered until the flush, its docs entries likewise."""
         vocab = self._vocab
         vocab.writer = self  # a new name calls back into this writer (Vocab.__missing__)
         base = self._next_address
-        spans = b.spans()
-        ends = np.cumsum(spans) + (base - 1)
-        starts = ends - spans + 1
+        starts, ends = self._placed(b, starts)
         starts_list = starts.tolist()
         docnos = b.docnos
         if b.documents is not None:  # name the documents without a docno by their start
@@ -534,7 +610,7 @@ class Writer(Snapshot):
         except UnicodeError as err:  # a lone surrogate in a name or metadata
             raise AnnodbError(f"document is not valid Unicode ({err})") from None
         # compressed on a thread (zstd releases the GIL) while this one goes on
-        self._doc_runs.append(storage.encode_docs_later(raws, b.starts().tolist(), base,
+        self._doc_runs.append(storage.encode_docs_later(raws, (starts - base).tolist(), base,
                                                         self._txn.page_size()))
         # tokens: the ids of their words, and the runs of addresses they fill
         names = b.names if not self.fold_diacritics else \

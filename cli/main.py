@@ -186,8 +186,12 @@ class _Bar:
               help="Make a new database that folds diacritics (cafe finds Café): chosen "
                    "when it is created, recorded in it; refused for one that holds "
                    "content without it.")
+@click.option("--shards", type=click.IntRange(1, 1024), metavar="N",
+              help="Make (or add to) a sharded collection of N databases, read, tokenized "
+                   "and written by parallel processes (a collection is ingested so "
+                   "without it too).")
 def ingest(files, db, id_field, text_fields, sparse_fields, fmt, batch_size, replace,
-           skip_bad, strict, quiet, as_json, fold_diacritics):
+           skip_bad, strict, quiet, as_json, fold_diacritics, shards):
     """Add documents from FILES and directories (JSONL, JSON, CSV, TSV, TREC, MS MARCO
     segments or plain text; .gz too).
 
@@ -213,15 +217,16 @@ def ingest(files, db, id_field, text_fields, sparse_fields, fmt, batch_size, rep
       annodb ingest --db web.db --id-field url --text-field title --text-field body pages.jsonl.gz
       annodb ingest --db cafes.db --fold-diacritics reviews.jsonl
       annodb ingest --db web.db --sparse-field splade encoded.jsonl
+      annodb ingest --db web.shards --shards 4 corpus.jsonl
     """
     if strict and skip_bad:
         raise click.UsageError("--strict stops at the first bad record and --skip-bad "
                                "accepts skipping them: give one of them")
     bar = _Bar(enabled=not quiet and sys.stderr.isatty())
     target = db
-    if fold_diacritics:
+    if fold_diacritics or shards:
         _ingest.check_inputs(files, fmt)       # before the database is created
-        target = _annodb.open(db, fold_diacritics=True)
+        target = _annodb.open(db, fold_diacritics=fold_diacritics or None, shards=shards)
     try:
         summary = _ingest.ingest(target, files, format=fmt, id_field=id_field,
                                  text_fields=list(text_fields) or None, batch_size=batch_size,
@@ -430,6 +435,32 @@ def compact(db, dest):
         database.compact(dest)
     after = _annodb.storage.disk_size(dest)
     click.echo(f"annodb: compact: {before:,} -> {after:,} bytes in {dest}", err=True)
+
+
+@annodb.command()
+@db_option
+@click.argument("dest", type=click.Path(file_okay=False))
+@click.option("--shards", type=click.IntRange(1, 1024), required=True, metavar="N",
+              help="How many shards (databases) the collection has.")
+def split(db, dest, shards):
+    """Write the database as a new sharded collection DEST of N shards.
+
+    Each document goes to the shard its docno routes to (a note with its document), at
+    the address it has, with every annotation inside it, so DEST ranks exactly as the
+    database does; it is searched, served and ingested into like a database (an ingest
+    into it runs in parallel processes). The database is only read.
+
+    \b
+    Example:
+      annodb split --db web.db web.shards --shards 4
+      annodb query --db web.shards '(^ goth rock)'
+    """
+    from annodb.split import split as _split
+    summary = _split(db, dest, shards)
+    note = (f"; {summary.not_copied} annotations over no single document were not copied"
+            if summary.not_copied else "")
+    click.echo(f"annodb: split: {summary.documents:,} documents and {summary.annotations:,} "
+               f"annotations into {shards} shards in {dest}{note}", err=True)
 
 
 def _add_commands(names, until: str | None = None) -> None:

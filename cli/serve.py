@@ -64,8 +64,12 @@ def _fields(ctx, param, value: str | None) -> list[str] | None:
 @click.option("--strict", is_flag=True,
               help="Refuse malformed queries with an error, as the reference server does "
                    "(default: lenient, repairs listed in \"warnings\").")
+@click.option("--ray", metavar="ADDRESS",
+              help="Serve a sharded collection from Ray actors, one per shard: the "
+                   "cluster's address (auto: the running one), or local to start one here "
+                   "(pip install 'annodb[ray]'). Writes are refused.")
 def serve(db, host, port, container, fields, depth, token, timeout, max_postings, processes,
-          threads, idle_timeout, line_timeout, cache_mb, readonly, strict):
+          threads, idle_timeout, line_timeout, cache_mb, readonly, strict, ray):
     """Serve the database to search agents: newline-delimited JSON over TCP.
 
     Speaks the protocol of Cottontail's ssr-server, so the Vole runner works unchanged:
@@ -82,6 +86,7 @@ def serve(db, host, port, container, fields, depth, token, timeout, max_postings
     Example:
       annodb serve --db msmarco.db --fields title:,headings:,segment:
       annodb serve --db msmarco.db --strict --port 8765
+      annodb serve --db web.shards --ray local       # shards on Ray actors
       printf '%s\\n' '{"op":"query","query":"(^ goth rock)"}' | nc 127.0.0.1 PORT
     """
     try:
@@ -90,7 +95,8 @@ def serve(db, host, port, container, fields, depth, token, timeout, max_postings
                         max_postings=max_postings or None,
                         processes=processes or os.cpu_count() or 1, workers=threads,
                         idle_timeout=idle_timeout, line_timeout=line_timeout,
-                        cache_bytes=cache_mb << 20, readonly=readonly, strict=strict)
+                        cache_bytes=cache_mb << 20, readonly=readonly, strict=strict,
+                        ray=ray)
         server.serve_forever()
     except AnnodbError as err:
         click.echo(f"annodb: error: {err}", err=True)

@@ -65,7 +65,8 @@ def build(path, docs, erased, deleted):
 
 def engine_top(r, query, k, prune=True, k1=0.9, b=0.4):
     ev = Evaluator(r)
-    terms = bm25.word_terms(ev, DOC, bm25.Scoring(k1, b), [((w,), n) for w, n in query])
+    terms = bm25.word_terms(ev, DOC, bm25.Scoring(k1, b), [((w,), n) for w, n in query],
+                            r.statistics([w for w, _ in query]))
     s, _, sc = bm25.top(terms, k, prune=prune)
     return s, sc
 

@@ -25,8 +25,8 @@ import pytest
 from click.testing import CliRunner
 
 import annodb
-from annodb import protocol
 from annodb import server as server_module
+from annodb.transaction import Snapshot
 from annodb.ranking import rank
 from annodb.server import Server, ServerError
 from annodb_cli.serve import serve
@@ -382,14 +382,14 @@ def test_concurrent_clients_get_consistent_answers(server, db):
 
 def test_a_slow_query_times_out_and_does_not_stall_others(db, monkeypatch):
     release = threading.Event()
-    real_rank = protocol.rank
+    real_rank = Snapshot.rank  # (the server ranks through the read interface)
 
     def slow_rank(snapshot, gcl, **kw):
         if "slowpoke" in gcl:
             release.wait(10)
         return real_rank(snapshot, gcl, **kw)
 
-    monkeypatch.setattr(protocol, "rank", slow_rank)
+    monkeypatch.setattr(Snapshot, "rank", slow_rank)
     with Server(db.path, query_timeout=4.0) as s, Client(s.port) as slow, \
             Client(s.port) as fast:
         slow.sock.sendall(b'{"op":"query","query":"(+ slowpoke hello)"}\n')

@@ -134,7 +134,7 @@ class Local(Backend):
 
     def __init__(self, db, *, depth: int = DEPTH, container: str = ":",
                  fields: list[str] | None = None, readonly: bool = False, audit=None):
-        self._own = not isinstance(db, annodb.Database)
+        self._own = isinstance(db, (str, os.PathLike))  # else an open database or collection
         try:
             self.db = annodb.open(db, create=False, readonly=readonly) if self._own else db
             self._protocol = Protocol(self.db, depth=depth, container=container,

@@ -19,8 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 import annodb
-from annodb import protocol
 from annodb import server as server_module
+from annodb.transaction import Snapshot
 from annodb.server import Server, ServerError
 from annodb_cli.serve import serve
 
@@ -243,14 +243,14 @@ def test_limits_hold_under_a_flood(db, monkeypatch, figures):
     afterwards."""
     per_client, clients, timeout, max_line = size(60, 1500), 16, 0.3, 4096
     release = threading.Event()
-    real_rank = protocol.rank
+    real_rank = Snapshot.rank  # (the server ranks through the read interface)
 
     def slow_rank(snapshot, gcl, **kw):
         if "slowpoke" in gcl:
             release.wait(0.6)
         return real_rank(snapshot, gcl, **kw)
 
-    monkeypatch.setattr(protocol, "rank", slow_rank)
+    monkeypatch.setattr(Snapshot, "rank", slow_rank)
     long_query = ("(+ " + " ".join(["hello", "world", "secrets"] * 2000))[:max_line - 40] + ")"
     lines = [json.dumps({"op": "query", "query": "(^ hello world)"}).encode(),
              json.dumps({"op": "count", "query": "(+ hello passwords)"}).encode(),

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import annodb
-from annodb import protocol, snippets
+from annodb.transaction import Snapshot
+from annodb import snippets
 from annodb.server import Server
 
 from .workload import size
@@ -74,14 +75,14 @@ def test_writes_never_block_readers(db, monkeypatch, figures):
     connection; a cheap query's latency on a third stays what it is when idle (the old
     server reopened the database for writing and made every reader wait)."""
     release = threading.Event()
-    real_rank = protocol.rank
+    real_rank = Snapshot.rank  # (the server ranks through the read interface)
 
     def slow_rank(snapshot, gcl, **kw):
         if "slowpoke" in gcl:
             release.wait(60)
         return real_rank(snapshot, gcl, **kw)
 
-    monkeypatch.setattr(protocol, "rank", slow_rank)
+    monkeypatch.setattr(Snapshot, "rank", slow_rank)
     n = size(100, 1000)
     with Server(db.path, workers=4, query_timeout=120) as s, Client(s.port) as cheap, \
             Client(s.port) as writer, Client(s.port) as slow:

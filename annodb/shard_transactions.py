@@ -1,0 +1,475 @@
+"""A sharded collection's transactions: a read snapshot over every shard and a write
+transaction of one shard (annodb.shards has the layout, the routing and what differs from
+one database). Their methods are those of annodb.Snapshot and annodb.Writer: per-shard
+work, one exact merge (SSR needs only what is inside a container, so per-shard rankings
+merged by score, then address, are one database's; BM25 and sparse scores need, besides,
+the collection's statistics: summed over the shards in one place, `statistics`, and given
+to every shard's ranking, so each scores as one database would).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+
+import numpy as np
+
+from . import batch, bm25, kernels, ranking, records, statistics, transaction
+from .errors import AnnodbError, NotFoundError, StorageError
+from .gcl import Budget, prepare
+from .lists import Intervals
+from .shards import route, shard_name
+from .transaction import DOCUMENT, Stats
+
+
+def _merge_intervals(found: list[Intervals]) -> Intervals:
+    """The union of per-shard lists, by start then end; a duplicate once (the first)."""
+    found = [x for x in found if len(x)]
+    if not found:
+        return Intervals.empty()
+    if len(found) == 1:
+        return found[0]
+    s = np.concatenate([x.starts for x in found])
+    e = np.concatenate([x.ends for x in found])
+    v = np.concatenate([x.values for x in found])
+    order = np.lexsort((e, s))
+    s, e, v = s[order], e[order], v[order]
+    keep = np.r_[True, (s[1:] != s[:-1]) | (e[1:] != e[:-1])]
+    return Intervals(s[keep], e[keep], v[keep])
+
+
+ALL = 1 << 62  # a depth past every container (a fused ranking fuses whole rankings)
+
+
+def merge_rankings(snapshot, rankings: list, depth: int) -> ranking.Ranking:
+    """Per-shard rankings (each to `depth`) merged exactly: score descending, ties by
+    address, to `depth`. Where each ranked container lives is remembered (see
+    ShardedSnapshot.document_at)."""
+    first = rankings[0]
+    cols = [np.concatenate([getattr(r, name) for r in rankings]) for name in
+            ("starts", "ends", "scores", "cover_starts", "cover_ends")]
+    order = np.lexsort((cols[0], -cols[2]))[:max(depth, 0)]
+    home = np.repeat(np.arange(len(rankings)), [len(r) for r in rankings])[order]
+    snapshot.db.remember(cols[0][order], home)
+    return ranking.Ranking(snapshot, first.query, list(first.warnings),
+                           *(c[order] for c in cols), sum(r.total for r in rankings))
+
+
+class ShardedSnapshot:
+    """A read snapshot over every shard, with the methods of annodb.Snapshot: per-shard
+    work, one exact merge."""
+
+    def __init__(self, db, parts: list):
+        self.db = db
+        self.parts = parts
+        self.fold_diacritics = db.fold_diacritics
+        self._done = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if not self._done:
+            self._done = True
+            for part in self.parts:
+                part.close()
+
+    def _each(self, fn) -> list:
+        if self._done:
+            raise StorageError("this transaction has ended")
+        return self.db.each(fn, self.parts)
+
+    def _order(self, docno: str) -> list:
+        """The parts in the order a docno is looked for: its shard first."""
+        home = route(docno, len(self.parts))
+        return [self.parts[home]] + self.parts[:home] + self.parts[home + 1:]
+
+    # annotation lists
+    def intervals(self, feature: str) -> Intervals:
+        return _merge_intervals([p.intervals(feature) for p in self.parts])
+
+    def term(self, token: str) -> Intervals:
+        return _merge_intervals([p.term(token) for p in self.parts])
+
+    def list_count(self, feature: str) -> int:
+        return sum(p.list_count(feature) for p in self.parts)
+
+    def has_feature(self, name: str) -> bool:
+        return any(p.has_feature(name) for p in self.parts)
+
+    def features_with_prefix(self, prefix: str, limit: int = 100) -> list[str]:
+        names = set()
+        for p in self.parts:
+            names.update(p.features_with_prefix(prefix, limit))
+        return sorted(names)[:limit]
+
+    def erased(self) -> tuple[np.ndarray, np.ndarray]:
+        found = [p.erased() for p in self.parts]
+        return kernels.merge_ranges(np.concatenate([s for s, _ in found]),
+                                    np.concatenate([e for _, e in found]))
+
+    # documents
+    def has(self, docno: str) -> bool:
+        return any(p.has(docno) for p in self._order(docno))
+
+    def present(self, docnos: list[str]) -> dict[str, int]:
+        found = {}
+        for p in self.parts:
+            found.update(p.present(docnos))
+        return found
+
+    def _holding(self, docno: str):
+        """(the part holding docno, its document), or (None, None)."""
+        for p in self._order(docno):
+            try:
+                return p, p.document(docno)
+            except NotFoundError:
+                continue
+        return None, None
+
+    def document(self, docno: str):
+        doc = self._holding(docno)[1]
+        if doc is None:
+            raise NotFoundError(f"no document with docno {docno!r}")
+        return doc
+
+    find = transaction.Snapshot.find  # (calls self.document)
+
+    def document_at(self, address: int):
+        """The document holding `address`: asked of the shard that ranked it, if a ranking
+        did (one lookup, not one per shard: on Ray actors a round trip each), else of each
+        shard in turn."""
+        home = self.db.homes.get(int(address))
+        parts = self.parts if home is None else \
+            [self.parts[home]] + self.parts[:home] + self.parts[home + 1:]
+        for p in parts:
+            doc = p.document_at(address)
+            if doc is not None:
+                return doc
+        return None
+
+    def documents(self):
+        return heapq.merge(*(p.documents() for p in self.parts), key=lambda d: d.start)
+
+    def documents_in(self, p: int, q: int) -> list:
+        return list(heapq.merge(*(part.documents_in(p, q) for part in self.parts),
+                                key=lambda d: d.start))
+
+    def _parts_over(self, p: int, q: int) -> list[int]:
+        return [i for i, part in enumerate(self.parts) if part.documents_in(p, q)]
+
+    def text(self, p: int, q: int) -> str:
+        """As Snapshot.text: each document's live text of p..q, joined by newlines."""
+        pieces = []
+        for i in self._parts_over(p, q):
+            for doc in self.parts[i].documents_in(p, q):
+                piece = self.parts[i].text(max(p, doc.start), min(q, doc.end))
+                if piece:
+                    pieces.append((doc.start, piece))
+        return "\n".join(piece for _, piece in sorted(pieces))
+
+    def address_space(self) -> int:
+        return max(p.address_space() for p in self.parts)
+
+    def document_count(self) -> int:
+        return sum(p.document_count() for p in self.parts)
+
+    def stats(self) -> Stats:
+        """Sums over the shards (`features` counts each shard's lists: a word in two shards
+        counts twice); `addresses` is the collection's address space."""
+        found = [p.stats() for p in self.parts]
+        return Stats(documents=sum(s.documents for s in found),
+                     tokens=sum(s.tokens for s in found),
+                     features=sum(s.features for s in found),
+                     addresses=max(s.addresses for s in found),
+                     erased_ranges=sum(s.erased_ranges for s in found), path=self.db.path,
+                     size_bytes=sum(s.size_bytes for s in found),
+                     agent_documents=sum(s.agent_documents for s in found),
+                     agent_tokens=sum(s.agent_tokens for s in found))
+
+    def token_count(self) -> int:
+        return sum(p.token_count() for p in self.parts)
+
+    def sparse_fields(self) -> list[str]:
+        return sorted({f for p in self.parts for f in p.sparse_fields()})
+
+    def field_statistics(self) -> dict[str, tuple[int, int]]:
+        return self.statistics().fields
+
+    def statistics(self, features=(), fields=()) -> statistics.Statistics:
+        """The shards' statistics combined (statistics.combine): what a ranker weighing
+        words (SSR's free text, BM25, sparse) needs to rank exactly as one database."""
+        features, fields = list(features), list(fields)
+        return statistics.combine(self._each(lambda p: p.statistics(features, fields)))
+
+    # queries
+    def query(self, gcl, *, lenient: bool = False, budget: Budget | None = None) -> Intervals:
+        """The union of each shard's intervals (see the module docstring: no interval
+        spans two shards)."""
+        node, _ = prepare(self, gcl, lenient=lenient)
+        budget = budget or Budget()
+        return _merge_intervals(self._each(lambda part: part.query(node, budget=budget)))
+
+    def count(self, gcl, *, lenient: bool = False) -> int:
+        return len(self.query(gcl, lenient=lenient))
+
+    def rank(self, gcl, *, depth: int = ranking.DEPTH, container: str = DOCUMENT,
+             lenient: bool = False, budget: Budget | None = None, rank: str = "ssr",
+             scoring: bm25.Scoring | None = None, statistics=None) -> ranking.Ranking:
+        """Each shard ranked to `depth`, merged exactly (see merge_rankings); by BM25 or
+        sparse scores with the collection's statistics; fused from the whole merged SSR
+        and BM25 rankings, as one database fuses them."""
+        how = ranking.check_rank(rank)
+        node, warnings = prepare(self, gcl, lenient=lenient)
+        budget = budget or Budget()
+        settings = scoring or bm25.Scoring()
+        if how == "fused":
+            a = self.rank(node, depth=ALL, container=container, budget=budget)
+            b = self.rank(node, depth=ALL, container=container, budget=budget, rank="bm25",
+                          scoring=settings)
+            ids, sc = ranking.fuse(a.starts, b.starts, depth, len(a))
+            at = np.argsort(a.starts)
+            at = at[np.searchsorted(a.starts[at], ids)]
+            return ranking.Ranking(self, a.query, warnings, a.starts[at], a.ends[at], sc,
+                                   a.cover_starts[at], a.cover_ends[at], a.total)
+        if how == "sparse":
+            settings = ranking._sparse(self, settings)
+        if how != "ssr" and statistics is None:
+            statistics = self.statistics(*ranking.statistics_needed(
+                ranking.query_terms(node, how), how, settings))
+        found = self._each(lambda part: part.rank(
+            node, depth=depth, container=container, budget=budget, rank=how,
+            scoring=settings, statistics=statistics))
+        merged = merge_rankings(self, found, depth)
+        merged.warnings[:0] = warnings
+        return merged
+
+    def search(self, gcl, k: int = 10, *, container: str = DOCUMENT, lenient: bool = False,
+               snippets: bool = True, rank: str = "ssr", k1: float | None = None,
+               b: float | None = None, fields=None, sparse_field: str | None = None):
+        return ranking.search(self, gcl, k=k, container=container, lenient=lenient,
+                              snippets=snippets, rank=rank,
+                              scoring=bm25.scoring(k1, b, fields, sparse_field))
+
+    def search_text(self, text, k: int = 10, *, container: str = DOCUMENT,
+                    snippets: bool = True, rank: str = ranking.TEXT_RANK,
+                    k1: float | None = None, b: float | None = None, fields=None,
+                    sparse_field: str | None = None):
+        return ranking.search_text(self, text, k=k, container=container, rank=rank,
+                                   scoring=bm25.scoring(k1, b, fields, sparse_field),
+                                   snippets=snippets)
+
+    def top_words(self, words, k: int, *, container: str = DOCUMENT, rank: str = "bm25",
+                  scoring=None, statistics=None):
+        """Each shard's best k by the collection's statistics, merged (score, address)."""
+        settings = scoring or bm25.Scoring()
+        if statistics is None:
+            statistics = self.statistics(*ranking.statistics_needed(words, rank, settings))
+        found = self._each(lambda p: p.top_words(words, k, container=container, rank=rank,
+                                                 scoring=settings, statistics=statistics))
+        s, e, sc = (np.concatenate(x) for x in zip(*found))
+        order = np.lexsort((s, -sc))[:max(k, 0)]
+        return s[order], e[order], sc[order]
+
+    def word_covers(self, words, s, e):
+        """Each container's window, from the one shard holding it (the others find none
+        of the words inside it: they answer (s, s))."""
+        cs, ce = np.array(s, dtype=np.int64), np.array(s, dtype=np.int64)
+        for ps, pe in self._each(lambda p: p.word_covers(words, s, e)):
+            found = (ps != s) | (pe != s)
+            cs[found], ce[found] = ps[found], pe[found]
+        return cs, ce
+
+    def text_scorer(self, container: str = DOCUMENT):
+        """ranking.scorer per shard; a node's containers are the shards' concatenated
+        (search_text orders them itself)."""
+        scorers = [p.text_scorer(container) for p in self.parts]
+
+        def score(nodes) -> list[tuple]:
+            found = self.db.each(lambda s: s(nodes), scorers)
+            return [tuple(np.concatenate([f[j][c] for f in found]) for c in range(5))
+                    for j in range(len(nodes))]
+        return score
+
+
+class ShardedWriter(ShardedSnapshot):
+    """A write transaction of a sharded collection: it writes one shard (the one its first
+    write routes to, see the module docstring) and reads every shard, its own writes
+    included."""
+
+    def __init__(self, db, parts: list, lock, timeout: float):
+        super().__init__(db, parts)
+        self._lock = lock
+        self._timeout = timeout
+        self._writing: int | None = None
+
+    def _each(self, fn) -> list:  # a write transaction stays on its thread (LMDB's rule)
+        if self._done:
+            raise StorageError("this transaction has ended")
+        return [fn(p) for p in self.parts]
+
+    def _writer(self, i: int, what: str) -> transaction.Writer:
+        """The write transaction of shard i (begun on first use); AnnodbError when this
+        transaction writes another shard already."""
+        if self._done:
+            raise StorageError("this transaction has ended")
+        if self._writing is None:
+            w = self.db.shards[i].write(self._timeout)
+            w.allocate = self.db.allocate
+            self.parts[i].close()
+            self.parts[i] = w
+            self._writing = i
+        elif self._writing != i:
+            raise AnnodbError(
+                f"{self.db.path}: this write transaction writes {shard_name(self._writing)} "
+                f"and {what} lives in {shard_name(i)}: a transaction of a sharded "
+                "collection writes one shard (each document and everything about it lives "
+                "in one); commit this one and write that in a transaction of its own")
+        return self.parts[i]
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+    def commit(self) -> None:
+        """Commit the shard written (if any): atomically, as one database commits."""
+        if self._done:
+            raise StorageError("this transaction has ended")
+        try:
+            if self._writing is not None:
+                self.parts[self._writing].commit()
+        finally:
+            self._end()
+
+    def abort(self) -> None:
+        if not self._done:
+            self._end()
+
+    def _end(self) -> None:
+        try:
+            self.close()  # (a writer's close aborts what was not committed)
+        finally:
+            self._lock.release()
+
+    # writes
+    def add(self, content, docno: str | None = None, *, id_field: str | None = None,
+            text_fields: list[str] | None = None, replace: bool = False,
+            container: str = DOCUMENT, sparse_fields=()) -> transaction.Added:
+        """As Writer.add: the document goes to the shard its docno routes to."""
+        return self.add_many([(content, docno)], id_field=id_field, text_fields=text_fields,
+                             replace=replace, container=container,
+                             sparse_fields=sparse_fields)[0]
+
+    def add_many(self, items, *, id_field: str | None = None,
+                 text_fields: list[str] | None = None, replace: bool = False,
+                 container: str = DOCUMENT, sparse_fields=()) -> list[transaction.Added]:
+        """As Writer.add_many; every document must route to the shard this transaction
+        writes (AnnodbError naming both shards otherwise). A document without a docno is
+        named `d<start>` from its global start, as one database names it."""
+        if container != DOCUMENT:
+            transaction.check_container(container)
+        sparse = tuple(records.check_sparse_field(f) for f in sparse_fields)
+        docs = [batch.prepare_item(content, docno, id_field, text_fields, sparse)
+                for content, docno in items]
+        try:
+            b = batch.make(docs, container, sparse)
+        except UnicodeError as err:
+            raise AnnodbError(f"document text is not valid Unicode ({err})") from None
+        except ValueError as err:
+            raise AnnodbError(str(err)) from None
+        docnos = list(b.docnos)
+        for docno in docnos:
+            if docno is not None:
+                transaction.check_docno(docno)
+        shards = {route(d, len(self.parts)) for d in docnos if d is not None}
+        if len(shards) > 1:
+            a, c = sorted(shards)[:2]
+            raise AnnodbError(
+                f"{self.db.path}: these documents route to {shard_name(a)} and "
+                f"{shard_name(c)} (by docno): a transaction of a sharded collection writes "
+                "one shard; add them in a transaction each, or ingest them (`annodb ingest` "
+                "writes every shard in parallel)")
+        starts = None
+        if None in docnos:  # named from the start they will have: reserve it first
+            at_least = self.parts[self._writing].address_space() \
+                if self._writing is not None else 0
+            starts = self.db.allocate(b, at_least)
+            taken = set(docnos)
+            documents = list(b.documents)
+            for i, docno in enumerate(docnos):
+                if docno is None:
+                    docno = f"d{int(starts[i])}"
+                    while docno in taken or self.has(docno):
+                        docno += "_"
+                    taken.add(docno)
+                    docnos[i] = docno
+                    documents[i] = (docno,) + documents[i][1:]
+            b = dataclasses.replace(b, docnos=docnos, documents=documents)
+            named = {route(d, len(self.parts)): d for d in docnos}
+            if len(named) > 1:  # docno-less documents route by the names they get
+                a, c = list(named.values())[:2]
+                self._refuse_split(a, c)
+        if not docnos:
+            return []
+        w = self._writer(route(docnos[0], len(self.parts)), f"the document {docnos[0]!r}")
+        return w.add_batch(b, replace=replace, starts=starts)
+
+    def _refuse_split(self, a: str, b: str) -> None:
+        n = len(self.parts)
+        raise AnnodbError(
+            f"{self.db.path}: the documents {a!r} and {b!r} route to "
+            f"{shard_name(route(a, n))} and {shard_name(route(b, n))}: a transaction of a "
+            "sharded collection writes one shard; add them in a transaction each")
+
+    def _over(self, p: int, q: int, what: str) -> transaction.Writer:
+        """The writer of the one shard holding documents over p..q."""
+        found = self._parts_over(p, q)
+        if not found:
+            raise AnnodbError(f"{self.db.path}: no document lies over [{p}, {q}]; in a "
+                              f"sharded collection {what} goes to the shard of the document "
+                              "it is about")
+        if len(found) > 1:
+            raise AnnodbError(
+                f"{self.db.path}: [{p}, {q}] spans documents of {shard_name(found[0])} and "
+                f"{shard_name(found[1])}: a transaction of a sharded collection writes one "
+                f"shard; {what} one document at a time")
+        return self._writer(found[0], f"[{p}, {q}]")
+
+    def annotate(self, feature: str, p: int, q: int, value: float = 0.0) -> None:
+        """As Writer.annotate, in the shard of the documents over p..q (one shard)."""
+        if int(q) < int(p) or int(p) < 0:
+            raise AnnodbError(f"bad interval [{p}, {q}]: need 0 <= p <= q")
+        self._over(int(p), int(q), "an annotation").annotate(feature, p, q, value)
+
+    def erase(self, p: int, q: int) -> None:
+        if int(q) < int(p) or int(p) < 0:
+            raise AnnodbError(f"bad range [{p}, {q}]: need 0 <= p <= q")
+        self._over(int(p), int(q), "an erase").erase(p, q)
+
+    def delete(self, docno: str) -> bool:
+        part, doc = self._holding(docno)
+        if doc is None:
+            return False
+        return self._writer(self.parts.index(part), f"the document {docno!r}").delete(docno)
+
+    def note(self, docno: str, text: str, *, features=(),
+             note_docno: str | None = None) -> transaction.Added:
+        """As Writer.note: the note lives in its target's shard."""
+        part, doc = self._holding(docno)
+        if doc is None:
+            raise NotFoundError(f"no document with docno {docno!r}")
+        w = self._writer(self.parts.index(part), f"the document {docno!r}")
+        return w.note(docno, text, features=features, note_docno=note_docno)
+
+    def address_space(self) -> int:
+        return max(max(p.address_space() for p in self.parts), self.db._counter())
+
+    def set_folding(self, fold: bool) -> None:
+        raise StorageError(f"{self.db.path}: a sharded collection's diacritic folding is "
+                           "chosen when it is created (annodb.open(path, shards=N, "
+                           "fold_diacritics=True))")

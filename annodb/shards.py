@@ -1,0 +1,392 @@
+"""A sharded collection: one collection over many annodb databases (DESIGN §8).
+
+    db = annodb.open("web.shards", shards=4)        # created with 4 shards if missing
+    with db.write() as w:                           # one shard per transaction
+        w.add("Goth rock grew out of post-punk.", docno="n1")
+    with db.read() as r:                            # one snapshot over every shard
+        r.search("(^ goth rock)", k=10)
+
+Layout: a directory holding `manifest.json` (the format, the shard count, how documents
+are routed, the tokenizer, options such as fold_diacritics), `shard-000` ... (ordinary annodb
+databases), `addresses` (the collection's next free address: the counter of addresses
+handed out) and the lock files `addresses.lock` and `writer.lock`.
+
+**Global addresses.** Every document gets the address it would have in one database
+holding the same documents in the same order: a shard's documents sit at their global
+addresses, with gaps where the other shards' documents are. So addresses are unique over
+the collection, a ranking's ties (by address) fall exactly as in one database, raw query
+results merge by address, and `text(p, q)` / `document_at(a)` find their shard by address.
+New documents take their addresses from the counter under `addresses.lock`, so two writers
+(or an ingest beside a writer) never hand out the same ones. The counter is never behind
+the shards: every open that may write raises it to the highest address a shard holds.
+
+**Routing.** A document lives in shard `route(docno, N)`: the first 8 bytes of the SHA-1 of
+its docno (UTF-8), big-endian, modulo N. A note (Writer.note) and every annotation, erase
+and delete go where their document is, so each document and everything about it lives in
+one shard. A document kept apart whose docno was not chosen for it (a note) lives with its
+target, so lookups by docno try the routed shard first, then the others.
+
+**Transactions.** A read is one snapshot of every shard, taken together (each shard's is
+ACID; a write committed to one shard while the snapshots were being taken may or may not
+be in it). A write transaction writes one shard and is ACID exactly as one database's; one
+that would write a second shard is refused (AnnodbError naming both) before anything of it
+is written. Sharded write transactions take turns (`writer.lock`, like one database's
+writer lock). `annodb ingest` writes every shard in parallel, committing per shard and
+batch; a rerun completes an interrupted one (idempotent by docno).
+
+**Exactness.** A ranked query counts covers inside one container, all of which lie in one
+shard: per-shard rankings merged by (score descending, address) are exactly one database's
+(tested against it). Scores weighing words by collection statistics (BM25, BM25F, sparse
+vectors, SSR's free-text tiers) take the shards' summed (statistics.combine), computed
+once per query by the sharded snapshot and given to each shard's ranking; a fused
+ranking fuses the merged SSR and BM25 rankings. What differs from one database holding the same documents: an
+interval spanning documents of two shards is never formed, so `count` and `query` can
+differ for queries whose intervals cross documents (`"darkness gen"` across two verses),
+and so can a ranking whose containment operand crosses documents (`(<< A B)` or `(!< A B)`
+with a B interval spanning two documents); `(# n)` windows run over each shard's address
+space.
+"""
+
+from __future__ import annotations
+
+import builtins
+import fcntl
+import hashlib
+import json
+import os
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from . import batch, database, tokenizer, transaction
+from .errors import StorageError, WriterBusyError
+from .transaction import Stats
+
+MANIFEST = "manifest.json"
+FORMAT = "annodb-shards"
+VERSION = 1
+ROUTING = "sha1-64-mod"   # int.from_bytes(sha1(docno utf-8)[:8], "big") % shards
+MAX_SHARDS = 1024
+COUNTER = "addresses"
+HOMES = 200_000   # ranked containers whose shard is remembered (document_at)
+
+
+def route(docno: str, shards: int) -> int:
+    """The shard of a document: its docno's SHA-1, first 8 bytes big-endian, mod shards."""
+    digest = hashlib.sha1(docno.encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") % shards
+
+
+def shard_name(i: int) -> str:
+    return f"shard-{i:03d}"
+
+
+def is_collection(path) -> bool:
+    """Whether `path` is a sharded collection (a directory with a manifest)."""
+    return os.path.isfile(os.path.join(os.fspath(path), MANIFEST))
+
+
+def read_manifest(path: str) -> dict:
+    where = os.path.join(path, MANIFEST)
+    try:
+        with builtins.open(where, "rb") as f:
+            manifest = json.loads(f.read())
+    except (OSError, ValueError) as err:
+        raise StorageError(f"{where}: cannot read the collection's manifest: {err}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise StorageError(f"{where}: not an annodb sharded collection's manifest")
+    if manifest.get("version") != VERSION:
+        raise StorageError(f"{where}: collection format version {manifest.get('version')!r}; "
+                           f"this annodb reads version {VERSION} (upgrade annodb)")
+    n = manifest.get("shards")
+    if not isinstance(n, int) or not 1 <= n <= MAX_SHARDS:
+        raise StorageError(f"{where}: bad shard count {n!r}")
+    if manifest.get("routing") != ROUTING:
+        raise StorageError(f"{where}: unknown routing {manifest.get('routing')!r} "
+                           f"(this annodb routes by {ROUTING})")
+    if manifest.get("tokenizer") != tokenizer.NAME:
+        raise StorageError(f"{where}: made with tokenizer {manifest.get('tokenizer')!r}; this "
+                           f"annodb tokenizes as {tokenizer.NAME!r}")
+    return manifest
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with builtins.open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def create_manifest(path: str, shards: int, fold_diacritics: bool) -> dict:
+    """Make the directory of a new collection and write its manifest (the shards are made
+    when it is opened)."""
+    if not isinstance(shards, int) or isinstance(shards, bool) or \
+            not 1 <= shards <= MAX_SHARDS:
+        raise StorageError(f"the shard count must be 1 to {MAX_SHARDS}, not {shards!r}")
+    if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+        raise StorageError(f"{path}: exists and is not an empty directory; a sharded "
+                           "collection is made in a new one (`annodb split` turns a "
+                           "database into shards)")
+    manifest = {"format": FORMAT, "version": VERSION, "shards": shards, "routing": ROUTING,
+                "tokenizer": tokenizer.NAME, "fold_diacritics": bool(fold_diacritics)}
+    try:
+        os.makedirs(path, exist_ok=True)
+        _write_atomic(os.path.join(path, MANIFEST),
+                      json.dumps(manifest, indent=2).encode() + b"\n")
+    except OSError as err:
+        raise StorageError(f"{path}: cannot create the collection: {err.strerror}") from None
+    return manifest
+
+
+def open(path, *, shards: int | None = None, readonly: bool = False, create: bool = True,
+         timeout: float = 30.0, cache_bytes: int | None = None,
+         fold_diacritics: bool | None = None) -> "ShardedDatabase":
+    """Open the sharded collection at `path`; with `shards`, create it (N shards) when
+    missing. annodb.open(path) calls this for a directory holding a manifest."""
+    path = os.fspath(path)
+    if not is_collection(path):
+        if shards is None:
+            raise StorageError(f"{path}: no sharded collection here")
+        if readonly or not create:
+            raise StorageError(f"{path}: no sharded collection here (create one with "
+                               f"`annodb ingest --shards N`)")
+        create_manifest(path, shards, bool(fold_diacritics))
+    manifest = read_manifest(path)
+    if shards is not None and shards != manifest["shards"]:
+        raise StorageError(f"{path}: the collection has {manifest['shards']} shards, not "
+                           f"{shards} (`annodb split` makes a collection of another count)")
+    fold = manifest.get("fold_diacritics", False)
+    if fold_diacritics is not None and bool(fold_diacritics) != fold:
+        have = "folds" if fold else "does not fold"
+        raise StorageError(f"{path}: this collection {have} diacritics (set when it was "
+                           "created); make a new one to change it")
+    return ShardedDatabase(path, manifest, readonly=readonly, timeout=timeout,
+                           cache_bytes=cache_bytes)
+
+
+class _FileLock:
+    """An exclusive flock on a file, waiting up to `timeout` seconds."""
+
+    def __init__(self, path: str, timeout: float, what: str):
+        self.path, self.timeout, self.what = path, timeout, what
+        self.fd = None
+
+    def acquire(self) -> "_FileLock":
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + max(self.timeout, 0)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self.fd = fd
+                return self
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise WriterBusyError(
+                        f"{self.path}: {self.what} held by another writer for "
+                        f"{self.timeout:g}s; try again when it has committed") from None
+                time.sleep(0.005)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            os.close(fd)  # (closing drops the flock)
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+class ShardedDatabase:
+    """A sharded collection, open: the same API as annodb.Database (read, write, stats,
+    close), each call over every shard."""
+
+    threads = True  # per-shard work of one query on threads (False: one after another)
+
+    def __init__(self, path: str, manifest: dict, *, readonly: bool = False,
+                 timeout: float = 30.0, cache_bytes: int | None = None):
+        self.path = path
+        self.manifest = manifest
+        self.readonly = readonly
+        self.timeout = timeout
+        self.fold_diacritics = bool(manifest.get("fold_diacritics", False))
+        n = manifest["shards"]
+        per_shard = None if cache_bytes is None else int(cache_bytes) // n
+        self.shards: list[database.Database] = []
+        self.homes: OrderedDict[int, int] = OrderedDict()  # container start -> its shard
+        self._homes_lock = threading.Lock()
+        self._pool = None
+        self._closed = False
+        try:
+            for i in range(n):
+                db = database.Database(os.path.join(path, shard_name(i)), readonly=readonly,
+                                       create=not readonly, timeout=timeout,
+                                       cache_bytes=per_shard)
+                self.shards.append(db)
+                if self.fold_diacritics and not readonly:
+                    db._record_folding(True)
+            if not readonly:
+                self.reserve(0)  # the counter is never behind the shards
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ the API
+
+    def read(self) -> "ShardedSnapshot":
+        """One snapshot over every shard (see the module docstring)."""
+        self._check_open()
+        parts = []
+        try:
+            for db in self.shards:
+                parts.append(db.read())
+        except BaseException:
+            for part in parts:
+                part.close()
+            raise
+        return ShardedSnapshot(self, parts)
+
+    def write(self, timeout: float | None = None) -> "ShardedWriter":
+        """A write transaction of one shard (the first one it writes; see the module
+        docstring): commits on a clean exit, aborts on an exception."""
+        self._check_open()
+        if self.readonly:
+            raise StorageError(f"{self.path}: opened read-only")
+        wait = self.timeout if timeout is None else timeout
+        lock = _FileLock(os.path.join(self.path, "writer.lock"), wait,
+                         "the collection's writer lock").acquire()
+        try:
+            parts = [db.read() for db in self.shards]
+        except BaseException:
+            lock.release()
+            raise
+        return ShardedWriter(self, parts, lock, wait)
+
+    def stats(self) -> Stats:
+        with self.read() as r:
+            return r.stats()
+
+    def compact(self, dest) -> None:
+        """A compacted copy of every shard, and the manifest, in the new directory
+        `dest` (see Database.compact)."""
+        self._check_open()
+        dest = os.fspath(dest)
+        create_manifest(dest, len(self.shards), self.fold_diacritics)
+        for i, db in enumerate(self.shards):
+            db.compact(os.path.join(dest, shard_name(i)))
+        _write_atomic(os.path.join(dest, COUNTER), str(self._counter()).encode())
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+            for db in self.shards:
+                db.close()
+
+    def __enter__(self) -> "ShardedDatabase":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"annodb.ShardedDatabase({self.path!r}, shards={len(self.shards)})"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError(f"{self.path}: collection is closed")
+
+    def check(self) -> list[str]:
+        """Every shard's problems (check.check, each prefixed with its shard), then the
+        collection's: each document in the shard its docno routes to (a note: its
+        target's), no two shards' documents overlapping, the counter past every address."""
+        from .check import check
+        problems = []
+        for i, db in enumerate(self.shards):
+            problems += [f"{shard_name(i)}: {p}" for p in check(db)]
+        n = len(self.shards)
+        with self.read() as r:
+            starts = {}  # every document's start -> its shard
+            for i, part in enumerate(r.parts):
+                for doc in part.documents():
+                    starts[doc.start] = i
+            ranges = []
+            for i, part in enumerate(r.parts):
+                links = dict(zip(part.intervals(transaction.NOTES).starts.tolist(),
+                                 part.intervals(transaction.NOTES).values.tolist()))
+                for doc in part.documents():
+                    ranges.append((doc.start, doc.end, doc.docno, i))
+                    if doc.container == transaction.NOTES and doc.start in links:
+                        home = starts.get(int(links[doc.start]))
+                        if home != i:
+                            problems.append(f"{shard_name(i)}: the note {doc.docno!r} is "
+                                            f"not in its document's shard ({home})")
+                    elif doc.container != transaction.NOTES and route(doc.docno, n) != i:
+                        problems.append(f"{shard_name(i)}: {doc.docno!r} routes to "
+                                        f"{shard_name(route(doc.docno, n))}")
+            ranges.sort()
+            for (s0, e0, d0, i0), (s1, e1, d1, i1) in zip(ranges, ranges[1:]):
+                if s1 <= e0:
+                    problems.append(f"{d0!r} ({shard_name(i0)}, {s0}..{e0}) overlaps {d1!r} "
+                                    f"({shard_name(i1)}, {s1}..{e1})")
+            if self._counter() < r.address_space() and not self.readonly:
+                problems.append(f"the address counter ({self._counter()}) is behind the "
+                                f"shards ({r.address_space()})")
+        return problems[:1000]
+
+    # ------------------------------------------------------------------ addresses
+
+    def _counter(self) -> int:
+        try:
+            with builtins.open(os.path.join(self.path, COUNTER), "rb") as f:
+                return int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def reserve(self, n: int, at_least: int = 0) -> int:
+        """Hand out `n` consecutive addresses: the first of them (at least `at_least`,
+        past every address a shard holds and every one handed out before)."""
+        with _FileLock(os.path.join(self.path, COUNTER + ".lock"), self.timeout,
+                       "the collection's address counter"):
+            base = max(self._counter(), int(at_least))
+            for db in self.shards:
+                with db.read() as r:
+                    base = max(base, r.address_space())
+            _write_atomic(os.path.join(self.path, COUNTER), str(base + int(n)).encode())
+        return base
+
+    def allocate(self, b: batch.Batch, at_least: int) -> np.ndarray:
+        """Global starts for a batch's documents, one after another (Writer.allocate)."""
+        spans = b.spans()
+        base = self.reserve(int(spans.sum()), at_least)
+        return base + np.cumsum(spans) - spans
+
+    # ------------------------------------------------------------------ fan-out
+
+    def remember(self, starts: np.ndarray, shards: np.ndarray) -> None:
+        """Note the shard of ranked containers (by start), the latest HOMES of them."""
+        homes = self.homes
+        with self._homes_lock:
+            homes.update(zip(starts.tolist(), shards.tolist()))
+            while len(homes) > HOMES:
+                homes.popitem(last=False)
+
+    def each(self, fn, items) -> list:
+        """fn(item) for each item (one per shard), on threads: the kernels release the
+        GIL (benchmarks/RESULTS.md, "Shards", measures it)."""
+        items = list(items)
+        if len(items) < 2 or not self.threads:
+            return [fn(x) for x in items]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=len(self.shards),
+                                            thread_name_prefix="annodb-shard")
+        return list(self._pool.map(fn, items))
+
+
+from .shard_transactions import ShardedSnapshot, ShardedWriter  # noqa: E402 (they import route)

@@ -1,0 +1,276 @@
+"""Shards: one database against sharded collections (in process and on local Ray actors).
+
+    python benchmarks/shards_bench.py                     # 1x and 4x, 1, 2 and 4 shards
+    python benchmarks/shards_bench.py --check-only        # exactness on the MS MARCO sample
+    python benchmarks/shards_bench.py --sizes 1 --shards 2 --server-queries 500
+
+Run it with the venv's Python from the repository (`pip install -e '.[ray]'`). In one run:
+
+1. Exactness: the 4,435 real queries (tests/data/vole-queries.tsv) over the whole MS MARCO
+   sample (../shared/data/rag24/msmarco-sample.jsonl), one database against 2 and 4
+   shards, in process and on Ray: every ranking to depth 1000 (docnos, scores, covers,
+   totals), by SSR and by BM25, and the queries' words as free text (BM25; every tenth by
+   SSR's tiers) to depth 100, must be identical.
+2. For each corpus (benchmarks/work/corpus.jsonl, the scale corpus; corpus4x.jsonl, it four
+   times with docids suffixed #r1..#r3, from /work/main/benchmarks/work when this tree has
+   none) and each shard count: `annodb ingest` in a child process (wall time; CPU time of
+   its whole process tree, from the rusage of reaped children; peak RSS of the tree,
+   sampled every 50 ms), the size on disk, then the 4,435 queries replayed warm in a fresh
+   process as the server's query runs them (rank to depth 1000 and the first hit with its
+   snippet; 300 queries first to warm up): median / p90 / p99 / max — for one database,
+   shards on threads, shards one after another, and shards on Ray actors.
+3. `annodb serve` (its default worker processes; `--ray local` for Ray) replayed with 1, 4
+   and 16 clients (benchmarks/server_bench.py) on the first --server-queries queries.
+
+Figures go to stdout as markdown tables (benchmarks/RESULTS.md, "Shards", holds a run's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, REPO)
+
+from benchmarks.ingest_memory import _memory, _tree  # noqa: E402
+from benchmarks import server_bench  # noqa: E402
+
+SHARED = os.path.join(REPO, "..", "shared", "data", "rag24")
+QUERIES = os.path.join(REPO, "tests", "data", "vole-queries.tsv")
+
+
+def corpus_path(name: str) -> str:
+    for where in (os.path.join(HERE, "work"), "/work/main/benchmarks/work"):
+        if os.path.exists(os.path.join(where, name)):
+            return os.path.join(where, name)
+    raise SystemExit(f"shards_bench: no {name} (build it as benchmarks/README.md says)")
+
+
+def ingest(corpus: str, db: str, shards: int | None) -> dict:
+    """`annodb ingest` in a child process: wall, CPU of the tree, peak RSS, size."""
+    shutil.rmtree(db, ignore_errors=True)
+    extra = ["--shards", str(shards)] if shards else []
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", "from annodb_cli.main import annodb; annodb()",
+                             "ingest", "--quiet", "--db", db, *extra, corpus], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": REPO})
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, sum(_memory(p)[0] for p in _tree(proc.pid)))
+        time.sleep(0.05)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    err = proc.stderr.read().decode(errors="replace")
+    proc.stderr.close()
+    if proc.returncode:
+        raise SystemExit(f"shards_bench: ingest failed: {err[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    size = sum(os.stat(os.path.join(root, f)).st_blocks * 512
+               for root, _, files in os.walk(db) for f in files)
+    return {"wall": wall, "cpu": cpu, "busy": cpu / wall, "rss": peak, "size": size}
+
+
+REPLAY = r"""
+import json, sys, time, gc
+import numpy as np, annodb
+from benchmarks.server_bench import load_queries
+path, mode, queries = sys.argv[1], sys.argv[2], load_queries(sys.argv[3])
+if mode == "ray":
+    from annodb import ray_shards
+    ray_shards.start_local()
+    db = ray_shards.open(path)
+else:
+    db = annodb.open(path, readonly=True)
+    if mode == "sequential":
+        db.threads = False
+def one(q):
+    with db.read() as r:
+        try:
+            ranking = r.rank(q, depth=1000, lenient=True)
+        except annodb.AnnodbError:
+            return None
+        if len(ranking):
+            ranking.hit(0)
+    return True
+for q in queries[:300]:
+    one(q)
+gc.freeze()
+lat = []
+for q in queries:
+    t = time.perf_counter()
+    if one(q):
+        lat.append(time.perf_counter() - t)
+if mode == "ray":
+    ray_shards.stop(path)
+    ray_shards.ray.shutdown()
+print(json.dumps(lat))
+"""
+
+
+def replay(db: str, mode: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", REPLAY, db, mode, QUERIES], cwd=REPO,
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO})
+    if out.returncode:
+        raise SystemExit(f"shards_bench: replay failed: {out.stderr[-2000:]}")
+    ms = np.asarray(json.loads(out.stdout.strip().splitlines()[-1])) * 1000
+    return {"median": float(np.median(ms)), "p90": float(np.percentile(ms, 90)),
+            "p99": float(np.percentile(ms, 99)), "max": float(ms.max()), "n": len(ms)}
+
+
+CHECK = r"""
+import sys, annodb
+from annodb.ingest import ingest
+from benchmarks.server_bench import load_queries
+work, sample, queries = sys.argv[1], sys.argv[2], load_queries(sys.argv[3])
+ingest(f"{work}/one.db", [sample])
+dbs = {"one": annodb.open(f"{work}/one.db", readonly=True)}
+for n in (2, 4):
+    annodb.open(f"{work}/s{n}.shards", shards=n).close()
+    ingest(f"{work}/s{n}.shards", [sample])
+    dbs[f"{n} shards"] = annodb.open(f"{work}/s{n}.shards", readonly=True)
+from annodb import ray_shards
+ray_shards.start_local()
+for n in (2, 4):
+    dbs[f"{n} shards on Ray"] = ray_shards.open(f"{work}/s{n}.shards")
+import re
+def answer(db, q, how):
+    with db.read() as r:
+        try:
+            got = r.rank(q, depth=1000, lenient=True, rank=how)
+        except annodb.AnnodbError as err:
+            return type(err).__name__
+        return (got.total, got.query, got.warnings,
+                [h.as_dict() for h in got.hits(snippet=False)])
+def free(db, text, how):
+    with db.read() as r:
+        return [h.as_dict() for h in r.search_text(text, k=100, rank=how, snippets=False)]
+same = {name: 0 for name in dbs if name != "one"}
+ranked = 0
+texts = sorted({" ".join(re.findall(r"\w+", q)) for q in queries})
+asked = [(answer, q, how) for q in queries for how in ("ssr", "bm25")] + \
+    [(free, t, "bm25") for t in texts] + [(free, t, "ssr") for t in texts[::10]]
+for fn, q, how in asked:
+    want = fn(dbs["one"], q, how)
+    ranked += fn is answer and how == "ssr" and isinstance(want, tuple) and bool(want[0])
+    for name in same:
+        same[name] += fn(dbs[name], q, how) == want
+for n in (2, 4):
+    ray_shards.stop(f"{work}/s{n}.shards")
+ray_shards.ray.shutdown()
+print(len(queries), ranked, len(texts), len(asked), " ".join(f"{k.replace(' ', '_')}={v}" for k, v in same.items()))
+"""
+
+
+def check(work: str) -> str:
+    sample = os.path.join(SHARED, "msmarco-sample.jsonl")
+    os.makedirs(work, exist_ok=True)
+    out = subprocess.run([sys.executable, "-c", CHECK, work, sample, QUERIES], cwd=REPO,
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO})
+    if out.returncode:
+        raise SystemExit(f"shards_bench: check failed: {out.stderr[-2000:]}")
+    n, ranked, texts, asked, *rest = out.stdout.strip().splitlines()[-1].split()
+    return (f"Exactness on the MS MARCO sample (4,036 segments): {n} real queries ({ranked} "
+            f"rank at least one segment) ranked by SSR and by BM25 to depth 1000, their "
+            f"words ({texts} texts) as free text by BM25 and every tenth by SSR's tiers to "
+            f"depth 100: of {asked} rankings, identical to one database's: " +
+            ", ".join(x.replace("_", " ").replace("=", ": ") for x in rest))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", default="1,4", help="corpus multiples (1: corpus.jsonl)")
+    ap.add_argument("--shards", default="2,4", help="shard counts besides one database")
+    ap.add_argument("--work", default=os.path.join(HERE, "work", "shards"))
+    ap.add_argument("--server-queries", type=int, default=1000)
+    ap.add_argument("--check-only", action="store_true")
+    ap.add_argument("--corpus", help="the 1x corpus (default: benchmarks/work/corpus.jsonl)")
+    ap.add_argument("--no-check", action="store_true")
+    ap.add_argument("--no-ray", action="store_true")
+    args = ap.parse_args(argv)
+    if not args.no_check:
+        print(check(os.path.join(args.work, "check")), flush=True)
+    if args.check_only:
+        return 0
+    counts = [None] + [int(x) for x in args.shards.split(",")]
+    queries = server_bench.load_queries(QUERIES)[:args.server_queries]
+    ingests, latency, servers = [], [], []
+    for times in [int(x) for x in args.sizes.split(",")]:
+        corpus = args.corpus if args.corpus and times == 1 else \
+            corpus_path("corpus.jsonl" if times == 1 else f"corpus{times}x.jsonl")
+        for n in counts:
+            name = "one database" if n is None else f"{n} shards"
+            db = os.path.join(args.work, f"{times}x-{n or 1}.{'shards' if n else 'db'}")
+            got = ingest(corpus, db, n)
+            ingests.append((f"{times}x", name, got))
+            print(f"ingest {times}x {name}: {got}", flush=True)
+            modes = ["one"] if n is None else ["threads", "sequential"] + \
+                ([] if args.no_ray else ["ray"])
+            for mode in modes:
+                lat = replay(db, mode)
+                label = name if n is None else f"{name}, {mode}"
+                latency.append((f"{times}x", label, lat))
+                print(f"queries {times}x {label}: {lat}", flush=True)
+            if args.server_queries and times == max(int(x) for x in args.sizes.split(",")):
+                for mode in (["processes"] if n is None else ["processes"] +
+                             ([] if args.no_ray else ["ray"])):
+                    table = _serve(db, queries, ray=mode == "ray")
+                    servers.append((f"{times}x", name if n is None else f"{name}, {mode}",
+                                    table))
+                    print(f"server {times}x {name} {mode}:\n{table}", flush=True)
+    print("\n| corpus | collection | ingest s | CPU s of the tree | CPU / wall | peak RSS MB "
+          "| size MB |\n|---|---|---:|---:|---:|---:|---:|")
+    for size, name, r in ingests:
+        print(f"| {size} | {name} | {r['wall']:.1f} | {r['cpu']:.1f} | {r['busy']:.2f} | "
+              f"{r['rss'] / 1e6:,.0f} | {r['size'] / 1e6:,.0f} |")
+    print("\n| corpus | collection | median ms | p90 ms | p99 ms | max ms |\n"
+          "|---|---|---:|---:|---:|---:|")
+    for size, name, r in latency:
+        print(f"| {size} | {name} | {r['median']:.2f} | {r['p90']:.2f} | {r['p99']:.1f} | "
+              f"{r['max']:.0f} |")
+    for size, name, table in servers:
+        print(f"\n`annodb serve`, {size}, {name}:\n\n{table}")
+    return 0
+
+
+def _serve(db: str, queries: list[str], ray: bool) -> str:
+    """server_bench's replay with 1, 4 and 16 clients; `annodb serve --ray local` for Ray."""
+    if not ray:
+        return server_bench.measure(db, queries, [1, 4, 16])
+    proc = subprocess.Popen([sys.executable, "-c", "from annodb_cli.serve import serve; serve()",
+                             "--db", db, "--port", "0", "--timeout", "60", "--ray", "local"],
+                            cwd=REPO, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": REPO})
+    port, said = None, []
+    while port is None:
+        line = proc.stderr.readline().decode(errors="replace")
+        if not line:
+            raise SystemExit(f"shards_bench: the Ray server did not start: {''.join(said)}")
+        said.append(line)
+        m = re.search(r"listening on port (\d+)", line)
+        port = int(m.group(1)) if m else None
+    threading.Thread(target=proc.stderr.read, daemon=True).start()
+    try:
+        server_bench.replay(port, queries[:200], 4)     # warm up
+        runs = [server_bench.replay(port, queries, c) for c in (1, 4, 16)]
+    finally:
+        proc.terminate()
+        code = proc.wait(60)
+    return server_bench._table(runs, code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
