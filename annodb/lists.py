@@ -385,9 +385,10 @@ class Lists:
 
 
 def _distinct(a: np.ndarray) -> np.ndarray:
-    """The distinct values of a sorted array (numpy's unique hashes, ~200x slower here)."""
+    """The distinct values of a sorted array (numpy's unique hashes, ~200x slower here), a
+    new array (callers change theirs in place)."""
     if len(a) < 2:
-        return a
+        return a.copy()
     return a[np.concatenate(([True], a[1:] != a[:-1]))]
 
 
