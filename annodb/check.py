@@ -41,9 +41,10 @@ import os
 import numpy as np
 
 from . import kernels, storage, tokenizer
-from .database import DOCUMENT
 from .database import open as open_database
 from .errors import StorageError
+from .routing import route, shard_name
+from .transaction import DOCUMENT, NOTES
 
 MAX_PROBLEMS = 1000  # stop collecting details after this many
 
@@ -72,7 +73,7 @@ def check_path(path) -> list[str]:
 def check(db) -> list[str]:
     """The problems found in `db` (an open Database): an empty list when it is healthy."""
     if hasattr(db, "shards"):   # a sharded collection checks each shard, then across them
-        return db.check()
+        return _check_collection(db)
     problems = _Problems()
     with db.read() as snapshot:
         txn = snapshot._txn
@@ -83,6 +84,44 @@ def check(db) -> list[str]:
         _check_blocks(txn, ids, problems, docs, erased)
         _check_document_list(txn, docs, erased, problems)
     return list(problems)
+
+
+def _check_collection(db) -> list[str]:
+    """Every shard's problems (check, each prefixed with its shard), then the
+    collection's: each document in the shard its docno routes to (a note: its
+    target's), no two shards' documents overlapping, the counter past every address."""
+    problems = []
+    for i, shard in enumerate(db.shards):
+        problems += [f"{shard_name(i)}: {p}" for p in check(shard)]
+    n = len(db.shards)
+    with db.read() as r:
+        starts = {}  # every document's start -> its shard
+        for i, part in enumerate(r.parts):
+            for doc in part.documents():
+                starts[doc.start] = i
+        ranges = []
+        for i, part in enumerate(r.parts):
+            links = dict(zip(part.intervals(NOTES).starts.tolist(),
+                             part.intervals(NOTES).values.tolist()))
+            for doc in part.documents():
+                ranges.append((doc.start, doc.end, doc.docno, i))
+                if doc.container == NOTES and doc.start in links:
+                    home = starts.get(int(links[doc.start]))
+                    if home != i:
+                        problems.append(f"{shard_name(i)}: the note {doc.docno!r} is "
+                                    f"not in its document's shard ({home})")
+                elif doc.container != NOTES and route(doc.docno, n) != i:
+                    problems.append(f"{shard_name(i)}: {doc.docno!r} routes to "
+                                    f"{shard_name(route(doc.docno, n))}")
+        ranges.sort()
+        for (s0, e0, d0, i0), (s1, e1, d1, i1) in zip(ranges, ranges[1:]):
+            if s1 <= e0:
+                problems.append(f"{d0!r} ({shard_name(i0)}, {s0}..{e0}) overlaps {d1!r} "
+                                f"({shard_name(i1)}, {s1}..{e1})")
+        if db._counter() < r.address_space() and not db.readonly:
+            problems.append(f"the address counter ({db._counter()}) is behind the "
+                            f"shards ({r.address_space()})")
+    return problems[:1000]
 
 
 def _check_meta(txn, problems) -> int:

@@ -34,6 +34,9 @@ files are read, in which format, and the plain-text docnos are decided in inputs
 A TSV or CSV line holding the file's last record with no line end after it may be cut off
 (a file still being written): it is reported and not stored, so that a resume stores it
 whole (a cut JSONL line is invalid JSON anyway).
+
+Each reader is given its file's `source` (an inputs.Source: path, format, how it opens);
+this module does not import inputs, which imports it.
 """
 
 from __future__ import annotations
@@ -44,15 +47,12 @@ import html
 import io
 import re
 import zlib
-from typing import TYPE_CHECKING, Iterator, NamedTuple
+from typing import Iterator, NamedTuple
 
 import msgspec
 
 from .errors import IngestError
 from .records import ID_FIELDS, _docno
-
-if TYPE_CHECKING:
-    from .inputs import Source
 
 FORMATS = ("jsonl", "json", "msmarco", "csv", "tsv", "trec", "text")
 RECORD_FORMATS = ("jsonl", "json", "msmarco", "csv", "tsv")   # (tsv: with a header row)
@@ -108,7 +108,7 @@ def check_docno(docno: str) -> str | None:
     return None
 
 
-def _read_jsonl(reader, source: Source, id_field, text_fields) -> Iterator:
+def _read_jsonl(reader, source, id_field, text_fields) -> Iterator:
     decode = msgspec.json.Decoder().decode
     msmarco = source.format == "msmarco"
     resolve = _docno
@@ -168,7 +168,7 @@ def _json_kind(value) -> str:
     return f"a {type(value).__name__}"
 
 
-def _record_docs(records, source: Source, id_field, text_fields) -> Iterator:
+def _record_docs(records, source, id_field, text_fields) -> Iterator:
     """Docs of the (line, record, bytes) items of `records` (Problems pass through)."""
     for item in records:
         if type(item) is not tuple:
@@ -358,7 +358,7 @@ class JsonValues:
             i = j + 1
 
 
-def _read_json(reader, source: Source, id_field, text_fields) -> Iterator:
+def _read_json(reader, source, id_field, text_fields) -> Iterator:
     return _record_docs(JsonValues(reader), source, id_field, text_fields)
 
 
@@ -387,7 +387,7 @@ class Table:
     """The rows of a CSV file (or a TSV file with a header row) as (line, record, bytes),
     or Problems; `header` is its header row's column names (None for an empty file)."""
 
-    def __init__(self, reader, source: Source):
+    def __init__(self, reader, source):
         csv.field_size_limit(max(csv.field_size_limit(), (1 << 31) - 1))  # documents are big
         self.lines = _LineEnds(reader)
         if source.format == "tsv":
@@ -447,7 +447,7 @@ def table_id(header: list[str], id_field: str | None) -> str:
     return next((k for k in ID_FIELDS if k in header), header[0])
 
 
-def _read_table(reader, source: Source, id_field, text_fields) -> Iterator:
+def _read_table(reader, source, id_field, text_fields) -> Iterator:
     table = Table(reader, source)
     if table.header is not None:
         yield from _record_docs(table, source, table_id(table.header, id_field), text_fields)
@@ -460,7 +460,7 @@ def _decode_line(line: bytes) -> tuple[str | None, str | None]:
         return None, f"invalid UTF-8 at byte {err.start} of the line"
 
 
-def _read_tsv(reader, source: Source, id_field, text_fields) -> Iterator:
+def _read_tsv(reader, source, id_field, text_fields) -> Iterator:
     if source.header:
         yield from _read_table(reader, source, id_field, text_fields)
         return
@@ -494,7 +494,7 @@ class TextFiles:
     one after another; tell() is the bytes of the group consumed. A file that cannot be
     read is a problem, and the next one is read."""
 
-    def __init__(self, source: Source):
+    def __init__(self, source):
         self.files = source.files or (source,)
         self.done = 0
         self.raw = None
@@ -550,7 +550,7 @@ def _trec_doc(body: str, line: int, nbytes: int):
     return Doc(line, docno, text, None, None, nbytes)
 
 
-def _read_trec(reader, source: Source, id_field, text_fields) -> Iterator:
+def _read_trec(reader, source, id_field, text_fields) -> Iterator:
     inside, start_line, parts, nbytes, broken = False, 0, [], 0, None
     lineno = 0
     for lineno, raw in enumerate(reader, 1):

@@ -18,7 +18,7 @@ from . import batch, bm25, kernels, ranking, records, statistics, transaction
 from .errors import AnnodbError, NotFoundError, StorageError
 from .gcl import Budget, prepare
 from .lists import Intervals
-from .shards import route, shard_name
+from .routing import route, shard_name
 from .transaction import DOCUMENT, Stats
 
 

@@ -41,6 +41,7 @@ import numpy as np
 
 from . import formats, inputs, ingest as _ingest, records, shards as _shards
 from .errors import AnnodbError, IngestError
+from .routing import route
 
 QUEUED = 2          # chunks waiting in the router per reader and per writer
 
@@ -95,7 +96,7 @@ def _split(chunk, n_shards: int) -> tuple:
         return problems, np.zeros(0, np.int64), np.zeros(0, np.int64), [None] * n_shards
     lines = np.fromiter((item[0] for item in chunk.items
                          if not isinstance(item, _ingest._Problem)), dtype=np.int64)
-    home = np.fromiter((_shards.route(d, n_shards) for d in made.docnos), dtype=np.int64,
+    home = np.fromiter((route(d, n_shards) for d in made.docnos), dtype=np.int64,
                        count=len(made))
     parts = []
     for s in range(n_shards):

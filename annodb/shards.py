@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import builtins
 import fcntl
-import hashlib
 import json
 import os
 import threading
@@ -61,8 +60,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import batch, database, tokenizer, transaction
+from . import batch, database, tokenizer
 from .errors import StorageError, WriterBusyError
+from .routing import shard_name
+from .shard_transactions import ShardedSnapshot, ShardedWriter
 from .transaction import Stats
 
 MANIFEST = "manifest.json"
@@ -72,16 +73,6 @@ ROUTING = "sha1-64-mod"   # int.from_bytes(sha1(docno utf-8)[:8], "big") % shard
 MAX_SHARDS = 1024
 COUNTER = "addresses"
 HOMES = 200_000   # ranked containers whose shard is remembered (document_at)
-
-
-def route(docno: str, shards: int) -> int:
-    """The shard of a document: its docno's SHA-1, first 8 bytes big-endian, mod shards."""
-    digest = hashlib.sha1(docno.encode("utf-8", "surrogatepass")).digest()
-    return int.from_bytes(digest[:8], "big") % shards
-
-
-def shard_name(i: int) -> str:
-    return f"shard-{i:03d}"
 
 
 def is_collection(path) -> bool:
@@ -302,44 +293,6 @@ class ShardedDatabase:
         if self._closed:
             raise StorageError(f"{self.path}: collection is closed")
 
-    def check(self) -> list[str]:
-        """Every shard's problems (check.check, each prefixed with its shard), then the
-        collection's: each document in the shard its docno routes to (a note: its
-        target's), no two shards' documents overlapping, the counter past every address."""
-        from .check import check
-        problems = []
-        for i, db in enumerate(self.shards):
-            problems += [f"{shard_name(i)}: {p}" for p in check(db)]
-        n = len(self.shards)
-        with self.read() as r:
-            starts = {}  # every document's start -> its shard
-            for i, part in enumerate(r.parts):
-                for doc in part.documents():
-                    starts[doc.start] = i
-            ranges = []
-            for i, part in enumerate(r.parts):
-                links = dict(zip(part.intervals(transaction.NOTES).starts.tolist(),
-                                 part.intervals(transaction.NOTES).values.tolist()))
-                for doc in part.documents():
-                    ranges.append((doc.start, doc.end, doc.docno, i))
-                    if doc.container == transaction.NOTES and doc.start in links:
-                        home = starts.get(int(links[doc.start]))
-                        if home != i:
-                            problems.append(f"{shard_name(i)}: the note {doc.docno!r} is "
-                                            f"not in its document's shard ({home})")
-                    elif doc.container != transaction.NOTES and route(doc.docno, n) != i:
-                        problems.append(f"{shard_name(i)}: {doc.docno!r} routes to "
-                                        f"{shard_name(route(doc.docno, n))}")
-            ranges.sort()
-            for (s0, e0, d0, i0), (s1, e1, d1, i1) in zip(ranges, ranges[1:]):
-                if s1 <= e0:
-                    problems.append(f"{d0!r} ({shard_name(i0)}, {s0}..{e0}) overlaps {d1!r} "
-                                    f"({shard_name(i1)}, {s1}..{e1})")
-            if self._counter() < r.address_space() and not self.readonly:
-                problems.append(f"the address counter ({self._counter()}) is behind the "
-                                f"shards ({r.address_space()})")
-        return problems[:1000]
-
     # ------------------------------------------------------------------ addresses
 
     def _counter(self) -> int:
@@ -387,6 +340,3 @@ class ShardedDatabase:
             self._pool = ThreadPoolExecutor(max_workers=len(self.shards),
                                             thread_name_prefix="annodb-shard")
         return list(self._pool.map(fn, items))
-
-
-from .shard_transactions import ShardedSnapshot, ShardedWriter  # noqa: E402 (they import route)

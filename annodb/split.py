@@ -20,6 +20,7 @@ import numpy as np
 
 from . import batch, database, shards as _shards, tokenizer, transaction
 from .query import STRUCTURAL
+from .routing import route
 
 WINDOW = 20_000   # documents per transaction of each shard
 
@@ -82,7 +83,7 @@ def _split(r, collection, summary: SplitSummary, progress) -> None:
     targets = dict(zip(notes.starts.tolist(), notes.values.tolist()))
     home = np.empty(len(heads), dtype=np.int64)
     for i, (start, _, docno, container) in enumerate(heads):
-        home[i] = _shards.route(docno, n)
+        home[i] = route(docno, n)
     for i, (start, _, docno, container) in enumerate(heads):   # notes live with their target
         if container == transaction.NOTES and start in targets:
             j = int(np.searchsorted(starts, int(targets[start])))

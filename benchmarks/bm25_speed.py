@@ -172,7 +172,7 @@ def main(argv=None) -> int:
                         f"{ours.max() / t.max():.2f}x |\n")
         print(out, flush=True)
     if not args.no_record:
-        from benchmarks.run import machine, record
+        from benchmarks.results import machine, record
         now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
         record("bm25-speed", "## BM25 top-10 at scale (`python -m benchmarks.bm25_speed`)"
                f"\n\nRun {now} on {machine()}; the scale corpus (1.67M passages), free-text "

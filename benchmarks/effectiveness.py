@@ -181,7 +181,7 @@ def main(argv=None) -> int:
         print(f"benchmarks need ../shared (not found at {SHARED}); set ANNODB_SHARED",
               file=sys.stderr)
         return 0
-    from benchmarks.run import machine, record
+    from benchmarks.results import machine, record
     import datetime
     parts = [evaluate(name, args.variants) for name in args.set or SETS]
     if not args.no_record:

@@ -20,18 +20,18 @@ import datetime
 import gc
 import multiprocessing
 import os
-import platform
 import resource
 import sys
 import time
 
 import numpy as np
 
+from benchmarks.results import machine, record
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SHARED = os.environ.get("ANNODB_SHARED", os.path.join(ROOT, "..", "shared"))
 QUERIES = os.path.join(ROOT, "tests", "data", "vole-queries.tsv")
-RESULTS = os.path.join(HERE, "RESULTS.md")
 WORK = os.path.join(HERE, "work")
 
 
@@ -220,31 +220,6 @@ def effectiveness(docs: str, topics: str, qrels: str) -> str:
         out += f"| {name} | {m[nDCG @ 10]:.3f} | {m[R @ 100]:.3f} | {ms:.2f} |\n"
     print(out)
     return out
-
-
-def machine() -> str:
-    mem = ""
-    try:
-        with open("/proc/meminfo") as f:
-            mem = f"{int(f.readline().split()[1]) / 1024 / 1024:.0f} GiB"
-    except OSError:
-        pass
-    return (f"{platform.machine()}, {os.cpu_count()} CPUs, {mem}, {platform.system()} "
-            f"{platform.release()}, Python {platform.python_version()}")
-
-
-def record(section: str, text: str) -> None:
-    """Replace (or add) this section of RESULTS.md."""
-    start, end = f"<!-- {section}:start -->", f"<!-- {section}:end -->"
-    old = open(RESULTS, encoding="utf-8").read() if os.path.exists(RESULTS) else \
-        "# Benchmark results\n\nWritten by `python -m benchmarks.run`; see README.md.\n"
-    block = f"{start}\n{text}\n{end}"
-    if start in old:
-        new = old[:old.index(start)] + block + old[old.index(end) + len(end):]
-    else:
-        new = old.rstrip("\n") + "\n\n" + block + "\n"
-    with open(RESULTS, "w", encoding="utf-8") as f:
-        f.write(new)
 
 
 def main(argv=None) -> int:

@@ -242,7 +242,7 @@ def main(argv=None) -> int:
     if not args.limit:
         import datetime
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        from benchmarks.run import machine, record
+        from benchmarks.results import machine, record
         now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
         what = f"`{os.path.relpath(db, REPO)}` ({docs:,} documents)" if args.db else \
             "the MS MARCO sample"

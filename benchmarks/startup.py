@@ -134,7 +134,7 @@ def main(argv=None) -> int:
     print(text)
     if args.record:
         sys.path.insert(0, ROOT)
-        from benchmarks.run import machine, record
+        from benchmarks.results import machine, record
         now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
         record("startup", f"## Start-up (`python benchmarks/startup.py`)\n\nRun {now} on "

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import annodb
-from annodb import shards
+from annodb import routing
 from annodb.errors import AnnodbError, WriterBusyError
 from annodb.query import Combine, Compare, Feature, Term, Window, format
 
@@ -198,7 +198,7 @@ def test_a_transaction_over_two_shards_is_refused_whole(tmp_path):
     db = annodb.open(tmp_path / "c.shards", shards=2)
     names = [f"d{i}" for i in range(20)]
     a = names[0]
-    b = next(n for n in names if shards.route(n, 2) != shards.route(a, 2))
+    b = next(n for n in names if routing.route(n, 2) != routing.route(a, 2))
     with pytest.raises(AnnodbError, match="writes one shard"):
         with db.write() as w:
             w.add("first", docno=a)
@@ -253,7 +253,7 @@ def test_notes_and_judgments_live_with_their_document(tmp_path):
         assert [(j.docno, j.order) for j in found] == [("d4", 1), ("d1", 2), ("d2", 3)]
         assert record.stop == "done"
         for i in (4, 1, 2):
-            home = shards.route(f"d{i}", 3)
+            home = routing.route(f"d{i}", 3)
             assert r.parts[home].has(f"note:t1:d{i}")
         assert r.search("owls", container="note:").total == 3
         assert r.document_count() == 6

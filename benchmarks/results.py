@@ -1,0 +1,35 @@
+"""RESULTS.md and the machine a run is recorded with (every benchmark script records
+through here)."""
+
+from __future__ import annotations
+
+import os
+import platform
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "RESULTS.md")
+
+
+def machine() -> str:
+    mem = ""
+    try:
+        with open("/proc/meminfo") as f:
+            mem = f"{int(f.readline().split()[1]) / 1024 / 1024:.0f} GiB"
+    except OSError:
+        pass
+    return (f"{platform.machine()}, {os.cpu_count()} CPUs, {mem}, {platform.system()} "
+            f"{platform.release()}, Python {platform.python_version()}")
+
+
+def record(section: str, text: str) -> None:
+    """Replace (or add) this section of RESULTS.md."""
+    start, end = f"<!-- {section}:start -->", f"<!-- {section}:end -->"
+    old = open(RESULTS, encoding="utf-8").read() if os.path.exists(RESULTS) else \
+        "# Benchmark results\n\nWritten by `python -m benchmarks.run`; see README.md.\n"
+    block = f"{start}\n{text}\n{end}"
+    if start in old:
+        new = old[:old.index(start)] + block + old[old.index(end) + len(end):]
+    else:
+        new = old.rstrip("\n") + "\n\n" + block + "\n"
+    with open(RESULTS, "w", encoding="utf-8") as f:
+        f.write(new)
