@@ -4,7 +4,7 @@ Run it only when creating a new golden version (`python tests/make_golden.py N`)
 database is written once and then kept unchanged, so that every later annodb proves it still
 reads it. After a format change, bump storage.FORMAT_VERSION, keep golden-v1 (the test then
 expects a clear refusal or a successful read), and write golden-vN with this script
-(golden-v3: `python tests/make_golden.py 3`).
+(golden-v4: `python tests/make_golden.py 4`).
 golden-v1 was written by format 1's annodb; `python tests/make_golden.py 1` today would
 write format 2.
 """
@@ -51,6 +51,13 @@ def main(version: int) -> None:
         if version >= 3:  # format 3: relative addresses; a group whose first one is deleted
             with db.write() as w:
                 w.delete("psalm0")
+        if version >= 4:  # format 4: tails, df and bounds in counts, notes apart, sparse
+            with db.write() as w:  # "tick" again: its list's last postings join a tail
+                w.add(" ".join(["tick tock"] * 30), docno="ticks")
+                w.note("intro", "a note about the golden intro", note_docno="n1")
+                w.add({"docid": "s1", "text": "sparse words", "splade": {"gold": 2.5,
+                                                                          "lead": 0.5}},
+                      sparse_fields=["splade"])
     for name in ("lock.mdb", "writer.lock", "turnstile.lock"):          # per-machine files, not part of it
         path = target / name
         if path.exists():

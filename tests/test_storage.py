@@ -528,6 +528,26 @@ def test_golden_v3_still_opens(tmp_path):
         assert r.count("(>> : (^ golden psalm))") == 39
 
 
+def test_golden_v4_still_opens(tmp_path):
+    """tests/data/golden-v4 (tests/make_golden.py 4): format 4's tails, each word's df
+    and bound in its counts value, a note kept apart and a sparse-vector field."""
+    with golden_snapshot(tmp_path, 4) as r:
+        assert [d.docno for d in r.documents()][-4:] == ["tail", "ticks", "n1", "s1"]
+        assert r.document_count() == 46 and r.document("n1").container == "note:"
+        txn = r._txn
+        assert txn.txn.stat(txn.dbs["tails"])["entries"] > 0
+        assert r.lists.statistics("tick") == (2, 0.0)       # df: "long" and "ticks"
+        assert r.lists.statistics("golden") == (41, 0.0)
+        long, ticks = r.document("long"), r.document("ticks")
+        want = [long.start + i for i in range(40000) if i * 7919 % 301 < 60]
+        assert r.term("tick").starts.tolist() == want + list(range(ticks.start,
+                                                                   ticks.end, 2))
+        assert [h.docno for h in r.search("golden", container="note:")] == ["n1"]
+        assert "n1" not in [h.docno for h in r.search_text("golden note", k=50)]
+        assert [h.docno for h in r.search_text("gold", rank="sparse")] == ["s1"]
+        assert txn.meta("sparse_fields") == ["splade"]
+
+
 def test_golden_v2_takes_writes_and_deletions(tmp_path):
     """A format-2 database takes format-3 writes; deleting from one of its groups rewrites
     it as it was (tag 2, absolute addresses)."""
