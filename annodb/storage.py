@@ -609,6 +609,24 @@ def _pool():
     return _executor
 
 
+def stop_threads() -> None:
+    """End the compressing thread of many documents (a later write starts it again): a
+    process about to fork children ends its own threads first."""
+    global _executor
+    if _executor is not None:
+        _executor.shutdown(wait=True)
+        _executor = None
+
+
+def _forget_pool() -> None:
+    """In a forked child: the parent's compressing thread is not there; start afresh."""
+    global _executor
+    _executor = None
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
 def _rel_parts(buf):
     """(starts relative to the key, the documents' msgpack array) of a tag-3 value."""
     starts, docs = _rel_group_decoder.decode(_unzip_group(buf))

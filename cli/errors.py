@@ -53,7 +53,9 @@ class ErrorGroup(click.Group):
         except click.UsageError as err:
             hint = f" (see '{err.ctx.command_path} --help')" if err.ctx is not None else ""
             fail(self.prog, f"{err.format_message()}{hint}", 2)
-        except click.Abort:
+        except click.Abort as err:
+            if isinstance(err.__context__, KeyboardInterrupt):    # click's own wrapping
+                fail(self.prog, "interrupted", 130)
             fail(self.prog, "aborted", 1)
         except click.ClickException as err:
             fail(self.prog, err.format_message(), err.exit_code)

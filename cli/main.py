@@ -84,8 +84,8 @@ def _given_db(ctx, param, value):
 def annodb():
     """annodb: an embedded, transactional search database (an annotative index on LMDB).
 
-    Every command takes --db PATH, before or after the command name (or the
-    environment variable ANNODB_DB; default ./annodb.db).
+    Every command that uses a database takes --db PATH, before or after the
+    command name (or the environment variable ANNODB_DB; default ./annodb.db).
 
     \b
     Example:
@@ -463,6 +463,42 @@ def split(db, dest, shards):
                f"annotations into {shards} shards in {dest}{note}", err=True)
 
 
+@annodb.command()
+@click.option("--stop", is_flag=True, help="Stop the warm process.")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def warm(stop, as_json):
+    """Show (or stop) the warm process that runs read-only commands.
+
+    query, search, count, show and stats run in a warm process when one is
+    there: numba's start-up is paid once, and a command takes milliseconds
+    instead of about a second. The first of them starts it; it exits after
+    $ANNODB_WARM_IDLE seconds with no command (default 900). ANNODB_WARM=0
+    turns it off. The output is the same either way.
+
+    \b
+    Example:
+      annodb warm
+      annodb warm --json
+      annodb warm --stop
+    """
+    from . import warm as _warm
+    if stop:
+        stopped = _warm.stop()
+        if as_json:
+            echo_json({"stopped": stopped})
+        else:
+            click.echo("stopped the warm process" if stopped else "no warm process was running")
+        return
+    state = _warm.status()
+    if as_json:
+        echo_json(state)
+    elif state["running"]:
+        click.echo(f"running: pid {state['pid']}, {state['served']:,} commands served, "
+                   f"socket {state['socket']}")
+    else:
+        click.echo("not running" + ("" if state["enabled"] else " (ANNODB_WARM=0: off)"))
+
+
 def _add_commands(names, until: str | None = None) -> None:
     """Add the commands of the modules `names`, in order, each once, stopping as soon as
     the command `until` is there (when the group first needs them, so a module importing
@@ -489,5 +525,6 @@ _added: list[str] = []   # the modules imported
 
 
 def main() -> None:
-    """The console script (and `python -m annodb`)."""
+    """Run a command in this process (the console script, cli/warm.py's main, runs the
+    read-only ones in the warm process when there is one)."""
     annodb(prog_name="annodb")

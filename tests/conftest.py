@@ -29,6 +29,10 @@ from hypothesis import HealthCheck, settings
 # tests import the reference semantics as `import naive`
 sys.path.insert(0, os.path.dirname(__file__))
 
+# every `annodb` the tests run does its own work: no warm process (cli/warm.py) is started
+# or used, except by tests/test_warm.py, which gives its commands a private one
+os.environ["ANNODB_WARM"] = "0"
+
 SEED_VARIABLE = "ANNODB_HYPOTHESIS_SEED"
 _SEED = pytest.StashKey[str]()
 
