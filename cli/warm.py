@@ -20,15 +20,17 @@ So the read-only commands (FORWARDED) run in a *warm process* when one is there:
   differs.
 
 The warm process exits after ANNODB_WARM_IDLE seconds with no command (default 900), on
-`annodb warm --stop`, or when its socket is gone. Its socket's name is a hash of the
+`annodb warm --stop`, when its socket is gone, or when the code changes. Its socket's name is a hash of the
 installed code (annodb's and the command line's files, their sizes and times), the
 interpreter and the NUMBA_ settings, so changed code gets a warm process of its own. The
 socket lives in a directory only its user can use ($ANNODB_WARM_DIR, else
 $XDG_RUNTIME_DIR/annodb, else /tmp/annodb-UID, mode 0700, checked before every use).
-ANNODB_WARM=0 turns all of this off (the tests do, except those of this module).
+ANNODB_WARM=0 turns all of this off (the tests do, except tests/test_warm.py).
 
-This module's client side imports only the standard library: a command the warm process
-runs costs the interpreter's start-up and a fork.
+This module imports only the standard library (a command the warm process runs costs the
+interpreter's start-up and a fork) and nothing of the command line: cli/launch.py, the
+console script, decides what runs where and gives serve() the functions that warm up and
+run a command.
 """
 
 from __future__ import annotations
@@ -53,19 +55,6 @@ _SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIG
 
 
 # -- the command's side -------------------------------------------------------------------
-
-def main() -> None:
-    """The `annodb` console script (and `python -m annodb`)."""
-    argv = sys.argv[1:]
-    if enabled() and command_of(argv) in FORWARDED:
-        code = forward(argv)
-        if code is not None:
-            sys.exit(code)
-        import atexit
-        atexit.register(start)
-    from .main import annodb
-    annodb.main(argv, prog_name="annodb")
-
 
 def enabled() -> bool:
     return os.environ.get("ANNODB_WARM", "1").strip().lower() not in ("0", "no", "false",
@@ -296,7 +285,7 @@ def start() -> None:
         return
     idle = float(os.environ.get("ANNODB_WARM_IDLE") or IDLE_SECONDS)
     with open(os.devnull, "rb") as null, open(path + ".log", "ab") as log:
-        subprocess.Popen([sys.executable, "-m", "annodb_cli.warm", path, str(idle)],
+        subprocess.Popen([sys.executable, "-m", "annodb_cli.launch", path, str(idle)],
                          stdin=null, stdout=null, stderr=log, cwd="/",
                          start_new_session=True, close_fds=True)
     if sys.stderr.isatty():
@@ -338,9 +327,10 @@ def stop() -> bool:
 
 # -- the warm process ---------------------------------------------------------------------
 
-def serve(path: str, idle: float) -> None:
-    """Warm up, then run the commands that connect to `path`, each in a forked child, until
-    `idle` seconds pass with no command and no child, or until told to stop."""
+def serve(path: str, idle: float, run, warm_up) -> None:
+    """warm_up(), then run the commands that connect to `path`, each in a forked child with
+    run(argv) -> exit status, until `idle` seconds pass with no command and no child, or
+    until told to stop."""
     import fcntl
     import signal
     import time
@@ -388,7 +378,7 @@ def serve(path: str, idle: float) -> None:
                     except OSError:
                         continue
                     outcome = _take(conn, selector, listener, (lock, wake_r, wake_w),
-                                    children, began, served)
+                                    children, began, served, run)
                     if outcome == "stop":
                         running = False
                         selector.unregister(listener)
@@ -423,7 +413,7 @@ def serve(path: str, idle: float) -> None:
             pass
 
 
-def _take(conn, selector, listener, keep, children, began, served) -> str:
+def _take(conn, selector, listener, keep, children, began, served, run) -> str:
     """One connection: a status, a stop, or a command to fork a child for."""
     try:
         conn.settimeout(10.0)
@@ -457,7 +447,7 @@ def _take(conn, selector, listener, keep, children, began, served) -> str:
             os.close(fd)
         for other in children.values():
             other.close()
-        _child(conn, message, fds)
+        _child(conn, message, fds, run)
     for fd in fds:
         os.close(fd)
     conn.settimeout(None)
@@ -489,7 +479,7 @@ def _reap(children: dict, selector) -> None:
         conn.close()
 
 
-def _child(conn, message: dict, fds: list[int]) -> None:
+def _child(conn, message: dict, fds: list[int], run) -> None:
     """Run the command as the `annodb` it came from would, on its streams, then exit."""
     import signal
     code = 1
@@ -513,7 +503,7 @@ def _child(conn, message: dict, fds: list[int]) -> None:
         sys.stdout = sys.__stdout__ = _stream(1, "w", streams.get("stdout"))
         sys.stderr = sys.__stderr__ = _stream(2, "w", streams.get("stderr"), stderr=True)
         sys.argv = ["annodb"] + list(message["argv"])
-        code = _run(list(message["argv"]))
+        code = run(list(message["argv"]))
     except BaseException as err:                  # noqa: BLE001 - the child must exit
         code = 1
         try:
@@ -545,62 +535,3 @@ def _stream(fd: int, mode: str, how, stderr: bool = False):
                   errors=errors or ("backslashreplace" if stderr else "strict"), closefd=False)
     stream.reconfigure(line_buffering=tty or stderr)
     return stream
-
-
-def _run(argv: list[str]) -> int:
-    from .main import annodb
-    try:
-        annodb.main(argv, prog_name="annodb")
-    except SystemExit as done:
-        if done.code is None:
-            return 0
-        if isinstance(done.code, int):
-            return done.code
-        print(done.code, file=sys.stderr)
-        return 1
-    return 0
-
-
-def warm_up() -> None:
-    """Run each kind of read once over a small database of our own, so that the kernels
-    and modules the commands use are loaded before the first fork."""
-    import shutil
-    import tempfile
-
-    import annodb
-    from annodb import ranking
-    from .main import _add_commands, COMMAND_MODULES
-    _add_commands(COMMAND_MODULES)
-    folder = tempfile.mkdtemp(prefix="annodb-warm-")
-    try:
-        db = annodb.open(os.path.join(folder, "warm.db"))
-        try:
-            with db.write() as w:
-                for i, text in enumerate(("Light and darkness, evening and morning.",
-                                          "The waters were divided from the waters.",
-                                          "God saw the light, and it was good.")):
-                    w.add({"text": text, "chapter": i + 1}, docno=f"w{i}")
-            with db.read() as r:
-                for gcl in ('(^ light darkness)', '(+ light "the waters")',
-                            '(<< light text:)', '(>> : (= :chapter: 2))',
-                            '(... waters divided)'):
-                    for rank in ranking.RANKS:
-                        if rank == "sparse":
-                            continue
-                        [hit.snippet for hit in r.search(gcl, k=3, rank=rank)]
-                    r.count(gcl)
-                for rank in ranking.RANKS:
-                    if rank != "sparse":
-                        [hit.snippet for hit in r.search_text("the waters of light", k=3, rank=rank)]
-                r.document("w1")
-                r.stats()
-        finally:
-            db.close()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    from annodb import storage
-    storage.stop_threads()
-
-
-if __name__ == "__main__":
-    serve(sys.argv[1], float(sys.argv[2]))
