@@ -19,7 +19,7 @@ import importlib
 __version__ = "0.1.0"
 
 _WHERE = {
-    "open": "database", "Database": "database", "Snapshot": "database",
+    "open": "collection", "Database": "database", "Snapshot": "database",
     "Writer": "database", "Intervals": "database", "Added": "database", "Stats": "database",
     "Entry": "memory", "Memory": "memory",
     "AnnodbError": "errors", "FormatVersionError": "errors", "IngestError": "errors",

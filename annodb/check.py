@@ -41,7 +41,7 @@ import os
 import numpy as np
 
 from . import kernels, storage, tokenizer
-from .database import open as open_database
+from .collection import open as open_database
 from .errors import StorageError
 from .routing import route, shard_name
 from .transaction import DOCUMENT, NOTES

@@ -29,6 +29,7 @@ import os
 from . import lists, storage
 from .errors import StorageError
 from .lists import Intervals, ListCache
+from .routing import is_collection
 from .snippets import token_offsets
 from .transaction import DOCUMENT, Added, Snapshot, Stats, Writer
 
@@ -40,27 +41,14 @@ __all__ = ["open", "Database", "Snapshot", "Writer", "Intervals", "Added", "Stat
 
 def open(path: str | os.PathLike | None = None, *, readonly: bool = False,
          create: bool = True, timeout: float = 30.0,
-         cache_bytes: int | None = None, fold_diacritics: bool | None = None,
-         shards: int | None = None) -> "Database":
-    """Open the database at `path` (default: $ANNODB_DB or ./annodb.db), creating it unless
-    `readonly` or `create=False`. `timeout` bounds how long a writer waits for another.
-    `cache_bytes` is the budget of decoded lists this process keeps for its snapshots
-    (default 256 MiB; every opening of one path in a process shares one cache, and the
-    last budget given applies). `fold_diacritics=True` makes a new (empty) database fold
-    diacritics in its words and queries (tokenizer.strip_diacritics: `cafe` finds `Café`),
-    recorded in it for good; a database that holds content keeps what it was created with
-    (asking for another is an error). None: as recorded.
-
-    A sharded collection (a directory holding manifest.json, see annodb.shards) opens as a
-    ShardedDatabase, with the same API; `shards=N` creates one of N shards when `path` is
-    missing."""
+         cache_bytes: int | None = None, fold_diacritics: bool | None = None) -> "Database":
+    """Open the one database at `path` (default: $ANNODB_DB or ./annodb.db): see
+    collection.open (annodb.open), which opens a sharded collection too."""
     if path is None:
         path = os.environ.get("ANNODB_DB") or DEFAULT_PATH
-    if shards is not None or os.path.isfile(os.path.join(path, "manifest.json")):
-        from . import shards as _shards
-        return _shards.open(path, shards=shards, readonly=readonly, create=create,
-                            timeout=timeout, cache_bytes=cache_bytes,
-                            fold_diacritics=fold_diacritics)
+    if is_collection(path):
+        raise StorageError(f"{os.fspath(path)}: a sharded collection, not one database "
+                           "(annodb.open opens either)")
     db = Database(os.fspath(path), readonly=readonly, create=create, timeout=timeout,
                   cache_bytes=cache_bytes)
     if fold_diacritics is not None:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import query as _query
-from .database import open as _open
+from .collection import open as _open
 from .errors import AnnodbError
 from .query import Combine, Compare, Feature
 from .ranking import TEXT_RANK

@@ -86,7 +86,7 @@ from dataclasses import replace
 
 import msgspec
 
-from . import database as _database
+from . import collection as _collection
 from . import judgments as _judgments
 from .errors import AnnodbError, QueryCostError, StorageError
 from .gcl import Budget, as_node, prepare
@@ -206,15 +206,15 @@ class Handle:
             self.write_error = "the server reads the collection through Ray actors"
             return
         if readonly:
-            self.db = _database.open(path, readonly=True, cache_bytes=cache_bytes)
+            self.db = _collection.open(path, readonly=True, cache_bytes=cache_bytes)
             self.write_error = "the server was started with --read-only"
             return
         try:
-            self.db = _database.open(path, create=False, cache_bytes=cache_bytes)
+            self.db = _collection.open(path, create=False, cache_bytes=cache_bytes)
         except StorageError as err:
             if "no annodb database" in str(err):
                 raise
-            self.db = _database.open(path, readonly=True, cache_bytes=cache_bytes)
+            self.db = _collection.open(path, readonly=True, cache_bytes=cache_bytes)
             self.write_error = f"the server opened {path} read-only ({err})"
 
     def writable(self):

@@ -1,9 +1,18 @@
 """Where a document of a sharded collection lives: the shard its docno routes to (its
-annotations, notes and judgments go with it; see shards.py), and the shards' names."""
+annotations, notes and judgments go with it; see shards.py), the shards' names, and the
+manifest that makes a directory a sharded collection."""
 
 from __future__ import annotations
 
 import hashlib
+import os
+
+MANIFEST = "manifest.json"
+
+
+def is_collection(path) -> bool:
+    """Whether `path` is a sharded collection (a directory holding a manifest)."""
+    return os.path.isfile(os.path.join(os.fspath(path), MANIFEST))
 
 
 def route(docno: str, shards: int) -> int:

@@ -2,7 +2,7 @@
 
     summary = ingest("web.shards", ["corpus.jsonl"], shards=4)   # created if missing
 
-Three kinds of process, all plain `python -c` children joined by pipes (as ingest.py's
+Three kinds of process, all plain `python -c` children joined by pipes (as database_ingest.py's
 reading process; not multiprocessing: spawn re-runs an unguarded caller script, fork copies
 an open LMDB environment):
 
@@ -39,7 +39,7 @@ import time
 
 import numpy as np
 
-from . import formats, inputs, ingest as _ingest, records, shards as _shards
+from . import database_ingest as _ingest, formats, inputs, records, shards as _shards
 from .errors import AnnodbError, IngestError
 from .routing import route
 

@@ -62,22 +62,16 @@ import numpy as np
 
 from . import batch, database, tokenizer
 from .errors import StorageError, WriterBusyError
-from .routing import shard_name
+from .routing import MANIFEST, is_collection, shard_name
 from .shard_transactions import ShardedSnapshot, ShardedWriter
 from .transaction import Stats
 
-MANIFEST = "manifest.json"
 FORMAT = "annodb-shards"
 VERSION = 1
 ROUTING = "sha1-64-mod"   # int.from_bytes(sha1(docno utf-8)[:8], "big") % shards
 MAX_SHARDS = 1024
 COUNTER = "addresses"
 HOMES = 200_000   # ranked containers whose shard is remembered (document_at)
-
-
-def is_collection(path) -> bool:
-    """Whether `path` is a sharded collection (a directory with a manifest)."""
-    return os.path.isfile(os.path.join(os.fspath(path), MANIFEST))
 
 
 def read_manifest(path: str) -> dict:

@@ -18,7 +18,8 @@ import os
 import msgspec
 import numpy as np
 
-from . import batch, database, shards as _shards, tokenizer, transaction
+from . import batch, shards as _shards, tokenizer, transaction
+from .collection import open as open_collection
 from .query import STRUCTURAL
 from .routing import route
 
@@ -63,7 +64,7 @@ def split(source, dest, shards: int, *, progress=None) -> SplitSummary:
     """Write the database at `source` into a new sharded collection at `dest` of `shards`
     shards (see the module docstring). progress(documents done, documents in all)."""
     summary = SplitSummary(shards=shards)
-    with database.open(source, readonly=True) as src, src.read() as r:
+    with open_collection(source, readonly=True) as src, src.read() as r:
         dest = os.fspath(dest)
         _shards.create_manifest(dest, shards, r.fold_diacritics)  # (refuses an existing one)
         collection = _shards.open(dest)
