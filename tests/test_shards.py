@@ -309,6 +309,11 @@ def test_open_refuses_what_is_not_a_collection(tmp_path):
     annodb.open(tmp_path / "c.shards", shards=2).close()
     with pytest.raises(annodb.StorageError, match="has 2 shards, not 4"):
         annodb.open(tmp_path / "c.shards", shards=4)
+    from annodb import database          # one database's open: never one inside a collection
+    before = sorted(os.listdir(tmp_path / "c.shards"))
+    with pytest.raises(annodb.StorageError, match="a sharded collection, not one database"):
+        database.open(tmp_path / "c.shards")
+    assert sorted(os.listdir(tmp_path / "c.shards")) == before
     (tmp_path / "c.shards" / "manifest.json").write_text('{"format": "x"}')
     with pytest.raises(annodb.StorageError, match="not an annodb sharded collection"):
         annodb.open(tmp_path / "c.shards")
