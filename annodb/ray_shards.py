@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import itertools
 import os
-import threading
-from collections import OrderedDict
 
 from . import shards as _shards
 from .errors import AnnodbError, NotFoundError, StorageError
+from .routing import Homes
 
 ray = None  # the module, imported by _ray()
 LOOPBACK = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's processes on 127.0.0.1 only
@@ -153,13 +152,11 @@ class RayCollection:
         self.actors = actors
         self.shards = actors
         self.readonly = True
-        self.homes = OrderedDict()
-        self._homes_lock = threading.Lock()
+        self.homes = Homes(_shards.HOMES)
         self._pool = None
         self._closed = False
 
     each = _shards.ShardedDatabase.each
-    remember = _shards.ShardedDatabase.remember
     threads = True
 
     def read(self) -> _shards.ShardedSnapshot:

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
+from collections import deque
+
+import numpy as np
 
 MANIFEST = "manifest.json"
 
@@ -23,3 +27,42 @@ def route(docno: str, shards: int) -> int:
 
 def shard_name(i: int) -> str:
     return f"shard-{i:03d}"
+
+
+class Homes:
+    """The shards of recently ranked containers (by start), for a later lookup of their
+    documents to ask one shard, not each (on Ray actors a round trip each). Rankings are
+    kept whole, the newest `limit` containers' worth: recording one costs a sort of its
+    starts, not a dictionary entry per container (at depth 1000 that was 0.4 ms a query);
+    a lookup searches the newest rankings first."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._rankings: deque = deque()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def remember(self, starts: np.ndarray, shards: np.ndarray) -> None:
+        if not len(starts):
+            return
+        order = np.argsort(starts, kind="stable")
+        entry = (np.ascontiguousarray(starts[order], dtype=np.int64),
+                 np.ascontiguousarray(shards[order], dtype=np.int32))
+        with self._lock:
+            self._rankings.append(entry)
+            self._size += len(order)
+            while self._size > self.limit and len(self._rankings) > 1:
+                self._size -= len(self._rankings.popleft()[0])
+
+    def get(self, start: int) -> int | None:
+        """The shard that ranked the container starting at `start`, if one is kept."""
+        with self._lock:
+            rankings = list(self._rankings)
+        for starts, shards in reversed(rankings):
+            i = int(np.searchsorted(starts, start))
+            if i < len(starts) and starts[i] == start:
+                return int(shards[i])
+        return None
+
+    def __len__(self) -> int:
+        return self._size

@@ -53,16 +53,14 @@ import builtins
 import fcntl
 import json
 import os
-import threading
 import time
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from . import batch, database, tokenizer
 from .errors import StorageError, WriterBusyError
-from .routing import MANIFEST, is_collection, shard_name
+from .routing import MANIFEST, Homes, is_collection, shard_name
 from .shard_transactions import ShardedSnapshot, ShardedWriter
 from .transaction import Stats
 
@@ -203,8 +201,7 @@ class ShardedDatabase:
         n = manifest["shards"]
         per_shard = None if cache_bytes is None else int(cache_bytes) // n
         self.shards: list[database.Database] = []
-        self.homes: OrderedDict[int, int] = OrderedDict()  # container start -> its shard
-        self._homes_lock = threading.Lock()
+        self.homes = Homes(HOMES)       # the shards of recently ranked containers
         self._pool = None
         self._closed = False
         try:
@@ -315,14 +312,6 @@ class ShardedDatabase:
         return base + np.cumsum(spans) - spans
 
     # ------------------------------------------------------------------ fan-out
-
-    def remember(self, starts: np.ndarray, shards: np.ndarray) -> None:
-        """Note the shard of ranked containers (by start), the latest HOMES of them."""
-        homes = self.homes
-        with self._homes_lock:
-            homes.update(zip(starts.tolist(), shards.tolist()))
-            while len(homes) > HOMES:
-                homes.popitem(last=False)
 
     def each(self, fn, items) -> list:
         """fn(item) for each item (one per shard), on threads: the kernels release the

@@ -16,6 +16,7 @@ import re
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -383,3 +384,28 @@ def test_sparse_vectors_over_shards(tmp_path):
         for q in ("(+ t1 t2)", "document", "(^ t3 t4)"):
             assert same(lambda r: [h.as_dict() for h in r.search(q, k=50, rank="sparse")],
                         a, b)
+
+
+@settings(max_examples=150)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 3)), max_size=12),
+                max_size=12),
+       st.integers(1, 30))
+def test_homes_remember_the_newest_rankings_whole(rankings, limit):
+    homes = routing.Homes(limit)
+    for r in rankings:
+        homes.remember(np.array([s for s, _ in r], dtype=np.int64),
+                       np.array([h for _, h in r], dtype=np.int64))
+    kept, size = [], 0                     # the model: newest first, whole, until past limit
+    for r in reversed([r for r in rankings if r]):
+        if kept and size + len(r) > limit:
+            break
+        kept.append(r)
+        size += len(r)
+    for start in range(61):
+        want = None
+        for r in kept:                      # the newest ranking holding it; its first entry
+            hits = [h for s, h in sorted(r, key=lambda x: x[0]) if s == start]
+            if hits:
+                want = hits[0]
+                break
+        assert homes.get(start) == want
