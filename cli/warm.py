@@ -44,9 +44,11 @@ import stat
 import struct
 import sys
 import threading
+import time
 
 FORWARDED = frozenset({"query", "search", "count", "show", "stats"})
 IDLE_SECONDS = 900.0
+RETRY_AFTER = 300.0      # seconds after a warm process wrote to its log (it failed)
 STARTED = ("annodb: a warm process now serves read-only commands, so they start in a few "
            "milliseconds (it exits after {idle} idle; ANNODB_WARM=0 turns it off; "
            "`annodb warm --stop` stops it)")
@@ -283,6 +285,12 @@ def start() -> None:
     if probe is not None:
         probe.close()
         return
+    try:
+        log_info = os.stat(path + ".log")
+        if log_info.st_size and time.time() - log_info.st_mtime < RETRY_AFTER:
+            return            # the last one failed (its log says why): not one per command
+    except OSError:
+        pass
     idle = float(os.environ.get("ANNODB_WARM_IDLE") or IDLE_SECONDS)
     with open(os.devnull, "rb") as null, open(path + ".log", "ab") as log:
         subprocess.Popen([sys.executable, "-m", "annodb_cli.launch", path, str(idle)],
@@ -333,7 +341,6 @@ def serve(path: str, idle: float, run, warm_up) -> None:
     until told to stop."""
     import fcntl
     import signal
-    import time
 
     lock = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
