@@ -10,6 +10,9 @@ ir-measures, on the three development sets of issue 17:
 
 Each ranker returns the top 100 of each query (free text, the project's tokenizer); the
 table gives nDCG@10, R@100 and ms/query (a fresh snapshot per query, as a server does).
+bm25+rm3 is BM25 of the query expanded by RM3 (annodb/feedback.py, Anserini's defaults).
+The term-statistics variants (stemmers, df, stop words, idf, k1/b, RM3's settings) are
+benchmarks/bm25_variants.py's, computed in memory.
 The fusion variants combine the SSR and BM25 rankings computed for the table (their time
 is the two rankings'): reciprocal rank fusion (k = 60), SSR re-ranking BM25's top 20 or
 100, and the sum of max-normalised scores.
@@ -137,6 +140,7 @@ def evaluate(name: str, variants: bool) -> str:
         "annodb ssr (search_text tiers)": annodb_ranker(db, "ssr"),
         "annodb bm25": annodb_ranker(db, "bm25"),
         "annodb fused": annodb_ranker(db, "fused"),
+        "annodb bm25+rm3 (10 docs, 10 terms, 0.5)": annodb_ranker(db, "bm25+rm3"),
         "SQLite FTS5 bm25 (porter)": lambda text: fts5(con, text),
     }
     if variants:
