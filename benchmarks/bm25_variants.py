@@ -220,7 +220,15 @@ VARIANTS = [
 ]
 GRID = [Variant(f"snowball, union df, k1 {k1}, b {b}", k1=k1, b=b)
         for k1 in (0.6, 0.9, 1.2, 1.5) for b in (0.3, 0.4, 0.6, 0.75)
-        if (k1, b) != (0.9, 0.4)]
+        if (k1, b) != (0.9, 0.4)] + [
+    Variant("porter, Robertson idf, k1 1.2, b 0.75, query words once (FTS5's, as it "
+            "queries)", stemmer="porter", idf="robertson", k1=1.2, b=0.75, dedup=True),
+    Variant("snowball, union df, query words once, Robertson idf", dedup=True,
+            idf="robertson"),
+    Variant("snowball, union df, query words once, +rm3 (10, 10, 0.5)", dedup=True,
+            rm3=(10, 10, 0.5)),
+] + [Variant(f"snowball, union df, +rm3 (10, {t}, {w})", rm3=(10, t, w))
+     for w in (0.5, 0.6, 0.7, 0.8, 0.9) for t in (10, 20) if (t, w) != (10, 0.5)]
 
 
 def run_set(name: str, variants: list[Variant]) -> list[tuple]:
@@ -250,7 +258,8 @@ def run_set(name: str, variants: list[Variant]) -> list[tuple]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--set", choices=list(SETS), action="append")
-    ap.add_argument("--grid", action="store_true", help="also the k1/b grid")
+    ap.add_argument("--grid", action="store_true",
+                    help="also the k1/b grid and RM3's (original weight, terms) grid")
     args = ap.parse_args(argv)
     variants = VARIANTS + (GRID if args.grid else [])
     for name in args.set or SETS:
