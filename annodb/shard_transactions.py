@@ -218,14 +218,19 @@ class ShardedSnapshot:
 
     def rank(self, gcl, *, depth: int = ranking.DEPTH, container: str = DOCUMENT,
              lenient: bool = False, budget: Budget | None = None, rank: str = "ssr",
-             scoring: bm25.Scoring | None = None, statistics=None) -> ranking.Ranking:
+             scoring: bm25.Scoring | None = None, statistics=None,
+             words=None) -> ranking.Ranking:
         """Each shard ranked to `depth`, merged exactly (see merge_rankings); by BM25 or
         sparse scores with the collection's statistics; fused from the whole merged SSR
-        and BM25 rankings, as one database fuses them."""
+        and BM25 rankings, as one database fuses them; with RM3, expanded once from the
+        merged BM25 ranking (ranking.rm3_rank)."""
         how = ranking.check_rank(rank)
         node, warnings = prepare(self, gcl, lenient=lenient)
         budget = budget or Budget()
         settings = scoring or bm25.Scoring()
+        if how == ranking.RM3:
+            return ranking.rm3_rank(self, node, warnings, depth=depth, container=container,
+                                    budget=budget, scoring=settings)
         if how == "fused":
             a = self.rank(node, depth=ALL, container=container, budget=budget)
             b = self.rank(node, depth=ALL, container=container, budget=budget, rank="bm25",
@@ -239,10 +244,10 @@ class ShardedSnapshot:
             settings = ranking._sparse(self, settings)
         if how != "ssr" and statistics is None:
             statistics = self.statistics(*ranking.statistics_needed(
-                ranking.query_terms(node, how), how, settings))
+                ranking.query_terms(node, how) if words is None else words, how, settings))
         found = self._each(lambda part: part.rank(
             node, depth=depth, container=container, budget=budget, rank=how,
-            scoring=settings, statistics=statistics))
+            scoring=settings, statistics=statistics, words=words))
         merged = merge_rankings(self, found, depth)
         merged.warnings[:0] = warnings
         return merged

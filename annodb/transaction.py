@@ -262,7 +262,8 @@ class Snapshot:
         """Rank the containers (documents by default) that match a GCL query: by
         shortest-substring ranking (`rank="ssr"`), by BM25 over the query's words
         ("bm25"; k1, b, and `fields` for BM25F: names, or {name: weight or (weight, b)}),
-        by sparse vectors ("sparse", the field `sparse_field`) or both fused ("fused")."""
+        by sparse vectors ("sparse", the field `sparse_field`), both fused ("fused"), or by
+        BM25 over the words expanded by RM3 pseudo-relevance feedback ("bm25+rm3")."""
         self._before_read()
         return ranking.search(self, gcl, k=k, container=container, lenient=lenient,
                               snippets=snippets, rank=rank,
@@ -282,12 +283,13 @@ class Snapshot:
 
     def rank(self, gcl, *, depth: int = ranking.DEPTH, container: str = DOCUMENT,
              lenient: bool = False, budget=None, rank: str = "ssr", scoring=None,
-             statistics=None) -> "ranking.Ranking":
+             statistics=None, words=None) -> "ranking.Ranking":
         """The containers ranked to `depth`, as arrays (ranking.rank): what the server
         keeps for a query's `next`, and what search() shows the first k of."""
         self._before_read()
         return ranking.rank(self, gcl, depth=depth, container=container, lenient=lenient,
-                            budget=budget, rank=rank, scoring=scoring, statistics=statistics)
+                            budget=budget, rank=rank, scoring=scoring, statistics=statistics,
+                            words=words)
 
     def top_words(self, words, k: int, *, container: str = DOCUMENT, rank: str = "bm25",
                   scoring=None, statistics=None):

@@ -9,7 +9,12 @@ ir-measures, on the three development sets of issue 17:
     python -m benchmarks.effectiveness --variants    # also the fusion variants tried
 
 Each ranker returns the top 100 of each query (free text, the project's tokenizer); the
-table gives nDCG@10, R@100 and ms/query (a fresh snapshot per query, as a server does).
+table gives nDCG@10, R@100 and ms/query (a fresh snapshot per query, as a server does),
+and each ranker's nDCG@10 against FTS5's, query by query (the mean difference, a paired
+t-test).
+bm25+rm3 is BM25 of the query expanded by RM3 (annodb/feedback.py, Anserini's defaults).
+The term-statistics variants (stemmers, df, stop words, idf, k1/b, RM3's settings) are
+benchmarks/bm25_variants.py's, computed in memory.
 The fusion variants combine the SSR and BM25 rankings computed for the table (their time
 is the two rankings'): reciprocal rank fusion (k = 60), SSR re-ranking BM25's top 20 or
 100, and the sum of max-normalised scores.
@@ -116,16 +121,44 @@ def normsum(ssr, bm, weight=1.0):
     return sorted(score.items(), key=lambda x: -x[1])[:DEPTH]
 
 
+FTS5 = "SQLite FTS5 bm25 (porter)"
+
+
+def paired(a: dict, b: dict, queries) -> tuple[float, float, float]:
+    """(mean of a - b, Student's t, two-sided p) over the queries' per-query values
+    (a query a run answers nothing for: 0)."""
+    import math
+    d = [a.get(q, 0.0) - b.get(q, 0.0) for q in queries]
+    n = len(d)
+    mean = sum(d) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1)) if n > 1 else 0.0
+    if sd == 0:
+        return mean, 0.0, 1.0
+    t = mean / (sd / math.sqrt(n))
+    try:
+        from scipy import stats
+        p = float(2 * stats.t.sf(abs(t), n - 1))
+    except ImportError:  # (the normal approximation)
+        p = math.erfc(abs(t) / math.sqrt(2))
+    return mean, t, p
+
+
 def measure(judged, runs: dict, seconds: dict, n: int) -> list[tuple]:
+    """Per ranker: (name, nDCG@10, R@100, ms/query, its nDCG@10 against FTS5's: mean
+    difference, paired t, p)."""
     import ir_measures
     from ir_measures import R, nDCG
-    rows = []
+    rows, per = [], {}
+    queries = sorted({j.query_id for j in judged})
     for name, run in runs.items():
         scored = [ir_measures.ScoredDoc(q, d, DEPTH - i) for q, ranking in run.items()
                   for i, (d, _) in enumerate(ranking)]  # (by rank: SSR's tiers come first)
         m = ir_measures.calc_aggregate([nDCG @ 10, R @ 100], judged, scored)
+        per[name] = {x.query_id: x.value for x in
+                     ir_measures.iter_calc([nDCG @ 10], judged, scored)}
         rows.append((name, m[nDCG @ 10], m[R @ 100], seconds[name] / n * 1000))
-    return rows
+    return [r + ((paired(per[r[0]], per[FTS5], queries),) if r[0] != FTS5 and FTS5 in per
+                 else (None,)) for r in rows]
 
 
 def evaluate(name: str, variants: bool) -> str:
@@ -137,7 +170,8 @@ def evaluate(name: str, variants: bool) -> str:
         "annodb ssr (search_text tiers)": annodb_ranker(db, "ssr"),
         "annodb bm25": annodb_ranker(db, "bm25"),
         "annodb fused": annodb_ranker(db, "fused"),
-        "SQLite FTS5 bm25 (porter)": lambda text: fts5(con, text),
+        "annodb bm25+rm3 (10 docs, 10 terms, 0.5)": annodb_ranker(db, "bm25+rm3"),
+        FTS5: lambda text: fts5(con, text),
     }
     if variants:
         rankers["annodb bm25 k1=1.2 b=0.75"] = annodb_ranker(db, "bm25", k1=1.2, b=0.75)
@@ -165,8 +199,11 @@ def evaluate(name: str, variants: bool) -> str:
     rows = measure(judged, runs, seconds, len(todo))
     out = (f"**{name}** ({len(todo):,} queries, {os.path.basename(tpath)} over "
            f"{os.path.basename(docs)}; top {DEPTH})\n\n"
-           "| ranker | nDCG@10 | R@100 | ms/query |\n|---|---|---|---|\n")
-    out += "".join(f"| {r[0]} | {r[1]:.3f} | {r[2]:.3f} | {r[3]:.2f} |\n" for r in rows)
+           "| ranker | nDCG@10 | R@100 | ms/query | nDCG@10 - FTS5's (paired t, p) |\n"
+           "|---|---|---|---|---|\n")
+    out += "".join(f"| {r[0]} | {r[1]:.3f} | {r[2]:.3f} | {r[3]:.2f} | "
+                   + (f"{r[4][0]:+.4f} (t {r[4][1]:+.2f}, p {r[4][2]:.2g})" if r[4] else "")
+                   + " |\n" for r in rows)
     print(out, flush=True)
     return out
 

@@ -55,8 +55,9 @@ def rank_options(default: str):
             click.option("--rank", type=click.Choice(ranking.RANKS), default=default,
                          show_default=True,
                          help="How to rank: ssr (shortest-substring ranking), bm25 (BM25 "
-                              "over the words), sparse (sparse vectors of --sparse-field) "
-                              "or fused (SSR and BM25)."),
+                              "over the words), bm25+rm3 (BM25 over the words expanded by "
+                              "pseudo-relevance feedback from the best 10), sparse (sparse "
+                              "vectors of --sparse-field) or fused (SSR and BM25)."),
             click.option("--k1", type=float, help="BM25's k1 (default 0.9)."),
             click.option("--b", "b", type=float, help="BM25's b (default 0.4)."),
             click.option("--field", "fields", metavar="NAME[=WEIGHT[,B]]", multiple=True,

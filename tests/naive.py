@@ -547,3 +547,50 @@ def merge_scores(a, b):
     for s, e, v in b:
         out[s] = (e, out[s][1] + v) if s in out else (e, 0.0 + v)
     return [(s, e, v) for s, (e, v) in sorted(out.items())]
+
+
+def rm3(model, query, k, only=None, fb_docs=10, fb_terms=10, original=0.5, max_df=0.1,
+        k1=0.9, b=0.4):
+    """BM25 of the query [(word, count)] expanded by RM3 by its definition (as
+    annodb/feedback.py states it), words as they are: the fb_docs best documents by BM25
+    weigh each word of 2-20 letters or digits held by at most max_df of the documents by
+    the sum of tf / length x score; the fb_terms heaviest (ties by word), scaled to sum 1,
+    weigh (1 - original), the counts of the query's words some document holds, scaled to
+    sum 1, weigh original. The top k
+    [(docno, score)] by BM25 of that, among the documents `only` (docnos) if given."""
+    docs = model.docs
+    n = len(docs)
+    first = bm25(model, [((w,), c) for w, c in query], fb_docs if only is None else n,
+                 k1, b)
+    if only is not None:
+        first = [x for x in first if x[0] in only][:fb_docs]
+    by_docno = {d[0]: d for d in docs}
+
+    def live(p):
+        return not any(lo <= p <= hi for lo, hi in model.erased)
+
+    def df(word):
+        points = [p for p, _, _ in model.feature(word)]
+        return sum(1 for d in docs if any(d[1] <= p <= d[2] for p in points))
+
+    weight = {}
+    for docno, score in first:
+        _, start, end, toks = by_docno[docno]
+        words = [t for i, t in enumerate(toks) if live(start + i)]
+        for w in dict.fromkeys(words):
+            if 2 <= len(w) <= 20 and w.isalnum():
+                weight[w] = weight.get(w, 0.0) + words.count(w) / (end - start + 1) * score
+    kept = [w for w in sorted(weight, key=lambda w: (-weight[w], w))
+            if df(w) / max(n, 1) <= max_df][:fb_terms]
+    total = sum(weight[w] for w in kept)
+    query = [(w, c) for w, c in query if df(w)]
+    qsum = sum(c for _, c in query) or 1.0
+    expanded = {}
+    for w, c in query:
+        expanded[w] = expanded.get(w, 0.0) + original * c / qsum
+    for w in kept:
+        expanded[w] = expanded.get(w, 0.0) + (1 - original) * weight[w] / total
+    ranked = bm25(model, [((w,), x) for w, x in expanded.items()], n, k1, b)
+    if only is not None:
+        ranked = [x for x in ranked if x[0] in only]
+    return ranked[:k]

@@ -286,7 +286,7 @@ def test_sparse_vectors_rank_by_dot_product(tmp_path):
 
 
 @pytest.mark.parametrize("bad, message", [
-    ({"rank": "bm2"}, "choose one of ssr, bm25, fused, sparse"),
+    ({"rank": "bm2"}, "choose one of ssr, bm25, fused, sparse, bm25\\+rm3"),
     ({"rank": "bm25", "k1": -1}, "k1 must be between"),
     ({"rank": "bm25", "b": 1.5}, "b must be between"),
     ({"rank": "bm25", "fields": {"titel": 1}}, "no document has the field 'titel:'"),

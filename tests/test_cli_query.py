@@ -161,8 +161,20 @@ def test_rank_options(db):
     assert "(ranked by bm25)" in result.stderr
 
 
+def test_rank_bm25_rm3(db):
+    """--rank bm25+rm3 on free text and on a GCL query: what the API gives."""
+    with annodb.open(db, readonly=True) as d, d.read() as r:
+        text = [h.docno for h in r.search_text("light darkness", k=5, rank="bm25+rm3")]
+        gcl = [h.docno for h in r.search("(+ light darkness)", k=5, rank="bm25+rm3")]
+    for cmd, query, want in (("search", "light darkness", text),
+                             ("query", "(+ light darkness)", gcl)):
+        result = invoke(cmd, "--db", db, "--json", "-k", "5", "--rank", "bm25+rm3", query)
+        assert result.exit_code == 0, result.output
+        assert [json.loads(line)["docno"] for line in result.stdout.splitlines()] == want
+
+
 @pytest.mark.parametrize("args, message", [
-    (["search", "--rank", "bm2", "light"], "'bm2' is not one of 'ssr', 'bm25', 'fused', 'sparse'"),
+    (["search", "--rank", "bm2", "light"], "'bm2' is not one of 'ssr', 'bm25', 'fused', 'sparse', 'bm25+rm3'"),
     (["query", "--rank", "BM25", "light"], "is not one of"),
     (["search", "--rank", "bm25", "--field", "titel", "light"], "no document has the field"),
     (["search", "--rank", "bm25", "--b", "2", "light"], "b must be between 0 and 1"),

@@ -364,7 +364,7 @@ QUESTIONS = [("what is Alice allergic to?", 0), ("when does Bob's flight leave?"
              ("does Carol like coffee or tea?", 5), ("what colour does Alice like?", 1)]
 
 
-@pytest.mark.parametrize("rank", [None, "bm25", "fused", "ssr"])
+@pytest.mark.parametrize("rank", [None, "bm25", "fused", "ssr", "bm25+rm3"])
 def test_recall_answers_natural_language_questions(mem, rank):
     ids = [mem.remember(fact, user="u") for fact in FACTS]
     for question, i in QUESTIONS:
@@ -383,7 +383,7 @@ def test_mcp_search_takes_a_rank(tmp_path):
 
     async def session():
         async with Client(_server_params(path)) as client:
-            for rank in ("bm25", "fused", "ssr"):
+            for rank in ("bm25", "fused", "ssr", "bm25+rm3"):
                 result = await client.call_tool("search", {"query": "what is Alice allergic "
                                                            "to?", "k": 1, "rank": rank})
                 assert not result.is_error, result.content

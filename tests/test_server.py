@@ -625,8 +625,13 @@ def test_query_rank_field(server, db):
         assert all_ranks(c, query) == expected_ranks(db, query) != want
         bad = c(op="query", query=query, rank="bm2")
         assert bad == {"op": "query", "ok": False,
-                       "error": "unknown ranker 'bm2': choose one of ssr, bm25, fused, sparse"}
+                       "error": "unknown ranker 'bm2': choose one of ssr, bm25, fused, sparse, "
+                                "bm25+rm3"}
         assert c(op="query", query=query, rank="fused")["ok"]
+        with db.read() as snap:
+            rm3 = [h.docno for h in snap.search(query, k=1, rank="bm25+rm3")]
+        r = c(op="query", query=query, rank="bm25+rm3")
+        assert r["ok"] and [r["docno"]] == rm3
 
 
 # ---------------------------------------------------------------- the contracts (issue 18)

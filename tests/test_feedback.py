@@ -1,0 +1,185 @@
+"""BM25 with RM3 pseudo-relevance feedback ("bm25+rm3", annodb/feedback.py) against its
+definition (naive.rm3), for GCL queries and free text; a sharded collection against one
+database; stem classes fed back as one term; and a question whose answer holds none of
+its words, found through the feedback."""
+
+import os
+import tempfile
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import annodb
+from annodb import feedback, ranking
+from annodb.errors import RankingError
+
+import naive
+from test_bm25 import build, same_ranking
+
+SETTINGS = settings(max_examples=int(os.environ.get("RM3_EXAMPLES", "60")),
+                    deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                           HealthCheck.function_scoped_fixture])
+# two letters: fed back as they are (free text stems only longer words); skewed
+WORDS = ["aa", "aa", "aa", "bb", "bb", "cc", "dd", "ee", "ff", "gg", "h1", "x"]
+
+
+@st.composite
+def collections(draw, max_docs=30):
+    docs = draw(st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=12),
+                         min_size=4, max_size=max_docs))
+    size = sum(max(len(d), 1) for d in docs)
+    erased = draw(st.lists(st.tuples(st.integers(0, size - 1), st.integers(0, 3)),
+                           max_size=3))
+    deleted = draw(st.sets(st.integers(0, len(docs) - 1), max_size=3))
+    return docs, [(p, min(p + d, size - 1)) for p, d in erased], sorted(deleted)
+
+
+queries = st.lists(st.tuples(st.sampled_from(sorted(set(WORDS)) + ["zz"]),
+                             st.integers(1, 3)), min_size=1, max_size=4,
+                   unique_by=lambda x: x[0])
+
+
+@pytest.fixture
+def knobs():
+    """Restores feedback's settings after a test changes them."""
+    old = feedback.FB_DOCS, feedback.FB_TERMS, feedback.MAX_DF
+    yield
+    feedback.FB_DOCS, feedback.FB_TERMS, feedback.MAX_DF = old
+
+
+@SETTINGS
+@given(collections(), queries, st.integers(1, 12),
+       st.sampled_from([(10, 10, 0.1), (3, 2, 0.5), (2, 10, 1.0), (30, 1, 1.0)]))
+def test_rm3_equals_its_definition(tmp_path_factory, knobs, coll, query, k, params):
+    fb_docs, fb_terms, max_df = params
+    feedback.FB_DOCS, feedback.FB_TERMS, feedback.MAX_DF = params
+    db, model = build(str(tmp_path_factory.mktemp("f") / "db"), *coll)
+    try:
+        with db.read() as r:
+            def named(starts, scores):
+                return [(r.document_at(s).docno, x)
+                        for s, x in zip(starts.tolist(), scores.tolist())]
+            # free text: every document may enter
+            text = " ".join(w for w, n in query for _ in range(n))
+            got = r.search_text(text, k=k, rank="bm25+rm3", snippets=False)
+            want = naive.rm3(model, query, k, fb_docs=fb_docs, fb_terms=fb_terms,
+                             max_df=max_df)
+            same_ranking([(h.docno, h.score) for h in got], want)
+            # GCL: the matches only (the documents holding a query word)
+            gcl = "(+ " + " ".join(w for w, n in query for _ in range(n)) + " zz)"
+            ranked = r.rank(gcl, depth=k, rank="bm25+rm3")
+            holding = {d[0] for d in model.docs
+                       if any(d[1] <= p <= d[2] for w, _ in query
+                              for p, _, _ in model.feature(w))}
+            want = naive.rm3(model, query + [("zz", 1)] if all(w != "zz" for w, _ in query)
+                             else query, k, only=holding, fb_docs=fb_docs,
+                             fb_terms=fb_terms, max_df=max_df)
+            same_ranking(named(ranked.starts, ranked.scores), want)
+            assert ranked.total == len(holding)
+    finally:
+        db.close()
+
+
+def test_rm3_without_feedback_is_bm25_order(tmp_path):
+    """Nothing fed back (every word too common): the order is BM25's."""
+    db = annodb.open(str(tmp_path / "db"))
+    with db.write() as w:
+        for i, text in enumerate(["aa bb", "aa aa bb", "bb cc", "aa"]):
+            w.add(text, docno=f"d{i}")
+    with db.read() as r:
+        bm = [h.docno for h in r.search_text("aa bb", rank="bm25")]
+        rm = [h.docno for h in r.search_text("aa bb", rank="bm25+rm3")]
+        assert bm == rm
+        assert r.search_text("qq", rank="bm25+rm3").hits == []
+    db.close()
+
+
+def _corpus():
+    rng = np.random.default_rng(7)
+    filler = ["stone", "river", "walked", "walking", "walks", "garden", "yellow", "table",
+              "window", "music", "running", "runner", "runs", "quiet", "summer", "letter"]
+    docs = [" ".join(rng.choice(filler, rng.integers(3, 12))) for _ in range(60)]
+    docs += ["alice is allergic to peanuts", "alice allergic reaction peanuts epipen",
+             "peanuts epipen anaphylaxis clinic", "alice walked to the river"]
+    return docs
+
+
+def test_sharded_rm3_ranks_exactly_as_one_database():
+    docs = _corpus()
+    with tempfile.TemporaryDirectory() as tmp:
+        one = annodb.open(os.path.join(tmp, "one.db"))
+        many = [annodb.open(os.path.join(tmp, f"{n}.shards"), shards=n) for n in (2, 3)]
+        try:
+            with one.write() as w:
+                for i, d in enumerate(docs):
+                    w.add({"id": f"d{i}", "title": d.split()[0], "body": d})
+            for db in many:
+                for i, d in enumerate(docs):
+                    with db.write() as w:
+                        w.add({"id": f"d{i}", "title": d.split()[0], "body": d})
+            with one.read() as a:
+                for db in many:
+                    with db.read() as b:
+                        for text in ("alice allergic", "walking river", "quiet summer runs"):
+                            for box in (":", "title:"):
+                                assert [h.as_dict() for h in a.search_text(
+                                    text, k=20, rank="bm25+rm3", container=box)] == \
+                                    [h.as_dict() for h in b.search_text(
+                                        text, k=20, rank="bm25+rm3", container=box)]
+                        for q in ("(+ alice river)", "(^ walked river)", "peanuts"):
+                            assert [h.as_dict() for h in a.search(q, k=20, rank="bm25+rm3")] \
+                                == [h.as_dict() for h in b.search(q, k=20, rank="bm25+rm3")]
+        finally:
+            one.close()
+            for db in many:
+                db.close()
+
+
+def test_a_stem_class_is_fed_back_as_one_term(tmp_path, knobs):
+    feedback.MAX_DF = 1.0  # (every filler word is in more than a tenth of the documents)
+    db = annodb.open(str(tmp_path / "db"))
+    with db.write() as w:
+        for i, d in enumerate(_corpus()):
+            w.add(d, docno=f"d{i}")
+        w.add("gardening tips gardens gardened", docno="g0")
+    with db.read() as r:
+        words = ranking.text_words(r, "walks")
+        expanded = ranking.rm3_words(r, words, ":", ranking.bm25.Scoring())
+        forms = [set(f) for f, _ in expanded]
+        assert {"walks", "walked", "walking"} <= forms[0]  # the query's term first
+        assert sum(w for _, w in expanded) == pytest.approx(1.0)
+        assert len({frozenset(f) for f in forms}) == len(forms)  # no class twice
+        assert all(len({ranking.stem(x) for x in f}) == 1 for f in forms)
+    db.close()
+
+
+def test_feedback_finds_the_answer_without_the_question_words(tmp_path):
+    """'alice allergic' holds none of the clinic note's words; the notes about Alice's
+    allergy feed back 'peanuts' and 'epipen', which find it."""
+    db = annodb.open(str(tmp_path / "db"))
+    docs = _corpus()
+    with db.write() as w:
+        for i, d in enumerate(docs):
+            w.add(d, docno=f"d{i}")
+    clinic = f"d{docs.index('peanuts epipen anaphylaxis clinic')}"
+    with db.read() as r:
+        assert clinic not in [h.docno for h in r.search_text("alice allergic", k=20,
+                                                             rank="bm25")]
+        got = r.search_text("alice allergic", k=5, rank="bm25+rm3")
+        assert clinic in [h.docno for h in got]
+        assert got.query == "(+ alice allergic)"
+    db.close()
+
+
+def test_the_rank_name_is_checked(tmp_path):
+    db = annodb.open(str(tmp_path / "db"))
+    with db.write() as w:
+        w.add("aa bb", docno="d0")
+    with db.read() as r:
+        with pytest.raises(RankingError, match="choose one of ssr, bm25, fused, sparse, "
+                                               "bm25\\+rm3"):
+            r.search_text("aa", rank="bm25+rm4")
+    db.close()
