@@ -189,7 +189,11 @@ class ShardedDatabase:
     """A sharded collection, open: the same API as annodb.Database (read, write, stats,
     close), each call over every shard."""
 
-    threads = True  # per-shard work of one query on threads (False: one after another)
+    # The per-shard work of one query on threads (True) or one shard after another: on 2
+    # idle cores one after another was faster at the median and the p99 at 1x and 4x
+    # (benchmarks/RESULTS.md, "Shards": the evaluator's Python work per shard holds the
+    # GIL, and two such threads wait for each other). Ray's collection fans out on threads.
+    threads = False
 
     def __init__(self, path: str, manifest: dict, *, readonly: bool = False,
                  timeout: float = 30.0, cache_bytes: int | None = None):
@@ -314,8 +318,8 @@ class ShardedDatabase:
     # ------------------------------------------------------------------ fan-out
 
     def each(self, fn, items) -> list:
-        """fn(item) for each item (one per shard), on threads: the kernels release the
-        GIL (benchmarks/RESULTS.md, "Shards", measures it)."""
+        """fn(item) for each item (one per shard), on threads if `threads` (the kernels
+        release the GIL; benchmarks/RESULTS.md, "Shards", measures it)."""
         items = list(items)
         if len(items) < 2 or not self.threads:
             return [fn(x) for x in items]

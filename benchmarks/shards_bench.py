@@ -95,8 +95,8 @@ if mode == "ray":
     db = ray_shards.open(path)
 else:
     db = annodb.open(path, readonly=True)
-    if mode == "sequential":
-        db.threads = False
+    if mode in ("threads", "sequential"):
+        db.threads = mode == "threads"
 def one(q):
     with db.read() as r:
         try:

@@ -164,6 +164,7 @@ def test_real_queries_rank_exactly_as_one_database(tmp_path):
     ingest(str(tmp_path / "one.db"), [source])
     many = annodb.open(tmp_path / "c.shards", shards=3)
     ingest(many, [source])
+    many.threads = True          # the shards' work on threads (the default: one after another)
     with annodb.open(tmp_path / "one.db") as one, one.read() as a, many.read() as b:
         assert a.document_count() == b.document_count() == 600
         compared = matched = 0
