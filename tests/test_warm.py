@@ -208,6 +208,7 @@ def test_ctrl_c_reaches_the_command(shared_home, bible, mode):
         _started(env, bible)
     p = _waiting_query(env, bible)
     p.send_signal(signal.SIGINT)
+    p.wait(timeout=60)          # stdin still open: the command ends by the Ctrl-C, not by EOF
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130
     assert err.strip().endswith("annodb: error: interrupted")
