@@ -292,9 +292,18 @@ def start() -> None:
     except OSError:
         pass
     idle = float(os.environ.get("ANNODB_WARM_IDLE") or IDLE_SECONDS)
+    # the warm process imports the annodb this command found (which `python -m annodb`
+    # may have found in the working directory), not whatever "/" would find
+    import importlib.util
+    spec = importlib.util.find_spec("annodb")
+    roots = [os.path.dirname(p) for p in (spec.submodule_search_locations or [])] \
+        if spec else []
+    roots.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        roots + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     with open(os.devnull, "rb") as null, open(path + ".log", "ab") as log:
         subprocess.Popen([sys.executable, "-m", "annodb_cli.launch", path, str(idle)],
-                         stdin=null, stdout=null, stderr=log, cwd="/",
+                         stdin=null, stdout=null, stderr=log, cwd="/", env=env,
                          start_new_session=True, close_fds=True)
     if sys.stderr.isatty():
         minutes = f"{idle / 60:g} min" if idle >= 60 else f"{idle:g} s"
