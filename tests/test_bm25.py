@@ -28,9 +28,10 @@ DOC = Feature(":")
 
 
 @st.composite
-def collections(draw, max_docs=25):
-    docs = draw(st.lists(st.lists(st.sampled_from(WORDS), max_size=12), min_size=1,
-                         max_size=max_docs))
+def collections(draw, max_docs=25, words=WORDS, min_docs=1, min_words=0):
+    """(documents as word lists, erased ranges, deleted documents' indexes)."""
+    docs = draw(st.lists(st.lists(st.sampled_from(words), min_size=min_words, max_size=12),
+                         min_size=min_docs, max_size=max_docs))
     size = sum(max(len(d), 1) for d in docs)
     erased = draw(st.lists(st.tuples(st.integers(0, size - 1), st.integers(0, 3)),
                            max_size=3))

@@ -16,6 +16,7 @@ from annodb import feedback, ranking
 from annodb.errors import RankingError
 
 import naive
+import test_bm25
 from test_bm25 import build, same_ranking
 
 SETTINGS = settings(max_examples=int(os.environ.get("RM3_EXAMPLES", "60")),
@@ -26,15 +27,8 @@ SETTINGS = settings(max_examples=int(os.environ.get("RM3_EXAMPLES", "60")),
 WORDS = ["aa", "aa", "aa", "bb", "bb", "cc", "dd", "ee", "ff", "gg", "h1", "x"]
 
 
-@st.composite
-def collections(draw, max_docs=30):
-    docs = draw(st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=12),
-                         min_size=4, max_size=max_docs))
-    size = sum(max(len(d), 1) for d in docs)
-    erased = draw(st.lists(st.tuples(st.integers(0, size - 1), st.integers(0, 3)),
-                           max_size=3))
-    deleted = draw(st.sets(st.integers(0, len(docs) - 1), max_size=3))
-    return docs, [(p, min(p + d, size - 1)) for p, d in erased], sorted(deleted)
+def collections(max_docs=30):
+    return test_bm25.collections(max_docs=max_docs, words=WORDS, min_docs=4, min_words=1)
 
 
 queries = st.lists(st.tuples(st.sampled_from(sorted(set(WORDS)) + ["zz"]),
