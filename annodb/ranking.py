@@ -79,12 +79,14 @@ class Ranking:
     def __len__(self) -> int:
         return len(self.starts)
 
-    def hit(self, i: int, snippet: bool = True, snapshot=None) -> Hit:
+    def hit(self, i: int, snippet: bool = True, snapshot=None, doc=False) -> Hit:
         """The hit at rank i + 1, its document read from `snapshot` (default: the one the
-        ranking was made in; a server passes a fresh one so no read stays open)."""
+        ranking was made in; a server passes a fresh one so no read stays open), unless
+        given (`doc`: a Document or None)."""
         s, e = int(self.starts[i]), int(self.ends[i])
         p, q = int(self.cover_starts[i]), int(self.cover_ends[i])
-        doc = (snapshot or self.snapshot).document_at(s)
+        if doc is False:
+            doc = (snapshot or self.snapshot).document_at(s)
         docno = doc.docno if doc is not None else f"@{s}"
         text = None
         if snippet and doc is not None:
@@ -92,8 +94,10 @@ class Ranking:
         return Hit(i + 1, docno, float(self.scores[i]), s, e, (p, q), text)
 
     def hits(self, k: int | None = None, snippet: bool = True) -> list[Hit]:
+        """The first k hits (all: None), their documents read at once (documents_at)."""
         n = len(self) if k is None else min(k, len(self))
-        return [self.hit(i, snippet) for i in range(n)]
+        docs = self.snapshot.documents_at(self.starts[:n].tolist()) if n else []
+        return [self.hit(i, snippet, doc=doc) for i, doc in zip(range(n), docs)]
 
 
 @dataclass

@@ -151,6 +151,26 @@ class ShardedSnapshot:
                 return doc
         return None
 
+    def documents_at(self, addresses) -> list:
+        """document_at of each address, in order: one call per shard for the addresses a
+        ranking placed there (on Ray actors one round trip per shard, not per address),
+        then document_at for the rest."""
+        addresses = [int(a) for a in addresses]
+        found: list = [None] * len(addresses)
+        asked: dict[int, list[int]] = {}
+        for i, a in enumerate(addresses):
+            home = self.db.homes.get(a)
+            if home is not None:
+                asked.setdefault(home, []).append(i)
+        for home, which in asked.items():
+            docs = self.parts[home].documents_at([addresses[i] for i in which])
+            for i, doc in zip(which, docs):
+                found[i] = doc
+        for i, a in enumerate(addresses):
+            if found[i] is None:
+                found[i] = self.document_at(a)
+        return found
+
     def documents(self):
         return heapq.merge(*(p.documents() for p in self.parts), key=lambda d: d.start)
 

@@ -157,6 +157,10 @@ class Snapshot:
             return None
         return self._txn.doc_containing(address)
 
+    def documents_at(self, addresses) -> list[Document | None]:
+        """document_at of each address, in order."""
+        return [self.document_at(a) for a in addresses]
+
     def documents(self):
         """Every document, in address order."""
         self._before_read()

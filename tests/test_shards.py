@@ -140,6 +140,11 @@ def test_shards_rank_exactly_as_one_database(collection, nodes):
                                 assert same(lambda r: r.search_text(words, k=5, **how).hits,
                                             a, b), (words, how)
                         assert a.text(0, a.address_space()) == b.text(0, b.address_space())
+                        # documents_at: ranked containers' shards known, every other
+                        # address (gaps, past the end) looked for in each shard
+                        at = list(range(-1, a.address_space() + 2))
+                        assert [d and (d.docno, d.start, d.end) for d in b.documents_at(at)] \
+                            == [d and (d.docno, d.start, d.end) for d in a.documents_at(at)]
         finally:
             one.close()
             for db in many:
