@@ -58,6 +58,7 @@ from . import kernels
 from .errors import RankingError
 from .gcl import Evaluator, Region, list_name
 from .lists import EMPTY_F, EMPTY_I, Intervals
+from .feedback import Feedback
 from .query import Combine, Compare, Link, Node, Term
 
 K1 = 0.9
@@ -90,12 +91,14 @@ class Field:
 
 @dataclass(frozen=True)
 class Scoring:
-    """BM25's parameters, BM25F's fields (empty: plain BM25) and the sparse field."""
+    """BM25's parameters, BM25F's fields (empty: plain BM25), the sparse field and RM3's
+    settings (feedback.Feedback: for rank "bm25+rm3")."""
 
     k1: float = K1
     b: float = B
     fields: tuple[Field, ...] = ()
     sparse: str | None = None
+    feedback: Feedback = Feedback()
 
 
 def number(value, name: str, lo: float, hi: float = math.inf) -> float:
@@ -118,9 +121,10 @@ def field_name(name: str) -> str:
     return name if name.endswith(":") else name + ":"
 
 
-def scoring(k1=None, b=None, fields=None, sparse=None) -> Scoring:
+def scoring(k1=None, b=None, fields=None, sparse=None, feedback=None) -> Scoring:
     """Validated Scoring. fields: names (weight 1), {name: weight}, {name: (weight, b)} or
-    Field objects; RankingError says what is wrong."""
+    Field objects; feedback: a feedback.Feedback (RM3's settings; default Feedback());
+    RankingError says what is wrong."""
     k1 = K1 if k1 is None else number(k1, "k1", 0.0, 1e6)
     b = B if b is None else number(b, "b", 0.0, 1.0)
     made = []
@@ -151,7 +155,24 @@ def scoring(k1=None, b=None, fields=None, sparse=None) -> Scoring:
             raise RankingError(f"a field is given twice: {names}")
     if sparse is not None and (not isinstance(sparse, str) or not sparse):
         raise RankingError(f"the sparse field is a name, not {sparse!r}")
-    return Scoring(k1, b, tuple(made), sparse)
+    return Scoring(k1, b, tuple(made), sparse, checked_feedback(feedback))
+
+
+def checked_feedback(fb) -> Feedback:
+    """fb (None: Feedback()) if its settings are in range, else RankingError."""
+    if fb is None:
+        return Feedback()
+    if not isinstance(fb, Feedback):
+        raise RankingError(f"feedback is an annodb.feedback.Feedback, not {type(fb).__name__}")
+    for name, lo, hi in (("docs", 1, 10_000), ("terms", 0, 10_000)):
+        x = getattr(fb, name)
+        if not isinstance(x, int) or isinstance(x, bool) or not lo <= x <= hi:
+            raise RankingError(f"feedback {name} must be a whole number from {lo} to {hi}, "
+                               f"not {x!r}")
+    number(fb.original, "feedback original (the query's weight)", 0.0, 1.0)
+    if not isinstance(fb.stop_words, bool):
+        raise RankingError(f"feedback stop_words is True or False, not {fb.stop_words!r}")
+    return fb
 
 
 # queries -------------------------------------------------------------------------------

@@ -1,20 +1,27 @@
 """Pseudo-relevance feedback: RM3 (Abdul-Jaleel et al. 2004; Lavrenko and Croft's
 relevance model interpolated with the query), as Anserini's bm25+rm3 runs it, over BM25.
 
-The query's words are ranked by BM25 (bm25.py); the FB_DOCS best containers are taken as
+The query's words are ranked by BM25 (bm25.py); the `docs` best containers are taken as
 relevant, and the relevance model weighs each term t by
 
     rm(t) = sum over those containers d of  tf(t, d) / len(d) x bm25(d)
 
-(len(d) the container's tokens, as BM25 counts them), keeping the FB_TERMS heaviest of
+(len(d) the container's tokens, as BM25 counts them), keeping the `terms` heaviest of
 the terms of 2 to 20 letters or digits held by at most MAX_DF of the documents (more
 common ones are the collection's stop words: Anserini's rule), scaled to sum 1. The new
 query is
 
-    weight(t) = ORIGINAL x q(t) / sum q  +  (1 - ORIGINAL) x rm(t)
+    weight(t) = original x q(t) / sum q  +  (1 - original) x rm(t)
 
 (q the query's own counts), ranked by BM25 again: the same exact, pruned top k.
-FB_DOCS 10, FB_TERMS 10 and ORIGINAL 0.5 are Anserini's defaults. Anserini divides tf by
+
+The settings (`Feedback`, carried by bm25.Scoring): Anserini's defaults are 10 documents,
+10 terms and `original` 0.5 (`ANSERINI`). annodb's (`Feedback()`) are 10 documents, 20 terms,
+`original` 0.9, and free text's Lucene stop words (STOP_WORDS, Anserini's analyzer's) dropped
+from the query first (unless it holds nothing else): of the settings tried on the three
+development sets of issue 17, the one whose smallest lead over SQLite FTS5's nDCG@10 was
+largest (benchmarks/RESULTS.md, where every one tried is listed; tuned on the sets it is
+measured on). A GCL query's words are the user's own: none is dropped. Anserini divides tf by
 the document's kept terms rather than its length; length is the relevance model's own
 estimate (Lavrenko and Croft's maximum likelihood p(t|d)) and lets the terms be taken
 from the heaviest down, the df of only those looked up (measured against Anserini's:
@@ -27,15 +34,38 @@ English stem (ranking.word_forms; the stem is the term), in a GCL query a word a
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 from .tokenizer import strip_diacritics, tokens
 
-FB_DOCS = 10
-FB_TERMS = 10
-ORIGINAL = 0.5
 MAX_DF = 0.1          # a term in more than this share of the documents is not fed back
 MIN_LENGTH, MAX_LENGTH = 2, 20
 CHUNK = 32            # candidate terms whose statistics are read at once
+# Lucene's English stop words (EnglishAnalyzer's, which Anserini's default analyzer drops)
+STOP_WORDS = frozenset(
+    "a an and are as at be but by for if in into is it no not of on or such that the "
+    "their then there these they this to was will with".split())
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """RM3's settings: how many best containers feed back (`docs`), how many terms they
+    add (`terms`), the original query's weight (`original`, 0-1), and whether free text's
+    STOP_WORDS are dropped from the query first (`stop_words`)."""
+
+    docs: int = 10
+    terms: int = 20
+    original: float = 0.9
+    stop_words: bool = True
+
+
+ANSERINI = Feedback(docs=10, terms=10, original=0.5, stop_words=False)
+
+
+def without_stop_words(words: list[str]) -> list[str]:
+    """The words that are not STOP_WORDS, or all of them if nothing else is left."""
+    kept = [w for w in words if w not in STOP_WORDS]
+    return kept or words
 
 
 def eligible(term: str) -> bool:
@@ -43,14 +73,13 @@ def eligible(term: str) -> bool:
     return MIN_LENGTH <= len(term) <= MAX_LENGTH and term.isalnum()
 
 
-def relevance_model(snapshot, starts, ends, scores, key, forms_of
+def relevance_model(snapshot, starts, ends, scores, key, forms_of, fb_terms: int
                     ) -> list[tuple[str, tuple[str, ...], float]]:
-    """The FB_TERMS heaviest terms of the relevance model of the containers (starts, ends)
+    """The `fb_terms` heaviest terms of the relevance model of the containers (starts, ends)
     with BM25 scores `scores`: [(term, its words, weight)], weights summing to 1, by
     weight descending, ties by term. key(word) is a word's term; forms_of(word) the
     words of the database the term stands for (the word among them)."""
     n = max(snapshot.document_count(), 1)
-    fb_terms = FB_TERMS
     weight: dict[str, float] = {}
     seen: dict[str, str] = {}  # term -> the first word of it met
     fold = getattr(snapshot, "fold_diacritics", False)
@@ -82,15 +111,16 @@ def relevance_model(snapshot, starts, ends, scores, key, forms_of
     return [(t, fs, w / total) for t, fs, w in kept] if total > 0 else []
 
 
-def expand(snapshot, query, model) -> list[tuple[tuple[str, ...], float]]:
+def expand(snapshot, query, model, original: float
+           ) -> list[tuple[tuple[str, ...], float]]:
     """RM3's query: query [(term, its words, count)] and the relevance model
-    [(term, its words, weight)] interpolated: [(words, weight)], the query's terms first
-    (in their order), then the model's new ones. The query's counts are scaled over its
-    terms some live document holds (df > 0; the others score nothing)."""
+    [(term, its words, weight)] interpolated, the query weighing `original`: [(words,
+    weight)], the query's terms first (in their order), then the model's new ones. The
+    query's counts are scaled over its terms some live document holds (df > 0; the others
+    score nothing)."""
     stats = snapshot.statistics(sorted({f for _, fs, _ in query for f in fs}))
     query = [(t, fs, c) for t, fs, c in query if sum(stats.df.get(f, 0) for f in fs) > 0]
     qsum = sum(c for _, _, c in query) or 1.0
-    original = ORIGINAL
     out: dict[str, list] = {}
     for t, fs, c in query:
         if t in out:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 import numpy as np
@@ -28,11 +28,12 @@ K = 42.0
 DEPTH = 1000
 RANKS = ("ssr", "bm25", "fused", "sparse", "bm25+rm3")
 RM3 = "bm25+rm3"  # BM25, then BM25 of the query expanded by RM3 (feedback.py)
-# Free text's default ranker (GCL's is SSR), by measurement (benchmarks/RESULTS.md): BM25
-# is within 0.005 nDCG@10 of FTS5 on the three development sets; bm25+rm3 is far better on
-# the 86 RAG questions (0.578 against 0.540) and the Nave topics but far worse on the Nave
-# subtopics (0.287 against 0.330), and every fusion tried fell between SSR and BM25.
-TEXT_RANK = "bm25"
+# Free text's default ranker (GCL's is SSR), by measurement (benchmarks/RESULTS.md):
+# bm25+rm3 with annodb's feedback settings (feedback.Feedback(): stop words dropped, 20
+# terms, the query weighing 0.9) beats SQLite FTS5's nDCG@10 on all three development sets
+# (0.550, 0.339, 0.553 against 0.539, 0.334, 0.545); plain BM25 is within 0.005 of FTS5
+# everywhere, and every fusion of SSR and BM25 tried fell between the two.
+TEXT_RANK = RM3
 
 
 def check_rank(rank) -> str:
@@ -173,18 +174,21 @@ def query_terms(node, how: str) -> list:
 
 def rm3_rank(snapshot, node, warnings, *, depth: int, container: str, budget,
              scoring: bm25.Scoring | None) -> Ranking:
-    """A GCL query's matches ranked by BM25 over its words expanded by RM3: its
-    feedback.FB_DOCS best matches by BM25 give the relevance model (its words as they are,
-    as GCL's BM25 scores them), and the matches are ranked again by the expanded words.
-    Through `snapshot`'s own rank, so a sharded collection expands once, from its merged
-    ranking, as one database would."""
+    """A GCL query's matches ranked by BM25 over its words expanded by RM3: its best
+    matches by BM25 (scoring.feedback.docs of them) give the relevance model (its words as
+    they are, as GCL's BM25 scores them; none dropped as a stop word), and the matches are
+    ranked again by the expanded words. Through `snapshot`'s own rank, so a sharded
+    collection expands once, from its merged ranking, as one database would."""
     settings = scoring or bm25.Scoring()
+    fb = settings.feedback
     words = query_terms(node, "bm25")
-    first = snapshot.rank(node, depth=feedback.FB_DOCS, container=container, budget=budget,
+    first = snapshot.rank(node, depth=fb.docs, container=container, budget=budget,
                           rank="bm25", scoring=settings)
     model = feedback.relevance_model(snapshot, first.starts, first.ends, first.scores,
-                                     key=lambda w: w, forms_of=lambda w: (w,))
-    expanded = feedback.expand(snapshot, [(f[0], f, n) for f, n in words], model)
+                                     key=lambda w: w, forms_of=lambda w: (w,),
+                                     fb_terms=fb.terms)
+    expanded = feedback.expand(snapshot, [(f[0], f, n) for f, n in words], model,
+                               fb.original)
     out = snapshot.rank(node, depth=depth, container=container, budget=budget, rank="bm25",
                         scoring=settings, words=expanded)
     out.warnings[:0] = warnings
@@ -194,15 +198,18 @@ def rm3_rank(snapshot, node, warnings, *, depth: int, container: str, budget,
 def rm3_words(snapshot, words, container: str, settings: bm25.Scoring
               ) -> list[tuple[tuple[str, ...], float]]:
     """Free text's words [(forms, count)] (text_words) expanded by RM3 (feedback.py):
-    the relevance model of their feedback.FB_DOCS best containers by BM25, a term a word
-    with the words sharing its stem (word_forms)."""
-    s, e, sc = snapshot.top_words(words, feedback.FB_DOCS, container=container, rank="bm25",
+    the relevance model of their best containers by BM25 (settings.feedback.docs), a
+    term a word with the words sharing its stem (word_forms)."""
+    fb = settings.feedback
+    s, e, sc = snapshot.top_words(words, fb.docs, container=container, rank="bm25",
                                   scoring=settings)
 
     def forms_of(word):
         return tuple(f for f in word_forms(snapshot, word) if snapshot.list_count(f))
-    model = feedback.relevance_model(snapshot, s, e, sc, key=stem, forms_of=forms_of)
-    return feedback.expand(snapshot, [(stem(f[0]), f, n) for f, n in words], model)
+    model = feedback.relevance_model(snapshot, s, e, sc, key=stem, forms_of=forms_of,
+                                     fb_terms=fb.terms)
+    return feedback.expand(snapshot, [(stem(f[0]), f, n) for f, n in words], model,
+                           fb.original)
 
 
 FUSE_K = 60       # reciprocal rank fusion's constant
@@ -238,7 +245,7 @@ def _sparse(snapshot, settings: bm25.Scoring) -> bm25.Scoring:
                            "--sparse-field NAME" if not known else
                            f"several sparse fields ({', '.join(known)}): choose one with "
                            "sparse_field=")
-    return bm25.Scoring(settings.k1, settings.b, settings.fields, known[0])
+    return replace(settings, sparse=known[0])
 
 
 def _covers_and_boxes(ev: Evaluator, node, cnode) -> tuple[Intervals, Intervals]:
@@ -377,11 +384,15 @@ def scorer(snapshot, container: str = ":"):
     return score
 
 
-def text_words(snapshot, text: str) -> list[tuple[tuple[str, ...], int]]:
+def text_words(snapshot, text: str, stop_words: bool = False
+               ) -> list[tuple[tuple[str, ...], int]]:
     """The words of free text as BM25 scores them: (the word and the words of the database
-    sharing its stem, how often the text has it), in order; words absent from it dropped."""
+    sharing its stem, how often the text has it), in order; words absent from it dropped,
+    and with `stop_words`, feedback.STOP_WORDS too (unless nothing else is left)."""
     out = []
     words = tokens(text)
+    if stop_words:
+        words = feedback.without_stop_words(words)
     if getattr(snapshot, "fold_diacritics", False):   # stored without diacritics
         words = list(map(strip_diacritics, words))
     for w, n in Counter(words).items():
@@ -443,7 +454,7 @@ def _ranked_text(snapshot, text, k: int, container: str, how: str,
         shown = [Feature(f"{settings.sparse}:{t}") for t, _ in terms]
         words = [(t,) for t, _ in terms]
     else:
-        terms = text_words(snapshot, text)
+        terms = text_words(snapshot, text, how == RM3 and settings.feedback.stop_words)
         words = [forms for forms, _ in terms]
         shown = [Term(f) if len(f) == 1 else Combine("+", tuple(Term((x,)) for x in f))
                  for f in words]

@@ -274,17 +274,18 @@ class ShardedSnapshot:
 
     def search(self, gcl, k: int = 10, *, container: str = DOCUMENT, lenient: bool = False,
                snippets: bool = True, rank: str = "ssr", k1: float | None = None,
-               b: float | None = None, fields=None, sparse_field: str | None = None):
+               b: float | None = None, fields=None, sparse_field: str | None = None,
+               feedback=None):
         return ranking.search(self, gcl, k=k, container=container, lenient=lenient,
                               snippets=snippets, rank=rank,
-                              scoring=bm25.scoring(k1, b, fields, sparse_field))
+                              scoring=bm25.scoring(k1, b, fields, sparse_field, feedback))
 
     def search_text(self, text, k: int = 10, *, container: str = DOCUMENT,
                     snippets: bool = True, rank: str = ranking.TEXT_RANK,
                     k1: float | None = None, b: float | None = None, fields=None,
-                    sparse_field: str | None = None):
+                    sparse_field: str | None = None, feedback=None):
         return ranking.search_text(self, text, k=k, container=container, rank=rank,
-                                   scoring=bm25.scoring(k1, b, fields, sparse_field),
+                                   scoring=bm25.scoring(k1, b, fields, sparse_field, feedback),
                                    snippets=snippets)
 
     def top_words(self, words, k: int, *, container: str = DOCUMENT, rank: str = "bm25",

@@ -262,27 +262,30 @@ class Snapshot:
 
     def search(self, gcl, k: int = 10, *, container: str = DOCUMENT, lenient: bool = False,
                snippets: bool = True, rank: str = "ssr", k1: float | None = None,
-               b: float | None = None, fields=None, sparse_field: str | None = None):
+               b: float | None = None, fields=None, sparse_field: str | None = None,
+               feedback=None):
         """Rank the containers (documents by default) that match a GCL query: by
         shortest-substring ranking (`rank="ssr"`), by BM25 over the query's words
         ("bm25"; k1, b, and `fields` for BM25F: names, or {name: weight or (weight, b)}),
         by sparse vectors ("sparse", the field `sparse_field`), both fused ("fused"), or by
-        BM25 over the words expanded by RM3 pseudo-relevance feedback ("bm25+rm3")."""
+        BM25 over the words expanded by RM3 pseudo-relevance feedback ("bm25+rm3";
+        `feedback` its settings, an annodb.feedback.Feedback: feedback.ANSERINI for
+        Anserini's)."""
         self._before_read()
         return ranking.search(self, gcl, k=k, container=container, lenient=lenient,
                               snippets=snippets, rank=rank,
-                              scoring=bm25.scoring(k1, b, fields, sparse_field))
+                              scoring=bm25.scoring(k1, b, fields, sparse_field, feedback))
 
     def search_text(self, text, k: int = 10, *, container: str = DOCUMENT,
                     snippets: bool = True, rank: str = ranking.TEXT_RANK,
                     k1: float | None = None, b: float | None = None, fields=None,
-                    sparse_field: str | None = None):
+                    sparse_field: str | None = None, feedback=None):
         """Free-text search: the words ranked by `rank` (see search; SSR ranks Boolean
         tiers built from the words). For rank="sparse", `text` may be a {term: weight}
         dict of the query's own weights."""
         self._before_read()
         return ranking.search_text(self, text, k=k, container=container, rank=rank,
-                                   scoring=bm25.scoring(k1, b, fields, sparse_field),
+                                   scoring=bm25.scoring(k1, b, fields, sparse_field, feedback),
                                    snippets=snippets)
 
     def rank(self, gcl, *, depth: int = ranking.DEPTH, container: str = DOCUMENT,

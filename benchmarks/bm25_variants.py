@@ -24,13 +24,10 @@ from collections import Counter
 
 import numpy as np
 
+from annodb.feedback import STOP_WORDS as LUCENE_STOP  # (Anserini's analyzer drops them)
 from benchmarks.effectiveness import SETS, SHARED, topics
 
 DEPTH = 100
-# Lucene's EnglishAnalyzer stop set (Anserini's default analyzer removes these)
-LUCENE_STOP = frozenset(
-    "a an and are as at be but by for if in into is it no not of on or such that the "
-    "their then there these they this to was will with".split())
 
 
 class Corpus:
@@ -228,7 +225,14 @@ GRID = [Variant(f"snowball, union df, k1 {k1}, b {b}", k1=k1, b=b)
     Variant("snowball, union df, query words once, +rm3 (10, 10, 0.5)", dedup=True,
             rm3=(10, 10, 0.5)),
 ] + [Variant(f"snowball, union df, +rm3 (10, {t}, {w})", rm3=(10, t, w))
-     for w in (0.5, 0.6, 0.7, 0.8, 0.9) for t in (10, 20) if (t, w) != (10, 0.5)]
+     for w in (0.5, 0.6, 0.7, 0.8, 0.9) for t in (10, 20) if (t, w) != (10, 0.5)] + [
+    Variant(f"snowball, union df, stop words, +rm3 (10, {t}, {w})", stop=True,
+            rm3=(10, t, w))
+    for w in (0.6, 0.7, 0.8, 0.9) for t in (10, 20)] + [
+    # annodb's estimates (sum df, p(t|d) = tf / len(d)): the four nearest the choice
+    Variant(f"snowball, sum df, stop words, +rm3 (10, {t}, {w}), p(t|d) = tf / len(d)",
+            df="sum", stop=True, rm3=(10, t, w), rm3_norm="length")
+    for w in (0.8, 0.9) for t in (10, 20)]
 
 
 def run_set(name: str, variants: list[Variant]) -> list[tuple]:

@@ -55,9 +55,10 @@ def rank_options(default: str):
             click.option("--rank", type=click.Choice(ranking.RANKS), default=default,
                          show_default=True,
                          help="How to rank: ssr (shortest-substring ranking), bm25 (BM25 "
-                              "over the words), bm25+rm3 (BM25 over the words expanded by "
-                              "pseudo-relevance feedback from the best 10), sparse (sparse "
-                              "vectors of --sparse-field) or fused (SSR and BM25)."),
+                              "over the words), bm25+rm3 (BM25 over the words, stop words "
+                              "dropped, expanded by pseudo-relevance feedback from the best "
+                              "10), sparse (sparse vectors of --sparse-field) or fused (SSR "
+                              "and BM25)."),
             click.option("--k1", type=float, help="BM25's k1 (default 0.9)."),
             click.option("--b", "b", type=float, help="BM25's b (default 0.4)."),
             click.option("--field", "fields", metavar="NAME[=WEIGHT[,B]]", multiple=True,
@@ -157,9 +158,11 @@ def search(db, text, k, as_json, ranking):
     """Free-text search, for when you would rather not write GCL.
 
     By default the words are ranked by BM25, each with the words sharing its
-    English stem; --rank ssr ranks Boolean tiers of them by SSR (all the words
-    together first, then smaller subsets), --rank fused both. The query that ran
-    is printed to stderr.
+    English stem, expanded by the words of the best results (bm25+rm3; stop words
+    such as "the" and "of" dropped first); --rank bm25 ranks the words alone,
+    --rank ssr Boolean tiers of them by SSR (all the words together first, then
+    smaller subsets), --rank fused SSR and BM25 both. The query's own words are
+    printed to stderr.
 
     \b
     Example:

@@ -549,15 +549,25 @@ def merge_scores(a, b):
     return [(s, e, v) for s, (e, v) in sorted(out.items())]
 
 
+LUCENE_STOP_WORDS = set(
+    "a an and are as at be but by for if in into is it no not of on or such that the "
+    "their then there these they this to was will with".split())
+
+
 def rm3(model, query, k, only=None, fb_docs=10, fb_terms=10, original=0.5, max_df=0.1,
-        k1=0.9, b=0.4):
+        k1=0.9, b=0.4, stop_words=False):
     """BM25 of the query [(word, count)] expanded by RM3 by its definition (as
     annodb/feedback.py states it), words as they are: the fb_docs best documents by BM25
     weigh each word of 2-20 letters or digits held by at most max_df of the documents by
     the sum of tf / length x score; the fb_terms heaviest (ties by word), scaled to sum 1,
     weigh (1 - original), the counts of the query's words some document holds, scaled to
     sum 1, weigh original. The top k
-    [(docno, score)] by BM25 of that, among the documents `only` (docnos) if given."""
+    [(docno, score)] by BM25 of that, among the documents `only` (docnos) if given. With
+    stop_words, Lucene's English stop words leave the query first, unless nothing else
+    is left."""
+    if stop_words:
+        kept = [(w, c) for w, c in query if w not in LUCENE_STOP_WORDS]
+        query = kept or query
     docs = model.docs
     n = len(docs)
     first = bm25(model, [((w,), c) for w, c in query], fb_docs if only is None else n,

@@ -77,7 +77,7 @@ def test_batch_from_stdin_goes_on_after_a_bad_query(db):
 def test_search_says_what_it_ran(db):
     result = invoke("search", "--db", db, "--json", "-k", "3", "waters divided")
     assert result.exit_code == 0
-    assert "ran (+ (+ waters water watered) (+ divided divide)) (ranked by bm25)" in \
+    assert "ran (+ (+ waters water watered) (+ divided divide)) (ranked by bm25+rm3)" in \
         result.stderr
     result = invoke("search", "--db", db, "--rank", "ssr", "-k", "3", "waters divided")
     assert "ran (^" in result.stderr and "(ranked by ssr)" in result.stderr

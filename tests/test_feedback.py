@@ -23,8 +23,9 @@ SETTINGS = settings(max_examples=int(os.environ.get("RM3_EXAMPLES", "60")),
                     deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.function_scoped_fixture])
-# two letters: fed back as they are (free text stems only longer words); skewed
-WORDS = ["aa", "aa", "aa", "bb", "bb", "cc", "dd", "ee", "ff", "gg", "h1", "x"]
+# two letters: fed back as they are (free text stems only longer words); skewed; "of" and
+# "the" are stop words (dropped from free text's query by default)
+WORDS = ["aa", "aa", "aa", "bb", "bb", "cc", "dd", "ee", "ff", "gg", "h1", "x", "of", "the"]
 
 
 def collections(max_docs=30):
@@ -38,18 +39,21 @@ queries = st.lists(st.tuples(st.sampled_from(sorted(set(WORDS)) + ["zz"]),
 
 @pytest.fixture
 def knobs():
-    """Restores feedback's settings after a test changes them."""
-    old = feedback.FB_DOCS, feedback.FB_TERMS, feedback.MAX_DF
+    """Restores feedback's MAX_DF after a test changes it."""
+    old = feedback.MAX_DF
     yield
-    feedback.FB_DOCS, feedback.FB_TERMS, feedback.MAX_DF = old
+    feedback.MAX_DF = old
 
 
 @SETTINGS
 @given(collections(), queries, st.integers(1, 12),
-       st.sampled_from([(10, 10, 0.1), (3, 2, 0.5), (2, 10, 1.0), (30, 1, 1.0)]))
+       st.sampled_from([(10, 10, 0.5, 0.1, False), (3, 2, 0.9, 0.5, True),
+                        (2, 10, 0.0, 1.0, True), (30, 1, 1.0, 1.0, False),
+                        (10, 20, 0.9, 0.1, True)]))
 def test_rm3_equals_its_definition(tmp_path_factory, knobs, coll, query, k, params):
-    fb_docs, fb_terms, max_df = params
-    feedback.FB_DOCS, feedback.FB_TERMS, feedback.MAX_DF = params
+    fb_docs, fb_terms, original, max_df, stop = params
+    feedback.MAX_DF = max_df
+    fb = feedback.Feedback(fb_docs, fb_terms, original, stop)
     db, model = build(str(tmp_path_factory.mktemp("f") / "db"), *coll)
     try:
         with db.read() as r:
@@ -58,23 +62,51 @@ def test_rm3_equals_its_definition(tmp_path_factory, knobs, coll, query, k, para
                         for s, x in zip(starts.tolist(), scores.tolist())]
             # free text: every document may enter
             text = " ".join(w for w, n in query for _ in range(n))
-            got = r.search_text(text, k=k, rank="bm25+rm3", snippets=False)
+            got = r.search_text(text, k=k, rank="bm25+rm3", snippets=False, feedback=fb)
             want = naive.rm3(model, query, k, fb_docs=fb_docs, fb_terms=fb_terms,
-                             max_df=max_df)
+                             original=original, max_df=max_df, stop_words=stop)
             same_ranking([(h.docno, h.score) for h in got], want)
-            # GCL: the matches only (the documents holding a query word)
+            # GCL: the matches only (the documents holding a query word); no stop words
+            # dropped from it
             gcl = "(+ " + " ".join(w for w, n in query for _ in range(n)) + " zz)"
-            ranked = r.rank(gcl, depth=k, rank="bm25+rm3")
+            ranked = r.rank(gcl, depth=k, rank="bm25+rm3",
+                            scoring=ranking.bm25.scoring(feedback=fb))
             holding = {d[0] for d in model.docs
                        if any(d[1] <= p <= d[2] for w, _ in query
                               for p, _, _ in model.feature(w))}
             want = naive.rm3(model, query + [("zz", 1)] if all(w != "zz" for w, _ in query)
                              else query, k, only=holding, fb_docs=fb_docs,
-                             fb_terms=fb_terms, max_df=max_df)
+                             fb_terms=fb_terms, original=original, max_df=max_df)
             same_ranking(named(ranked.starts, ranked.scores), want)
             assert ranked.total == len(holding)
     finally:
         db.close()
+
+
+def test_stop_words_leave_the_query_unless_nothing_else_is_left(tmp_path):
+    """By default (feedback.Feedback()) free text's stop words are dropped before BM25
+    and RM3 see it: "the lineage of aaron" ranks as "lineage aaron"; a query of stop
+    words only keeps them; Anserini's settings keep every word."""
+    db = annodb.open(str(tmp_path / "db"))
+    with db.write() as w:
+        for i, text in enumerate(["the lineage of aaron", "aaron the priest of the tribe",
+                                  "lineage of david", "moses and aaron", "of the the of",
+                                  "to be or not to be"]):
+            w.add(text, docno=f"d{i}")
+    with db.read() as r:
+        def ranked(text, **kw):
+            return [(h.docno, h.score) for h in r.search_text(text, k=10, rank="bm25+rm3",
+                                                               snippets=False, **kw)]
+        assert ranked("the lineage of aaron") == ranked("lineage aaron")
+        assert ranked("the lineage of aaron") != \
+            ranked("the lineage of aaron", feedback=feedback.ANSERINI)
+        assert ranked("of the")[0][0] == "d4"         # stop words only: kept
+        assert ranked("to be or not to be")[0][0] == "d5"
+        with pytest.raises(RankingError, match="feedback terms"):
+            ranked("aaron", feedback=feedback.Feedback(terms=-1))
+        with pytest.raises(RankingError, match="original"):
+            ranked("aaron", feedback=feedback.Feedback(original=1.5))
+    db.close()
 
 
 def test_rm3_without_feedback_is_bm25_order(tmp_path):

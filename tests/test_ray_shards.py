@@ -60,7 +60,7 @@ def test_ray_actors_answer_as_the_collection_in_process(collection):
             rb = b.rank(q, depth=50, lenient=True, rank=how)
             assert [h.as_dict() for h in ra.hits()] == [h.as_dict() for h in rb.hits()], q
             assert (ra.total, ra.warnings) == (rb.total, rb.warnings)
-        for how in ("bm25", "ssr", "fused"):
+        for how in ("bm25", "ssr", "fused", "bm25+rm3"):
             assert a.search_text("white blood cells", k=5, rank=how).hits == \
                 b.search_text("white blood cells", k=5, rank=how).hits
         assert a.count("(>> : (>= judgment:t 2))") == b.count("(>> : (>= judgment:t 2))") == 1
