@@ -56,9 +56,9 @@ import numpy as np
 
 from . import kernels
 from .errors import RankingError
+from .feedback import Feedback
 from .gcl import Evaluator, Region, list_name
 from .lists import EMPTY_F, EMPTY_I, Intervals
-from .feedback import Feedback
 from .query import Combine, Compare, Link, Node, Term
 
 K1 = 0.9

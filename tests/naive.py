@@ -549,6 +549,8 @@ def merge_scores(a, b):
     return [(s, e, v) for s, (e, v) in sorted(out.items())]
 
 
+# Lucene's English stop words, written out here on purpose: the reference does not read
+# annodb's list (annodb.feedback.STOP_WORDS), so a slip in either one fails the tests
 LUCENE_STOP_WORDS = set(
     "a an and are as at be but by for if in into is it no not of on or such that the "
     "their then there these they this to was will with".split())
