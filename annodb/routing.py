@@ -56,12 +56,11 @@ class Homes:
 
     def get(self, start: int) -> int | None:
         """The shard that ranked the container starting at `start`, if one is kept."""
-        with self._lock:
-            rankings = list(self._rankings)
-        for starts, shards in reversed(rankings):
-            i = int(np.searchsorted(starts, start))
-            if i < len(starts) and starts[i] == start:
-                return int(shards[i])
+        with self._lock:  # (searched in place: a copy of thousands of small rankings
+            for starts, shards in reversed(self._rankings):  # cost 0.1 ms a lookup)
+                i = int(starts.searchsorted(start))
+                if i < len(starts) and starts[i] == start:
+                    return int(shards[i])
         return None
 
     def __len__(self) -> int:
