@@ -21,12 +21,12 @@ annodb unless asked for.
 
 from __future__ import annotations
 
-import itertools
 import os
 
 from . import shards as _shards
 from .errors import AnnodbError, NotFoundError, StorageError
 from .routing import Homes
+from .shard_worker import ShardHost
 
 ray = None  # the module, imported by _ray()
 LOOPBACK = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's processes on 127.0.0.1 only
@@ -59,62 +59,23 @@ CONCURRENCY = 4     # calls an actor serves at once (its own threads; LMDB reade
 NAMESPACE = "annodb"
 
 
-class ShardActor:
-    """One shard, opened read-only: snapshots by id, and the read methods on them."""
-
-    def __init__(self, path: str):
-        from . import database
-        self.db = database.Database(path, readonly=True)
-        self.snaps: dict[int, object] = {}
-        self.scorers: dict[tuple, object] = {}
-        self.ids = itertools.count()
-
-    def open(self) -> int:
-        sid = next(self.ids)
-        self.snaps[sid] = self.db.read()
-        return sid
-
-    def close(self, sid: int) -> None:
-        snap = self.snaps.pop(sid, None)
-        for key in [k for k in self.scorers if k[0] == sid]:
-            del self.scorers[key]
-        if snap is not None:
-            snap.close()
-
-    def call(self, sid: int, method: str, *args, **kwargs):
-        result = getattr(self.snaps[sid], method)(*args, **kwargs)
-        if method == "rank":
-            result = _plain_ranking(result)
-        elif method == "documents":
-            result = list(result)
-        return result
-
-    def document(self, sid: int, docno: str):
-        try:
-            return self.snaps[sid].document(docno)
-        except NotFoundError:
-            return None
-
-    def score(self, sid: int, container: str, nodes: list) -> list:
-        key = (sid, container)
-        if key not in self.scorers:
-            self.scorers[key] = self.snaps[sid].text_scorer(container)
-        return self.scorers[key](nodes)
-
-
-def _plain_ranking(r):
-    from dataclasses import replace
-    return replace(r, snapshot=None)
-
-
 class _Part:
     """One actor's snapshot, with the methods ShardedSnapshot calls on a part."""
 
     def __init__(self, actor, sid: int):
         self.actor, self.sid = actor, sid
 
+    def send(self, method: str, args: tuple, kwargs: dict):
+        return self.actor.call.remote(self.sid, method, *args, **kwargs)
+
+    def receive(self, ticket, method: str):
+        result = ray.get(ticket)
+        if method == "rank":
+            result.snapshot = self
+        return result
+
     def _get(self, method: str, *args, **kwargs):
-        return ray.get(self.actor.call.remote(self.sid, method, *args, **kwargs))
+        return self.receive(self.send(method, args, kwargs), method)
 
     def __getattr__(self, method: str):
         if method.startswith("_"):
@@ -126,11 +87,6 @@ class _Part:
         if doc is None:
             raise NotFoundError(f"no document with docno {docno!r}")
         return doc
-
-    def rank(self, node, **kwargs):
-        r = self._get("rank", node, **kwargs)
-        r.snapshot = self
-        return r
 
     def text_scorer(self, container: str):
         return lambda nodes: ray.get(self.actor.score.remote(self.sid, container, nodes))
@@ -156,8 +112,10 @@ class RayCollection:
         self._pool = None
         self._closed = False
 
-    each = _shards.ShardedDatabase.each
+    ask = _shards.ShardedDatabase.ask    # the actors asked at once (their calls are async)
+    each = _shards.ShardedDatabase.each  # (text scorers: on threads, a round trip each)
     threads = True
+    workers: list = []
 
     def read(self) -> _shards.ShardedSnapshot:
         if self._closed:
@@ -199,7 +157,7 @@ def open(path, *, address: str | None = None) -> RayCollection:
         else:
             ray.init(address=address, namespace=NAMESPACE, include_dashboard=False,
                      log_to_driver=False, configure_logging=False)
-    remote = ray.remote(ShardActor)
+    remote = ray.remote(ShardHost)
     offered = ray.cluster_resources()
     actors = []
     for i in range(manifest["shards"]):

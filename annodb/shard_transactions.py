@@ -77,10 +77,12 @@ class ShardedSnapshot:
             for part in self.parts:
                 part.close()
 
-    def _each(self, fn) -> list:
+    def _ask(self, method: str, *args, **kwargs) -> list:
+        """part.method(*args, **kwargs) of every part, in order (ShardedDatabase.ask: the
+        shards in worker processes or on Ray asked at once, the others meanwhile)."""
         if self._done:
             raise StorageError("this transaction has ended")
-        return self.db.each(fn, self.parts)
+        return self.db.ask(self.parts, method, args, kwargs)
 
     def _order(self, docno: str) -> list:
         """The parts in the order a docno is looked for: its shard first."""
@@ -223,7 +225,7 @@ class ShardedSnapshot:
         """The shards' statistics combined (statistics.combine): what a ranker weighing
         words (SSR's free text, BM25, sparse) needs to rank exactly as one database."""
         features, fields = list(features), list(fields)
-        return statistics.combine(self._each(lambda p: p.statistics(features, fields)))
+        return statistics.combine(self._ask("statistics", features, fields))
 
     # queries
     def query(self, gcl, *, lenient: bool = False, budget: Budget | None = None) -> Intervals:
@@ -231,7 +233,7 @@ class ShardedSnapshot:
         spans two shards)."""
         node, _ = prepare(self, gcl, lenient=lenient)
         budget = budget or Budget()
-        return _merge_intervals(self._each(lambda part: part.query(node, budget=budget)))
+        return _merge_intervals(self._ask("query", node, budget=budget))
 
     def count(self, gcl, *, lenient: bool = False) -> int:
         return len(self.query(gcl, lenient=lenient))
@@ -265,9 +267,8 @@ class ShardedSnapshot:
         if how != "ssr" and statistics is None:
             statistics = self.statistics(*ranking.statistics_needed(
                 ranking.query_terms(node, how) if words is None else words, how, settings))
-        found = self._each(lambda part: part.rank(
-            node, depth=depth, container=container, budget=budget, rank=how,
-            scoring=settings, statistics=statistics, words=words))
+        found = self._ask("rank", node, depth=depth, container=container, budget=budget,
+                          rank=how, scoring=settings, statistics=statistics, words=words)
         merged = merge_rankings(self, found, depth)
         merged.warnings[:0] = warnings
         return merged
@@ -294,8 +295,8 @@ class ShardedSnapshot:
         settings = scoring or bm25.Scoring()
         if statistics is None:
             statistics = self.statistics(*ranking.statistics_needed(words, rank, settings))
-        found = self._each(lambda p: p.top_words(words, k, container=container, rank=rank,
-                                                 scoring=settings, statistics=statistics))
+        found = self._ask("top_words", words, k, container=container, rank=rank,
+                          scoring=settings, statistics=statistics)
         s, e, sc = (np.concatenate(x) for x in zip(*found))
         order = np.lexsort((s, -sc))[:max(k, 0)]
         return s[order], e[order], sc[order]
@@ -304,7 +305,7 @@ class ShardedSnapshot:
         """Each container's window, from the one shard holding it (the others find none
         of the words inside it: they answer (s, s))."""
         cs, ce = np.array(s, dtype=np.int64), np.array(s, dtype=np.int64)
-        for ps, pe in self._each(lambda p: p.word_covers(words, s, e)):
+        for ps, pe in self._ask("word_covers", words, s, e):
             found = (ps != s) | (pe != s)
             cs[found], ce[found] = ps[found], pe[found]
         return cs, ce
@@ -332,10 +333,11 @@ class ShardedWriter(ShardedSnapshot):
         self._timeout = timeout
         self._writing: int | None = None
 
-    def _each(self, fn) -> list:  # a write transaction stays on its thread (LMDB's rule)
+    def _ask(self, method: str, *args, **kwargs) -> list:
+        # a write transaction stays on its thread (LMDB's rule), its parts in this process
         if self._done:
             raise StorageError("this transaction has ended")
-        return [fn(p) for p in self.parts]
+        return [getattr(p, method)(*args, **kwargs) for p in self.parts]
 
     def _writer(self, i: int, what: str) -> transaction.Writer:
         """The write transaction of shard i (begun on first use); AnnodbError when this

@@ -58,7 +58,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import batch, database, tokenizer
+from . import batch, database, shard_worker, tokenizer
 from .errors import StorageError, WriterBusyError
 from .routing import MANIFEST, Homes, is_collection, shard_name
 from .shard_transactions import ShardedSnapshot, ShardedWriter
@@ -70,6 +70,7 @@ ROUTING = "sha1-64-mod"   # int.from_bytes(sha1(docno utf-8)[:8], "big") % shard
 MAX_SHARDS = 1024
 COUNTER = "addresses"
 HOMES = 200_000   # ranked containers whose shard is remembered (document_at)
+FAN_OUTS = ("sequential", "threads", "processes")
 
 
 def read_manifest(path: str) -> dict:
@@ -126,9 +127,11 @@ def create_manifest(path: str, shards: int, fold_diacritics: bool) -> dict:
 
 def open(path, *, shards: int | None = None, readonly: bool = False, create: bool = True,
          timeout: float = 30.0, cache_bytes: int | None = None,
-         fold_diacritics: bool | None = None) -> "ShardedDatabase":
+         fold_diacritics: bool | None = None,
+         fan_out: str = "sequential") -> "ShardedDatabase":
     """Open the sharded collection at `path`; with `shards`, create it (N shards) when
-    missing. annodb.open(path) calls this for a directory holding a manifest."""
+    missing. annodb.open(path) calls this for a directory holding a manifest. `fan_out`:
+    how a query's per-shard work runs (ShardedDatabase)."""
     path = os.fspath(path)
     if not is_collection(path):
         if shards is None:
@@ -147,7 +150,7 @@ def open(path, *, shards: int | None = None, readonly: bool = False, create: boo
         raise StorageError(f"{path}: this collection {have} diacritics (set when it was "
                            "created); make a new one to change it")
     return ShardedDatabase(path, manifest, readonly=readonly, timeout=timeout,
-                           cache_bytes=cache_bytes)
+                           cache_bytes=cache_bytes, fan_out=fan_out)
 
 
 class _FileLock:
@@ -187,16 +190,27 @@ class _FileLock:
 
 class ShardedDatabase:
     """A sharded collection, open: the same API as annodb.Database (read, write, stats,
-    close), each call over every shard."""
+    close), each call over every shard.
 
-    # The per-shard work of one query on threads (True) or one shard after another: on 2
-    # idle cores one after another was faster at the median and the p99 at 1x and 4x
-    # (benchmarks/RESULTS.md, "Shards": the evaluator's Python work per shard holds the
-    # GIL, and two such threads wait for each other). Ray's collection fans out on threads.
-    threads = False
+    `fan_out` says how a query's per-shard work runs (benchmarks/RESULTS.md, "Shards",
+    measures each): "sequential", one shard after another in this process (the default);
+    "threads", on a thread per shard (only the kernels release the GIL: the evaluator's
+    Python work per shard holds it, and the threads wait for each other); "processes",
+    the first shard in this process and each other one in a worker process of its own
+    (annodb.shard_worker, started at open, ended at close): the workers are asked at once,
+    the first shard is ranked meanwhile, then their answers are merged (a query's budget
+    of postings then counts per shard, as on Ray; its time limit is the same clock's).
+    Writes always run in this process."""
 
     def __init__(self, path: str, manifest: dict, *, readonly: bool = False,
-                 timeout: float = 30.0, cache_bytes: int | None = None):
+                 timeout: float = 30.0, cache_bytes: int | None = None,
+                 fan_out: str = "sequential"):
+        if fan_out not in FAN_OUTS:
+            raise StorageError(f"fan_out must be one of {', '.join(FAN_OUTS)}, not "
+                               f"{fan_out!r}")
+        self.fan_out = fan_out
+        self.threads = fan_out == "threads"
+        self.workers: list = []     # per shard, its worker's Connection (None: in process)
         self.path = path
         self.manifest = manifest
         self.readonly = readonly
@@ -218,6 +232,12 @@ class ShardedDatabase:
                     db._record_folding(True)
             if not readonly:
                 self.reserve(0)  # the counter is never behind the shards
+            if fan_out == "processes":
+                self.workers = [None] + [
+                    shard_worker.start(os.path.join(path, shard_name(i)), per_shard,
+                                       f"{path}/{shard_name(i)}") for i in range(1, n)]
+                for w in self.workers[1:]:
+                    w.wait_ready()
         except BaseException:
             self.close()
             raise
@@ -229,8 +249,13 @@ class ShardedDatabase:
         self._check_open()
         parts = []
         try:
-            for db in self.shards:
-                parts.append(db.read())
+            if self.workers:   # (a worker's snapshot is asked for, not waited for)
+                for db, w in zip(self.shards, self.workers):
+                    parts.append(db.read() if w is None else
+                                 shard_worker.RemotePart(w, w.open_snapshot()))
+            else:
+                for db in self.shards:
+                    parts.append(db.read())
         except BaseException:
             for part in parts:
                 part.close()
@@ -272,6 +297,9 @@ class ShardedDatabase:
             self._closed = True
             if self._pool is not None:
                 self._pool.shutdown(wait=False)
+            for w in self.workers:
+                if w is not None:
+                    w.close()
             for db in self.shards:
                 db.close()
 
@@ -316,6 +344,34 @@ class ShardedDatabase:
         return base + np.cumsum(spans) - spans
 
     # ------------------------------------------------------------------ fan-out
+
+    def ask(self, parts: list, method: str, args: tuple, kwargs: dict) -> list:
+        """part.method(*args, **kwargs) for each part, in order: the remote parts (worker
+        processes, Ray actors: a part with `send`) asked first, all at once; the parts in
+        this process computed while they work (see each); then the remote answers. An
+        error is raised once every answer is in: the first part's that failed."""
+        remote = [getattr(p, "send", None) is not None for p in parts]
+        if not any(remote):
+            return self.each(lambda p: getattr(p, method)(*args, **kwargs), parts)
+        tickets = [p.send(method, args, kwargs) if r else None for p, r in zip(parts, remote)]
+        out: list = [None] * len(parts)
+        failed: list = []
+        try:
+            here = [i for i, r in enumerate(remote) if not r]
+            for i, got in zip(here, self.each(lambda p: getattr(p, method)(*args, **kwargs),
+                                              [parts[i] for i in here])):
+                out[i] = got
+        except BaseException as err:  # noqa: BLE001 - raised below, after the answers
+            failed.append((min(here), err))
+        for i, t in enumerate(tickets):
+            if t is not None:
+                try:
+                    out[i] = parts[i].receive(t, method)
+                except BaseException as err:  # noqa: BLE001 - raised below
+                    failed.append((i, err))
+        if failed:
+            raise min(failed, key=lambda f: f[0])[1]
+        return out
 
     def each(self, fn, items) -> list:
         """fn(item) for each item (one per shard), on threads if `threads` (the kernels

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 import annodb
 from annodb import routing
 from annodb.errors import AnnodbError, WriterBusyError
+from annodb.gcl import Budget
 from annodb.query import Combine, Compare, Feature, Term, Window, format
 
 DATA = Path(__file__).parent / "data"
@@ -199,6 +200,82 @@ def test_real_queries_rank_exactly_as_one_database(tmp_path):
                 found += bool(got)
         assert len(texts) > 4000 // step and found > 500 // step
     many.close()
+
+
+def test_worker_processes_answer_as_one_database(tmp_path):
+    """fan_out="processes": the first shard in this process, the others in worker
+    processes asked at once. Every 16th real query over 600 MS MARCO segments ranks as
+    one database does (SSR, BM25; their words as free text by the default, bm25+rm3), from
+    four threads at once over one collection; documents, counts, text and errors come back
+    as in process; a worker killed mid-life is a clear error, not a hang; close ends the
+    workers."""
+    import signal
+    import threading
+    from annodb.errors import NotFoundError, QueryCostError, StorageError
+    from annodb.ingest import ingest
+    source = DATA / "msmarco-sample-600.jsonl"
+    ingest(str(tmp_path / "one.db"), [source])
+    annodb.open(tmp_path / "c.shards", shards=3).close()
+    ingest(str(tmp_path / "c.shards"), [source])
+    with pytest.raises(AnnodbError, match="fan_out must be one of"):
+        annodb.open(tmp_path / "c.shards", fan_out="fork")
+    one = annodb.open(tmp_path / "one.db", readonly=True)
+    many = annodb.open(tmp_path / "c.shards", readonly=True, fan_out="processes")
+    assert many.workers[0] is None and len(many.workers) == 3
+    queries = _real_queries()[::16]
+
+    def answers(db, chunk):
+        out = []
+        with db.read() as r:
+            for q in chunk:
+                for how in ("ssr", "bm25"):
+                    try:
+                        got = r.rank(q, depth=100, lenient=True, rank=how)
+                    except AnnodbError as err:
+                        out.append(type(err).__name__)
+                        continue
+                    out.append((got.total, got.query, got.warnings, got.scores.tolist(),
+                                got.starts.tolist(), got.cover_starts.tolist(),
+                                [h.as_dict() for h in got.hits(10)]))
+            for q in chunk[::5]:
+                text = " ".join(re.findall(r"\w+", q))
+                out.append(r.search_text(text, k=10, snippets=False).hits)
+        return out
+
+    chunks = [queries[i::4] for i in range(4)]
+    want = [answers(one, c) for c in chunks]
+    got: list = [None] * 4
+
+    def run(i):
+        got[i] = answers(many, chunks[i])
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == want
+    assert sum(isinstance(a, tuple) and a[0] > 0 for c in want for a in c) > 30
+    with one.read() as a, many.read() as b:
+        assert b.document_count() == a.document_count() == 600
+        assert b.count("(^ water boil)") == a.count("(^ water boil)")
+        doc = a.documents_at([0])[0]
+        assert b.document(doc.docno).text == doc.text
+        assert b.text(doc.start, doc.end) == a.text(doc.start, doc.end)
+        with pytest.raises(NotFoundError):
+            b.document("no such docno")
+        with pytest.raises(QueryCostError):
+            b.rank("water", budget=Budget(postings=1))
+        assert b.stats().documents == 600
+    pids = [w.process.pid for w in many.workers[1:]]
+    os.kill(pids[0], signal.SIGKILL)
+    many.workers[1].process.wait()
+    with pytest.raises(StorageError, match="worker process ended"):
+        with many.read() as r:
+            r.rank("water", depth=10)
+    many.close()
+    for w in many.workers[1:]:
+        assert w.process.poll() is not None      # ended (reaped), not left behind
+    one.close()
 
 
 def test_a_transaction_over_two_shards_is_refused_whole(tmp_path):

@@ -1,0 +1,295 @@
+"""One shard served to another process: snapshots by id and the read methods on them.
+
+Two hosts run it: a Ray actor per shard (ray_shards.py) and a worker process per shard of a
+sharded collection opened with `fan_out="processes"` (shards.py), which talks to it over a
+pipe (`serve` below; `Connection` and `RemotePart` are the parent's side). A part has
+`send(method, args, kwargs)` and `receive(ticket)`, so the collection asks every remote
+shard at once, works on its own shard meanwhile, then collects the answers
+(ShardedDatabase.ask).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import threading
+from dataclasses import replace
+from multiprocessing.connection import Connection as _Pipe
+
+from .errors import AnnodbError, NotFoundError, StorageError
+
+
+class ShardHost:
+    """One shard, opened read-only: snapshots by id, and the read methods on them."""
+
+    def __init__(self, path: str, cache_bytes: int | None = None):
+        from . import database
+        self.db = database.Database(path, readonly=True, cache_bytes=cache_bytes)
+        self.snaps: dict[int, object] = {}
+        self.failed: dict[int, Exception] = {}   # snapshots that could not be taken
+        self.scorers: dict[tuple, object] = {}
+        self.ids = itertools.count()
+
+    def open(self, sid: int | None = None) -> int:
+        """A snapshot: under a new id (returned), or under `sid`, the id a worker's parent
+        chose (it does not wait for the answer: a failure is raised by the snapshot's
+        first call)."""
+        if sid is None:
+            sid = next(self.ids)
+            self.snaps[sid] = self.db.read()
+            return sid
+        try:
+            self.snaps[sid] = self.db.read()
+        except Exception as err:  # noqa: BLE001 - raised by the snapshot's calls
+            self.failed[sid] = err
+        return sid
+
+    def _snapshot(self, sid: int):
+        if sid in self.failed:
+            raise self.failed[sid]
+        return self.snaps[sid]
+
+    def close(self, sid: int) -> None:
+        self.failed.pop(sid, None)
+        snap = self.snaps.pop(sid, None)
+        for key in [k for k in self.scorers if k[0] == sid]:
+            del self.scorers[key]
+        if snap is not None:
+            snap.close()
+
+    def call(self, sid: int, method: str, *args, **kwargs):
+        result = getattr(self._snapshot(sid), method)(*args, **kwargs)
+        if method == "rank":
+            result = replace(result, snapshot=None)   # (the snapshot stays here)
+        elif method == "documents":
+            result = list(result)
+        return result
+
+    def document(self, sid: int, docno: str):
+        try:
+            return self._snapshot(sid).document(docno)
+        except NotFoundError:
+            return None
+
+    def score(self, sid: int, container: str, nodes: list) -> list:
+        key = (sid, container)
+        if key not in self.scorers:
+            self.scorers[key] = self._snapshot(sid).text_scorer(container)
+        return self.scorers[key](nodes)
+
+    def shutdown(self) -> None:
+        for sid in list(self.snaps):
+            self.close(sid)
+        self.db.close()
+
+
+# ---------------------------------------------------------------- a worker process
+
+def serve(conn, path: str, cache_bytes: int | None) -> None:
+    """A worker process's loop: (ticket, name, args, kwargs) in, (ticket, ok, value) out,
+    one request at a time, until the pipe closes (the parent ended or closed the
+    collection). An error goes back as the error (or, if it cannot be pickled, an
+    AnnodbError saying what it was)."""
+    try:
+        host = ShardHost(path, cache_bytes)
+    except BaseException as err:  # noqa: BLE001 - the parent raises it at its first call
+        failure: BaseException = err
+        host = None
+    else:
+        failure = None
+    conn.send(("ready", failure is None, _picklable(failure)))
+    if host is None:
+        return
+    try:
+        while True:
+            try:
+                ticket, name, args, kwargs = conn.recv()
+            except (EOFError, OSError, KeyboardInterrupt):
+                return
+            try:
+                answer = (ticket, True, getattr(host, name)(*args, **kwargs))
+            except Exception as err:  # noqa: BLE001 - every error goes back to the caller
+                answer = (ticket, False, _picklable(err))
+            if ticket is None:  # a message (a snapshot's close): nobody waits for it
+                continue
+            try:
+                conn.send(answer)
+            except (pickle.PicklingError, TypeError, AttributeError) as err:
+                conn.send((ticket, False, AnnodbError(f"shard worker: cannot send the "
+                                                      f"answer of {name}: {err}")))
+            except (BrokenPipeError, OSError):
+                return
+    finally:
+        host.shutdown()
+
+
+def main() -> None:
+    """The worker process: `python -c "from annodb.shard_worker import main; main()" FD
+    PATH [CACHE_BYTES]`, FD its end of the socket pair (start below)."""
+    fd, path = int(sys.argv[1]), sys.argv[2]
+    cache = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] != "-" else None
+    serve(_Pipe(fd), path, cache)
+
+
+def start(path: str, cache_bytes: int | None, name: str) -> "Connection":
+    """A worker process serving the shard at `path` (a process of its own, not a fork or a
+    multiprocessing spawn: it imports no module of the parent's program), connected by a
+    socket pair; wait_ready() waits for it to have opened the shard."""
+    ours, theirs = socket.socketpair()
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([package] + ([env["PYTHONPATH"]]
+                                                     if env.get("PYTHONPATH") else []))
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-c", "from annodb.shard_worker import main; main()",
+             str(theirs.fileno()), path, "-" if cache_bytes is None else str(cache_bytes)],
+            pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
+    except OSError as err:
+        ours.close()
+        raise StorageError(f"{name}: cannot start a worker process: {err}") from None
+    finally:
+        theirs.close()
+    return Connection(_Pipe(ours.detach()), process, name)
+
+
+def _picklable(err):
+    if err is None:
+        return None
+    try:
+        pickle.loads(pickle.dumps(err))
+        return err
+    except Exception:  # noqa: BLE001
+        return AnnodbError(f"{type(err).__name__}: {err}")
+
+
+class Connection:
+    """The parent's end of one worker's pipe, shared by the parent's threads: requests are
+    numbered, and whichever thread reads an answer that is another's keeps it for it."""
+
+    def __init__(self, conn, process, name: str):
+        self.conn, self.process, self.name = conn, process, name
+        self._sending = threading.Lock()
+        self._receiving = threading.Lock()
+        self._tickets = itertools.count()
+        self._snapshots = itertools.count()
+        self._answers: dict[int, tuple] = {}
+        self.closed = False
+
+    def wait_ready(self) -> None:
+        try:
+            tag, ok, err = self.conn.recv()
+        except (EOFError, OSError):
+            raise StorageError(f"{self.name}: the shard's worker process did not start "
+                               f"(exit code {self._exit_code()})") from None
+        if not ok:
+            raise err
+
+    def _exit_code(self):
+        try:
+            return self.process.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def send(self, name: str, *args, **kwargs) -> int:
+        with self._sending:
+            if self.closed:
+                raise StorageError(f"{self.name}: the collection is closed")
+            ticket = next(self._tickets)
+            try:
+                self.conn.send((ticket, name, args, kwargs))
+            except (BrokenPipeError, OSError):
+                raise self._gone() from None
+        return ticket
+
+    def receive(self, ticket: int):
+        while True:
+            with self._receiving:
+                if ticket not in self._answers:
+                    try:
+                        got, ok, value = self.conn.recv()
+                    except (EOFError, OSError):
+                        raise self._gone() from None
+                    self._answers[got] = (ok, value)
+                    if got != ticket:
+                        continue
+                ok, value = self._answers.pop(ticket)
+            if not ok:
+                raise value
+            return value
+
+    def call(self, name: str, *args, **kwargs):
+        return self.receive(self.send(name, *args, **kwargs))
+
+    def open_snapshot(self) -> int:
+        """A snapshot in the worker, its id chosen here: asked for, not waited for (the
+        worker answers requests in order)."""
+        with self._sending:
+            sid = next(self._snapshots)
+        self.tell("open", sid)
+        return sid
+
+    def tell(self, name: str, *args) -> None:
+        """A request nobody waits for (its answer is not sent)."""
+        with self._sending:
+            if not self.closed:
+                try:
+                    self.conn.send((None, name, args, {}))
+                except (BrokenPipeError, OSError):
+                    pass    # the worker is gone: it holds nothing any more
+
+    def _gone(self) -> StorageError:
+        return StorageError(f"{self.name}: the shard's worker process ended (exit code "
+                            f"{self._exit_code()}); reopen the collection")
+
+    def close(self) -> None:
+        with self._sending:
+            if self.closed:
+                return
+            self.closed = True
+            self.conn.close()       # the worker's recv ends: it closes its shard and exits
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class RemotePart:
+    """One worker's snapshot, with the methods ShardedSnapshot calls on a part."""
+
+    def __init__(self, connection: Connection, sid: int):
+        self.connection, self.sid = connection, sid
+
+    def send(self, method: str, args: tuple, kwargs: dict) -> int:
+        return self.connection.send("call", self.sid, method, *args, **kwargs)
+
+    def receive(self, ticket: int, method: str):
+        result = self.connection.receive(ticket)
+        if method == "rank":
+            result.snapshot = self
+        return result
+
+    def _get(self, method: str, *args, **kwargs):
+        return self.receive(self.send(method, args, kwargs), method)
+
+    def __getattr__(self, method: str):
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return lambda *args, **kwargs: self._get(method, *args, **kwargs)
+
+    def document(self, docno: str):
+        doc = self.connection.call("document", self.sid, docno)
+        if doc is None:
+            raise NotFoundError(f"no document with docno {docno!r}")
+        return doc
+
+    def text_scorer(self, container: str):
+        return lambda nodes: self.connection.call("score", self.sid, container, nodes)
+
+    def close(self) -> None:
+        self.connection.tell("close", self.sid)
