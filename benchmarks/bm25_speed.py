@@ -7,7 +7,8 @@ queries (the 86 TREC RAG questions and the 6,539 Nave subtopics) on the scale co
 Every engine gets each query as the OR of its distinct words (annodb's tokenizer) and
 returns the ten best document ids by its BM25: annodb `search_text(rank="bm25", k=10)`
 (docnos, no snippets; a fresh snapshot per query, as a server does; its words conflated
-with their Snowball forms), FTS5 `... MATCH 'w1 OR w2 ...' ORDER BY bm25(t) LIMIT 10`,
+with their Snowball forms) and the free-text default, `rank="bm25+rm3"` (the same, then
+RM3's second query; `--annodb-only --db PATH` times these two alone, for a growth point), FTS5 `... MATCH 'w1 OR w2 ...' ORDER BY bm25(t) LIMIT 10`,
 tantivy a boolean query of SHOULD term queries, top 10. Each engine runs in a child
 process of its own, after a warm-up on the first WARM queries; the table gives the median,
 p90, p99 and max per query set, and annodb's ratios to each peer measured in the same run.
@@ -56,6 +57,16 @@ class Annodb:
     def query(self, text):
         with self.db.read() as r:
             return [h.docno for h in r.search_text(text, k=10, rank="bm25", snippets=False)]
+
+
+class AnnodbRm3(Annodb):
+    """The free-text default: BM25 of the query expanded by RM3 (annodb.feedback)."""
+    name = "annodb bm25+rm3"
+
+    def query(self, text):
+        with self.db.read() as r:
+            return [h.docno for h in r.search_text(text, k=10, rank="bm25+rm3",
+                                                   snippets=False)]
 
 
 class Fts5:
@@ -142,18 +153,28 @@ def main(argv=None) -> int:
     ap.add_argument("--corpus", default=os.path.join(WORK, "corpus.jsonl"))
     ap.add_argument("--db", help="an annodb database of the corpus (default: built)")
     ap.add_argument("--no-record", action="store_true", help="print only")
+    ap.add_argument("--annodb-only", action="store_true",
+                    help="annodb's rankers only (no peer built or timed): for a growth "
+                         "point, e.g. --db of the 4x corpus")
     args = ap.parse_args(argv)
     if not os.path.isdir(SHARED) or not os.path.exists(args.corpus):
         print("needs ../shared and the scale corpus (see benchmarks/README.md)",
               file=sys.stderr)
         return 0
-    paths = build(args.corpus, args.db)
-    engines = [(Annodb, paths["annodb"]), (Fts5, paths["fts5"])]
-    try:
-        import tantivy  # noqa: F401
-        engines.append((Tantivy, paths["tantivy"]))
-    except ImportError:
-        pass
+    if args.annodb_only:
+        if not args.db:
+            ap.error("--annodb-only needs --db")
+        paths = {"annodb": args.db}
+        engines = []
+    else:
+        paths = build(args.corpus, args.db)
+        engines = [(Fts5, paths["fts5"])]
+        try:
+            import tantivy  # noqa: F401
+            engines.append((Tantivy, paths["tantivy"]))
+        except ImportError:
+            pass
+    engines[:0] = [(Annodb, paths["annodb"]), (AnnodbRm3, paths["annodb"])]
     out = ("| queries | engine | median ms | p90 ms | p99 ms | max ms |\n"
            "|---|---|---|---|---|---|\n")
     for label, (rel, every) in SETS.items():
@@ -163,13 +184,15 @@ def main(argv=None) -> int:
             out += (f"| {label} ({len(queries):,}) | {name} | {np.median(t):.2f} | "
                     f"{np.percentile(t, 90):.2f} | {np.percentile(t, 99):.2f} | "
                     f"{t.max():.1f} |\n")
-        ours = got["annodb"]
-        for name, t in got.items():
-            if name != "annodb":
-                out += (f"| | annodb / {name} | {np.median(ours) / np.median(t):.2f}x | "
-                        f"{np.percentile(ours, 90) / np.percentile(t, 90):.2f}x | "
-                        f"{np.percentile(ours, 99) / np.percentile(t, 99):.2f}x | "
-                        f"{ours.max() / t.max():.2f}x |\n")
+        pairs = [("annodb bm25+rm3", "annodb")] + [
+            (mine, name) for mine in ("annodb", "annodb bm25+rm3") for name in got
+            if not name.startswith("annodb")]
+        for mine, name in pairs:
+            ours, t = got[mine], got[name]
+            out += (f"| | {mine} / {name} | {np.median(ours) / np.median(t):.2f}x | "
+                    f"{np.percentile(ours, 90) / np.percentile(t, 90):.2f}x | "
+                    f"{np.percentile(ours, 99) / np.percentile(t, 99):.2f}x | "
+                    f"{ours.max() / t.max():.2f}x |\n")
         print(out, flush=True)
     if not args.no_record:
         from benchmarks.results import machine, record

@@ -8,9 +8,9 @@ Run it with the venv's Python from the repository (`pip install -e '.[ray]'`). I
 
 1. Exactness: the 4,435 real queries (tests/data/vole-queries.tsv) over the whole MS MARCO
    sample (../shared/data/rag24/msmarco-sample.jsonl), one database against 2 and 4
-   shards, in process and on Ray: every ranking to depth 1000 (docnos, scores, covers,
-   totals), by SSR and by BM25, and the queries' words as free text (BM25; every tenth by
-   SSR's tiers) to depth 100, must be identical.
+   shards, in process (one shard after another, and worker processes) and on Ray: every ranking to depth 1000 (docnos, scores, covers,
+   totals; the first ten hits' docnos), by SSR and by BM25, and the queries' words as free
+   text (BM25; every tenth by SSR's tiers and by BM25+RM3) to depth 100, must be identical.
 2. For each corpus (benchmarks/work/corpus.jsonl, the scale corpus; corpus4x.jsonl, it four
    times with docids suffixed #r1..#r3, from /work/main/benchmarks/work when this tree has
    none) and each shard count: `annodb ingest` in a child process (wall time; CPU time of
@@ -18,7 +18,8 @@ Run it with the venv's Python from the repository (`pip install -e '.[ray]'`). I
    sampled every 50 ms), the size on disk, then the 4,435 queries replayed warm in a fresh
    process as the server's query runs them (rank to depth 1000 and the first hit with its
    snippet; 300 queries first to warm up): median / p90 / p99 / max — for one database,
-   shards on threads, shards one after another, and shards on Ray actors.
+   shards on threads, one after another, in worker processes (fan_out="processes": the
+   first shard in the querying process) and on Ray actors.
 3. `annodb serve` (its default worker processes; `--ray local` for Ray) replayed with 1, 4
    and 16 clients (benchmarks/server_bench.py) on the first --server-queries queries.
 
@@ -94,9 +95,7 @@ if mode == "ray":
     ray_shards.start_local()
     db = ray_shards.open(path)
 else:
-    db = annodb.open(path, readonly=True)
-    if mode in ("threads", "sequential"):
-        db.threads = mode == "threads"
+    db = annodb.open(path, readonly=True, fan_out=None if mode == "one" else mode)
 def one(q):
     with db.read() as r:
         try:
@@ -121,7 +120,18 @@ print(json.dumps(lat))
 """
 
 
+def warm_files(db: str) -> None:
+    """Read the collection's files once, so the replay finds them in the page cache (this
+    machine's cache had let most of a 2 GB database go by the time its replay began)."""
+    for root, _, files in os.walk(db):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as f:
+                while f.read(1 << 24):
+                    pass
+
+
 def replay(db: str, mode: str) -> dict:
+    warm_files(db)
     out = subprocess.run([sys.executable, "-c", REPLAY, db, mode, QUERIES], cwd=REPO,
                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO})
     if out.returncode:
@@ -142,32 +152,47 @@ for n in (2, 4):
     annodb.open(f"{work}/s{n}.shards", shards=n).close()
     ingest(f"{work}/s{n}.shards", [sample])
     dbs[f"{n} shards"] = annodb.open(f"{work}/s{n}.shards", readonly=True)
+    dbs[f"{n} shards, processes"] = annodb.open(f"{work}/s{n}.shards", readonly=True,
+                                                fan_out="processes")
 from annodb import ray_shards
 ray_shards.start_local()
 for n in (2, 4):
     dbs[f"{n} shards on Ray"] = ray_shards.open(f"{work}/s{n}.shards")
 import re
+import numpy as np
 def answer(db, q, how):
+    # a ranking to depth 1000 as what makes it: its arrays (global addresses, so the same
+    # in every collection), totals, query and warnings, and the first ten hits' docnos
+    # read through the collection (documents_at)
     with db.read() as r:
         try:
             got = r.rank(q, depth=1000, lenient=True, rank=how)
         except annodb.AnnodbError as err:
             return type(err).__name__
-        return (got.total, got.query, got.warnings,
-                [h.as_dict() for h in got.hits(snippet=False)])
+        arrays = tuple(np.asarray(a).tobytes() for a in (got.starts, got.ends, got.scores,
+                                                          got.cover_starts, got.cover_ends))
+        return (got.total, got.query, tuple(got.warnings), arrays,
+                tuple(h.docno for h in got.hits(10, snippet=False)))
 def free(db, text, how):
     with db.read() as r:
-        return [h.as_dict() for h in r.search_text(text, k=100, rank=how, snippets=False)]
+        return [(h.docno, h.score, h.start, h.end)
+                for h in r.search_text(text, k=100, rank=how, snippets=False)]
 same = {name: 0 for name in dbs if name != "one"}
 ranked = 0
 texts = sorted({" ".join(re.findall(r"\w+", q)) for q in queries})
 asked = [(answer, q, how) for q in queries for how in ("ssr", "bm25")] + \
-    [(free, t, "bm25") for t in texts] + [(free, t, "ssr") for t in texts[::10]]
-for fn, q, how in asked:
+    [(free, t, "bm25") for t in texts] + [(free, t, "ssr") for t in texts[::10]] + \
+    [(free, t, "bm25+rm3") for t in texts[::10]]
+for i, (fn, q, how) in enumerate(asked):
+    if i % 1000 == 0:
+        print(f"check: {i:,} of {len(asked):,} rankings compared", file=sys.stderr, flush=True)
     want = fn(dbs["one"], q, how)
     ranked += fn is answer and how == "ssr" and isinstance(want, tuple) and bool(want[0])
     for name in same:
-        same[name] += fn(dbs[name], q, how) == want
+        agrees = fn(dbs[name], q, how) == want
+        same[name] += agrees
+        if not agrees:
+            print(f"differs: {name}, {how}: {q!r}", file=sys.stderr)
 for n in (2, 4):
     ray_shards.stop(f"{work}/s{n}.shards")
 ray_shards.ray.shutdown()
@@ -179,14 +204,15 @@ def check(work: str) -> str:
     sample = os.path.join(SHARED, "msmarco-sample.jsonl")
     os.makedirs(work, exist_ok=True)
     out = subprocess.run([sys.executable, "-c", CHECK, work, sample, QUERIES], cwd=REPO,
-                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO})
+                         stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": REPO})  # (progress on stderr)
     if out.returncode:
-        raise SystemExit(f"shards_bench: check failed: {out.stderr[-2000:]}")
+        raise SystemExit("shards_bench: the check failed (its error is above)")
     n, ranked, texts, asked, *rest = out.stdout.strip().splitlines()[-1].split()
     return (f"Exactness on the MS MARCO sample (4,036 segments): {n} real queries ({ranked} "
             f"rank at least one segment) ranked by SSR and by BM25 to depth 1000, their "
-            f"words ({texts} texts) as free text by BM25 and every tenth by SSR's tiers to "
-            f"depth 100: of {asked} rankings, identical to one database's: " +
+            f"words ({texts} texts) as free text by BM25 and every tenth by SSR's tiers and "
+            f"by BM25+RM3 to depth 100: of {asked} rankings, identical to one database's: " +
             ", ".join(x.replace("_", " ").replace("=", ": ") for x in rest))
 
 
@@ -200,6 +226,8 @@ def main(argv=None) -> int:
     ap.add_argument("--corpus", help="the 1x corpus (default: benchmarks/work/corpus.jsonl)")
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--no-ray", action="store_true")
+    ap.add_argument("--no-ingest", action="store_true",
+                    help="time the collections already in --work (made by an earlier run)")
     args = ap.parse_args(argv)
     if not args.no_check:
         print(check(os.path.join(args.work, "check")), flush=True)
@@ -214,10 +242,13 @@ def main(argv=None) -> int:
         for n in counts:
             name = "one database" if n is None else f"{n} shards"
             db = os.path.join(args.work, f"{times}x-{n or 1}.{'shards' if n else 'db'}")
-            got = ingest(corpus, db, n)
-            ingests.append((f"{times}x", name, got))
-            print(f"ingest {times}x {name}: {got}", flush=True)
-            modes = ["one"] if n is None else ["threads", "sequential"] + \
+            if not args.no_ingest:
+                got = ingest(corpus, db, n)
+                ingests.append((f"{times}x", name, got))
+                print(f"ingest {times}x {name}: {got}", flush=True)
+            elif not os.path.exists(db):
+                raise SystemExit(f"shards_bench: --no-ingest, and no {db}")
+            modes = ["one"] if n is None else ["threads", "sequential", "processes"] + \
                 ([] if args.no_ray else ["ray"])
             for mode in modes:
                 lat = replay(db, mode)
