@@ -130,6 +130,8 @@ def serve(conn, path: str, cache_bytes: int | None) -> None:
 def main() -> None:
     """The worker process: `python -c "from annodb.shard_worker import main; main()" FD
     PATH [CACHE_BYTES]`, FD its end of the socket pair (start below)."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: its close ends us
     fd, path = int(sys.argv[1]), sys.argv[2]
     cache = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] != "-" else None
     serve(_Pipe(fd), path, cache)
@@ -179,6 +181,7 @@ class Connection:
         self._snapshots = itertools.count()
         self._answers: dict[int, tuple] = {}
         self.closed = False
+        self.why = "the collection is closed"
 
     def wait_ready(self) -> None:
         try:
@@ -198,22 +201,30 @@ class Connection:
     def send(self, name: str, *args, **kwargs) -> int:
         with self._sending:
             if self.closed:
-                raise StorageError(f"{self.name}: the collection is closed")
+                raise StorageError(f"{self.name}: {self.why}")
             ticket = next(self._tickets)
             try:
                 self.conn.send((ticket, name, args, kwargs))
             except (BrokenPipeError, OSError):
                 raise self._gone() from None
+            except BaseException:  # (Ctrl-C) perhaps half a message sent: the pipe is done
+                self._cut()
+                raise
         return ticket
 
     def receive(self, ticket: int):
         while True:
             with self._receiving:
                 if ticket not in self._answers:
+                    if self.closed:
+                        raise StorageError(f"{self.name}: {self.why}")
                     try:
                         got, ok, value = self.conn.recv()
                     except (EOFError, OSError):
                         raise self._gone() from None
+                    except BaseException:  # (Ctrl-C) perhaps half an answer read
+                        self._cut()
+                        raise
                     self._answers[got] = (ok, value)
                     if got != ticket:
                         continue
@@ -241,6 +252,16 @@ class Connection:
                     self.conn.send((None, name, args, {}))
                 except (BrokenPipeError, OSError):
                     pass    # the worker is gone: it holds nothing any more
+                except BaseException:  # (Ctrl-C) perhaps half a message sent
+                    self._cut()
+                    raise
+
+    def _cut(self) -> None:
+        """A request or an answer was interrupted part-way: the pipe can no longer be
+        read in step, so it is closed (the worker exits) and later calls say so."""
+        self.closed = True
+        self.why = "a request to its worker process was interrupted; reopen the collection"
+        self.conn.close()
 
     def _gone(self) -> StorageError:
         return StorageError(f"{self.name}: the shard's worker process ended (exit code "
@@ -248,10 +269,11 @@ class Connection:
 
     def close(self) -> None:
         with self._sending:
-            if self.closed:
-                return
-            self.closed = True
-            self.conn.close()       # the worker's recv ends: it closes its shard and exits
+            if not self.closed:
+                self.closed = True
+                self.conn.close()   # the worker's recv ends: it closes its shard and exits
+        if self.process.returncode is not None:
+            return
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:

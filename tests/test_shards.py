@@ -266,6 +266,19 @@ def test_worker_processes_answer_as_one_database(tmp_path):
         with pytest.raises(QueryCostError):
             b.rank("water", budget=Budget(postings=1))
         assert b.stats().documents == 600
+    cut = many.workers[2]        # Ctrl-C while a request is half sent: the pipe is cut
+
+    def interrupted(message):
+        raise KeyboardInterrupt
+    real, cut.conn.send = cut.conn.send, interrupted
+    with pytest.raises(KeyboardInterrupt):
+        with many.read() as r:
+            r.rank("water", depth=10)
+    cut.conn.send = real
+    with pytest.raises(StorageError, match="was interrupted; reopen the collection"):
+        with many.read() as r:
+            r.rank("water", depth=10)
+    assert cut.process.wait(timeout=30) is not None     # its worker saw the pipe close
     pids = [w.process.pid for w in many.workers[1:]]
     os.kill(pids[0], signal.SIGKILL)
     many.workers[1].process.wait()
