@@ -12,6 +12,7 @@ from collections import deque
 import numpy as np
 
 MANIFEST = "manifest.json"
+RANKINGS = 64   # rankings a Homes keeps at most (a lookup that misses searches each)
 
 
 def is_collection(path) -> bool:
@@ -32,12 +33,14 @@ def shard_name(i: int) -> str:
 class Homes:
     """The shards of recently ranked containers (by start), for a later lookup of their
     documents to ask one shard, not each (on Ray actors a round trip each). Rankings are
-    kept whole, the newest `limit` containers' worth: recording one costs a sort of its
-    starts, not a dictionary entry per container (at depth 1000 that was 0.4 ms a query);
-    a lookup searches the newest rankings first."""
+    kept whole, the newest `limit` containers' worth and at most `rankings` of them:
+    recording one costs a sort of its starts, not a dictionary entry per container (at
+    depth 1000 that was 0.4 ms a query); a lookup searches the newest rankings first (one
+    that misses, each of them: thousands of small rankings made that 1 ms and more)."""
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, rankings: int = RANKINGS):
         self.limit = limit
+        self.rankings = rankings
         self._rankings: deque = deque()
         self._size = 0
         self._lock = threading.Lock()
@@ -51,7 +54,8 @@ class Homes:
         with self._lock:
             self._rankings.append(entry)
             self._size += len(order)
-            while self._size > self.limit and len(self._rankings) > 1:
+            while (self._size > self.limit or len(self._rankings) > self.rankings) and \
+                    len(self._rankings) > 1:
                 self._size -= len(self._rankings.popleft()[0])
 
     def get(self, start: int) -> int | None:

@@ -291,7 +291,9 @@ class ShardedSnapshot:
 
     def top_words(self, words, k: int, *, container: str = DOCUMENT, rank: str = "bm25",
                   scoring=None, statistics=None):
-        """Each shard's best k by the collection's statistics, merged (score, address)."""
+        """Each shard's best k by the collection's statistics, merged (score, address);
+        where each lives is remembered, as merge_rankings does (their documents are read
+        next)."""
         settings = scoring or bm25.Scoring()
         if statistics is None:
             statistics = self.statistics(*ranking.statistics_needed(words, rank, settings))
@@ -299,6 +301,8 @@ class ShardedSnapshot:
                           scoring=settings, statistics=statistics)
         s, e, sc = (np.concatenate(x) for x in zip(*found))
         order = np.lexsort((s, -sc))[:max(k, 0)]
+        home = np.repeat(np.arange(len(found)), [len(f[0]) for f in found])[order]
+        self.db.homes.remember(s[order], home)
         return s[order], e[order], sc[order]
 
     def word_covers(self, words, s, e):

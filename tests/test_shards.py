@@ -485,15 +485,15 @@ def test_sparse_vectors_over_shards(tmp_path):
 @settings(max_examples=150)
 @given(st.lists(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 3)), max_size=12),
                 max_size=12),
-       st.integers(1, 30))
-def test_homes_remember_the_newest_rankings_whole(rankings, limit):
-    homes = routing.Homes(limit)
+       st.integers(1, 30), st.integers(1, 14))
+def test_homes_remember_the_newest_rankings_whole(rankings, limit, most):
+    homes = routing.Homes(limit, most)
     for r in rankings:
         homes.remember(np.array([s for s, _ in r], dtype=np.int64),
                        np.array([h for _, h in r], dtype=np.int64))
-    kept, size = [], 0                     # the model: newest first, whole, until past limit
+    kept, size = [], 0    # the model: newest first, whole, until past limit or `most` kept
     for r in reversed([r for r in rankings if r]):
-        if kept and size + len(r) > limit:
+        if kept and (size + len(r) > limit or len(kept) == most):
             break
         kept.append(r)
         size += len(r)
