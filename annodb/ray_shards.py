@@ -26,7 +26,7 @@ import os
 from . import shards as _shards
 from .errors import AnnodbError, NotFoundError, StorageError
 from .routing import Homes
-from .shard_worker import ShardHost
+from .shard_worker import Remote, ShardHost
 
 ray = None  # the module, imported by _ray()
 LOOPBACK = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's processes on 127.0.0.1 only
@@ -59,8 +59,8 @@ CONCURRENCY = 4     # calls an actor serves at once (its own threads; LMDB reade
 NAMESPACE = "annodb"
 
 
-class _Part:
-    """One actor's snapshot, with the methods ShardedSnapshot calls on a part."""
+class _Part(Remote):
+    """One actor's snapshot (shard_worker.Remote: a request is an actor call)."""
 
     def __init__(self, actor, sid: int):
         self.actor, self.sid = actor, sid
@@ -68,19 +68,8 @@ class _Part:
     def send(self, method: str, args: tuple, kwargs: dict):
         return self.actor.call.remote(self.sid, method, *args, **kwargs)
 
-    def receive(self, ticket, method: str):
-        result = ray.get(ticket)
-        if method == "rank":
-            result.snapshot = self
-        return result
-
-    def _get(self, method: str, *args, **kwargs):
-        return self.receive(self.send(method, args, kwargs), method)
-
-    def __getattr__(self, method: str):
-        if method.startswith("_"):
-            raise AttributeError(method)
-        return lambda *args, **kwargs: self._get(method, *args, **kwargs)
+    def _answer(self, ticket):
+        return ray.get(ticket)
 
     def document(self, docno: str):
         doc = ray.get(self.actor.document.remote(self.sid, docno))

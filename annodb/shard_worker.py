@@ -281,17 +281,19 @@ class Connection:
             self.process.wait()
 
 
-class RemotePart:
-    """One worker's snapshot, with the methods ShardedSnapshot calls on a part."""
+class Remote:
+    """A snapshot held elsewhere (a worker process, a Ray actor), with the methods
+    ShardedSnapshot calls on a part: every read method is `send` a request, then `receive`
+    its answer; a host answers with `_answer(ticket)`."""
 
-    def __init__(self, connection: Connection, sid: int):
-        self.connection, self.sid = connection, sid
+    def send(self, method: str, args: tuple, kwargs: dict):
+        raise NotImplementedError
 
-    def send(self, method: str, args: tuple, kwargs: dict) -> int:
-        return self.connection.send("call", self.sid, method, *args, **kwargs)
+    def _answer(self, ticket):
+        raise NotImplementedError
 
-    def receive(self, ticket: int, method: str):
-        result = self.connection.receive(ticket)
+    def receive(self, ticket, method: str):
+        result = self._answer(ticket)
         if method == "rank":
             result.snapshot = self
         return result
@@ -303,6 +305,19 @@ class RemotePart:
         if method.startswith("_"):
             raise AttributeError(method)
         return lambda *args, **kwargs: self._get(method, *args, **kwargs)
+
+
+class RemotePart(Remote):
+    """One worker's snapshot."""
+
+    def __init__(self, connection: Connection, sid: int):
+        self.connection, self.sid = connection, sid
+
+    def send(self, method: str, args: tuple, kwargs: dict) -> int:
+        return self.connection.send("call", self.sid, method, *args, **kwargs)
+
+    def _answer(self, ticket: int):
+        return self.connection.receive(ticket)
 
     def document(self, docno: str):
         doc = self.connection.call("document", self.sid, docno)
