@@ -19,8 +19,9 @@ def main() -> None:
         code = warm.forward(argv)
         if code is not None:
             sys.exit(code)
-        import atexit
-        atexit.register(warm.start)
+        if warm.may_start():
+            import atexit
+            atexit.register(warm.start)
     sys.exit(run(argv))
 
 

@@ -471,9 +471,10 @@ def warm(stop, as_json):
 
     query, search, count, show and stats run in a warm process when one is
     there: numba's start-up is paid once, and a command takes milliseconds
-    instead of about a second. The first of them starts it; it exits after
-    $ANNODB_WARM_IDLE seconds with no command (default 900). ANNODB_WARM=0
-    turns it off. The output is the same either way.
+    instead of about a second. The first of them run from a terminal starts it
+    (from a script only with ANNODB_WARM=1); it exits after $ANNODB_WARM_IDLE
+    seconds with no command (default 900). ANNODB_WARM=0 turns it off. The
+    output is the same either way.
 
     \b
     Example:

@@ -4,8 +4,9 @@ A warm `annodb query` spends two thirds of its CPU importing numba and building 
 compiler target (benchmarks/RESULTS.md, "Start-up"); the query itself takes milliseconds.
 So the read-only commands (FORWARDED) run in a *warm process* when one is there:
 
-- The first such command runs in its own process, as always, and on its way out starts a
-  warm process in the background. That process imports annodb, runs every kind of read once
+- The first such command run from a terminal runs in its own process, as always, and on
+  its way out starts a warm process in the background (a command run by a script starts
+  none unless ANNODB_WARM=1: nothing is left running behind CI, cron or a Makefile). That process imports annodb, runs every kind of read once
   over a small database of its own (so the kernels are loaded from numba's cache), and then
   listens on a Unix socket.
 - A later command connects and hands over its arguments, working directory and environment,
@@ -25,7 +26,8 @@ installed code (annodb's and the command line's files, their sizes and times), t
 interpreter and the NUMBA_ settings, so changed code gets a warm process of its own. The
 socket lives in a directory only its user can use ($ANNODB_WARM_DIR, else
 $XDG_RUNTIME_DIR/annodb, else /tmp/annodb-UID, mode 0700, checked before every use).
-ANNODB_WARM=0 turns all of this off (the tests do, except tests/test_warm.py).
+ANNODB_WARM=0 turns all of this off (the tests do, except tests/test_warm.py); ANNODB_WARM=1
+lets a command that is not run from a terminal start a warm process too.
 
 This module imports only the standard library (a command the warm process runs costs the
 interpreter's start-up and a fork) and nothing of the command line: cli/launch.py, the
@@ -58,9 +60,35 @@ _SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIG
 
 # -- the command's side -------------------------------------------------------------------
 
+def _setting() -> str:
+    """ANNODB_WARM: "off" (0, no, false, off), "on" (1, yes, true, on), else "auto"."""
+    value = os.environ.get("ANNODB_WARM", "auto").strip().lower()
+    if value in ("0", "no", "false", "off", ""):
+        return "off"
+    return "on" if value in ("1", "yes", "true", "on") else "auto"
+
+
 def enabled() -> bool:
-    return os.environ.get("ANNODB_WARM", "1").strip().lower() not in ("0", "no", "false",
-                                                                       "off", "")
+    """Whether a command may run in a warm process that is already there."""
+    return _setting() != "off"
+
+
+def may_start() -> bool:
+    """Whether this command may start a warm process: always when ANNODB_WARM=1, never
+    when it is 0, and by default only from a terminal. A script's command (CI, cron, a
+    Makefile) leaves nothing running behind it, that could hold its files or write into
+    the install it is about to remove; a script that runs many commands can ask for one
+    with ANNODB_WARM=1, or use the Python API or `annodb serve`."""
+    setting = _setting()
+    if setting != "auto":
+        return setting == "on"
+    for stream in (sys.stdin, sys.stdout, sys.stderr):
+        try:
+            if stream is not None and stream.isatty():
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
 
 
 def command_of(argv: list[str]) -> str | None:

@@ -294,3 +294,41 @@ def test_a_warm_process_that_failed_is_not_started_again_at_once(home, bible):
     assert _status(env)["running"] is False
     os.utime(log, (time.time() - 3600, time.time() - 3600))    # long ago: try again
     assert _started(env, bible)["running"]
+
+
+def test_by_default_only_a_command_from_a_terminal_starts_one(home, bible):
+    """ANNODB_WARM unset: a command run by a script (CI, cron) leaves nothing running
+    behind it (a warm process warming up had written into an install that CI was removing);
+    one run from a terminal starts a warm process, and a script's command then uses it."""
+    env = _env(home)
+    script = {k: v for k, v in env.items() if k != "ANNODB_WARM"}
+    assert _run(script, "count", "--db", bible, "god").returncode == 0
+    time.sleep(2.0)
+    assert _status(env)["running"] is False
+    assert not [f for f in os.listdir(home) if f.endswith((".sock", ".log"))]
+    primary, secondary = os.openpty()            # stdin a terminal, as a person's would be
+    try:
+        done = subprocess.run([sys.executable, "-m", "annodb", "count", "--db", bible, "god"],
+                              env=script, stdin=secondary, capture_output=True, text=True,
+                              timeout=300)
+    finally:
+        os.close(secondary)
+        os.close(primary)
+    assert done.returncode == 0 and int(done.stdout) > 0
+    deadline = time.monotonic() + 240
+    while not _status(env)["running"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    served = _status(env)["served"]
+    assert _run(script, "count", "--db", bible, "god").stdout == done.stdout
+    assert _status(env)["served"] == served + 1
+
+
+def test_the_setting_reads_as_people_write_it(monkeypatch):
+    for value, enabled in (("0", False), ("off", False), ("", False), ("1", True),
+                           ("yes", True), ("auto", True)):
+        monkeypatch.setenv("ANNODB_WARM", value)
+        assert warm.enabled() is enabled, value
+    monkeypatch.setenv("ANNODB_WARM", "1")
+    assert warm.may_start()
+    monkeypatch.setenv("ANNODB_WARM", "0")
+    assert not warm.may_start()
