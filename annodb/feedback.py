@@ -77,14 +77,15 @@ def relevance_model(snapshot, starts, ends, scores, key, forms_of, fb_terms: int
                     ) -> list[tuple[str, tuple[str, ...], float]]:
     """The `fb_terms` heaviest terms of the relevance model of the containers (starts, ends)
     with BM25 scores `scores`: [(term, its words, weight)], weights summing to 1, by
-    weight descending, ties by term. key(word) is a word's term; forms_of(word) the
-    words of the database the term stands for (the word among them)."""
+    weight descending, ties by term. key(word) is a word's term; forms_of(words) maps
+    each word to the words of the database its term stands for (the word among them)."""
     n = max(snapshot.document_count(), 1)
     weight: dict[str, float] = {}
     seen: dict[str, str] = {}  # term -> the first word of it met
     fold = getattr(snapshot, "fold_diacritics", False)
-    for s, e, sc in zip(starts.tolist(), ends.tolist(), scores.tolist()):
-        words = tokens(snapshot.text(s, e))
+    texts = snapshot.texts(starts.tolist(), ends.tolist())
+    for s, e, sc, text in zip(starts.tolist(), ends.tolist(), scores.tolist(), texts):
+        words = tokens(text)
         if fold:
             words = [strip_diacritics(w) for w in words]
         length = e - s + 1
@@ -97,7 +98,9 @@ def relevance_model(snapshot, starts, ends, scores, key, forms_of, fb_terms: int
     ranked = sorted(weight, key=lambda t: (-weight[t], t))
     kept = []
     for i in range(0, len(ranked), CHUNK):  # the heaviest first, until fb_terms pass
-        chunk = [(t, tuple(forms_of(seen[t]))) for t in ranked[i:i + CHUNK]]
+        terms = ranked[i:i + CHUNK]
+        forms = forms_of([seen[t] for t in terms])
+        chunk = [(t, tuple(forms[seen[t]])) for t in terms]
         stats = snapshot.statistics(sorted({f for _, fs in chunk for f in fs}))
         for t, fs in chunk:
             df = min(sum(stats.df.get(f, 0) for f in fs), n)

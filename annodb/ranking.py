@@ -185,7 +185,8 @@ def rm3_rank(snapshot, node, warnings, *, depth: int, container: str, budget,
     first = snapshot.rank(node, depth=fb.docs, container=container, budget=budget,
                           rank="bm25", scoring=settings)
     model = feedback.relevance_model(snapshot, first.starts, first.ends, first.scores,
-                                     key=lambda w: w, forms_of=lambda w: (w,),
+                                     key=lambda w: w,
+                                     forms_of=lambda ws: {w: (w,) for w in ws},
                                      fb_terms=fb.terms)
     expanded = feedback.expand(snapshot, [(f[0], f, n) for f, n in words], model,
                                fb.original)
@@ -204,9 +205,8 @@ def rm3_words(snapshot, words, container: str, settings: bm25.Scoring
     s, e, sc = snapshot.top_words(words, fb.docs, container=container, rank="bm25",
                                   scoring=settings)
 
-    def forms_of(word):
-        return tuple(f for f in word_forms(snapshot, word) if snapshot.list_count(f))
-    model = feedback.relevance_model(snapshot, s, e, sc, key=stem, forms_of=forms_of,
+    model = feedback.relevance_model(snapshot, s, e, sc, key=stem,
+                                     forms_of=lambda ws: counted_forms(snapshot, ws),
                                      fb_terms=fb.terms)
     return feedback.expand(snapshot, [(stem(f[0]), f, n) for f, n in words], model,
                            fb.original)
@@ -314,18 +314,64 @@ def stem(word: str) -> str:
     return _stem_word(word) if len(word) > 2 and word.isalpha() else word
 
 
-def word_forms(snapshot, word: str, limit: int = 32) -> list[str]:
+FORMS = 32   # at most this many words of the database share one term
+
+
+def _shares_stem(f: str, word: str, root: str) -> bool:
+    return f != word and f.isalpha() and _stem_word(f) == root
+
+
+def word_forms(snapshot, word: str, limit: int = FORMS) -> list[str]:
     """The word and the words of the database that share its English (Snowball) stem, as
     a stemming engine would conflate them: found by a prefix scan of the features."""
     forms = [word]
     if len(word) > 2 and word.isalpha():
         root = _stem_word(word)
         for f in snapshot.features_with_prefix(root, 4 * limit):
-            if f != word and f.isalpha() and _stem_word(f) == root:
+            if _shares_stem(f, word, root):
                 forms.append(f)
                 if len(forms) >= limit:
                     break
     return forms
+
+
+def word_candidates(snapshot, words: list[str], limit: int = FORMS
+                    ) -> list[tuple[list[str], dict[str, int]]]:
+    """What counted_forms needs of one database, for each word: the features that may
+    share its stem (the first 4 * limit its stem begins, in name order) and the list
+    counts (list_count) of the word and of those that do share it. A sharded collection
+    asks each shard once, and unites and adds up their answers."""
+    out = []
+    for w in words:
+        names = []
+        if len(w) > 2 and w.isalpha():
+            root = _stem_word(w)
+            names = snapshot.features_with_prefix(root, 4 * limit)
+            sharing = [f for f in names if _shares_stem(f, w, root)]
+        else:
+            sharing = []
+        out.append((names, {f: snapshot.list_count(f) for f in [w] + sharing}))
+    return out
+
+
+def counted_forms(snapshot, words: list[str], limit: int = FORMS
+                  ) -> dict[str, tuple[str, ...]]:
+    """Each word's forms (word_forms) that some list holds (list_count > 0), for many
+    words in one call of snapshot.word_candidates (on shards in other processes one round
+    trip per shard, not two per word and form)."""
+    words = list(dict.fromkeys(words))
+    out = {}
+    for w, (names, counts) in zip(words, snapshot.word_candidates(words, limit)):
+        forms = [w]
+        if names:
+            root = _stem_word(w)
+            for f in names:
+                if _shares_stem(f, w, root):
+                    forms.append(f)
+                    if len(forms) >= limit:
+                        break
+        out[w] = tuple(f for f in forms if counts.get(f, 0))
+    return out
 
 
 def text_tiers(snapshot, text: str) -> list[list[tuple[Combine | Term, float]]]:
@@ -337,7 +383,7 @@ def text_tiers(snapshot, text: str) -> list[list[tuple[Combine | Term, float]]]:
     if getattr(snapshot, "fold_diacritics", False):   # stored without diacritics
         words = list(map(strip_diacritics, words))
     words = list(dict.fromkeys(words))
-    all_forms = {w: word_forms(snapshot, w) for w in words}
+    all_forms = counted_forms(snapshot, words)
     stats = snapshot.statistics(sorted({f for fs in all_forms.values() for f in fs}))
     n_docs = max(stats.documents, 1)
     weighted = []
@@ -389,17 +435,14 @@ def text_words(snapshot, text: str, stop_words: bool = False
     """The words of free text as BM25 scores them: (the word and the words of the database
     sharing its stem, how often the text has it), in order; words absent from it dropped,
     and with `stop_words`, feedback.STOP_WORDS too (unless nothing else is left)."""
-    out = []
     words = tokens(text)
     if stop_words:
         words = feedback.without_stop_words(words)
     if getattr(snapshot, "fold_diacritics", False):   # stored without diacritics
         words = list(map(strip_diacritics, words))
-    for w, n in Counter(words).items():
-        forms = tuple(f for f in word_forms(snapshot, w) if snapshot.list_count(f))
-        if forms:
-            out.append((forms, n))
-    return out
+    counted = Counter(words)
+    forms = counted_forms(snapshot, list(counted))
+    return [(forms[w], n) for w, n in counted.items() if forms[w]]
 
 
 def statistics_needed(words, how: str, settings: bm25.Scoring

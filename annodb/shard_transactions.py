@@ -108,6 +108,20 @@ class ShardedSnapshot:
             names.update(p.features_with_prefix(prefix, limit))
         return sorted(names)[:limit]
 
+    def word_candidates(self, words: list[str], limit: int = ranking.FORMS) -> list:
+        """Each shard's word_candidates, in one call each: per word the union of their
+        names, cut where one database's would be (each shard's first 4 * limit hold every
+        name of the union's first 4 * limit that it has), and their counts added up."""
+        out = []
+        for found in zip(*self._ask("word_candidates", list(words), limit)):
+            names = sorted({f for part_names, _ in found for f in part_names})[:4 * limit]
+            counts: dict[str, int] = {}
+            for _, part_counts in found:
+                for f, n in part_counts.items():
+                    counts[f] = counts.get(f, 0) + n
+            out.append((names, counts))
+        return out
+
     def erased(self) -> tuple[np.ndarray, np.ndarray]:
         found = [p.erased() for p in self.parts]
         return kernels.merge_ranges(np.concatenate([s for s, _ in found]),
@@ -185,13 +199,16 @@ class ShardedSnapshot:
 
     def text(self, p: int, q: int) -> str:
         """As Snapshot.text: each document's live text of p..q, joined by newlines."""
-        pieces = []
-        for i in self._parts_over(p, q):
-            for doc in self.parts[i].documents_in(p, q):
-                piece = self.parts[i].text(max(p, doc.start), min(q, doc.end))
-                if piece:
-                    pieces.append((doc.start, piece))
-        return "\n".join(piece for _, piece in sorted(pieces))
+        return self.texts([p], [q])[0]
+
+    def texts(self, starts, ends) -> list[str]:
+        """text(p, q) of each range (p, q), in order: every shard asked once for its
+        documents' pieces (text_pieces), joined in address order, as one database joins
+        them."""
+        starts, ends = [int(p) for p in starts], [int(q) for q in ends]
+        found = self._ask("text_pieces", starts, ends)
+        return ["\n".join(piece for _, piece in sorted(p for part in each for p in part))
+                for each in zip(*found)]
 
     def address_space(self) -> int:
         return max(p.address_space() for p in self.parts)

@@ -180,11 +180,24 @@ class Snapshot:
     def text(self, p: int, q: int) -> str:
         """The text of addresses p..q: from the start of the token at p to the end of the
         token at q, documents joined by newlines, erased addresses left out."""
+        return self.texts([p], [q])[0]
+
+    def texts(self, starts, ends) -> list[str]:
+        """text(p, q) of each range (p, q), in order."""
+        return ["\n".join(piece for _, piece in found)
+                for found in self.text_pieces(starts, ends)]
+
+    def text_pieces(self, starts, ends) -> list[list[tuple[int, str]]]:
+        """Each range's text (see text) a document at a time: [(the document's start, its
+        text in the range)], in address order (a sharded collection joins its shards')."""
         self._before_read()
-        p, q = max(int(p), 0), min(int(q), storage.MAX_ADDRESS - 1)
         es, ee = self.erased()
+        return [self._pieces(max(int(p), 0), min(int(q), storage.MAX_ADDRESS - 1), es, ee)
+                for p, q in zip(starts, ends)]
+
+    def _pieces(self, p: int, q: int, es, ee) -> list[tuple[int, str]]:
         pieces = []
-        for doc in self._txn.docs_overlapping(int(p), int(q)):
+        for doc in self._txn.docs_overlapping(p, q):
             starts, ends = token_offsets(doc.text)
             lo, hi = max(p, doc.start) - doc.start, min(q, doc.end) - doc.start
             hi = min(hi, len(starts) - 1)
@@ -200,8 +213,9 @@ class Snapshot:
             idx = addrs - doc.start
             breaks = np.flatnonzero(np.diff(idx) != 1)
             runs = np.split(idx, breaks + 1)
-            pieces.append(" ".join(doc.text[starts[r[0]]:ends[r[-1]]] for r in runs))
-        return "\n".join(pieces)
+            pieces.append((doc.start, " ".join(doc.text[starts[r[0]]:ends[r[-1]]]
+                                               for r in runs)))
+        return pieces
 
     def address_space(self) -> int:
         """The first unused address: content lives in [0, address_space())."""
@@ -304,6 +318,11 @@ class Snapshot:
         self._before_read()
         return ranking.top_words(self, words, k, container=container, rank=rank,
                                  scoring=scoring, statistics=statistics)
+
+    def word_candidates(self, words: list[str], limit: int = ranking.FORMS) -> list:
+        """What the words' forms sharing a stem are found from (ranking.word_candidates)."""
+        self._before_read()
+        return ranking.word_candidates(self, words, limit)
 
     def word_covers(self, words, s, e):
         """What each container's BM25 hit shows (ranking.word_covers)."""

@@ -141,6 +141,12 @@ def test_shards_rank_exactly_as_one_database(collection, nodes):
                                 assert same(lambda r: r.search_text(words, k=5, **how).hits,
                                             a, b), (words, how)
                         assert a.text(0, a.address_space()) == b.text(0, b.address_space())
+                        # texts: a ranked container's from its shard, any other range's
+                        # from each shard
+                        spans = [(d.start, d.end) for d in a.documents()] + \
+                            [(0, a.address_space()), (1, 3)]
+                        starts, ends = zip(*spans)
+                        assert b.texts(starts, ends) == a.texts(starts, ends)
                         # documents_at: ranked containers' shards known, every other
                         # address (gaps, past the end) looked for in each shard
                         at = list(range(-1, a.address_space() + 2))
@@ -505,3 +511,42 @@ def test_homes_remember_the_newest_rankings_whole(rankings, limit, most):
                 want = hits[0]
                 break
         assert homes.get(start) == want
+
+
+STEMMED = ["walk", "walks", "walked", "walking", "walker", "walkers", "walkway", "walka",
+           "walkabout", "walkie", "walkb", "walk2", "talk"]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(st.sampled_from(STEMMED), min_size=1, max_size=6), min_size=1,
+                max_size=12),
+       st.sampled_from([1, 2, 3, 32]))
+def test_the_words_sharing_a_stem_are_one_databases(docs, limit):
+    """ranking.counted_forms asks each shard once (word_candidates) and unites their names
+    cut where one database's scan stops (4 * limit names the stem begins): the same forms
+    as one database, however the words fall into shards; and the default free-text
+    ranking (bm25+rm3, which feeds back words of the best documents) the same hits."""
+    from annodb import ranking
+    with tempfile.TemporaryDirectory() as tmp:
+        one = annodb.open(os.path.join(tmp, "one.db"))
+        many = [annodb.open(os.path.join(tmp, f"{n}.shards"), shards=n) for n in (2, 3)]
+        try:
+            for db in [one] + many:
+                for i, words in enumerate(docs):
+                    with db.write() as w:
+                        w.add(" ".join(words), docno=f"d{i}")
+            asked = ["walk", "walking", "walker", "walkway", "talk", "walk2", "wal"]
+            with one.read() as a:
+                expected = ranking.counted_forms(a, asked, limit)
+                assert expected == {w: tuple(f for f in ranking.word_forms(a, w, limit)
+                                             if a.list_count(f)) for w in asked}
+                hits = [(h.docno, h.score) for h in a.search_text("walking talk", k=5)]
+                for db in many:
+                    with db.read() as b:
+                        assert ranking.counted_forms(b, asked, limit) == expected
+                        assert [(h.docno, h.score)
+                                for h in b.search_text("walking talk", k=5)] == hits
+        finally:
+            for db in [one] + many:
+                db.close()
