@@ -191,7 +191,7 @@ class Handle:
     when asked, read-only (writes are refused with a message saying why)."""
 
     def __init__(self, path, cache_bytes: int | None = None, readonly: bool = False,
-                 ray: str | None = None):
+                 ray: str | None = None, fan_out: str | None = None):
         self.write_error = None
         self.own = isinstance(path, (str, os.PathLike))
         if not self.own:  # an open database or collection (the Vole's in-process backend)
@@ -206,15 +206,18 @@ class Handle:
             self.write_error = "the server reads the collection through Ray actors"
             return
         if readonly:
-            self.db = _collection.open(path, readonly=True, cache_bytes=cache_bytes)
+            self.db = _collection.open(path, readonly=True, cache_bytes=cache_bytes,
+                                       fan_out=fan_out)
             self.write_error = "the server was started with --read-only"
             return
         try:
-            self.db = _collection.open(path, create=False, cache_bytes=cache_bytes)
+            self.db = _collection.open(path, create=False, cache_bytes=cache_bytes,
+                                       fan_out=fan_out)
         except StorageError as err:
             if "no annodb database" in str(err):
                 raise
-            self.db = _collection.open(path, readonly=True, cache_bytes=cache_bytes)
+            self.db = _collection.open(path, readonly=True, cache_bytes=cache_bytes,
+                                       fan_out=fan_out)
             self.write_error = f"the server opened {path} read-only ({err})"
 
     def writable(self):
@@ -237,7 +240,8 @@ class Protocol:
                  max_postings: int | None = MAX_POSTINGS, max_line: int = MAX_LINE,
                  max_queries: int = MAX_QUERIES, max_query_bytes: int = MAX_QUERY_BYTES,
                  cache_bytes: int | None = None, readonly: bool = False,
-                 strict: bool = False, log=None, info=None, ray: str | None = None):
+                 strict: bool = False, log=None, info=None, ray: str | None = None,
+                 fan_out: str | None = None):
         if depth < 1:
             raise ServerError(f"depth must be at least 1, not {depth}")
         if max_line < 1:
@@ -263,7 +267,11 @@ class Protocol:
                      "count": self._count, "stats": self._stats, "annotate": self._annotate,
                      "note": self._note, "judge": self._judge, "judgments": self._judgments,
                      "topic": self._topic}
-        self._handle = Handle(path, cache_bytes, readonly, ray)  # StorageError when missing
+        if ray is not None and fan_out is not None:
+            raise ServerError("choose shards on Ray actors (ray, --ray) or a fan-out from "
+                              "the server's processes (fan_out, --fan-out), not both")
+        # StorageError when missing
+        self._handle = Handle(path, cache_bytes, readonly, ray, fan_out)
 
     def close(self) -> None:
         self._handle.close()

@@ -368,7 +368,7 @@ class Server:
                  processes: int = 1, idle_timeout: float = IDLE_TIMEOUT,
                  line_timeout: float = LINE_TIMEOUT, cache_bytes: int | None = None,
                  readonly: bool = False, strict: bool = False, log=None,
-                 ray: str | None = None):
+                 ray: str | None = None, fan_out: str | None = None):
         if token is None and not is_loopback(host):
             raise ServerError(
                 f"refusing to listen on {host!r} without a token: anyone who can reach it "
@@ -394,7 +394,7 @@ class Server:
             query_timeout=query_timeout, max_postings=max_postings, max_line=max_line,
             max_queries=max(int(max_queries) // self.processes, 1),
             max_query_bytes=int(max_query_bytes) // self.processes, cache_bytes=per_process,
-            readonly=readonly, strict=strict, ray=ray)
+            readonly=readonly, strict=strict, ray=ray, fan_out=fan_out)
         self._core_options = dict(threads=workers or THREADS, idle_timeout=idle_timeout,
                                   line_timeout=line_timeout, max_clients=self.max_clients)
         # checks the options and opens the database here (in every mode): a missing

@@ -11,6 +11,7 @@ from annodb.errors import AnnodbError
 from annodb.ranking import DEPTH
 from annodb.protocol import MAX_POSTINGS
 from annodb.server import IDLE_TIMEOUT, LINE_TIMEOUT, QUERY_TIMEOUT, THREADS, Server
+from annodb.shards import FAN_OUTS
 
 from .main import db_option
 
@@ -68,8 +69,14 @@ def _fields(ctx, param, value: str | None) -> list[str] | None:
               help="Serve a sharded collection from Ray actors, one per shard: the "
                    "cluster's address (auto: the running one), or local to start one here "
                    "(pip install 'annodb[ray]'). Writes are refused.")
+@click.option("--fan-out", type=click.Choice(FAN_OUTS), default=None,
+              help="How each query of a sharded collection runs over its shards: one "
+                   "after another (the default; the server's processes already use every "
+                   "core for many agents), on threads, or in a worker process per shard "
+                   "besides the first (lower latency for one agent over a large "
+                   "collection: each server process then has its own shard workers).")
 def serve(db, host, port, container, fields, depth, token, timeout, max_postings, processes,
-          threads, idle_timeout, line_timeout, cache_mb, readonly, strict, ray):
+          threads, idle_timeout, line_timeout, cache_mb, readonly, strict, ray, fan_out):
     """Serve the database to search agents: newline-delimited JSON over TCP.
 
     Speaks the protocol of Cottontail's ssr-server, so the Vole runner works unchanged:
@@ -87,6 +94,7 @@ def serve(db, host, port, container, fields, depth, token, timeout, max_postings
       annodb serve --db msmarco.db --fields title:,headings:,segment:
       annodb serve --db msmarco.db --strict --port 8765
       annodb serve --db web.shards --ray local       # shards on Ray actors
+      annodb serve --db web.shards --fan-out processes --processes 2
       printf '%s\\n' '{"op":"query","query":"(^ goth rock)"}' | nc 127.0.0.1 PORT
     """
     try:
@@ -96,7 +104,7 @@ def serve(db, host, port, container, fields, depth, token, timeout, max_postings
                         processes=processes or os.cpu_count() or 1, workers=threads,
                         idle_timeout=idle_timeout, line_timeout=line_timeout,
                         cache_bytes=cache_mb << 20, readonly=readonly, strict=strict,
-                        ray=ray)
+                        ray=ray, fan_out=fan_out)
         server.serve_forever()
     except AnnodbError as err:
         click.echo(f"annodb: error: {err}", err=True)

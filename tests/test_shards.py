@@ -397,6 +397,36 @@ def test_server_memory_and_vole_backend_over_shards(tmp_path):
             local.close()
     assert replies["one.db"] == replies["c.shards"]
     assert replies["one.db"][0]["ok"] and "docno" in replies["one.db"][0]
+    # the server over real sockets, 2 processes each asking its own shard worker
+    import io
+    import socket
+    from annodb.server import Server, ServerError
+    server = Server(str(tmp_path / "c.shards"), processes=2, fan_out="processes",
+                    log=io.StringIO()).start()
+    try:
+        for _ in range(2):               # connections spread over both processes
+            with socket.create_connection(("127.0.0.1", server.port), timeout=60) as s:
+                reader = s.makefile("rb")
+                got = []
+                for line in lines:
+                    if line["op"] == "document":
+                        line = {"op": "document", "docno": got[0]["docno"]}
+                    s.sendall(json.dumps(line).encode() + b"\n")
+                    got.append(json.loads(reader.readline())["response"])
+                reader.close()
+            assert got == replies["one.db"][:len(lines)]
+        workers = 0                      # each server process asked a shard worker
+        for pid in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    workers += b"annodb.shard_worker" in f.read()
+            except OSError:
+                continue
+        assert workers >= 2
+    finally:
+        server.shutdown()
+    with pytest.raises(ServerError, match="not both"):
+        Server(str(tmp_path / "c.shards"), fan_out="processes", ray="local")
     with annodb.Memory(tmp_path / "c.shards") as memory:
         docno = memory.remember("the owl ate a vole", topic="birds")
         assert memory.recall("owl vole", 3)[0].docno == docno
