@@ -18,8 +18,14 @@ and one whose probes fall in most of its blocks is decoded whole.
 Decoded lists and directories are shared by the snapshots of one committed state through
 ListCache, keyed by LMDB's transaction id (a commit changes it, so nothing of another state
 is seen), least recently used dropped past a byte budget the user sets (`annodb.open(...,
-cache_bytes=...)`). A list larger than a quarter of the budget is never cached whole: it
-is read by blocks, so no query falls off a cliff when a list outgrows the cache.
+cache_bytes=...)`). A list larger than a quarter of the budget is not cached whole: it
+is read by blocks, so no query falls off a cliff when a list outgrows the cache. A
+container list that a query's probes reach most of (the documents `:` under every BM25
+ranking: a common word's postings are in nearly all of its blocks) is cached up to the
+whole budget: not cached, it was decoded whole again at every such query, work in
+proportion to the collection (at 4x the scale corpus, 6.7M documents, 107 MB decoded: a median
+free-text search took 0.26 s, now 0.05 s). A budget of 16 bytes per document or more
+keeps it.
 """
 
 from __future__ import annotations
@@ -80,7 +86,8 @@ class Intervals:
 class ListCache:
     """Decoded lists (and list directories) shared by the snapshots of one committed state:
     keyed by (LMDB transaction id, ...), least recently used dropped past `max_bytes`.
-    Nothing larger than a quarter of the budget is kept."""
+    Nothing larger than a quarter of the budget is kept, but a container list (see the
+    module docstring), up to the whole budget."""
 
     def __init__(self, max_bytes: int = CACHE_BYTES):
         self.max_bytes = int(max_bytes)
@@ -96,11 +103,11 @@ class ListCache:
             self._items.move_to_end(key)
             return found[0]
 
-    def admits(self, size: int) -> bool:
-        return size <= self.max_bytes // 4
+    def admits(self, size: int, container: bool = False) -> bool:
+        return size <= (self.max_bytes if container else self.max_bytes // 4)
 
-    def put(self, key, value, size: int) -> None:
-        if not self.admits(size):
+    def put(self, key, value, size: int, container: bool = False) -> None:
+        if not self.admits(size, container):
             return
         with self._lock:
             if key in self._items:
@@ -173,10 +180,10 @@ class Lists:
                 self._local[(kind, fid)] = found
         return found
 
-    def _put(self, kind: str, fid: int, value, size: int) -> None:
+    def _put(self, kind: str, fid: int, value, size: int, container: bool = False) -> None:
         self._local[(kind, fid)] = value
         if self._shared is not None:
-            self._shared.put(self._key(kind, fid), value, size)
+            self._shared.put(self._key(kind, fid), value, size, container)
 
     def erased(self) -> tuple[np.ndarray, np.ndarray]:
         """The erased ranges: sorted, disjoint."""
@@ -275,8 +282,9 @@ class Lists:
         state = self._state(fid)
         return state[3], state[4]
 
-    def whole(self, feature: str) -> Intervals:
-        """The whole list (erased content removed)."""
+    def whole(self, feature: str, container: bool = False) -> Intervals:
+        """The whole list (erased content removed); a `container` list probed in most of
+        its blocks is cached up to the whole budget (see the module docstring)."""
         fid = self.fid(feature)
         if fid is None:
             return Intervals.empty()
@@ -285,7 +293,7 @@ class Lists:
             s, e, v = self._txn.read_list(fid)
             self.read += len(s)
             found = self._live(s, e, v)
-            self._put("list", fid, found, found.nbytes() + 100)
+            self._put("list", fid, found, found.nbytes() + 100, container)
         return found
 
     def _whole_if_cheap(self, feature: str) -> Intervals | None:
@@ -340,7 +348,7 @@ class Lists:
             ps, qs, at = ps[live], qs[live], at[live]
             needed = _distinct(at)
             if len(needed) >= WHOLE_FRACTION * len(firsts):
-                found = self.whole(feature)
+                found = self.whole(feature, container=True)
             else:
                 s, e, v = self._txn.read_blocks(fid, firsts[needed])
                 while True:
