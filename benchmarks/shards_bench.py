@@ -17,7 +17,9 @@ Run it with the venv's Python from the repository (`pip install -e '.[ray]'`). I
    its whole process tree, from the rusage of reaped children; peak RSS of the tree,
    sampled every 50 ms), the size on disk, then the 4,435 queries replayed warm in a fresh
    process as the server's query runs them (rank to depth 1000 and the first hit with its
-   snippet; 300 queries first to warm up): median / p90 / p99 / max — for one database,
+   snippet; 300 queries first to warm up), and --free-text questions (the 86 TREC RAG
+   2024 questions, then the real queries' words) as an agent asks them, search_text's
+   default ranking with snippets (50 first): median / p90 / p99 / max — for one database,
    shards on threads, one after another, in worker processes (fan_out="processes": the
    first shard in the querying process) and on Ray actors.
 3. `annodb serve` (its default worker processes; `--ray local` for Ray) replayed with 1, 4
@@ -89,7 +91,8 @@ REPLAY = r"""
 import json, sys, time, gc
 import numpy as np, annodb
 from benchmarks.server_bench import load_queries
-path, mode, queries = sys.argv[1], sys.argv[2], load_queries(sys.argv[3])
+path, mode, kind = sys.argv[1], sys.argv[2], sys.argv[4]
+queries = load_queries(sys.argv[3]) if kind == "gcl" else json.loads(sys.argv[3])
 if mode == "ray":
     from annodb import ray_shards
     ray_shards.start_local()
@@ -98,6 +101,8 @@ else:
     db = annodb.open(path, readonly=True, fan_out=None if mode == "one" else mode)
 def one(q):
     with db.read() as r:
+        if kind == "text":      # free text as an agent asks it: the default ranking, snippets
+            return [h.snippet for h in r.search_text(q, k=10)] is not None
         try:
             ranking = r.rank(q, depth=1000, lenient=True)
         except annodb.AnnodbError:
@@ -105,7 +110,7 @@ def one(q):
         if len(ranking):
             ranking.hit(0)
     return True
-for q in queries[:300]:
+for q in queries[:300 if kind == "gcl" else 50]:
     one(q)
 gc.freeze()
 lat = []
@@ -120,6 +125,20 @@ print(json.dumps(lat))
 """
 
 
+def free_texts(n: int) -> list[str]:
+    """Natural-language questions for the free-text replay: the 86 TREC RAG 2024 questions
+    (../shared; none when it is absent), then the real queries' words as keyword texts,
+    n in all."""
+    texts = []
+    topics = os.path.join(SHARED, "man86.topics")
+    if os.path.exists(topics):
+        with open(topics, encoding="utf-8") as f:
+            texts = [line.rstrip("\n").split("\t", 1)[1] for line in f if "\t" in line]
+    words = dict.fromkeys(" ".join(re.findall(r"\w+", q))
+                          for q in server_bench.load_queries(QUERIES))
+    return (texts + [t for t in words if t])[:n]
+
+
 def warm_files(db: str) -> None:
     """Read the collection's files once, so the replay finds them in the page cache (this
     machine's cache had let most of a 2 GB database go by the time its replay began)."""
@@ -130,9 +149,12 @@ def warm_files(db: str) -> None:
                     pass
 
 
-def replay(db: str, mode: str) -> dict:
+def replay(db: str, mode: str, texts: list[str] | None = None) -> dict:
+    """The real queries (or, given `texts`, those as free text) replayed in a fresh
+    process: latency in ms."""
     warm_files(db)
-    out = subprocess.run([sys.executable, "-c", REPLAY, db, mode, QUERIES], cwd=REPO,
+    kind, queries = ("gcl", QUERIES) if texts is None else ("text", json.dumps(texts))
+    out = subprocess.run([sys.executable, "-c", REPLAY, db, mode, queries, kind], cwd=REPO,
                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO})
     if out.returncode:
         raise SystemExit(f"shards_bench: replay failed: {out.stderr[-2000:]}")
@@ -226,6 +248,9 @@ def main(argv=None) -> int:
     ap.add_argument("--corpus", help="the 1x corpus (default: benchmarks/work/corpus.jsonl)")
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--no-ray", action="store_true")
+    ap.add_argument("--free-text", type=int, default=500,
+                    help="free-text questions replayed besides the GCL queries (0: none)")
+    ap.add_argument("--no-gcl", action="store_true", help="replay free text only")
     ap.add_argument("--no-ingest", action="store_true",
                     help="time the collections already in --work (made by an earlier run)")
     args = ap.parse_args(argv)
@@ -251,10 +276,12 @@ def main(argv=None) -> int:
             modes = ["one"] if n is None else ["threads", "sequential", "processes"] + \
                 ([] if args.no_ray else ["ray"])
             for mode in modes:
-                lat = replay(db, mode)
                 label = name if n is None else f"{name}, {mode}"
-                latency.append((f"{times}x", label, lat))
-                print(f"queries {times}x {label}: {lat}", flush=True)
+                for kind, texts in ([] if args.no_gcl else [("GCL", None)]) + \
+                        ([("free text", free_texts(args.free_text))] if args.free_text else []):
+                    lat = replay(db, mode, texts)
+                    latency.append((f"{times}x", kind, label, lat))
+                    print(f"queries {times}x {kind} {label}: {lat}", flush=True)
             if args.server_queries and times == max(int(x) for x in args.sizes.split(",")):
                 for mode in (["processes"] if n is None else ["processes"] +
                              ([] if args.no_ray else ["ray"])):
@@ -267,11 +294,11 @@ def main(argv=None) -> int:
     for size, name, r in ingests:
         print(f"| {size} | {name} | {r['wall']:.1f} | {r['cpu']:.1f} | {r['busy']:.2f} | "
               f"{r['rss'] / 1e6:,.0f} | {r['size'] / 1e6:,.0f} |")
-    print("\n| corpus | collection | median ms | p90 ms | p99 ms | max ms |\n"
-          "|---|---|---:|---:|---:|---:|")
-    for size, name, r in latency:
-        print(f"| {size} | {name} | {r['median']:.2f} | {r['p90']:.2f} | {r['p99']:.1f} | "
-              f"{r['max']:.0f} |")
+    print("\n| corpus | queries | collection | median ms | p90 ms | p99 ms | max ms |\n"
+          "|---|---|---|---:|---:|---:|---:|")
+    for size, kind, name, r in latency:
+        print(f"| {size} | {kind} | {name} | {r['median']:.2f} | {r['p90']:.2f} | "
+              f"{r['p99']:.1f} | {r['max']:.0f} |")
     for size, name, table in servers:
         print(f"\n`annodb serve`, {size}, {name}:\n\n{table}")
     return 0
