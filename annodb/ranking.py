@@ -311,7 +311,7 @@ def _stem_word(word: str) -> str:
 def stem(word: str) -> str:
     """A word's English (Snowball) stem; a word of two letters or fewer, or not all
     letters, is its own."""
-    return _stem_word(word) if len(word) > 2 and word.isalpha() else word
+    return _stem_word(word) if _stemmed(word) else word
 
 
 FORMS = 32   # at most this many words of the database share one term
@@ -321,18 +321,29 @@ def _shares_stem(f: str, word: str, root: str) -> bool:
     return f != word and f.isalpha() and _stem_word(f) == root
 
 
-def word_forms(snapshot, word: str, limit: int = FORMS) -> list[str]:
-    """The word and the words of the database that share its English (Snowball) stem, as
-    a stemming engine would conflate them: found by a prefix scan of the features."""
+def _stemmed(word: str) -> bool:
+    return len(word) > 2 and word.isalpha()
+
+
+def _forms(word: str, names: list[str], limit: int) -> list[str]:
+    """The word, then the names (in name order) that share its stem, `limit` in all."""
     forms = [word]
-    if len(word) > 2 and word.isalpha():
+    if names:
         root = _stem_word(word)
-        for f in snapshot.features_with_prefix(root, 4 * limit):
+        for f in names:
             if _shares_stem(f, word, root):
                 forms.append(f)
                 if len(forms) >= limit:
                     break
     return forms
+
+
+def word_forms(snapshot, word: str, limit: int = FORMS) -> list[str]:
+    """The word and the words of the database that share its English (Snowball) stem, as
+    a stemming engine would conflate them: found by a prefix scan of the features."""
+    names = snapshot.features_with_prefix(_stem_word(word), 4 * limit) \
+        if _stemmed(word) else []
+    return _forms(word, names, limit)
 
 
 def word_candidates(snapshot, words: list[str], limit: int = FORMS
@@ -343,13 +354,11 @@ def word_candidates(snapshot, words: list[str], limit: int = FORMS
     asks each shard once, and unites and adds up their answers."""
     out = []
     for w in words:
-        names = []
-        if len(w) > 2 and w.isalpha():
+        names, sharing = [], []
+        if _stemmed(w):
             root = _stem_word(w)
             names = snapshot.features_with_prefix(root, 4 * limit)
             sharing = [f for f in names if _shares_stem(f, w, root)]
-        else:
-            sharing = []
         out.append((names, {f: snapshot.list_count(f) for f in [w] + sharing}))
     return out
 
@@ -360,18 +369,8 @@ def counted_forms(snapshot, words: list[str], limit: int = FORMS
     words in one call of snapshot.word_candidates (on shards in other processes one round
     trip per shard, not two per word and form)."""
     words = list(dict.fromkeys(words))
-    out = {}
-    for w, (names, counts) in zip(words, snapshot.word_candidates(words, limit)):
-        forms = [w]
-        if names:
-            root = _stem_word(w)
-            for f in names:
-                if _shares_stem(f, w, root):
-                    forms.append(f)
-                    if len(forms) >= limit:
-                        break
-        out[w] = tuple(f for f in forms if counts.get(f, 0))
-    return out
+    return {w: tuple(f for f in _forms(w, names, limit) if counts.get(f, 0))
+            for w, (names, counts) in zip(words, snapshot.word_candidates(words, limit))}
 
 
 def text_tiers(snapshot, text: str) -> list[list[tuple[Combine | Term, float]]]:
