@@ -136,6 +136,10 @@ def build(corpus: str, annodb_path: str | None) -> dict:
                         (engines.Tantivy, "tantivy")):
         if paths.get(sub):
             continue
+        if engine is engines.Tantivy and engines.Tantivy not in engines.available():
+            print("tantivy is not installed (pip install tantivy): its rows are left out",
+                  file=sys.stderr, flush=True)
+            continue
         workdir = os.path.join(WORK, "bm25-" + sub)
         os.makedirs(workdir, exist_ok=True)
         e = engine(workdir)
