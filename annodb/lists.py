@@ -23,9 +23,9 @@ is read by blocks, so no query falls off a cliff when a list outgrows the cache.
 container list that a query's probes reach most of (the documents `:` under every BM25
 ranking: a common word's postings are in nearly all of its blocks) is cached up to the
 whole budget: not cached, it was decoded whole again at every such query, work in
-proportion to the collection (at 4x the scale corpus, 6.7M documents, 107 MB decoded: a median
-free-text search took 0.26 s, now 0.05 s). A budget of 16 bytes per document or more
-keeps it.
+proportion to the collection (at 4x the scale corpus, 6.7M documents, 107 MB decoded: a
+median free-text search took 0.26 s, now 0.05 s). A budget of 16 bytes per document or
+more keeps it.
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ So the read-only commands (FORWARDED) run in a *warm process* when one is there:
 
 - The first such command run from a terminal runs in its own process, as always, and on
   its way out starts a warm process in the background (a command run by a script starts
-  none unless ANNODB_WARM=1: nothing is left running behind CI, cron or a Makefile). That process imports annodb, runs every kind of read once
-  over a small database of its own (so the kernels are loaded from numba's cache), and then
-  listens on a Unix socket.
+  none unless ANNODB_WARM=1: nothing is left running behind CI, cron or a Makefile). That
+  process imports annodb, runs every kind of read once over a small database of its own
+  (so the kernels are loaded from numba's cache), and then listens on a Unix socket.
 - A later command connects and hands over its arguments, working directory and environment,
   and its stdin, stdout and stderr themselves (file descriptors passed with SCM_RIGHTS). The
   warm process forks a child that runs the command as the command line would: it writes to
