@@ -28,7 +28,7 @@ from the heaviest down, the df of only those looked up (measured against Anserin
 benchmarks/RESULTS.md).
 
 A term is what the BM25 it feeds scores: in free text a word with the words sharing its
-English stem (ranking.word_forms; the stem is the term), in a GCL query a word as it is.
+English stem (ranking.counted_forms; the stem is the term), in a GCL query a word as it is.
 """
 
 from __future__ import annotations

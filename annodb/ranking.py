@@ -200,7 +200,7 @@ def rm3_words(snapshot, words, container: str, settings: bm25.Scoring
               ) -> list[tuple[tuple[str, ...], float]]:
     """Free text's words [(forms, count)] (text_words) expanded by RM3 (feedback.py):
     the relevance model of their best containers by BM25 (settings.feedback.docs), a
-    term a word with the words sharing its stem (word_forms)."""
+    term a word with the words sharing its stem (counted_forms)."""
     fb = settings.feedback
     s, e, sc = snapshot.top_words(words, fb.docs, container=container, rank="bm25",
                                   scoring=settings)
@@ -338,14 +338,6 @@ def _forms(word: str, names: list[str], limit: int) -> list[str]:
     return forms
 
 
-def word_forms(snapshot, word: str, limit: int = FORMS) -> list[str]:
-    """The word and the words of the database that share its English (Snowball) stem, as
-    a stemming engine would conflate them: found by a prefix scan of the features."""
-    names = snapshot.features_with_prefix(_stem_word(word), 4 * limit) \
-        if _stemmed(word) else []
-    return _forms(word, names, limit)
-
-
 def word_candidates(snapshot, words: list[str], limit: int = FORMS
                     ) -> list[tuple[list[str], dict[str, int]]]:
     """What counted_forms needs of one database, for each word: the features that may
@@ -365,9 +357,12 @@ def word_candidates(snapshot, words: list[str], limit: int = FORMS
 
 def counted_forms(snapshot, words: list[str], limit: int = FORMS
                   ) -> dict[str, tuple[str, ...]]:
-    """Each word's forms (word_forms) that some list holds (list_count > 0), for many
-    words in one call of snapshot.word_candidates (on shards in other processes one round
-    trip per shard, not two per word and form)."""
+    """Each word's forms that some list holds (list_count > 0): the word and the words of
+    the database sharing its English (Snowball) stem, as a stemming engine would conflate
+    them, found by a prefix scan of the features (at most `limit`, from the first
+    4 * limit names the stem begins). For many words in one call of
+    snapshot.word_candidates: on shards in other processes one round trip per shard, not
+    two per word and form."""
     words = list(dict.fromkeys(words))
     return {w: tuple(f for f in _forms(w, names, limit) if counts.get(f, 0))
             for w, (names, counts) in zip(words, snapshot.word_candidates(words, limit))}
