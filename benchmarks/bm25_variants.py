@@ -57,6 +57,26 @@ class Corpus:
         self.ptr = np.searchsorted(cols[order], np.arange(len(vocab) + 1))
         self.cache: dict = {}
 
+    def length(self, how: str) -> np.ndarray:
+        """Documents' lengths in tokens: "all" of them (annodb's, FTS5's); "no stop words"
+        (Anserini's default analyzer removes Lucene's stop words from the index); "lucene
+        bytes" (Lucene keeps a length in one byte, SmallFloat.intToByte4, and scores with
+        the decoded value)."""
+        if how == "all":
+            return self.lengths
+        key = ("length", how)
+        if key not in self.cache:
+            if how == "no stop words":
+                out = self.lengths.copy()
+                for w in LUCENE_STOP:
+                    if w in self.vocab:
+                        d, tf = self.postings(self.vocab[w])
+                        out[d] -= tf
+            else:
+                out = np.array([lucene_length(int(n)) for n in self.lengths], np.float64)
+            self.cache[key] = out
+        return self.cache[key]
+
     def postings(self, w: int) -> tuple[np.ndarray, np.ndarray]:
         a, z = self.ptr[w], self.ptr[w + 1]
         return self.rows[a:z], self.data[a:z]
@@ -101,6 +121,29 @@ def stem_function(name: str):
     return stem
 
 
+def _int4(i: int) -> int:  # Lucene's SmallFloat.longToInt4
+    bits = i.bit_length()
+    if bits < 4:
+        return i
+    shift = bits - 4
+    return ((i >> shift) & 0x07) | ((shift + 1) << 3)
+
+
+def _from_int4(i: int) -> int:  # SmallFloat.int4ToLong
+    shift = (i >> 3) - 1
+    return i & 0x07 if shift == -1 else ((i & 0x07) | 0x08) << shift
+
+
+_FREE = 255 - _int4(2 ** 31 - 1)  # SmallFloat.NUM_FREE_VALUES (24)
+
+
+def lucene_length(n: int) -> int:
+    """A length as Lucene scores it: byte4ToInt(intToByte4(n))."""
+    if n < _FREE:
+        return n
+    return _FREE + _from_int4(_int4(n - _FREE))
+
+
 def lucene_idf(df, n):
     return np.log(1.0 + (n - df + 0.5) / (df + 0.5))
 
@@ -112,11 +155,13 @@ def robertson_idf(df, n):  # FTS5's, with its floor
 
 class Variant:
     def __init__(self, label, stemmer="snowball", df="union", idf="lucene", k1=0.9, b=0.4,
-                 stop=False, dedup=False, rm3=None, bm25plus=0.0, rm3_norm="kept"):
+                 stop=False, dedup=False, rm3=None, bm25plus=0.0, rm3_norm="kept",
+                 lengths="all"):
         self.label, self.stemmer, self.df, self.idf = label, stemmer, df, idf
         self.k1, self.b, self.stop, self.dedup, self.rm3 = k1, b, stop, dedup, rm3
         self.delta = bm25plus
         self.rm3_norm = rm3_norm  # p(t|d): tf / the kept terms' tf (Anserini) or / |d|
+        self.lengths = lengths  # Corpus.length's choice
 
 
 def query_vector(c: Corpus, v: Variant, text: str) -> dict[str, float]:
@@ -129,8 +174,9 @@ def query_vector(c: Corpus, v: Variant, text: str) -> dict[str, float]:
 
 
 def score(c: Corpus, v: Variant, q: dict[str, float]) -> np.ndarray:
-    avg = c.lengths.mean()
-    norm = v.k1 * (1.0 - v.b + v.b * c.lengths / avg)
+    # Lucene's average is exact (the indexed tokens / the documents), not of the bytes
+    avg = c.length("all" if v.lengths == "lucene bytes" else v.lengths).mean()
+    norm = v.k1 * (1.0 - v.b + v.b * c.length(v.lengths) / avg)
     total = np.zeros(c.n)
     idf = lucene_idf if v.idf == "lucene" else robertson_idf
     for stem, weight in q.items():
@@ -203,6 +249,10 @@ VARIANTS = [
     Variant("snowball, union df, Lucene stop words", stop=True),
     Variant("porter, union df, Lucene stop words", stemmer="porter", stop=True),
     Variant("snowball, union df, query words once", dedup=True),
+    Variant("porter, union df, Lucene stop words out of query and index (Anserini's "
+            "analyzer)", stemmer="porter", stop=True, lengths="no stop words"),
+    Variant("porter, union df, lengths in Lucene's byte", stemmer="porter",
+            lengths="lucene bytes"),
     Variant("porter, Robertson idf, k1 1.2, b 0.75 (FTS5's formula)", stemmer="porter",
             idf="robertson", k1=1.2, b=0.75),
     Variant("snowball, Robertson idf", idf="robertson"),
