@@ -1439,6 +1439,58 @@ class Txn:
             firsts = np.append(firsts, _HEADER.unpack_from(tail, 0)[4])
         return firsts
 
+    def blocks_over(self, fid: int, los: np.ndarray, his: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """For sorted, disjoint ranges [los[i], his[i]]: the feature's blocks whose key
+        range meets one: the block holding lo (the last whose first start is <= lo; none
+        when lo is before the list) and each block whose first start is in (lo, hi]. As
+        (firsts, nexts): their first starts, ascending, distinct, and each one's next
+        block's first start (-1 for the list's last block; the tail counts as its last).
+        What block_firsts gives, restricted to these blocks, found by cursor seeks (a
+        few per range, not one step per block of the list)."""
+        tail = self.tail(fid)
+        tail_first = None if tail is None else _HEADER.unpack_from(tail, 0)[4]
+        pack, unpack, prefix = _KEY.pack, _KEY.unpack, u64(fid)
+        found: dict[int, int] = {}
+        known_first = known_next = None  # the last block found, and its next (-1: none)
+        with self.txn.cursor(db=self.dbs["blocks"]) as cur:
+            for lo, hi in zip(los.tolist(), his.tolist()):
+                if known_first is not None and known_first <= lo and \
+                        (known_next < 0 or lo < known_next) and \
+                        (known_next < 0 or hi < known_next):
+                    continue  # in the block found last
+                if tail_first is not None and tail_first <= lo:
+                    found[tail_first] = known_next = -1
+                    known_first = tail_first
+                    continue
+                # keys of this list, in order from the block holding lo: (first, next)
+                at = cur.set_range(pack(fid, max(lo + 1, 0)))
+                here = None
+                if (cur.prev() if at else cur.last()) and bytes(cur.key()[:8]) == prefix:
+                    here = unpack(cur.key())[1]
+                    at = cur.next()
+                elif at:
+                    at = cur.set_range(pack(fid, max(lo + 1, 0)))
+                while True:
+                    nxt = unpack(cur.key())[1] if at and bytes(cur.key()[:8]) == prefix \
+                        else None
+                    if nxt is None:
+                        nxt = tail_first if tail_first is not None and \
+                            (here is None or tail_first > here) else -1
+                        at = False
+                    if here is not None:
+                        found[here] = nxt
+                        known_first, known_next = here, nxt
+                    if nxt < 0 or nxt > hi:
+                        break
+                    here = nxt
+                    if at:
+                        at = cur.next()
+        if not found:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        firsts = np.array(sorted(found), dtype=np.int64)
+        return firsts, np.array([found[f] for f in firsts.tolist()], dtype=np.int64)
+
     def read_blocks(self, fid: int, firsts: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The intervals of the feature's blocks that start at `firsts` (ascending, each a
