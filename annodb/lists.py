@@ -27,12 +27,19 @@ proportion to the collection (at 4x the scale corpus, 6.7M documents, 107 MB dec
 median free-text search took 0.26 s, now 0.05 s). A budget of 16 bytes per document or
 more keeps it.
 
-A commit that changes a list changes its directory's key in the cache, and reading a
-directory takes one step per block: the documents' list `:` changes with every document
-added, so the first query after each commit read 52,164 keys at 4x the scale corpus. A
-list whose directory this process has read before is probed by cursor seeks instead
-(storage's blocks_over: a few steps per block found), until the seeks in its new state add
-up to about one whole read; then the directory is read and kept as before.
+A commit that changes a list changes its key in the cache, so what was decoded of it is
+read again: the documents' list `:` changes with every document added, and the first
+query after each commit read its directory (52,164 keys at 4x the scale corpus) and
+decoded it whole for BM25 (107 MB), as it did the common words the new text holds: work
+per commit in proportion to the collection, at every search after an agent's `remember`.
+A long list's record of its last changes (storage's `changes`: the lowest start each
+commit changed) tells what of the new version is as it was: the directory is kept up to
+there and read on from it (Lists._patched_directory), and of a list cached whole only the
+intervals from there on are decoded and joined to the cached rest (Lists._patched). A
+change that only appends, as a new document or note does, is written in place into room
+kept at the arrays' end (_Room), so it costs what it adds; any other copies the list once
+instead of decoding it. A delete changes the erased ranges, under which every list is
+decoded again (directories are kept: a delete does not change them).
 """
 
 from __future__ import annotations
@@ -51,7 +58,6 @@ EMPTY_F = np.empty(0, dtype=np.float64)
 CACHE_BYTES = 256 << 20
 WHOLE_FRACTION = 0.5  # probes in this share of a list's blocks or more: decode it whole
 SMALL_LIST = 4096     # a list this short is decoded whole rather than probed (about a block)
-SEEKS_PER_READ = 2    # blocks / this: directory seeks costing about one whole read
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,58 @@ class Intervals:
         return size
 
 
+class _Room:
+    """The arrays of the newest version of a list cached whole, with room at their end, so
+    that the next version, when it only appends, is written in place: the cached views of
+    the first `used` intervals stay as they are (see Lists._patched)."""
+
+    def __init__(self, old: Intervals, cut: int, part: Intervals, capacity: int):
+        n = cut + len(part)
+        self.points = _points(old) and _points(part)
+        self.zero = _zero(old) and _zero(part)
+        self.s = np.empty(capacity, dtype=np.int64)
+        self.e = self.s if self.points else np.empty(capacity, dtype=np.int64)
+        self.v = None if self.zero else np.empty(capacity, dtype=np.float64)
+        self._write(old, 0, cut)
+        self._write(part, cut, n)
+        self.used = n
+
+    def _write(self, part: Intervals, at: int, to: int) -> None:
+        self.s[at:to] = part.starts[:to - at]
+        if not self.points:
+            self.e[at:to] = part.ends[:to - at]
+        if self.v is not None:
+            self.v[at:to] = part.values[:to - at]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in {id(a): a for a in (self.s, self.e, self.v)
+                                      if a is not None}.values())
+
+    def append(self, part: Intervals) -> bool:
+        """Write part after the used intervals, if it fits the room and the arrays' kind."""
+        n = self.used + len(part)
+        if n > len(self.s) or (self.points and not _points(part)) or \
+                (self.zero and not _zero(part)):
+            return False
+        self._write(part, self.used, n)
+        self.used = n
+        return True
+
+    def view(self) -> Intervals:
+        n = self.used
+        return Intervals(self.s[:n], self.e[:n], np.broadcast_to(np.float64(0.0), (n,))
+                         if self.v is None else self.v[:n])
+
+
+def _points(a: Intervals) -> bool:
+    return a.ends is a.starts or np.array_equal(a.starts, a.ends)
+
+
+def _zero(a: Intervals) -> bool:
+    return a.values.strides == (0,) or not a.values.any()
+
+
 class ListCache:
     """Decoded lists (and list directories) shared by the snapshots of one committed state:
     keyed by (LMDB transaction id, ...), least recently used dropped past `max_bytes`.
@@ -100,23 +158,9 @@ class ListCache:
     def __init__(self, max_bytes: int = CACHE_BYTES):
         self.max_bytes = int(max_bytes)
         self.bytes = 0
-        self._items: OrderedDict = OrderedDict()  # key -> (value, bytes)
+        self._items: OrderedDict = OrderedDict()  # key -> (value, bytes, room, container)
         self._lock = threading.Lock()
-        self.blocks: dict[int, int] = {}   # feature id -> its block count when last read
-        self._sought: dict = {}            # (list state) -> ranges sought without it
-
-    def seek(self, key, n: int, limit: int) -> bool:
-        """Whether a list's directory may be sought for n more ranges (see
-        Lists._sought_blocks): yes while the ranges sought in its state, n included, are
-        at most `limit`."""
-        with self._lock:
-            total = self._sought.get(key, 0) + n
-            if total > limit:
-                return False
-            if len(self._sought) > 100_000:
-                self._sought.clear()
-            self._sought[key] = total
-            return True
+        self.newest: dict[tuple, tuple] = {}  # (kind, fid) -> key of its newest version
 
     def get(self, key):
         with self._lock:
@@ -129,24 +173,65 @@ class ListCache:
     def admits(self, size: int, container: bool = False) -> bool:
         return size <= (self.max_bytes if container else self.max_bytes // 4)
 
-    def put(self, key, value, size: int, container: bool = False) -> None:
+    def put(self, key, value, size: int, container: bool = False, room=None) -> None:
         if not self.admits(size, container):
             return
         with self._lock:
-            if key in self._items:
-                return
-            self._items[key] = (value, size)
-            self.bytes += size
-            while self.bytes > self.max_bytes:
-                _, (_, old) = self._items.popitem(last=False)
-                self.bytes -= old
+            self._insert(key, value, size, container, room)
+
+    def _insert(self, key, value, size: int, container: bool, room) -> None:
+        if key in self._items:
+            return
+        self._items[key] = (value, size, room, container)
+        self.bytes += size
+        if key[0] in ("list", "dir"):  # (kind, fid, version, erased): see Lists._key
+            newest = self.newest.get(key[:2])
+            if newest is None or newest[2:] < key[2:]:  # (version, erased)
+                self.newest[key[:2]] = key
+                gone = None if newest is None else self._items.pop(newest, None)
+                if gone is not None:  # (a snapshot of its state keeps its own)
+                    self.bytes -= gone[1]
+        while self.bytes > self.max_bytes:
+            _, (_, old, _, _) = self._items.popitem(last=False)
+            self.bytes -= old
+
+    def extend(self, old_key, key, old: Intervals, part: Intervals, low: int) -> Intervals:
+        """The list `key` whose intervals starting before `low` are those of the cached
+        list `old_key` (old), and the rest `part`: written in place after old's when it
+        only appends and old is its room's newest version, else copied into a new room.
+        It replaces old_key in the cache."""
+        cut = int(np.searchsorted(old.starts, low, side="left"))
+        with self._lock:
+            entry = self._items.get(old_key)
+            if entry is None:
+                return None
+            room, container = entry[2], entry[3]
+            if room is not None and cut == len(old) == room.used and room.append(part):
+                value = room.view()
+            else:
+                room = None
+        if room is None:
+            n = cut + len(part)
+            room = _Room(old, cut, part, n + n // 16 + 4096)
+            value = room.view()
+        self.replace(old_key, key, value, room.nbytes, container, room)
+        return value
+
+    def replace(self, old_key, key, value, size: int, container: bool = False,
+                room=None) -> None:
+        """Put value under key, dropping old_key's (an earlier version of it)."""
+        with self._lock:
+            gone = self._items.pop(old_key, None)
+            if gone is not None:
+                self.bytes -= gone[1]
+            if self.admits(size, container):
+                self._insert(key, value, size, container, room)
 
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
             self.bytes = 0
-            self.blocks.clear()
-            self._sought.clear()
+            self.newest.clear()
 
 
 class Lists:
@@ -161,7 +246,8 @@ class Lists:
         self._local: dict = {}
         self._erased = None
         self.read = 0
-        self.sought = 0   # ranges whose blocks were sought (not read from a directory)
+        self.patched = 0  # lists and directories read in part, the rest kept from an
+                          # earlier version (see _patched)
 
     def reset(self) -> None:
         self._local.clear()
@@ -247,31 +333,48 @@ class Lists:
     def _firsts(self, fid: int) -> np.ndarray:
         found = self._get("dir", fid)
         if found is None:
+            found = self._patched_directory(fid)
+        if found is None:
             found = self._txn.block_firsts(fid)
             self._put("dir", fid, found, found.nbytes + 100)
-            if self._shared is not None:
-                self._shared.blocks[fid] = len(found)
         return found
 
-    def _sought_blocks(self, fid: int, los: np.ndarray, his: np.ndarray):
-        """(firsts, nexts, the list's block count when last read) of the blocks meeting the
-        ranges (storage's blocks_over), found by seeks when the list's whole directory is
-        not at hand; or None, to read it (_firsts). A commit that changes a list (the documents `:` at every document
-        added) makes its directory one to read again, one step per block: 52,164 at 4x the
-        scale corpus, 30-90 ms for the first query after each commit, growing with the
-        collection. Seeks cost a few steps per block they find instead (about 2x a full
-        read's per block), so they are taken while the ranges sought in the list's state
-        stay under half its block count when last read (costing, all together, about one
-        full read); past that the directory is read and kept, as before. A list whose
-        directory this process never read is read (its block count is not known)."""
-        if self._shared is None or self._get("dir", fid) is not None:
+    def _earlier(self, kind: str, fid: int):
+        """(the cached earlier version of a list's `kind` and its key, this state's key,
+        the lowest start changed since by the list's record of changes), or None."""
+        shared = self._shared
+        old_key = None if shared is None else shared.newest.get((kind, fid))
+        if old_key is None:
             return None
-        blocks = self._shared.blocks.get(fid)
-        if blocks is None or not self._shared.seek(self._key("sought", fid), len(los),
-                                                   blocks // SEEKS_PER_READ):
+        key = self._key(kind, fid)
+        if key[0] != kind or old_key == key:
             return None
-        self.sought += len(los)
-        return (*self._txn.blocks_over(fid, los, his), blocks)
+        low = None  # (the same version, only the erased ranges changed)
+        if old_key[2] != key[2]:
+            low = _low_since(self._txn.list_changes(fid), old_key[2], key[2])
+            if low is None:
+                return None
+        old = shared.get(old_key)
+        return None if old is None else (old, old_key, key, low)
+
+    def _patched_directory(self, fid: int) -> np.ndarray | None:
+        """The list's directory from the cached one of an earlier version: its blocks
+        before the one that held the lowest start changed since are kept (a commit deletes
+        and adds blocks only from there on: a block it rewrites before, the last one
+        refilled, keeps its key), the keys from there on are read. See _patched."""
+        found = self._earlier("dir", fid)
+        if found is None:
+            return None
+        old, old_key, key, low = found
+        if low is not None:
+            at = int(np.searchsorted(old, low, side="right")) - 1
+            if at < 0:
+                return None
+            old = np.concatenate((old[:at], self._txn.block_firsts(fid, int(old[at]))))
+        self._shared.replace(old_key, key, old, old.nbytes + 100)
+        self._local[("dir", fid)] = old
+        self.patched += 1
+        return old
 
     def _read(self, fid: int, firsts: np.ndarray) -> Intervals:
         s, e, v = self._txn.read_blocks(fid, firsts)
@@ -294,11 +397,6 @@ class Lists:
         fid = self.fid(feature)
         if fid is None or not len(ps):
             return EMPTY_I, EMPTY_I
-        ps = _distinct(ps)
-        sought = self._sought_blocks(fid, ps, ps)
-        if sought is not None:
-            firsts, nexts, _ = sought
-            return firsts, np.where(nexts < 0, np.iinfo(np.int64).max, nexts - 1)
         firsts = self._firsts(fid)
         at = _distinct(np.searchsorted(firsts, ps, side="right") - 1)
         at = at[at >= 0]
@@ -306,9 +404,13 @@ class Lists:
         return firsts[at], nexts[at] - (at < len(firsts) - 1)
 
     def cached(self, feature: str) -> Intervals | None:
-        """The whole list if it is decoded already (here or in the shared cache)."""
+        """The whole list if it is decoded already (here or in the shared cache), or an
+        earlier version of it is (see _patched)."""
         fid = self.fid(feature)
-        return Intervals.empty() if fid is None else self._get("list", fid)
+        if fid is None:
+            return Intervals.empty()
+        found = self._get("list", fid)
+        return self._patched(fid) if found is None else found
 
     def stored_count(self, feature: str) -> int:
         """How many intervals the stored list holds, erased ones included, whether or not
@@ -343,10 +445,30 @@ class Lists:
             return Intervals.empty()
         found = self._get("list", fid)
         if found is None:
+            found = self._patched(fid)
+        if found is None:
             s, e, v = self._txn.read_list(fid)
             self.read += len(s)
             found = self._live(s, e, v)
             self._put("list", fid, found, found.nbytes() + 100, container)
+        return found
+
+    def _patched(self, fid: int) -> Intervals | None:
+        """The whole list, from the cached whole list of an earlier version and what the
+        list's record of changes (storage's list_changes) says changed since: only the
+        intervals from the lowest start changed on are decoded. None when no earlier
+        version is cached, the erased ranges changed since, or the record does not reach
+        back to it."""
+        found = self._earlier("list", fid)
+        if found is None or found[1][3] != found[2][3]:
+            return None
+        old, old_key, key, low = found
+        s, e, v = self._txn.read_list(fid, low)
+        self.read += len(s)
+        found = self._shared.extend(old_key, key, old, self._live(s, e, v), low)
+        if found is not None:
+            self._local[("list", fid)] = found
+            self.patched += 1
         return found
 
     def _whole_if_cheap(self, feature: str) -> Intervals | None:
@@ -373,20 +495,13 @@ class Lists:
             fid = self.fid(feature)
             if fid is None:
                 return Intervals.empty()
+            firsts = self._firsts(fid)
             # an interval starting in [lo, hi] is in the block holding lo or a later one
             # whose first start is <= hi
-            sought = self._sought_blocks(fid, los, his)
-            if sought is not None:
-                needed, _, blocks = sought
-                found = self.whole(feature) if len(needed) >= WHOLE_FRACTION * blocks \
-                    else self._read(fid, needed)
-            else:
-                firsts = self._firsts(fid)
-                a = np.maximum(np.searchsorted(firsts, los, side="right") - 1, 0)
-                b = np.searchsorted(firsts, his, side="right") - 1
-                keep = b >= a
-                found = self._blocks_or_whole(feature, fid, firsts,
-                                              _spans(a[keep], b[keep]))
+            a = np.maximum(np.searchsorted(firsts, los, side="right") - 1, 0)
+            b = np.searchsorted(firsts, his, side="right") - 1
+            keep = b >= a
+            found = self._blocks_or_whole(feature, fid, firsts, _spans(a[keep], b[keep]))
         return found.take(kernels.contained_in(found.starts, found.ends, los, his))
 
     def containing(self, feature: str, ps: np.ndarray, qs: np.ndarray) -> Intervals:
@@ -399,15 +514,6 @@ class Lists:
             fid = self.fid(feature)
             if fid is None:
                 return Intervals.empty()
-            # in a disjoint list only the interval starting last at or before p can
-            # contain [p, q], and it is in the block holding p
-            sought = self._sought_blocks(fid, _distinct(ps), _distinct(ps)) \
-                if self.disjoint(feature) else None
-            if sought is not None:
-                needed, _, blocks = sought
-                found = self.whole(feature, container=True) if len(needed) >= \
-                    WHOLE_FRACTION * blocks else self._read(fid, needed)
-                return found.take(kernels.containing(found.starts, found.ends, ps, qs))
             firsts = self._firsts(fid)
             # the intervals containing [p, q] start at or before p: a run that ends at the
             # last such, in the block holding p, and reaches into the block before only
@@ -459,6 +565,19 @@ class Lists:
         j = np.searchsorted(pts, xs, side="left")
         after = pts[j[j < len(pts)]]
         return _distinct(np.sort(np.concatenate((before, after))))
+
+
+def _low_since(changes: list[tuple[int, int]], old: int, version: int) -> int | None:
+    """The lowest start changed from version `old` to `version` by a list's record of
+    changes (storage's `changes`), or None when the record does not reach from one to
+    the other."""
+    if not changes or changes[-1][0] != version:
+        return None
+    versions = [v for v, _ in changes]
+    if old not in versions[:-1]:
+        return None
+    at = len(versions) - 1 - versions[::-1].index(old)
+    return min(low for _, low in changes[at + 1:])
 
 
 def _distinct(a: np.ndarray) -> np.ndarray:

@@ -81,6 +81,16 @@ is numeric order):
               free pages grew with the database. Other lists (annotations) have no tail;
               a write that rewrites the end of a token list moves its tail into `blocks`
               first.
+    changes   feature id (u64) -> the last CHANGES_KEPT changes of a list holding
+              CHANGES_OVER (65,536) intervals or more: u64 pairs, the first (base, 0), then
+              (version, low) for each change in order: the id of the write transaction,
+              and the lowest start of an interval it added, removed or changed in the
+              list (every interval starting below low is as it was at the version
+              before, base for the first). A reader holding the whole list as of a version
+              in the record decodes only what starts at or past the lowest low since then
+              (lists.py). Written at each commit that changes the list's version (counts);
+              a record whose last version is not the list's version (an older annodb wrote
+              since) is not used, and the next commit starts it again.
     counts    feature id (u64) -> how many intervals its list holds (u64), erased ones
               included: lets a query plan (decode a common word's list, or only the blocks
               it needs) without reading the list. Format 4 follows it with the list's
@@ -230,8 +240,10 @@ OVERLAPPING, UNKNOWN, NO_STATS = 1, 2, 4  # its flags
 _ZEROS = np.zeros(4096, dtype=np.float64)  # (add_points allocates for more)
 
 _SUBDBS = ("meta", "features", "names", "blocks", "docs", "docnos", "erased", "counts",
-           "tails")
-_OPTIONAL = ("tails",)  # sub-databases an older format lacks (opened read-only: None)
+           "tails", "changes")
+_OPTIONAL = ("tails", "changes")  # sub-databases an older file lacks (opened read-only: None)
+CHANGES_OVER = 1 << 16  # a list this long keeps a record of its last changes (see changes)
+CHANGES_KEPT = 8        # ... of this many
 
 
 MAX_KEY = 480  # LMDB's keys are at most 511 bytes
@@ -305,6 +317,11 @@ def _count_value(raw) -> tuple[int, int | None, int, int | None, float | None]:
         count, version, flags = _COUNT.unpack(bytes(raw))
         return count, version, flags | NO_STATS, None, None
     return from_u64(raw), None, UNKNOWN | NO_STATS, None, None
+
+
+def _changes_value(raw) -> list[tuple[int, int]]:
+    raw = bytes(raw)
+    return [_KEY.unpack_from(raw, i) for i in range(0, len(raw) - len(raw) % 16, 16)]
 
 
 def u64(n: int) -> bytes:
@@ -1273,6 +1290,7 @@ class Txn:
         self._df: dict[int, int] | None = {}  # ... summed (None: not yet)
         self._highs: dict[int, float] = {}  # the greatest value it wrote to a list, if > 0
         self._no_stats: set[int] = set()    # lists whose df is no longer known
+        self._lows: dict[int, int] = {}     # the lowest start it changed in a list
         self.block_bytes, self.block_count = env.block_bytes, env.block_count
         self._entries: dict[bytes, _Entry] = {}  # decoded docs entries (see _entry)
         self._pending = None  # (key, entry): a group delete_doc has not rewritten yet
@@ -1303,15 +1321,52 @@ class Txn:
                     items.append((k, _STATS.pack(n + deltas.get(fid, 0), version, flags, d,
                                                  high)))
                 cur.putmulti(items)
+            self._record_changes(fids, keys, old, version)
             self._counts.clear()
             self._overlaps.clear()
             self._df_parts.clear()
             self._df = {}
             self._highs.clear()
             self._no_stats.clear()
+            self._lows.clear()
         self.txn.commit()
         self.env.txns.discard(self)
         self._unguard()
+
+    def _record_changes(self, fids: list[int], keys: list[bytes], old: dict,
+                        version: int) -> None:
+        """Append this commit's change of each long list to its record (see `changes`):
+        the lowest start it changed, 0 (all of it) where that was not noted."""
+        db = self.dbs["changes"]
+        if db is None:
+            return
+        long = [(fid, k) for fid, k in zip(fids, keys)
+                if k in old and old[k][1] is not None and
+                old[k][0] + self._counts.get(fid, 0) >= CHANGES_OVER]
+        if not long:
+            return
+        with self.txn.cursor(db=db) as cur:
+            records = {bytes(k): v for k, v in cur.getmulti([k for _, k in long])}
+            items = []
+            for fid, k in long:
+                pairs = _changes_value(records.get(k, b""))
+                if not pairs or pairs[-1][0] != old[k][1]:  # none, or not the list's
+                    pairs = [(old[k][1], 0)]
+                pairs.append((version, self._lows.get(fid, 0)))
+                if len(pairs) > CHANGES_KEPT + 1:
+                    pairs = [(pairs[-CHANGES_KEPT - 1][0], 0)] + pairs[-CHANGES_KEPT:]
+                items.append((k, b"".join(_KEY.pack(*p) for p in pairs)))
+            cur.putmulti(items)
+
+    def list_changes(self, fid: int) -> list[tuple[int, int]]:
+        """The record of a long list's last changes (see `changes`): [(base, 0), (version,
+        low), ...], oldest first; [] when none is kept."""
+        db = self.dbs["changes"]
+        return [] if db is None else _changes_value(self.txn.get(u64(fid), db=db) or b"")
+
+    def _changed(self, fid: int, low: int) -> None:
+        """Note that this transaction changed list fid from start `low` on."""
+        self._lows[fid] = min(self._lows.get(fid, low), low)
 
     def abort(self) -> None:
         """End the transaction (in a forked child, one inherited is left as it is: it is
@@ -1391,14 +1446,23 @@ class Txn:
         return self.txn.stat(self.dbs["features"])["entries"]
 
     # annotation lists
-    def read_list(self, fid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The whole annotation list of a feature (empty arrays when it has none). For a
-        list of points (token postings) ends is starts, the same array; when every value is
-        0, values is a read-only broadcast zero (no memory)."""
+    def read_list(self, fid: int, low: int | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The whole annotation list of a feature (empty arrays when it has none), or its
+        intervals starting at or after `low`. For a list of points (token postings) ends
+        is starts, the same array; when every value is 0, values is a read-only broadcast
+        zero (no memory)."""
         prefix = u64(fid)
         bufs = []
         with self.txn.cursor(db=self.dbs["blocks"]) as cur:
-            if cur.set_range(prefix):
+            at = cur.set_range(prefix)
+            if low is not None and low > 0:  # from the block holding low
+                at = cur.set_range(_KEY.pack(fid, low + 1))
+                if (cur.prev() if at else cur.last()) and bytes(cur.key()[:8]) == prefix:
+                    at = True
+                else:
+                    at = cur.set_range(prefix)
+            if at:
                 for key, value in cur:
                     if key[:8] != prefix:
                         break
@@ -1411,6 +1475,9 @@ class Txn:
         offsets = np.zeros(len(bufs) + 1, dtype=np.int64)
         np.cumsum([len(b) for b in bufs], out=offsets[1:])
         s, e, v, _, zero = kernels.decode_blocks(b"".join(bufs), offsets)
+        if low is not None and len(s) and s[0] < low:
+            cut = int(np.searchsorted(s, low, side="left"))
+            s, e, v = s[cut:], (s[cut:] if e is s else e[cut:]), v[cut:]
         if zero:
             v = np.broadcast_to(np.float64(0.0), s.shape)
         return s, e, v
@@ -1420,14 +1487,15 @@ class Txn:
         db = self.dbs["tails"]
         return None if db is None else self.txn.get(u64(fid), db=db)
 
-    def block_firsts(self, fid: int) -> np.ndarray:
+    def block_firsts(self, fid: int, start: int = 0) -> np.ndarray:
         """The first start of each of the feature's blocks, its tail last, ascending: the
         list's directory (block i holds the intervals starting in [firsts[i],
-        firsts[i + 1])). Reads keys only, and the tail's header."""
+        firsts[i + 1])); from the block keyed `start` on when given. Reads keys only, and
+        the tail's header."""
         prefix = u64(fid)
         keys = []
         with self.txn.cursor(db=self.dbs["blocks"]) as cur:
-            if cur.set_range(prefix):
+            if cur.set_range(_KEY.pack(fid, max(start, 0))):
                 for key in cur.iternext(values=False):
                     if key[:8] != prefix:
                         break
@@ -1438,58 +1506,6 @@ class Txn:
         if tail is not None:
             firsts = np.append(firsts, _HEADER.unpack_from(tail, 0)[4])
         return firsts
-
-    def blocks_over(self, fid: int, los: np.ndarray, his: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray]:
-        """For sorted, disjoint ranges [los[i], his[i]]: the feature's blocks whose key
-        range meets one: the block holding lo (the last whose first start is <= lo; none
-        when lo is before the list) and each block whose first start is in (lo, hi]. As
-        (firsts, nexts): their first starts, ascending, distinct, and each one's next
-        block's first start (-1 for the list's last block; the tail counts as its last).
-        What block_firsts gives, restricted to these blocks, found by cursor seeks (a
-        few per range, not one step per block of the list)."""
-        tail = self.tail(fid)
-        tail_first = None if tail is None else _HEADER.unpack_from(tail, 0)[4]
-        pack, unpack, prefix = _KEY.pack, _KEY.unpack, u64(fid)
-        found: dict[int, int] = {}
-        known_first = known_next = None  # the last block found, and its next (-1: none)
-        with self.txn.cursor(db=self.dbs["blocks"]) as cur:
-            for lo, hi in zip(los.tolist(), his.tolist()):
-                if known_first is not None and known_first <= lo and \
-                        (known_next < 0 or lo < known_next) and \
-                        (known_next < 0 or hi < known_next):
-                    continue  # in the block found last
-                if tail_first is not None and tail_first <= lo:
-                    found[tail_first] = known_next = -1
-                    known_first = tail_first
-                    continue
-                # keys of this list, in order from the block holding lo: (first, next)
-                at = cur.set_range(pack(fid, max(lo + 1, 0)))
-                here = None
-                if (cur.prev() if at else cur.last()) and bytes(cur.key()[:8]) == prefix:
-                    here = unpack(cur.key())[1]
-                    at = cur.next()
-                elif at:
-                    at = cur.set_range(pack(fid, max(lo + 1, 0)))
-                while True:
-                    nxt = unpack(cur.key())[1] if at and bytes(cur.key()[:8]) == prefix \
-                        else None
-                    if nxt is None:
-                        nxt = tail_first if tail_first is not None and \
-                            (here is None or tail_first > here) else -1
-                        at = False
-                    if here is not None:
-                        found[here] = nxt
-                        known_first, known_next = here, nxt
-                    if nxt < 0 or nxt > hi:
-                        break
-                    here = nxt
-                    if at:
-                        at = cur.next()
-        if not found:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-        firsts = np.array(sorted(found), dtype=np.int64)
-        return firsts, np.array([found[f] for f in firsts.tolist()], dtype=np.int64)
 
     def read_blocks(self, fid: int, firsts: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -1621,6 +1637,7 @@ class Txn:
                         break
                     keys.append(bytes(cur.key()))
                     parts.append(decode_block(cur.value()))
+        self._changed(fid, min(lo, int(parts[0][0][0])) if parts else lo)
         if parts:
             self._count(fid, -sum(len(p[0]) for p in parts))
             old_s = np.concatenate([p[0] for p in parts])
@@ -1665,6 +1682,9 @@ class Txn:
         when too long for one, the list's new last block)."""
         if not fids:
             return
+        for g, fid in enumerate(fids):
+            if bounds[g] < bounds[g + 1]:
+                self._changed(fid, int(addresses[bounds[g]]))
         tails_db = self.dbs["tails"]
         keys = [u64(f) for f in fids]
         many = len(fids) >= RELEASE_OVER
@@ -1784,6 +1804,7 @@ class Txn:
         self._seal_tail(fid)
         blocks = self.dbs["blocks"]
         prefix = u64(fid)
+        low = int(s[0])
         if self._append_cursor is None:
             self._append_cursor = self.txn.cursor(db=blocks)
         cur = self._append_cursor
@@ -1796,6 +1817,7 @@ class Txn:
             if not (ls[-1] < s[0] and le[-1] < e[0]):
                 return False
             self._mark_overlaps(fid, s, e, int(le[-1]))
+            self._changed(fid, low)
             if n < self._limit(count) and len(buf) < self.block_bytes:
                 # refill the last block (and go on in new blocks past it)
                 cur.delete()
@@ -1804,6 +1826,7 @@ class Txn:
                            np.concatenate((lv, v)))
         else:
             self._mark_overlaps(fid, s, e)
+            self._changed(fid, 0)
         self._count(fid, len(s))
         self._put_list(fid, s, e, v, count)
         return True
@@ -1859,6 +1882,7 @@ class Txn:
         header = _HEADER.unpack_from
         for f, value in zip(fid_list, values):
             self._count(f, header(value, 0)[3])
+            self._changed(f, 0)
         order = sorted(range(len(keys)), key=keys.__getitem__)
         items, tail_items = [], []
         for n, i in enumerate(order):

@@ -2,14 +2,18 @@
 
     python benchmarks/commit_query.py                  # 1x and 4x, a commit every 10 queries
     python benchmarks/commit_query.py --sizes 1 --every 5 --tree /tmp/before
+    python benchmarks/commit_query.py --free-text      # search_text, as Memory.recall
 
 For each size, a copy of the one-database collection shards_bench.py builds
 (benchmarks/work/shards/{1x,4x}-1.db) is opened for writing in a fresh process; the real
 queries (tests/data/vole-queries.tsv) are replayed as the server runs them (rank to depth
-1000 and the first hit with its snippet), 300 first to warm up, then --queries more with a
-one-document commit (a short note, as Memory.remember writes) before every --every-th.
-The first query after each commit and the others are reported apart (median / p90 / p99
-ms), with the commits' own time. --tree runs another checkout's annodb (for a before /
+1000 and the first hit with its snippet), 300 first to warm up (with commits as below),
+then --queries more with a one-document commit (a short note, as Memory.remember writes) before every --every-th.
+With --free-text the queries are natural-language questions instead (the 86 TREC RAG
+2024 questions, then the real queries' words; benchmarks/shards_bench.py's free_texts),
+each `search_text(q, k=10)` with snippets, as Memory.recall and the MCP search tool ask,
+50 first to warm up. The first query after each commit and the others are reported apart
+(median / p90 / p99 ms), with the commits' own time. --tree runs another checkout's annodb (for a before /
 after pair on one machine, in one run).
 """
 
@@ -27,17 +31,26 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 QUERIES = os.path.join(REPO, "tests", "data", "vole-queries.tsv")
+sys.path.insert(0, REPO)
 
 REPLAY = r"""
 import json, sys, time
 import annodb
 sys.path.insert(0, sys.argv[5])
 from benchmarks.server_bench import load_queries
-path, n, every = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-queries = load_queries(sys.argv[4])
+path, n, every, free = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[6] == "free"
+if free:
+    with open(sys.argv[4], encoding="utf-8") as f:
+        queries = json.load(f)
+else:
+    queries = load_queries(sys.argv[4])
+warm = 50 if free else 300
 db = annodb.open(path)
 def one(q):
     with db.read() as r:
+        if free:
+            r.search_text(q, k=10)
+            return True
         try:
             ranking = r.rank(q, depth=1000, lenient=True)
         except annodb.AnnodbError:
@@ -45,10 +58,10 @@ def one(q):
         if len(ranking):
             ranking.hit(0)
     return True
-for q in queries[:300]:
-    one(q)
 after, others, commits = [], [], []
-for i, q in enumerate(queries[300:300 + n]):
+for i, q in enumerate(queries[:warm + n]):
+    if i == warm:  # (the warm-up's commits compiled the writer's kernels too)
+        after, others, commits = [], [], []
     if i % every == 0:
         t = time.perf_counter()
         with db.write() as w:
@@ -69,13 +82,20 @@ def stats(seconds: list[float]) -> dict:
             "p99": float(np.percentile(ms, 99))}
 
 
-def run(source: str, work: str, tree: str, n: int, every: int) -> dict:
+def run(source: str, work: str, tree: str, n: int, every: int, free: bool) -> dict:
     copy = os.path.join(work, os.path.basename(source))
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(source, copy)
+    queries = QUERIES
+    if free:
+        from benchmarks.shards_bench import free_texts
+        queries = os.path.join(work, "free-texts.json")
+        with open(queries, "w", encoding="utf-8") as f:
+            json.dump(free_texts(n + 50), f)
     try:
-        out = subprocess.run([sys.executable, "-c", REPLAY, copy, str(n), str(every), QUERIES,
-                              REPO], cwd=tree, capture_output=True, text=True,
+        out = subprocess.run([sys.executable, "-c", REPLAY, copy, str(n), str(every), queries,
+                              REPO, "free" if free else "gcl"], cwd=tree, capture_output=True,
+                             text=True,
                              env={**os.environ, "PYTHONPATH": tree})
         if out.returncode:
             raise SystemExit(f"commit_query: the replay failed: {out.stderr[-2000:]}")
@@ -93,6 +113,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tree", action="append", default=None,
                     help="an annodb checkout to run (repeatable; default this one)")
     ap.add_argument("--work", default=os.path.join(HERE, "work", "commit"))
+    ap.add_argument("--free-text", action="store_true",
+                    help="natural-language questions by search_text (default: GCL queries)")
     args = ap.parse_args(argv)
     os.makedirs(args.work, exist_ok=True)
     trees = args.tree or [REPO]
@@ -102,7 +124,7 @@ def main(argv=None) -> int:
         if not os.path.exists(source):
             raise SystemExit(f"commit_query: no {source} (benchmarks/shards_bench.py builds it)")
         for tree in trees:
-            got = run(source, args.work, tree, args.queries, args.every)
+            got = run(source, args.work, tree, args.queries, args.every, args.free_text)
             rows.append((f"{times}x", tree, got))
             print(f"{times}x {tree}: {got}", flush=True)
     print("\n| corpus | annodb | queries | median ms | p90 ms | p99 ms |\n|---|---|---|---:|---:|---:|")

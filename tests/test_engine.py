@@ -15,7 +15,7 @@ import tempfile
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import annodb
@@ -453,25 +453,26 @@ def test_the_document_list_under_bm25_is_cached_up_to_the_whole_budget(monkeypat
 
 
 @pytest.fixture
-def sought_by_seeks(monkeypatch):
-    """Lists of at most 2 intervals a block, cached, never decoded whole, and a directory
-    changed by a commit always sought by seeks (however many ranges), not read again."""
+def directories_patched(monkeypatch):
+    """Lists of at most 2 intervals a block, read by blocks (never decoded whole), each
+    keeping a record of its last changes, so a directory changed by a commit is patched
+    from the one read before."""
     from annodb import lists, storage
     monkeypatch.setattr(storage, "block_limits", lambda psize: (psize - 16, 2))
     monkeypatch.setattr(storage, "ANNOTATION_BLOCK", 2)
+    monkeypatch.setattr(storage, "CHANGES_OVER", 1)
     monkeypatch.setattr(lists, "SMALL_LIST", -1)
     monkeypatch.setattr(lists, "WHOLE_FRACTION", 2.0)
-    monkeypatch.setattr(lists, "SEEKS_PER_READ", 1e-9)
 
 
 @SETTINGS
 @given(databases(), st.lists(queries, min_size=1, max_size=4), ks,
        st.lists(word, min_size=1, max_size=6))
-def test_queries_agree_after_a_commit_when_directories_are_sought(sought_by_seeks, database,
-                                                                  nodes, k, words):
-    """Every query run once (each list's directory read: its block count known), then a
-    document added: the lists it changed are probed by seeks (storage's blocks_over), and
-    every answer still equals the reference's."""
+def test_queries_agree_after_a_commit_when_directories_are_patched(directories_patched,
+                                                                   database, nodes, k, words):
+    """Every query run once (each list's directory read), then a document added: the
+    directories it changed are patched from those read before (Lists._patched_directory),
+    and every answer still equals the reference's."""
     with tempfile.TemporaryDirectory() as tmp:
         db, model = build(os.path.join(tmp, "db"), *database)
         try:
@@ -495,51 +496,16 @@ def test_queries_agree_after_a_commit_when_directories_are_sought(sought_by_seek
             db.close()
 
 
-@SETTINGS
-@given(st.lists(st.integers(1, 30), min_size=1, max_size=40), st.data())
-def test_the_blocks_sought_are_those_of_the_directory(read_by_blocks, tmp_path_factory,
-                                                      lengths, data):
-    """storage's blocks_over against block_firsts, the whole directory: for sorted,
-    disjoint ranges, the block holding each range's start and every block starting inside
-    it, each with its next block's first start (the tail's last), in a real LMDB file."""
-    from annodb.storage import Txn
-    db = annodb.open(tmp_path_factory.mktemp("blocks") / "db")
-    try:
-        with db.write() as w:
-            for i, n in enumerate(lengths):
-                w.add(" ".join(["a", "b"] * n), docno=f"d{i}")
-        with db.read() as r:
-            txn = r._txn
-            assert isinstance(txn, Txn)
-            for name in (":", "a", "b"):
-                fid = txn.feature_id(name)
-                firsts = txn.block_firsts(fid)
-                top = int(firsts[-1]) + 5
-                cuts = sorted(set(data.draw(st.lists(st.integers(-3, top), max_size=12))))
-                points = data.draw(st.booleans())
-                los = np.array(cuts if points else cuts[0::2][:len(cuts) // 2], np.int64)
-                his = los.copy() if points else np.array(cuts[1::2], np.int64)
-                want: dict[int, int] = {}
-                for lo, hi in zip(los.tolist(), his.tolist()):
-                    a = max(int(np.searchsorted(firsts, lo, side="right")) - 1, 0)
-                    b = int(np.searchsorted(firsts, hi, side="right")) - 1
-                    for j in range(a, b + 1):
-                        want[int(firsts[j])] = int(firsts[j + 1]) if j + 1 < len(firsts) \
-                            else -1
-                got_firsts, got_nexts = txn.blocks_over(fid, los, his)
-                assert got_firsts.tolist() == sorted(want), (name, los, his)
-                assert got_nexts.tolist() == [want[f] for f in sorted(want)], (name, los, his)
-    finally:
-        db.close()
-
-
-def test_the_first_query_after_a_commit_seeks_the_documents_blocks(tmp_path, monkeypatch):
+def test_the_first_query_after_a_commit_patches_the_documents_directory(tmp_path,
+                                                                         monkeypatch):
     """A commit changes the documents' list `:`; the next query's ranking found the
     containers of its covers by reading that list's whole directory again, one step per
     block (at 4x the scale corpus 52,164 blocks, 30-90 ms at every first query after a
-    commit, growing with the collection). It seeks the blocks it needs now."""
+    commit, growing with the collection). It reads the blocks' keys from the last old
+    block on now."""
     from annodb import lists, storage
     monkeypatch.setattr(storage, "block_limits", lambda psize: (psize - 16, 2))
+    monkeypatch.setattr(storage, "CHANGES_OVER", 100)
     monkeypatch.setattr(lists, "SMALL_LIST", -1)
     db = annodb.open(tmp_path / "db")
     with db.write() as w:
@@ -550,14 +516,14 @@ def test_the_first_query_after_a_commit_seeks_the_documents_blocks(tmp_path, mon
         assert len(r.search(query, k=10)) == 6
     read = []
     real = storage.Txn.block_firsts
-    monkeypatch.setattr(storage.Txn, "block_firsts",
-                        lambda txn, fid: read.append(fid) or real(txn, fid))
+    monkeypatch.setattr(storage.Txn, "block_firsts", lambda txn, fid, start=0: (
+        None if start else read.append(fid)) or real(txn, fid, start))
     with db.write() as w:
         w.add("a new note on goth rock", docno="new")
     with db.read() as r:
         documents = r._txn.feature_id(":")
         got = [(h.docno, h.score, h.cover) for h in r.search(query, k=10, snippets=False)]
-        assert r.lists.sought > 0
+        assert r.lists.patched > 0
     assert documents not in read
     monkeypatch.setattr(storage.Txn, "block_firsts", real)
     with annodb.open(tmp_path / "db", readonly=True) as fresh, fresh.read() as r:
@@ -565,3 +531,79 @@ def test_the_first_query_after_a_commit_seeks_the_documents_blocks(tmp_path, mon
                                                                snippets=False)] == got
     assert len(got) == 7
     db.close()
+
+
+@pytest.fixture(params=[(None, 2), (24, 1000)], ids=["2 a block", "24 bytes a block"])
+def changes_kept(monkeypatch, request):
+    """Lists of at most 2 intervals a block (or blocks of 24 bytes: as many as their
+    widths let in, so a tail's postings may join the block before), every list keeping a
+    record of its last two changes (storage's `changes`), so a few commits use the
+    record, reach past it and rewrite blocks in the middle of a list."""
+    from annodb import storage
+    size, count = request.param
+    monkeypatch.setattr(storage, "block_limits", lambda psize: (size or psize - 16, count))
+    monkeypatch.setattr(storage, "ANNOTATION_BLOCK", 2)
+    monkeypatch.setattr(storage, "CHANGES_OVER", 1)
+    monkeypatch.setattr(storage, "CHANGES_KEPT", 2)
+
+
+edits = st.lists(st.one_of(
+    st.tuples(st.just("add"), st.lists(word, min_size=1, max_size=5)),
+    st.tuples(st.just("annotate"), st.integers(0, 40), st.integers(0, 3),
+              st.sampled_from([0.0, 1.0, 2.5])),
+    st.tuples(st.just("delete"), st.integers(0, 9)),
+    st.tuples(st.just("read"),)), min_size=1, max_size=12)
+
+
+@SETTINGS
+@given(st.lists(st.lists(word, min_size=1, max_size=5), min_size=1, max_size=6), edits)
+@example([["a", "b", "c"]] * 3, [("annotate", 5, 3, 1.0), ("read",),
+                                 ("annotate", 6, 0, 2.5), ("read",)])  # the outer one goes
+def test_whole_lists_patched_after_commits_equal_lists_decoded_anew(
+        changes_kept, tmp_path_factory, docs, steps):
+    """Whole lists decoded once, then commits (documents appended, annotations appended,
+    replaced or put between others, documents deleted), with reads between some: every
+    whole list a snapshot gives (from the cached version and the record of changes,
+    Lists._patched) equals the list decoded anew from storage, and appends are patched."""
+    from annodb.lists import Lists
+    db = annodb.open(tmp_path_factory.mktemp("patch") / "db")
+    features = [":", "tag:"] + sorted({w for d in docs for w in d})
+    try:
+        with db.write() as w:
+            for i, d in enumerate(docs):
+                w.add(" ".join(d), docno=f"d{i}")
+            w.annotate("tag:", 0, 1, 1.0)
+        n = len(docs)
+
+        def read():
+            with db.read() as r:
+                patched = r.lists.patched
+                for f in features + [x for x in ("new", "more") if r.lists.fid(x)]:
+                    got = r.lists.whole(f)
+                    fresh = Lists(r._txn, None).whole(f)
+                    assert np.array_equal(got.starts, fresh.starts), f
+                    assert np.array_equal(got.ends, fresh.ends), f
+                    assert np.array_equal(got.values, fresh.values), f
+                    fid = r.lists.fid(f)
+                    assert np.array_equal(r.lists._firsts(fid), r._txn.block_firsts(fid)), f
+                return r.lists.patched - patched
+
+        read()
+        for step in steps:
+            if step[0] == "read":
+                read()
+                continue
+            with db.write() as w:
+                if step[0] == "add":
+                    w.add(" ".join(step[1] + ["new"]), docno=f"d{n}")
+                    n += 1
+                elif step[0] == "annotate":
+                    w.annotate("tag:", step[1], step[1] + step[2], step[3])
+                else:
+                    w.delete(f"d{step[1]}")
+        read()
+        with db.write() as w:  # one append after a read: patched, not decoded again
+            w.add("more words", docno="last")
+        assert read() >= 1
+    finally:
+        db.close()
