@@ -38,8 +38,8 @@ there and read on from it (Lists._patched_directory), and of a list cached whole
 intervals from there on are decoded and joined to the cached rest (Lists._patched). A
 change that only appends, as a new document or note does, is written in place into room
 kept at the arrays' end (_Room), so it costs what it adds; any other copies the list once
-instead of decoding it. A delete changes the erased ranges, under which every list is
-decoded again (directories are kept: a delete does not change them).
+instead of decoding it. A delete adds erased ranges: a list cached whole is kept less
+what lies inside them (one pass, no decoding), its directory as it was.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import kernels
-from .storage import OVERLAPPING, UNKNOWN
+from .storage import MAX_ADDRESS, OVERLAPPING, UNKNOWN
 
 EMPTY_I = np.empty(0, dtype=np.int64)
 EMPTY_F = np.empty(0, dtype=np.float64)
@@ -82,7 +82,10 @@ class Intervals:
         """The intervals at the (increasing) indices idx."""
         if len(idx) == len(self.starts):
             return self
-        return Intervals(self.starts[idx], self.ends[idx], self.values[idx])
+        s = self.starts[idx]
+        v = self.values
+        return Intervals(s, s if self.ends is self.starts else self.ends[idx],
+                         np.broadcast_to(v[:1], s.shape) if v.strides == (0,) else v[idx])
 
     def nbytes(self) -> int:
         """Bytes these arrays hold: an array sharing another's memory (ends of points are
@@ -102,23 +105,28 @@ class _Room:
     that the next version, when it only appends, is written in place: the cached views of
     the first `used` intervals stay as they are (see Lists._patched)."""
 
-    def __init__(self, old: Intervals, cut: int, part: Intervals, capacity: int):
-        n = cut + len(part)
-        self.points = _points(old) and _points(part)
-        self.zero = _zero(old) and _zero(part)
+    def __init__(self, pieces: list[tuple[Intervals, slice]]):
+        """The intervals of the pieces (a list and a slice of it each), one after the
+        other, with room for a sixteenth more (and 4,096)."""
+        n = sum(len(range(*r.indices(len(a)))) for a, r in pieces)
+        capacity = n + n // 16 + 4096
+        self.points = all(_points(a) for a, _ in pieces)
+        self.zero = all(_zero(a) for a, _ in pieces)
         self.s = np.empty(capacity, dtype=np.int64)
         self.e = self.s if self.points else np.empty(capacity, dtype=np.int64)
         self.v = None if self.zero else np.empty(capacity, dtype=np.float64)
-        self._write(old, 0, cut)
-        self._write(part, cut, n)
-        self.used = n
+        self.used = 0
+        for a, r in pieces:
+            self._write(Intervals(a.starts[r], a.ends[r], a.values[r]))
 
-    def _write(self, part: Intervals, at: int, to: int) -> None:
-        self.s[at:to] = part.starts[:to - at]
+    def _write(self, part: Intervals) -> None:
+        at, to = self.used, self.used + len(part)
+        self.s[at:to] = part.starts
         if not self.points:
-            self.e[at:to] = part.ends[:to - at]
+            self.e[at:to] = part.ends
         if self.v is not None:
-            self.v[at:to] = part.values[:to - at]
+            self.v[at:to] = part.values
+        self.used = to
 
     @property
     def nbytes(self) -> int:
@@ -127,18 +135,18 @@ class _Room:
 
     def append(self, part: Intervals) -> bool:
         """Write part after the used intervals, if it fits the room and the arrays' kind."""
-        n = self.used + len(part)
-        if n > len(self.s) or (self.points and not _points(part)) or \
+        if self.used + len(part) > len(self.s) or (self.points and not _points(part)) or \
                 (self.zero and not _zero(part)):
             return False
-        self._write(part, self.used, n)
-        self.used = n
+        self._write(part)
         return True
 
     def view(self) -> Intervals:
         n = self.used
-        return Intervals(self.s[:n], self.e[:n], np.broadcast_to(np.float64(0.0), (n,))
-                         if self.v is None else self.v[:n])
+        s = self.s[:n]
+        return Intervals(s, s if self.points else self.e[:n],
+                         np.broadcast_to(np.float64(0.0), (n,)) if self.v is None
+                         else self.v[:n])
 
 
 def _points(a: Intervals) -> bool:
@@ -195,24 +203,28 @@ class ListCache:
             _, (_, old, _, _) = self._items.popitem(last=False)
             self.bytes -= old
 
-    def extend(self, old_key, key, old: Intervals, part: Intervals, low: int) -> Intervals:
+    def extend(self, old_key, key, old: Intervals, part: Intervals, low: int,
+               kept: list[slice] | None = None) -> Intervals | None:
         """The list `key` whose intervals starting before `low` are those of the cached
-        list `old_key` (old), and the rest `part`: written in place after old's when it
-        only appends and old is its room's newest version, else copied into a new room.
-        It replaces old_key in the cache."""
+        list `old_key` (old; or only its runs `kept`, the rest erased since), and the
+        rest `part`: written in place after old's when it only appends and old is its
+        room's newest version, else copied into a new room. It replaces old_key in the
+        cache; None when old_key is no longer cached."""
         cut = int(np.searchsorted(old.starts, low, side="left"))
         with self._lock:
             entry = self._items.get(old_key)
             if entry is None:
                 return None
             room, container = entry[2], entry[3]
-            if room is not None and cut == len(old) == room.used and room.append(part):
+            if kept is None and room is not None and cut == len(old) == room.used and \
+                    room.append(part):
                 value = room.view()
             else:
                 room = None
         if room is None:
-            n = cut + len(part)
-            room = _Room(old, cut, part, n + n // 16 + 4096)
+            runs = [slice(0, cut)] if kept is None else \
+                [slice(r.start, min(r.stop, cut)) for r in kept if r.start < cut]
+            room = _Room([(old, r) for r in runs] + [(part, slice(None))])
             value = room.view()
         self.replace(old_key, key, value, room.nbytes, container, room)
         return value
@@ -366,7 +378,7 @@ class Lists:
         if found is None:
             return None
         old, old_key, key, low = found
-        if low is not None:
+        if low is not None and low < MAX_ADDRESS:
             at = int(np.searchsorted(old, low, side="right")) - 1
             if at < 0:
                 return None
@@ -456,20 +468,42 @@ class Lists:
     def _patched(self, fid: int) -> Intervals | None:
         """The whole list, from the cached whole list of an earlier version and what the
         list's record of changes (storage's list_changes) says changed since: only the
-        intervals from the lowest start changed on are decoded. None when no earlier
-        version is cached, the erased ranges changed since, or the record does not reach
-        back to it."""
+        intervals from the lowest start changed on are decoded, and where ranges were
+        erased since, the earlier version's intervals inside them are dropped. None when
+        no earlier version is cached, the record does not reach back to it, or erased
+        ranges were given back (not a subset of today's)."""
         found = self._earlier("list", fid)
-        if found is None or found[1][3] != found[2][3]:
+        if found is None:
             return None
         old, old_key, key, low = found
-        s, e, v = self._txn.read_list(fid, low)
-        self.read += len(s)
-        found = self._shared.extend(old_key, key, old, self._live(s, e, v), low)
+        kept = None
+        if old_key[3] != key[3]:  # the erased ranges changed
+            if not self._erased_grew(old_key[3]):
+                return None
+            kept = _outside(old, *self.erased())
+        part = Intervals.empty()
+        if low is None or low >= MAX_ADDRESS:  # no interval changed
+            low = MAX_ADDRESS
+        else:
+            s, e, v = self._txn.read_list(fid, low)
+            self.read += len(s)
+            part = self._live(s, e, v)
+        found = self._shared.extend(old_key, key, old, part, low, kept)
         if found is not None:
             self._local[("list", fid)] = found
             self.patched += 1
         return found
+
+    def _erased_grew(self, version: int) -> bool:
+        """Whether every range erased as of erased version `version` (cached) lies in one
+        erased now."""
+        found = self._shared.get(("erased", version))
+        if found is None:
+            return False
+        os_, oe = found
+        es, ee = self.erased()
+        at = np.searchsorted(es, os_, side="right") - 1
+        return bool((at >= 0).all() and (ee[at] >= oe).all()) if len(os_) else True
 
     def _whole_if_cheap(self, feature: str) -> Intervals | None:
         """The whole list when it is decoded already or about a block long, else None."""
@@ -565,6 +599,20 @@ class Lists:
         j = np.searchsorted(pts, xs, side="left")
         after = pts[j[j < len(pts)]]
         return _distinct(np.sort(np.concatenate((before, after))))
+
+
+def _outside(a: Intervals, es: np.ndarray, ee: np.ndarray) -> list[slice] | None:
+    """The runs of a's intervals not inside one of the sorted ranges [es[i], ee[i]], or
+    None when none is inside one. A GC-list's starts and ends both increase, so those
+    inside [p, q] are a run, from the first starting at or after p to the last ending at
+    or before q: two binary searches a range."""
+    lo = np.searchsorted(a.starts, es, side="left")
+    hi = np.searchsorted(a.ends, ee, side="right")
+    hit = hi > lo
+    if not hit.any():
+        return None
+    cuts = np.concatenate(([0], np.stack((lo[hit], hi[hit]), axis=1).ravel(), [len(a)]))
+    return [slice(x, y) for x, y in zip(cuts[0::2].tolist(), cuts[1::2].tolist()) if y > x]
 
 
 def _low_since(changes: list[tuple[int, int]], old: int, version: int) -> int | None:

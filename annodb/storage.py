@@ -86,7 +86,8 @@ is numeric order):
               (version, low) for each change in order: the id of the write transaction,
               and the lowest start of an interval it added, removed or changed in the
               list (every interval starting below low is as it was at the version
-              before, base for the first). A reader holding the whole list as of a version
+              before, base for the first; MAX_ADDRESS when it changed none: a delete
+              changes only a word's df). A reader holding the whole list as of a version
               in the record decodes only what starts at or past the lowest low since then
               (lists.py). Written at each commit that changes the list's version (counts);
               a record whose last version is not the list's version (an older annodb wrote
@@ -1336,7 +1337,9 @@ class Txn:
     def _record_changes(self, fids: list[int], keys: list[bytes], old: dict,
                         version: int) -> None:
         """Append this commit's change of each long list to its record (see `changes`):
-        the lowest start it changed, 0 (all of it) where that was not noted."""
+        the lowest start it changed; MAX_ADDRESS (none) where it wrote no interval (only
+        the list's df or high changed: a delete), 0 (all of it) where a write was not
+        noted."""
         db = self.dbs["changes"]
         if db is None:
             return
@@ -1352,7 +1355,10 @@ class Txn:
                 pairs = _changes_value(records.get(k, b""))
                 if not pairs or pairs[-1][0] != old[k][1]:  # none, or not the list's
                     pairs = [(old[k][1], 0)]
-                pairs.append((version, self._lows.get(fid, 0)))
+                low = self._lows.get(fid)
+                if low is None:
+                    low = 0 if fid in self._counts else MAX_ADDRESS
+                pairs.append((version, low))
                 if len(pairs) > CHANGES_KEPT + 1:
                     pairs = [(pairs[-CHANGES_KEPT - 1][0], 0)] + pairs[-CHANGES_KEPT:]
                 items.append((k, b"".join(_KEY.pack(*p) for p in pairs)))

@@ -9,7 +9,8 @@ For each size, a copy of the one-database collection shards_bench.py builds
 queries (tests/data/vole-queries.tsv) are replayed as the server runs them (rank to depth
 1000 and the first hit with its snippet), 300 first to warm up (with commits as below),
 then --queries more with a one-document commit (a short note, as Memory.remember writes) before every --every-th.
-With --free-text the queries are natural-language questions instead (the 86 TREC RAG
+With --forget every other commit deletes the note the commit before added (an agent's
+`forget`) instead of adding one. With --free-text the queries are natural-language questions instead (the 86 TREC RAG
 2024 questions, then the real queries' words; benchmarks/shards_bench.py's free_texts),
 each `search_text(q, k=10)` with snippets, as Memory.recall and the MCP search tool ask,
 50 first to warm up. The first query after each commit and the others are reported apart
@@ -39,6 +40,8 @@ import annodb
 sys.path.insert(0, sys.argv[5])
 from benchmarks.server_bench import load_queries
 path, n, every, free = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[6] == "free"
+forget = sys.argv[7] == "forget"
+notes = []
 if free:
     with open(sys.argv[4], encoding="utf-8") as f:
         queries = json.load(f)
@@ -65,8 +68,11 @@ for i, q in enumerate(queries[:warm + n]):
     if i % every == 0:
         t = time.perf_counter()
         with db.write() as w:
-            w.add({"docno": f"note-{i}-{time.time_ns()}",
-                   "text": "remembered: " + " ".join(q.split()[:8])})
+            if forget and notes and (i // every) % 2:
+                w.delete(notes.pop())
+            else:
+                notes.append(f"note-{i}-{time.time_ns()}")
+                w.add({"docno": notes[-1], "text": "remembered: " + " ".join(q.split()[:8])})
         commits.append(time.perf_counter() - t)
     t = time.perf_counter()
     if one(q):
@@ -82,7 +88,8 @@ def stats(seconds: list[float]) -> dict:
             "p99": float(np.percentile(ms, 99))}
 
 
-def run(source: str, work: str, tree: str, n: int, every: int, free: bool) -> dict:
+def run(source: str, work: str, tree: str, n: int, every: int, free: bool,
+        forget: bool) -> dict:
     copy = os.path.join(work, os.path.basename(source))
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(source, copy)
@@ -94,7 +101,8 @@ def run(source: str, work: str, tree: str, n: int, every: int, free: bool) -> di
             json.dump(free_texts(n + 50), f)
     try:
         out = subprocess.run([sys.executable, "-c", REPLAY, copy, str(n), str(every), queries,
-                              REPO, "free" if free else "gcl"], cwd=tree, capture_output=True,
+                              REPO, "free" if free else "gcl", "forget" if forget else "add"],
+                             cwd=tree, capture_output=True,
                              text=True,
                              env={**os.environ, "PYTHONPATH": tree})
         if out.returncode:
@@ -115,6 +123,8 @@ def main(argv=None) -> int:
     ap.add_argument("--work", default=os.path.join(HERE, "work", "commit"))
     ap.add_argument("--free-text", action="store_true",
                     help="natural-language questions by search_text (default: GCL queries)")
+    ap.add_argument("--forget", action="store_true",
+                    help="every other commit deletes the note the one before added")
     args = ap.parse_args(argv)
     os.makedirs(args.work, exist_ok=True)
     trees = args.tree or [REPO]
@@ -124,7 +134,8 @@ def main(argv=None) -> int:
         if not os.path.exists(source):
             raise SystemExit(f"commit_query: no {source} (benchmarks/shards_bench.py builds it)")
         for tree in trees:
-            got = run(source, args.work, tree, args.queries, args.every, args.free_text)
+            got = run(source, args.work, tree, args.queries, args.every, args.free_text,
+                      args.forget)
             rows.append((f"{times}x", tree, got))
             print(f"{times}x {tree}: {got}", flush=True)
     print("\n| corpus | annodb | queries | median ms | p90 ms | p99 ms |\n|---|---|---|---:|---:|---:|")

@@ -552,6 +552,8 @@ edits = st.lists(st.one_of(
     st.tuples(st.just("annotate"), st.integers(0, 40), st.integers(0, 3),
               st.sampled_from([0.0, 1.0, 2.5])),
     st.tuples(st.just("delete"), st.integers(0, 9)),
+    st.tuples(st.just("delete and add"), st.integers(0, 9), st.lists(word, min_size=1,
+                                                                     max_size=3)),
     st.tuples(st.just("read"),)), min_size=1, max_size=12)
 
 
@@ -562,9 +564,10 @@ edits = st.lists(st.one_of(
 def test_whole_lists_patched_after_commits_equal_lists_decoded_anew(
         changes_kept, tmp_path_factory, docs, steps):
     """Whole lists decoded once, then commits (documents appended, annotations appended,
-    replaced or put between others, documents deleted), with reads between some: every
-    whole list a snapshot gives (from the cached version and the record of changes,
-    Lists._patched) equals the list decoded anew from storage, and appends are patched."""
+    replaced or put between others, documents deleted, a delete and an add in one commit),
+    with reads between some: every whole list and directory a snapshot gives (from the
+    cached version and the record of changes, Lists._patched) equals the one decoded anew
+    from storage, and appends and deletes are patched."""
     from annodb.lists import Lists
     db = annodb.open(tmp_path_factory.mktemp("patch") / "db")
     features = [":", "tag:"] + sorted({w for d in docs for w in d})
@@ -599,11 +602,40 @@ def test_whole_lists_patched_after_commits_equal_lists_decoded_anew(
                     n += 1
                 elif step[0] == "annotate":
                     w.annotate("tag:", step[1], step[1] + step[2], step[3])
-                else:
+                elif step[0] == "delete":
                     w.delete(f"d{step[1]}")
+                else:  # in one commit: erased ranges and new postings
+                    w.delete(f"d{step[1]}")
+                    w.add(" ".join(step[2]), docno=f"d{n}")
+                    n += 1
         read()
         with db.write() as w:  # one append after a read: patched, not decoded again
             w.add("more words", docno="last")
         assert read() >= 1
+        with db.write() as w:  # a delete: the cached lists less what it erased
+            w.delete("last")
+        assert read() >= 1
+    finally:
+        db.close()
+
+
+def test_a_list_is_decoded_anew_when_erased_ranges_are_given_back(changes_kept, tmp_path):
+    """Erased ranges only grow through the API (an erased address is never reused); a
+    write that gave some back (a purge, say) must not leave a cached list without
+    intervals that are live again: the earlier version is not used."""
+    db = annodb.open(tmp_path / "db")
+    try:
+        with db.write() as w:
+            for i in range(4):
+                w.add("a b c", docno=f"d{i}")
+        with db.write() as w:
+            w.delete("d1")
+        with db.read() as r:
+            assert len(r.lists.whole(":")) == 3
+        with db.write() as w:
+            w._txn.set_erased(np.empty(0, np.int64), np.empty(0, np.int64))
+        with db.read() as r:
+            assert len(r.lists.whole(":")) == 4
+            assert r.lists.patched == 0
     finally:
         db.close()
