@@ -24,8 +24,8 @@ container list that a query's probes reach most of (the documents `:` under ever
 ranking: a common word's postings are in nearly all of its blocks) is cached up to the
 whole budget: not cached, it was decoded whole again at every such query, work in
 proportion to the collection (at 4x the scale corpus, 6.7M documents, 107 MB decoded: a
-median free-text search took 0.26 s, now 0.05 s). A budget of 16 bytes per document or
-more keeps it.
+median free-text search took 0.26 s, now 0.05 s). A budget of 18 bytes per document or
+more keeps it (16 for the list, and after a commit room for a sixteenth more, see _Room).
 
 A commit that changes a list changes its key in the cache, so what was decoded of it is
 read again: the documents' list `:` changes with every document added, and the first
