@@ -38,8 +38,9 @@ there and read on from it (Lists._patched_directory), and of a list cached whole
 intervals from there on are decoded and joined to the cached rest (Lists._patched). A
 change that only appends, as a new document or note does, is written in place into room
 kept at the arrays' end (_Room), so it costs what it adds; any other copies the list once
-instead of decoding it. A delete adds erased ranges: a list cached whole is kept less
-what lies inside them (one pass, no decoding), its directory as it was.
+instead of decoding it. A delete adds erased ranges: a list cached whole that holds
+intervals inside them is copied without those (no decoding), others and the directories
+are kept as they are.
 """
 
 from __future__ import annotations
