@@ -405,7 +405,7 @@ def test_append_point_groups_refills_last_blocks_and_flags_non_appends():
 
 def test_group_order_is_a_stable_sort():
     rng = np.random.default_rng(3)
-    for n, k in [(0, 1), (1, 1), (50, 3), (5000, 700)]:
+    for n, k in [(0, 1), (1, 1), (50, 3), (5000, 700), (0, 10**6), (30, 10**6)]:
         ids = rng.integers(0, k, n)
         assert K.group_order(ids, k).tolist() == np.argsort(ids, kind="stable").tolist()
     with pytest.raises(ValueError):
@@ -704,16 +704,19 @@ def test_new_points_after_blocks_with_values_have_value_0():
 
 @settings(max_examples=100)
 @given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 60)), max_size=25),
-       st.integers(1, 30), st.randoms(use_true_random=False))
-def test_group_postings_against_numpy_and_naive(spec, n_ids, rnd):
+       st.integers(1, 30), st.randoms(use_true_random=False), st.sampled_from([1, 99_991]))
+def test_group_postings_against_numpy_and_naive(spec, n_ids, rnd, spread):
+    """Also with few ids out of many (spread: ids and n_ids scaled up), which the wrappers
+    count over the ids' ranks rather than over every id (COMPACT_BELOW)."""
     runs, at = [], 0  # (first address, count), in address order
     for gap, count in spec:
         runs.append((at + gap, count))
         at += gap + count
     n = sum(c for _, c in runs)
     # skewed to small ids, as word frequencies are
-    ids = np.array([min(rnd.randrange(n_ids) for _ in range(3)) for _ in range(n)],
+    ids = np.array([min(rnd.randrange(n_ids) for _ in range(3)) * spread for _ in range(n)],
                    dtype=np.int64)
+    n_ids *= spread
     starts = np.array([a for a, _ in runs], dtype=np.int64)
     counts = np.array([c for _, c in runs], dtype=np.int64)
     fids, bounds, addrs = K.group_postings(ids, starts, counts, n_ids)
