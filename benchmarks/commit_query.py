@@ -6,16 +6,17 @@
 
 For each size, a copy of the one-database collection shards_bench.py builds
 (benchmarks/work/shards/{1x,4x}-1.db) is opened for writing in a fresh process; the real
-queries (tests/data/vole-queries.tsv) are replayed as the server runs them (rank to depth
-1000 and the first hit with its snippet), 300 first to warm up (with commits as below),
-then --queries more with a one-document commit (a short note, as Memory.remember writes) before every --every-th.
-With --forget every other commit deletes the note the commit before added (an agent's
-`forget`) instead of adding one. With --free-text the queries are natural-language questions instead (the 86 TREC RAG
-2024 questions, then the real queries' words; benchmarks/shards_bench.py's free_texts),
-each `search_text(q, k=10)` with snippets, as Memory.recall and the MCP search tool ask,
-50 first to warm up. The first query after each commit and the others are reported apart
-(median / p90 / p99 ms), with the commits' own time. --tree runs another checkout's annodb (for a before /
-after pair on one machine, in one run).
+queries (tests/data/vole-queries.tsv) are replayed as the server runs them
+(server_bench.answer_as_served: rank to depth 1000 and the first hit with its snippet),
+300 first to warm up (with commits as below), then --queries more with a one-document
+commit (a short note, as Memory.remember writes) before every --every-th. With --forget
+every other commit deletes the note the commit before added (an agent's `forget`)
+instead of adding one. With --free-text the queries are natural-language questions
+instead (the 86 TREC RAG 2024 questions, then the real queries' words; shards_bench.py's
+free_texts), each `search_text(q, k=10)` with snippets, as Memory.recall and the MCP
+search tool ask, 50 first to warm up. The first query after each commit and the others
+are reported apart (median / p90 / p99 ms), with the commits' own time. --tree runs
+another checkout's annodb (for a before / after pair on one machine, in one run).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ REPLAY = r"""
 import json, sys, time
 import annodb
 sys.path.insert(0, sys.argv[5])
-from benchmarks.server_bench import load_queries
+from benchmarks.server_bench import answer_as_served, load_queries
 path, n, every, free = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[6] == "free"
 forget = sys.argv[7] == "forget"
 notes = []
@@ -50,17 +51,7 @@ else:
 warm = 50 if free else 300
 db = annodb.open(path)
 def one(q):
-    with db.read() as r:
-        if free:
-            r.search_text(q, k=10)
-            return True
-        try:
-            ranking = r.rank(q, depth=1000, lenient=True)
-        except annodb.AnnodbError:
-            return False
-        if len(ranking):
-            ranking.hit(0)
-    return True
+    return answer_as_served(db, q, free)
 after, others, commits = [], [], []
 for i, q in enumerate(queries[:warm + n]):
     if i == warm:  # (the warm-up's commits compiled the writer's kernels too)

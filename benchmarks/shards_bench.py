@@ -90,7 +90,7 @@ def ingest(corpus: str, db: str, shards: int | None) -> dict:
 REPLAY = r"""
 import json, sys, time, gc
 import numpy as np, annodb
-from benchmarks.server_bench import load_queries
+from benchmarks.server_bench import answer_as_served, load_queries
 path, mode, kind = sys.argv[1], sys.argv[2], sys.argv[4]
 queries = load_queries(sys.argv[3]) if kind == "gcl" else json.loads(sys.argv[3])
 if mode == "ray":
@@ -100,16 +100,7 @@ if mode == "ray":
 else:
     db = annodb.open(path, readonly=True, fan_out=None if mode == "one" else mode)
 def one(q):
-    with db.read() as r:
-        if kind == "text":      # free text as an agent asks it: the default ranking, snippets
-            return [h.snippet for h in r.search_text(q, k=10)] is not None
-        try:
-            ranking = r.rank(q, depth=1000, lenient=True)
-        except annodb.AnnodbError:
-            return None
-        if len(ranking):
-            ranking.hit(0)
-    return True
+    return answer_as_served(db, q, kind == "text")
 for q in queries[:300 if kind == "gcl" else 50]:
     one(q)
 gc.freeze()

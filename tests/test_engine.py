@@ -105,17 +105,24 @@ def agree(database, nodes, k, search=True):
     with tempfile.TemporaryDirectory() as tmp:
         db, model = build(os.path.join(tmp, "db"), *database)
         try:
-            with db.read() as r:
-                for node in nodes:
-                    assert parse(format(node)).node == node
-                    assert list(r.query(node)) == naive.evaluate(model, node), format(node)
-                    for box in CONTAINERS if search else ():
-                        got = [(h.docno, h.score, h.cover) for h in r.search(
-                            node, k=k, container=box, snippets=False)]
-                        assert got == naive.search(model, node, parse(box).node, k), \
-                            (format(node), box, k)
+            for node in nodes:
+                assert parse(format(node)).node == node
+            answers_agree(db, model, nodes, k, search)
         finally:
             db.close()
+
+
+def answers_agree(db, model, nodes, k, search=True):
+    """Every query's intervals and (with `search`) its top k in each kind of container,
+    in a fresh snapshot of db, equal the reference model's."""
+    with db.read() as r:
+        for node in nodes:
+            assert list(r.query(node)) == naive.evaluate(model, node), format(node)
+            for box in CONTAINERS if search else ():
+                got = [(h.docno, h.score, h.cover) for h in r.search(
+                    node, k=k, container=box, snippets=False)]
+                assert got == naive.search(model, node, parse(box).node, k), \
+                    (format(node), box, k)
 
 
 GAPS = st.text(" \n\r,.;:%-“”'(", max_size=4)
@@ -484,14 +491,7 @@ def test_queries_agree_after_a_commit_when_directories_are_patched(directories_p
             with db.write() as w:
                 added = w.add(" ".join(words), docno="after")
             assert (added.start, added.end) == model.add("after", words)
-            with db.read() as r:
-                for node in nodes:
-                    assert list(r.query(node)) == naive.evaluate(model, node), format(node)
-                    for box in CONTAINERS:
-                        got = [(h.docno, h.score, h.cover) for h in r.search(
-                            node, k=k, container=box, snippets=False)]
-                        assert got == naive.search(model, node, parse(box).node, k), \
-                            (format(node), box, k)
+            answers_agree(db, model, nodes, k)
         finally:
             db.close()
 
