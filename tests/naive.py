@@ -437,6 +437,33 @@ def group_postings(ids, runs):
     return fids, bounds, out
 
 
+def block_facts(intervals, values, last_end, docs, erased, last_doc):
+    """What annodb.check learns of one block (kernels/checking.py): (flags, held, last_doc,
+    high). flags: 1 an interval ends before it starts, 2 two starts in a row do not rise,
+    4 two ends in a row do not rise, 8 an interval starts at or before the previous one's
+    end (the first: before last_end). held: the documents (docs: sorted, disjoint) after
+    index last_doc holding a block's interval lying inside no erased range; last_doc the
+    last of them (-1 for held when the starts do not rise). high: the largest value, NaN
+    if one is."""
+    flags = 0
+    pairs = list(zip(intervals, intervals[1:]))
+    if any(q < p for p, q in intervals):
+        flags |= 1
+    if any(b[0] <= a[0] for a, b in pairs):
+        flags |= 2
+    if any(b[1] <= a[1] for a, b in pairs):
+        flags |= 4
+    if intervals[0][0] <= last_end or any(b[0] <= a[1] for a, b in pairs):
+        flags |= 8
+    high = float("nan") if any(v != v for v in values) else max(values)
+    if flags & 2:
+        return flags, -1, last_doc, high
+    live = [intervals[i] for i in drop_erased(intervals, erased)]
+    held = sorted({d for d, doc in enumerate(docs) for x in live if _inside(x, doc)})
+    held = [d for d in held if d > last_doc]
+    return flags, len(held), (held[-1] if held else last_doc), high
+
+
 # ---------------------------------------------------------------- BM25 and sparse vectors
 
 def document_frequencies(kinds, doc_tokens, n):

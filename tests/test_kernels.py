@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from annodb import kernels as K
@@ -294,6 +294,50 @@ def test_ranges_examples():
     assert got.tolist() == [0, 2, 4]
     with pytest.raises(ValueError):
         K.merge_ranges([3], [2])
+
+
+# ---------------------------------------------------------------- check's look at a block
+
+
+_BLOCKS = st.lists(st.tuples(st.integers(0, 60), st.integers(-2, 8)), min_size=1,
+                   max_size=30).map(lambda xs: [(p, p + d) for p, d in xs])
+
+
+@settings(max_examples=250)
+@given(
+    _BLOCKS,
+    st.lists(st.floats(-3, 3) | st.just(float("nan")), min_size=30, max_size=30),
+    st.integers(-1, 40),
+    raw_intervals(60, 8, 0, 12),
+    raw_intervals(60, 5, 0, 3),
+    st.integers(-1, 8),
+    st.booleans(),
+)
+@example([(3, 5), (5, 7)], [1.0] * 30, -1, [(0, 9)], [], -1, True)   # touching: overlap
+@example([(3, 5), (6, 7)], [1.0] * 30, 3, [(0, 4), (5, 9)], [(6, 7)], -1, True)
+def test_block_facts(intervals, values, last_end, doc_ranges, erase, last_doc, rising):
+    """flags, held documents, the last one and the high equal the brute force's, for
+    sorted and unsorted blocks, nested and overlapping ones, with and without erasures."""
+    if rising:   # (what a healthy block is: a GC-list)
+        intervals = gc([(p, q) for p, q in intervals if p <= q]) or [(7, 9)]
+    docs = naive.merge_ranges(doc_ranges)      # (sorted and disjoint, as documents are)
+    erased = naive.merge_ranges(erase)
+    vals = values[:len(intervals)]
+    facts = K.block_checker(*cols(docs), *cols(erased))
+    got = facts(*cols(intervals), np.array(vals), last_end, last_doc)
+    want = naive.block_facts(intervals, vals, last_end, docs, erased, last_doc)
+    assert got[:3] == want[:3]
+    assert got[3] == want[3] or (got[3] != got[3] and want[3] != want[3])
+
+
+def test_block_checker_refuses_what_it_cannot_read():
+    facts = K.block_checker([0], [5], [], [])
+    with pytest.raises(ValueError, match="no intervals"):
+        facts([], [], [], -1, -1)
+    with pytest.raises(ValueError, match="2 intervals but 1 values"):
+        facts([1, 2], [1, 2], [0.0], -1, -1)
+    with pytest.raises(TypeError):
+        K.block_checker([0.5], [5], [], [])
 
 
 # ---------------------------------------------------------------- wrappers

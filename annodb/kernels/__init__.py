@@ -1,6 +1,6 @@
 """The numba kernels (the only package that imports numba): the region algebra over
-GC-lists (algebra.py), the storage block codec (codec.py), tokenizing (text.py) and BM25's
-counting (scoring.py).
+GC-lists (algebra.py), the storage block codec (codec.py), tokenizing (text.py), BM25's
+counting (scoring.py) and check's look at each block (checking.py).
 
 The modules are imported on first use of one of their names (`kernels.both_of`), not when
 annodb is: numba takes a fifth of a second to import, and `annodb --help` or a command that
@@ -23,6 +23,8 @@ _MODULES = {
               "encode_point_groups", "append_point_groups", "block_bounds", "group_order",
               "group_postings", "BadBlock"),
     "scoring": ("document_frequencies", "merge_scores", "best_windows"),
+    "checking": ("block_checker", "ENDS_BEFORE_STARTS", "STARTS_NOT_RISING", "ENDS_NOT_RISING",
+                 "OVERLAPPING"),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
 
