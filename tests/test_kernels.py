@@ -22,6 +22,14 @@ import naive
 NOJIT_CHILD = "ANNODB_KERNELS_NOJIT_CHILD"
 
 
+def examples(n: int):
+    """Hypothesis settings of n examples; a fifth of them in the pure-Python rerun
+    (test_pure_python_run: interpreted kernels are 100x slower, and that run is there for
+    the interpreter's bounds checks and coverage, which the compiled run's n examples
+    already drew in full)."""
+    return settings(max_examples=max(10, n // 5) if os.environ.get(NOJIT_CHILD) else n)
+
+
 # ---------------------------------------------------------------- helpers
 
 
@@ -109,7 +117,7 @@ def run_ssr(covers, containers, k=42.0):
 # ---------------------------------------------------------------- normalize
 
 
-@settings(max_examples=300)
+@examples(300)
 @given(
     raw_intervals(15, 5, 0, 12),
     st.data(),
@@ -139,14 +147,14 @@ def test_normalize_examples():
 
 
 @pytest.mark.parametrize("name", COMBINE)
-@settings(max_examples=250)
+@examples(250)
 @given(two_lists)
 def test_combine(name, ab):
     a, b = ab
     assert run_combine(name, a, b) == getattr(naive, name)(a, b)
 
 
-@settings(max_examples=100)
+@examples(100)
 @given(st.one_of(small, dense_lists()))
 def test_both_of_self_is_identity(a):
     assert run_combine("both_of", a, a) == a
@@ -176,7 +184,7 @@ def test_combine_examples():
 
 
 @pytest.mark.parametrize("name", SELECT)
-@settings(max_examples=250)
+@examples(250)
 @given(two_lists)
 def test_select(name, ab):
     a, b = ab
@@ -184,7 +192,7 @@ def test_select(name, ab):
 
 
 @pytest.mark.parametrize("name", SELECT)
-@settings(max_examples=60)
+@examples(60)
 @given(st.tuples(gc_lists(300, 4, 0, 150), gc_lists(300, 30, 0, 12)))
 def test_select_many_against_few(name, ab):
     # both sizes in both roles: the kernel drives from the shorter list
@@ -205,7 +213,7 @@ def test_select_empty(name):
 # ---------------------------------------------------------------- ranking
 
 
-@settings(max_examples=250)
+@examples(250)
 @given(
     st.one_of(small, dense_lists()),
     st.one_of(gc_lists(40, 15), gc_lists(2000, 300, 0, 6), dense_lists()),
@@ -247,7 +255,7 @@ scores_lists = st.lists(
 ) | st.lists(st.floats(-1, 10, allow_nan=False), max_size=200)
 
 
-@settings(max_examples=300)
+@examples(300)
 @given(scores_lists, st.integers(0, 40))
 def test_top(scores, n):
     got = K.top(np.array(scores, dtype=np.float64), n)
@@ -268,7 +276,7 @@ def test_top_examples():
 # ---------------------------------------------------------------- erasure and ranges
 
 
-@settings(max_examples=250)
+@examples(250)
 @given(
     raw_intervals(60, 8, 0, 12) | raw_intervals(2000, 100, 0, 40),
     raw_intervals(60, 10, 0, 5) | raw_intervals(2000, 300, 0, 5),
@@ -280,7 +288,7 @@ def test_drop_erased(intervals, erase):
     )
 
 
-@settings(max_examples=250)
+@examples(250)
 @given(raw_intervals(60, 8, 0, 12) | raw_intervals(2000, 200, 0, 30))
 def test_merge_ranges(ranges):
     assert pairs(*K.merge_ranges(*cols(ranges))) == naive.merge_ranges(ranges)
@@ -303,7 +311,7 @@ _BLOCKS = st.lists(st.tuples(st.integers(0, 60), st.integers(-2, 8)), min_size=1
                    max_size=30).map(lambda xs: [(p, p + d) for p, d in xs])
 
 
-@settings(max_examples=250)
+@examples(250)
 @given(
     _BLOCKS,
     st.lists(st.floats(-3, 3) | st.just(float("nan")), min_size=30, max_size=30),
@@ -379,7 +387,7 @@ def _nudged(intervals, data):
     return out
 
 
-@settings(max_examples=500)
+@examples(500)
 @given(st.one_of(raw_intervals(12, 4), small, dense_lists(12), st.lists(st.tuples(
     st.integers(0, 6), st.integers(0, 6)), max_size=5)), st.booleans(), st.data())
 def test_is_gc_list(intervals, nudge, data):
@@ -507,7 +515,7 @@ def _header_widths(buf):
     return buf[1], buf[2]
 
 
-@settings(max_examples=150)
+@examples(150)
 @given(block_lists())
 def test_block_round_trip_both_encodings(lst):
     s, e, v = lst
@@ -534,7 +542,7 @@ def test_bit_packing_rule():
     assert buf[2] == 128 + 9
 
 
-@settings(max_examples=100)
+@examples(100)
 @given(block_lists(max_size=2000), st.integers(40, 5000), st.integers(1, 9000))
 def test_block_bounds_cut_exactly_at_the_budget(lst, budget, max_count):
     s, e, v = lst
@@ -554,7 +562,7 @@ def test_block_bounds_cut_exactly_at_the_budget(lst, budget, max_count):
     assert zero == (not v.any()) and (zero or gv.tolist() == v.tolist())
 
 
-@settings(max_examples=60)
+@examples(60)
 @given(st.lists(block_lists(max_size=200), min_size=1, max_size=6))
 def test_decode_blocks_mixes_encodings_points_and_values(lists):
     # blocks of unrelated lists laid end to end, shifted so starts keep rising
@@ -571,7 +579,7 @@ def test_decode_blocks_mixes_encodings_points_and_values(lists):
     assert (not any(want_v)) if zero else gv.tolist() == want_v
 
 
-@settings(max_examples=60)
+@examples(60)
 @given(st.lists(st.tuples(st.sampled_from([2, 100, 300, 70000, 1 << 20]),
                           st.integers(1, 3000), st.integers(0, 3000), st.booleans()),
                 min_size=1, max_size=8))
@@ -631,7 +639,7 @@ def test_a_token_block_with_room_is_appended_to_in_place():
 from annodb.kernels import codec as C  # noqa: E402  (the kernels behind the wrappers)
 
 
-@settings(max_examples=150)
+@examples(150)
 @given(block_lists(max_size=1200), st.sampled_from([16, 17, 30, 40, 100, 333, 2000, 4080, 9000]),
        st.sampled_from([1, 2, 5, 100, 1000, 8192, 1 << 40]))
 def test_block_cuts_equal_the_naive_ones(lst, budget, max_count):
@@ -657,7 +665,7 @@ def test_block_cuts_equal_the_naive_ones(lst, budget, max_count):
         lo = end
 
 
-@settings(max_examples=100)
+@examples(100)
 @given(block_lists(max_size=600))
 def test_a_blocks_last_interval_without_decoding(lst):
     s, e, v = lst
@@ -671,7 +679,7 @@ def test_a_blocks_last_interval_without_decoding(lst):
         assert C._stream_sum(padded, pos, sw, len(s) - 1) == s[-1] - s[0]
 
 
-@settings(max_examples=150)
+@examples(150)
 @given(st.sampled_from([1, 4, 7, 9, 16, 17, 24, 33]), st.integers(2, 1500),
        st.sampled_from([1, 4, 7, 9, 16, 17, 24, 33]), st.integers(1, 600),
        st.integers(-3, 3), st.sampled_from([100, 1000, 4080]),
@@ -746,7 +754,7 @@ def test_new_points_after_blocks_with_values_have_value_0():
     assert set(grp.tolist()) == {0, 1, 4}
 
 
-@settings(max_examples=100)
+@examples(100)
 @given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 60)), max_size=25),
        st.integers(1, 30), st.randoms(use_true_random=False), st.sampled_from([1, 99_991]))
 def test_group_postings_against_numpy_and_naive(spec, n_ids, rnd, spread):
