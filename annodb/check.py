@@ -190,67 +190,57 @@ def _block_size(buf, max_count: int) -> tuple[int, str | None]:
 
 
 def _check_blocks(txn, names, problems, docs, erased) -> None:
-    fid_prev = None
-    last_start = last_end = -1
-    name = ""
     lengths: dict[int, int] = {}
     overlapping: set[int] = set()  # lists two of whose intervals overlap
     collection = [d for d in docs if d[3] == DOCUMENT]  # (what df counts)
     doc_starts = np.array([d[0] for d in collection], dtype=np.int64)
     doc_ends = np.array([d[1] for d in collection], dtype=np.int64)
     df: dict[int, int] = {}        # live documents holding a live interval of the list
-    last_doc = -1                  # the last such document of the current list
     highs: dict[int, float] = {}   # the greatest value of a list
-    facts = kernels.block_checker(doc_starts, doc_ends, *erased)
+    checker = kernels.BlockChecker(doc_starts, doc_ends, *erased,
+                                   max(storage.BLOCK_SIZE, txn.block_count),
+                                   storage.MAX_ADDRESS)
+    named: set[int] = set()        # the features whose name was looked up
+
+    def run(batch) -> None:
+        """The batch's blocks through the kernel; each one it stops at (not clean) here."""
+        for fid in dict.fromkeys(f for f, _, _ in batch):
+            if fid not in named:
+                named.add(fid)
+                if fid not in names:
+                    problems.add(f"blocks: feature id {fid} has blocks but no name")
+        bufs = [b for _, _, b in batch]
+        offsets = np.zeros(len(batch) + 1, np.int64)
+        np.cumsum([len(b) for b in bufs], out=offsets[1:])
+        buf = b"".join(bufs)
+        fids = np.array([f for f, _, _ in batch], np.int64)
+        keys = np.array([k for _, k, _ in batch], np.int64)
+        i = 0
+        while i < len(batch):
+            done, n, held, high, over = checker.run(buf, offsets[i:], fids[i:], keys[i:])
+            for fid, count, h, top, o in zip(fids[i:i + done].tolist(), n.tolist(),
+                                              held.tolist(), high.tolist(), over.tolist()):
+                lengths[fid] = lengths.get(fid, 0) + count
+                df[fid] = df.get(fid, 0) + h
+                highs[fid] = max(highs.get(fid, 0.0), top)
+                if o:
+                    overlapping.add(fid)
+            i += done
+            if i < len(batch):
+                _check_block(txn, names, problems, checker, batch[i], lengths, overlapping,
+                             doc_starts, doc_ends, erased, df, highs)
+                i += 1
+
+    batch, size = [], 0
     for fid, key_start, buf in txn.all_blocks():
-        lengths[fid] = lengths.get(fid, 0) + storage._HEADER.unpack_from(buf, 0)[3]
-        if fid != fid_prev:
-            fid_prev = fid
-            last_start = last_end = last_doc = -1
-            name = names.get(fid)
-            if name is None:
-                problems.add(f"blocks: feature id {fid} has blocks but no name")
-                name = f"#{fid}"
-        where = f"blocks: {name!r} block at {key_start}"
-        _, bad = _block_size(buf, max(storage.BLOCK_SIZE, txn.block_count))
-        if bad:
-            problems.add(f"{where} {bad}")
-            continue
-        try:
-            starts, ends, values = storage.decode_block(buf)
-        except Exception as err:  # any failure to decode is damage
-            problems.add(f"{where} does not decode: {err}")
-            continue
-        if int(starts[0]) != key_start:
-            problems.add(f"{where}: its first start is {int(starts[0])}")
-        if starts[0] < 0:
-            problems.add(f"{where}: negative start {int(starts[0])}")
-        flags, held, new_last_doc, high = facts(starts, ends, values, last_end, last_doc)
-        if flags & kernels.ENDS_BEFORE_STARTS:
-            problems.add(f"{where}: an interval ends before it starts")
-        if flags & kernels.STARTS_NOT_RISING:
-            problems.add(f"{where}: starts do not strictly increase")
-        if flags & kernels.ENDS_NOT_RISING:
-            problems.add(f"{where}: ends do not strictly increase (nested intervals)")
-        if int(ends[-1]) >= storage.MAX_ADDRESS:
-            problems.add(f"{where}: an interval ends at {int(ends[-1]):,}, past the address "
-                         "range (addresses must be below 2**53)")
-        if starts[0] <= last_start:
-            problems.add(f"{where}: starts at {int(starts[0])}, not after the previous "
-                         f"block's last start {last_start}")
-        if ends[0] <= last_end:
-            problems.add(f"{where}: first end {int(ends[0])} is not after the previous "
-                         f"block's last end {last_end} (nested or out of order)")
-        if flags & kernels.OVERLAPPING:
-            overlapping.add(fid)
-        last_start, last_end = int(starts[-1]), int(ends[-1])
-        if held < 0:    # (starts out of order: the kernel does not count those)
-            last_doc = _count_documents(fid, starts, ends, doc_starts, doc_ends, erased, df,
-                                        last_doc)
-        else:
-            df[fid] = df.get(fid, 0) + held
-            last_doc = new_last_doc
-        highs[fid] = max(highs.get(fid, 0.0), high)
+        buf = bytes(buf)    # (LMDB's buffer is only valid until the cursor moves on)
+        batch.append((fid, key_start, buf))
+        size += len(buf)
+        if len(batch) >= _BATCH_BLOCKS or size >= _BATCH_BYTES:
+            run(batch)
+            batch, size = [], 0
+    if batch:
+        run(batch)
     with txn.txn.cursor(db=txn.dbs["counts"]) as cur:
         counts = {}
         for k, v in cur:
@@ -277,6 +267,54 @@ def _check_blocks(txn, names, problems, docs, erased) -> None:
         if counts.get(fid, 0) != lengths.get(fid, 0):
             problems.add(f"counts: feature {names.get(fid, fid)!r} is counted "
                          f"{counts.get(fid, 0)} but its list holds {lengths.get(fid, 0)}")
+
+
+_BATCH_BLOCKS = 4096           # blocks per kernel call (check's batches)
+_BATCH_BYTES = 16 << 20        # and at most about this many bytes
+
+
+def _check_block(txn, names, problems, checker, block, lengths, overlapping, doc_starts,
+                 doc_ends, erased, df, highs) -> None:
+    """One block the kernel stopped at: every problem it has, said in full; the position
+    in its list (the checker's) moved on past it as the kernel would."""
+    fid, key_start, buf = block
+    last_start, last_end, last_doc = checker.position()
+    lengths[fid] = lengths.get(fid, 0) + storage._HEADER.unpack_from(buf, 0)[3]
+    where = f"blocks: {names.get(fid, f'#{fid}')!r} block at {key_start}"
+    _, bad = _block_size(buf, max(storage.BLOCK_SIZE, txn.block_count))
+    if bad:
+        problems.add(f"{where} {bad}")
+        return
+    try:
+        starts, ends, values = storage.decode_block(buf)
+    except Exception as err:  # any failure to decode is damage
+        problems.add(f"{where} does not decode: {err}")
+        return
+    if int(starts[0]) != key_start:
+        problems.add(f"{where}: its first start is {int(starts[0])}")
+    if starts[0] < 0:
+        problems.add(f"{where}: negative start {int(starts[0])}")
+    if (ends < starts).any():
+        problems.add(f"{where}: an interval ends before it starts")
+    if len(starts) > 1 and (np.diff(starts) <= 0).any():
+        problems.add(f"{where}: starts do not strictly increase")
+    if len(ends) > 1 and (np.diff(ends) <= 0).any():
+        problems.add(f"{where}: ends do not strictly increase (nested intervals)")
+    if int(ends[-1]) >= storage.MAX_ADDRESS:
+        problems.add(f"{where}: an interval ends at {int(ends[-1]):,}, past the address "
+                     "range (addresses must be below 2**53)")
+    if starts[0] <= last_start:
+        problems.add(f"{where}: starts at {int(starts[0])}, not after the previous "
+                     f"block's last start {last_start}")
+    if ends[0] <= last_end:
+        problems.add(f"{where}: first end {int(ends[0])} is not after the previous "
+                     f"block's last end {last_end} (nested or out of order)")
+    if starts[0] <= last_end or (len(starts) > 1 and (starts[1:] <= ends[:-1]).any()):
+        overlapping.add(fid)
+    last_doc = _count_documents(fid, starts, ends, doc_starts, doc_ends, erased, df,
+                                last_doc)
+    highs[fid] = max(highs.get(fid, 0.0), float(values.max()))
+    checker.set_position(fid, int(starts[-1]), int(ends[-1]), last_doc)
 
 
 def _count_documents(fid, starts, ends, doc_starts, doc_ends, erased, df, last_doc) -> int:

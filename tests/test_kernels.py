@@ -6,6 +6,7 @@ kernels are checked as plain Python too (coverage, and the interpreter's bounds 
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -304,48 +305,92 @@ def test_ranges_examples():
         K.merge_ranges([3], [2])
 
 
-# ---------------------------------------------------------------- check's look at a block
+# ---------------------------------------------------------------- check's look at the blocks
 
 
-_BLOCKS = st.lists(st.tuples(st.integers(0, 60), st.integers(-2, 8)), min_size=1,
-                   max_size=30).map(lambda xs: [(p, p + d) for p, d in xs])
+# a list's blocks: each a few (delta, length) pairs (a delta of 0 repeats a start: damage)
+_BLOCK = st.lists(st.tuples(st.integers(0, 9), st.integers(0, 6)), min_size=1, max_size=9)
+_DAMAGE = st.sampled_from(["none"] * 6 + ["key", "cut", "far"])
 
 
-@examples(250)
-@given(
-    _BLOCKS,
-    st.lists(st.floats(-3, 3) | st.just(float("nan")), min_size=30, max_size=30),
-    st.integers(-1, 40),
-    raw_intervals(60, 8, 0, 12),
-    raw_intervals(60, 5, 0, 3),
-    st.integers(-1, 8),
-    st.booleans(),
-)
-@example([(3, 5), (5, 7)], [1.0] * 30, -1, [(0, 9)], [], -1, True)   # touching: overlap
-@example([(3, 5), (6, 7)], [1.0] * 30, 3, [(0, 4), (5, 9)], [(6, 7)], -1, True)
-def test_block_facts(intervals, values, last_end, doc_ranges, erase, last_doc, rising):
-    """flags, held documents, the last one and the high equal the brute force's, for
-    sorted and unsorted blocks, nested and overlapping ones, with and without erasures."""
-    if rising:   # (what a healthy block is: a GC-list)
-        intervals = gc([(p, q) for p, q in intervals if p <= q]) or [(7, 9)]
-    docs = naive.merge_ranges(doc_ranges)      # (sorted and disjoint, as documents are)
+def _encoded(pairs, at, values):
+    s = list(itertools.accumulate([at] + [d for d, _ in pairs[1:]]))
+    e = [p + length for p, (_, length) in zip(s, pairs)]
+    return s, e, naive.encode_block(s, e, values[:len(s)])
+
+
+@examples(200)
+@given(st.lists(st.tuples(st.integers(1, 3), _BLOCK, _DAMAGE, st.integers(-3, 12)),
+                min_size=1, max_size=12),
+       st.lists(st.floats(-3, 3) | st.just(float("nan")), min_size=9, max_size=9),
+       raw_intervals(120, 12, 0, 12), raw_intervals(120, 5, 0, 3), st.integers(2, 9))
+@example([(1, [(0, 2)], "none", 0), (1, [(0, 1)], "none", 2)],
+         [1.0] * 9, [(0, 9)], [], 9)          # touching the previous block: an overlap
+@example([(1, [(0, 2)], "none", 1)], [1.0] * 9, [(0, 3)], [], 9)   # ends with its document
+@example([(1, [(0, 2)], "none", 6)], [1.0] * 9, [(4, 9)], [(5, 8)], 9)   # ends with an erasure
+def test_block_checker_equals_the_brute_force(blocks, values, doc_ranges, erase,
+                                              max_count):
+    """Over a run of blocks (features in order, each block's start after the previous
+    one's, except where a step back or a damage is drawn), the kernel stops exactly at
+    each block that is not clean and its figures for the clean ones are the brute force's;
+    the caller's handling of a block it stops at is simulated as check does it."""
+    docs = naive.merge_ranges(doc_ranges)
     erased = naive.merge_ranges(erase)
-    vals = values[:len(intervals)]
-    facts = K.block_checker(*cols(docs), *cols(erased))
-    got = facts(*cols(intervals), np.array(vals), last_end, last_doc)
-    want = naive.block_facts(intervals, vals, last_end, docs, erased, last_doc)
-    assert got[:3] == want[:3]
-    assert got[3] == want[3] or (got[3] != got[3] and want[3] != want[3])
+    rows, at, fid_prev = [], 0, None
+    for fid, pairs, damage, gap in sorted(blocks, key=lambda b: b[0]):
+        if fid != fid_prev:
+            at, fid_prev = 0, fid
+        s, e, buf = _encoded(pairs, max(at + gap, 0), values)
+        at = s[-1]
+        key = s[0] + 1 if damage == "key" else s[0]
+        if damage == "cut":
+            buf = buf[:-1]
+        if damage == "far":
+            s, e, buf = _encoded(pairs, (1 << 53) - 2, values)
+            key = s[0]
+        rows.append((fid, key, buf, s, e, damage))
+    checker = K.BlockChecker(*cols(docs), *cols(erased), max_count, 1 << 53)
+    bufs = [r[2] for r in rows]
+    offsets = np.cumsum([0] + [len(b) for b in bufs])
+    fids = np.array([r[0] for r in rows])
+    keys = np.array([r[1] for r in rows])
+    i, last = 0, (None, -1, -1, -1)        # (fid, last_start, last_end, last_doc)
+    while i < len(rows):
+        done, n, held, high, over = checker.run(b"".join(bufs), offsets[i:], fids[i:], keys[i:])
+        for j in range(i, len(rows)):      # the brute force, block by block
+            fid, key, buf, s, e, damage = rows[j]
+            if fid != last[0]:
+                last = (fid, -1, -1, -1)
+            ivs = list(zip(s, e))
+            flags, h, last_doc, top = naive.block_facts(
+                ivs, values[:len(s)], last[2], docs, erased, last[3])
+            clean = (damage != "cut" and flags & 7 == 0 and key == s[0] and
+                     s[0] > last[1] and e[0] > last[2] and e[-1] < (1 << 53) and
+                     len(s) <= max_count)
+            if damage != "cut" and len(s) <= max_count:   # (what check does at a stop too)
+                last = (fid, s[-1], e[-1], last_doc)
+            if not clean:
+                assert done == j - i, (j, done)
+                break
+            k = j - i
+            assert (n[k], held[k], bool(over[k])) == (len(s), h, bool(flags & 8)), j
+            assert high[k] == top or (high[k] != high[k] and top != top)
+        else:
+            assert done == len(rows) - i
+        i += done + 1
+        if i <= len(rows):
+            checker.set_position(last[0], last[1], last[2], last[3])
 
 
 def test_block_checker_refuses_what_it_cannot_read():
-    facts = K.block_checker([0], [5], [], [])
-    with pytest.raises(ValueError, match="no intervals"):
-        facts([], [], [], -1, -1)
-    with pytest.raises(ValueError, match="2 intervals but 1 values"):
-        facts([1, 2], [1, 2], [0.0], -1, -1)
+    checker = K.BlockChecker([0], [5], [], [], 8192, 1 << 53)
+    with pytest.raises(ValueError, match="2 blocks need 3 offsets"):
+        checker.run(b"", [0, 0], [1, 1], [0, 0])
+    with pytest.raises(ValueError, match="offsets must rise"):
+        checker.run(b"abc", [0, 9], [1], [0])
     with pytest.raises(TypeError):
-        K.block_checker([0.5], [5], [], [])
+        K.BlockChecker([0.5], [5], [], [], 8192, 1 << 53)
+    assert checker.run(b"", [0], [], [])[0] == 0
 
 
 # ---------------------------------------------------------------- wrappers

@@ -615,6 +615,14 @@ def _damage_nested_across_blocks(txn, fid):
     txn.txn.put(_key(fid, 2), _points(2), db=txn.dbs["blocks"])
 
 
+def _damage_nested_after_a_wrong_key(txn, fid):
+    """The kernel stops at the first block (its key is wrong); the check of the second
+    needs where the first left the list."""
+    txn.txn.put(_key(fid, 1), storage.encode_block(np.array([0]), np.array([10]), np.zeros(1)),
+                db=txn.dbs["blocks"])
+    txn.txn.put(_key(fid, 2), _points(2), db=txn.dbs["blocks"])
+
+
 def _damage_unsorted_block(txn, fid):
     raw = bytearray(_points(0, 3, 5))   # deltas 3, 2: make the last one 0 (a repeated start)
     raw[-1] = 0
@@ -662,6 +670,8 @@ def _damage_group_key(txn, fid):
     (_damage_truncated_block, "header says"),
     (_damage_wrong_key, "its first start is 0"),
     (_damage_nested_across_blocks, "nested or out of order"),
+    (_damage_nested_after_a_wrong_key, "block at 2: first end 2 is not after the previous "
+                                       "block's last end 10"),
     (_damage_unsorted_block, "do not strictly increase"),
     (_damage_names, "names: id 999 -> 'ghost'"),
     (_damage_count, "'documents' is 7"),
@@ -1128,3 +1138,27 @@ def test_a_stale_map_range_is_never_released(tmp_path):
     assert db._env.mapped and db._env.mapped[0] != (lo, lo + 4096)
     with db.read() as r:
         assert list(r.query("words"))
+
+
+def test_check_reports_one_damaged_block_among_thousands_and_nothing_else(db):
+    """check looks at blocks in batches (kernels/checking.py) and says in full what it
+    finds at the one it stops at: after that block it goes on where it was, so the blocks
+    after it, in its list and in the others, and the lists' counts raise nothing."""
+    with db.write() as w:
+        for i in range(3000):
+            w.add(f"common rare{i} common", docno=f"d{i}")
+        for i in range(8000):          # (values take room: many blocks)
+            w.annotate("probe", 3 * i, 3 * i + 1, i + 0.5)
+    assert check(db) == []
+    txn = storage.Txn(db._env, write=True)
+    fid = txn.feature_id("probe")
+    with txn.txn.cursor(db=txn.dbs["blocks"]) as cur:
+        keys = [bytes(k) for k, _ in cur if bytes(k).startswith(_key(fid, 0)[:8])]
+    assert len(keys) > 4                      # (the middle one of several blocks)
+    key = keys[len(keys) // 2]
+    value = txn.txn.get(key, db=txn.dbs["blocks"])
+    start = int.from_bytes(key[8:], "big")
+    txn.txn.delete(key, db=txn.dbs["blocks"])
+    txn.txn.put(_key(fid, start + 1), value, db=txn.dbs["blocks"])   # stored under start + 1
+    txn.commit()
+    assert check(db) == [f"blocks: 'probe' block at {start + 1}: its first start is {start}"]

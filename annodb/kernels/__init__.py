@@ -23,8 +23,7 @@ _MODULES = {
               "encode_point_groups", "append_point_groups", "block_bounds", "group_order",
               "group_postings", "BadBlock"),
     "scoring": ("document_frequencies", "merge_scores", "best_windows"),
-    "checking": ("block_checker", "ENDS_BEFORE_STARTS", "STARTS_NOT_RISING", "ENDS_NOT_RISING",
-                 "OVERLAPPING"),
+    "checking": ("BlockChecker",),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
 
