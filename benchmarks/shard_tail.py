@@ -1,0 +1,113 @@
+"""Which queries gain from shards: the 4,435 real queries, query by query, one database
+against a sharded collection holding the same documents.
+
+    python benchmarks/shard_tail.py benchmarks/work/shards/4x-1.db \\
+        benchmarks/work/shards/4x-2.shards [--fan-out processes] [--reps 2] [--top 25]
+
+Each collection is replayed warm in a fresh process of its own, one after the other (its
+files read first, so both find them in the page cache), as the server's query runs (rank
+to depth 1000 by SSR and the first hit with its snippet; 300 queries first to warm up),
+`--reps` times over. Printed: each replay's median / p90 / p99 / max; the p99 of each
+query's fastest time over the replays (which takes out most of a shared machine's
+noise); and the slowest queries of one database with their time in the shards and the
+ratio, then the ratio by band of one database's time (where the shards' fixed cost per
+query, paid by every query, meets the half of the work each shard does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, REPO)
+
+from benchmarks import server_bench  # noqa: E402
+from benchmarks.shards_bench import QUERIES, warm_files  # noqa: E402
+
+REPLAY = r"""
+import gc, json, sys, time
+import annodb
+from benchmarks.server_bench import answer_as_served, load_queries
+path, fan_out, reps = sys.argv[1], sys.argv[2], int(sys.argv[4])
+queries = load_queries(sys.argv[3])
+db = annodb.open(path, readonly=True, fan_out=None if fan_out == "one" else fan_out)
+for q in queries[:300]:
+    answer_as_served(db, q)
+gc.freeze()
+out = []
+for _ in range(reps):
+    row = []
+    for q in queries:
+        t = time.perf_counter()
+        ok = answer_as_served(db, q)
+        row.append(time.perf_counter() - t if ok else None)
+    out.append(row)
+print(json.dumps(out))
+"""
+
+
+def replay(path: str, fan_out: str, reps: int) -> np.ndarray:
+    """reps x queries, in ms (NaN: refused)."""
+    warm_files(path)
+    out = subprocess.run([sys.executable, "-c", REPLAY, path, fan_out, QUERIES, str(reps)],
+                         cwd=REPO, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": REPO})
+    if out.returncode:
+        raise SystemExit(f"shard_tail: replay failed: {out.stderr[-2000:]}")
+    rows = json.loads(out.stdout.strip().splitlines()[-1])
+    return np.array([[np.nan if t is None else t * 1000 for t in row] for row in rows])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("one", help="one database")
+    ap.add_argument("sharded", help="a sharded collection of the same documents")
+    ap.add_argument("--fan-out", default="processes", choices=("sequential", "threads",
+                                                                "processes"))
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--top", type=int, default=25)
+    args = ap.parse_args(argv)
+    for path in (args.one, args.sharded):
+        if not os.path.exists(path):
+            raise SystemExit(f"shard_tail: no {path} (benchmarks/shards_bench.py builds both)")
+    queries = server_bench.load_queries(QUERIES)
+    a = replay(args.one, "one", args.reps)
+    b = replay(args.sharded, args.fan_out, args.reps)
+    names = ("one database", f"shards, {args.fan_out}")
+    print("| collection | replay | median ms | p90 ms | p99 ms | max ms |\n|---|---:|---:|---:|---:|---:|")
+    for name, x in zip(names, (a, b)):
+        for r, row in enumerate(x):
+            v = row[~np.isnan(row)]
+            print(f"| {name} | {r + 1} | {np.median(v):.2f} | {np.percentile(v, 90):.2f} | "
+                  f"{np.percentile(v, 99):.2f} | {v.max():.1f} |")
+    fa, fb = np.nanmin(a, axis=0), np.nanmin(b, axis=0)
+    ok = ~np.isnan(fa) & ~np.isnan(fb)
+    pa, pb = np.percentile(fa[ok], 99), np.percentile(fb[ok], 99)
+    print(f"\nEach query's fastest of {args.reps} replays, {ok.sum():,} queries: p99 {pa:.2f} ms "
+          f"(one database) against {pb:.2f} ms ({pb / pa:.2f}x); median "
+          f"{np.median(fa[ok]):.2f} against {np.median(fb[ok]):.2f} ms.\n")
+    print("| one database ms | shards ms | ratio | query |\n|---:|---:|---:|---|")
+    idx = np.nonzero(ok)[0]
+    for i in idx[np.argsort(-fa[idx])][:args.top]:
+        q = queries[i].replace("|", "\\|")
+        print(f"| {fa[i]:.2f} | {fb[i]:.2f} | {fb[i] / fa[i]:.2f}x | `{q[:90]}` |")
+    print("\n| one database's time | queries | shards / one database (median of the ratios) |"
+          "\n|---|---:|---:|")
+    edges = np.percentile(fa[ok], [0, 50, 90, 99, 99.9, 100])
+    labels = ("fastest half", "50-90%", "90-99%", "99-99.9%", "slowest 0.1%")
+    for lo, hi, label in zip(edges, edges[1:], labels):
+        sel = ok & (fa >= lo) & (fa <= hi)
+        print(f"| {label} ({lo:.2f}-{hi:.2f} ms) | {sel.sum():,} | "
+              f"{np.median(fb[sel] / fa[sel]):.2f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
