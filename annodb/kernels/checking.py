@@ -108,10 +108,6 @@ class BlockChecker:
         self.max_count, self.max_address = int(max_count), int(max_address)
         self.state = np.array([-1, -1, -1, -1], np.int64)
 
-    @property
-    def fid(self) -> int:
-        return int(self.state[0])
-
     def position(self) -> tuple[int, int, int]:
         """(last_start, last_end, last_doc) in the current list."""
         return int(self.state[1]), int(self.state[2]), int(self.state[3])
