@@ -81,7 +81,8 @@ def main(argv=None) -> int:
     a = replay(args.one, "one", args.reps)
     b = replay(args.sharded, args.fan_out, args.reps)
     names = ("one database", f"shards, {args.fan_out}")
-    print("| collection | replay | median ms | p90 ms | p99 ms | max ms |\n|---|---:|---:|---:|---:|---:|")
+    print("| collection | replay | median ms | p90 ms | p99 ms | max ms |\n"
+          "|---|---:|---:|---:|---:|---:|")
     for name, x in zip(names, (a, b)):
         for r, row in enumerate(x):
             v = row[~np.isnan(row)]

@@ -893,8 +893,9 @@ def append_point_groups(last_blocks, last_offsets, addresses, bounds, budget: in
 
 # A counting sort over n_ids costs O(n_ids) however few the ids: a commit of one note
 # (tens of tokens) went over the whole vocabulary (412,909 features at 4x the scale
-# corpus: 3 ms of a 5 ms commit; a web collection's vocabulary is far larger). With fewer than n_ids / COMPACT_BELOW ids the wrappers count
-# over the ids' ranks among themselves instead (np.unique: O(n log n)), the same result.
+# corpus: 3 ms of a 5 ms commit; a web collection's vocabulary is far larger). With fewer
+# than n_ids / COMPACT_BELOW ids the wrappers count over the ids' ranks among themselves
+# instead (np.unique: O(n log n)), the same result.
 COMPACT_BELOW = 8
 
 
