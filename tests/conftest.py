@@ -21,6 +21,7 @@ are merely slow. Tests keep their own `max_examples` and non-timing health check
 
 import os
 import random
+import subprocess
 import sys
 
 import pytest
@@ -28,6 +29,13 @@ from hypothesis import HealthCheck, settings
 
 # tests import the reference semantics as `import naive`
 sys.path.insert(0, os.path.dirname(__file__))
+
+# Every process a test starts imports annodb from this checkout, as the tests do: one copy
+# of the code under test, and one numba cache (a child that imported the installed copy
+# compiled every kernel a second time, into site-packages).
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [REPO] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 # every `annodb` the tests run does its own work: no warm process (cli/warm.py) is started
 # or used, except by tests/test_warm.py, which gives its commands a private one
@@ -53,13 +61,54 @@ def _seed(config) -> str:
     return raw
 
 
+# One process runs the commands that use most kernels, so numba compiles them once, before
+# any test, instead of in the first tests' children at once (on a fresh install that cost
+# ~90 s of the first test; loading them from the cache afterwards costs ~3 s).
+WARM_UP = """
+import os, sys, tempfile
+from annodb_cli.main import annodb
+db = os.path.join(tempfile.mkdtemp(), "warm.db")
+for args in (["ingest", sys.argv[1]], ["query", "(^ god (+ light darkness))"],
+             ["search", "waters divided"], ["count", "(... god light)"], ["check"]):
+    try:
+        annodb(args + ["--db", db], standalone_mode=False)
+    except SystemExit:
+        pass
+"""
+
+
+def _warm_kernels() -> None:
+    """Run WARM_UP unless it ran since the kernels' sources last changed (numba's cache
+    follows the sources' modification times; so does the stamp it leaves)."""
+    kernels = os.path.join(REPO, "annodb", "kernels")
+    stamp = os.path.join(kernels, "__pycache__", "tests-warmed")
+    newest = max(os.path.getmtime(os.path.join(kernels, f))
+                 for f in os.listdir(kernels) if f.endswith(".py"))
+    if os.path.exists(stamp) and os.path.getmtime(stamp) >= newest:
+        return
+    sample = os.path.join(REPO, "examples", "bible-sample.jsonl")
+    done = subprocess.run([sys.executable, "-c", WARM_UP, sample], cwd=REPO,
+                          capture_output=True, text=True)
+    if done.returncode != 0:   # the tests will say what is wrong; say it here too
+        sys.stderr.write(f"warming the kernels failed:\n{done.stderr}")
+        return
+    try:
+        with open(stamp, "w"):
+            pass
+    except OSError:
+        pass
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
-    """Before Hypothesis' own plugin reads --hypothesis-seed: every test uses this seed."""
+    """Before Hypothesis' own plugin reads --hypothesis-seed: every test uses this seed.
+    Then (in the main process only, not in a pytest-xdist worker) the kernels' warm-up."""
     seed = _seed(config)
     config.option.hypothesis_seed = seed
     os.environ[SEED_VARIABLE] = seed   # child pytest runs draw the same examples
     config.stash[_SEED] = seed
+    if not hasattr(config, "workerinput") and os.environ.get("NUMBA_DISABLE_JIT") != "1":
+        _warm_kernels()
 
 
 def pytest_report_header(config):

@@ -459,7 +459,8 @@ def test_pure_python_run():
     root = Path(__file__).resolve().parents[1]
     env = dict(os.environ, NUMBA_DISABLE_JIT="1", **{NOJIT_CHILD: "1"})
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", str(Path(__file__)), "-q", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", str(Path(__file__)), "-q", "-n", "0",
+         "-p", "no:cacheprovider"],
         cwd=root,
         env=env,
         capture_output=True,
