@@ -2,16 +2,19 @@
 against a sharded collection holding the same documents.
 
     python benchmarks/shard_tail.py benchmarks/work/shards/4x-1.db \\
-        benchmarks/work/shards/4x-2.shards [--fan-out processes] [--reps 2] [--top 25]
+        benchmarks/work/shards/4x-2.shards [--fan-out processes] [--reps 3] [--top 25]
 
-Each collection is replayed warm in a fresh process of its own, one after the other (its
-files read first, so both find them in the page cache), as the server's query runs (rank
-to depth 1000 by SSR and the first hit with its snippet; 300 queries first to warm up),
-`--reps` times over. Printed: each replay's median / p90 / p99 / max; the p99 of each
-query's fastest time over the replays (which takes out most of a shared machine's
-noise); and the slowest queries of one database with their time in the shards and the
-ratio, then the ratio by band of one database's time (where the shards' fixed cost per
-query, paid by every query, meets the half of the work each shard does).
+Both collections are open in one fresh process (their files read first, so both find them
+in the page cache) and replayed warm as the server's query runs (rank to depth 1000 by SSR
+and the first hit with its snippet; 300 queries first to warm up), interleaved: each query
+runs on both, in an order drawn per query (seeded), `--reps` times over. A shared machine's
+noise then falls on both alike; replayed one after the other, in processes of their own
+(this script's first version), one database's own p99 moved 1.6x between two replays.
+Printed: each replay's median / p90 / p99 / max and the ratio of the p99s; the p99 of each
+query's fastest time over the replays; the slowest queries of one database with their
+time in the shards and the ratio, then the ratio by band of one database's time (where the
+shards' fixed cost per query, paid by every query, meets the half of the work each shard
+does).
 """
 
 from __future__ import annotations
@@ -32,37 +35,42 @@ from benchmarks import server_bench  # noqa: E402
 from benchmarks.shards_bench import QUERIES, warm_files  # noqa: E402
 
 REPLAY = r"""
-import gc, json, sys, time
+import gc, json, random, sys, time
 import annodb
 from benchmarks.server_bench import answer_as_served, load_queries
-path, fan_out, reps = sys.argv[1], sys.argv[2], int(sys.argv[4])
-queries = load_queries(sys.argv[3])
-db = annodb.open(path, readonly=True, fan_out=None if fan_out == "one" else fan_out)
+one, sharded, fan_out, reps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[5])
+queries = load_queries(sys.argv[4])
+dbs = [annodb.open(one, readonly=True), annodb.open(sharded, readonly=True, fan_out=fan_out)]
 for q in queries[:300]:
-    answer_as_served(db, q)
+    for db in dbs:
+        answer_as_served(db, q)
 gc.freeze()
-out = []
-for _ in range(reps):
-    row = []
-    for q in queries:
-        t = time.perf_counter()
-        ok = answer_as_served(db, q)
-        row.append(time.perf_counter() - t if ok else None)
-    out.append(row)
+order = random.Random(0)
+out = [[[None] * len(queries) for _ in range(reps)] for _ in dbs]
+for r in range(reps):
+    for i, q in enumerate(queries):
+        which = [0, 1]
+        order.shuffle(which)
+        for k in which:
+            t = time.perf_counter()
+            ok = answer_as_served(dbs[k], q)
+            out[k][r][i] = time.perf_counter() - t if ok else None
 print(json.dumps(out))
 """
 
 
-def replay(path: str, fan_out: str, reps: int) -> np.ndarray:
-    """reps x queries, in ms (NaN: refused)."""
-    warm_files(path)
-    out = subprocess.run([sys.executable, "-c", REPLAY, path, fan_out, QUERIES, str(reps)],
-                         cwd=REPO, capture_output=True, text=True,
+def replay(one: str, sharded: str, fan_out: str, reps: int) -> tuple[np.ndarray, np.ndarray]:
+    """(one database's, the shards') times: reps x queries, in ms (NaN: refused)."""
+    warm_files(one)
+    warm_files(sharded)
+    out = subprocess.run([sys.executable, "-c", REPLAY, one, sharded, fan_out, QUERIES,
+                          str(reps)], cwd=REPO, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": REPO})
     if out.returncode:
         raise SystemExit(f"shard_tail: replay failed: {out.stderr[-2000:]}")
-    rows = json.loads(out.stdout.strip().splitlines()[-1])
-    return np.array([[np.nan if t is None else t * 1000 for t in row] for row in rows])
+    both = json.loads(out.stdout.strip().splitlines()[-1])
+    return tuple(np.array([[np.nan if t is None else t * 1000 for t in row] for row in rows])
+                 for rows in both)
 
 
 def main(argv=None) -> int:
@@ -71,15 +79,14 @@ def main(argv=None) -> int:
     ap.add_argument("sharded", help="a sharded collection of the same documents")
     ap.add_argument("--fan-out", default="processes", choices=("sequential", "threads",
                                                                 "processes"))
-    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args(argv)
     for path in (args.one, args.sharded):
         if not os.path.exists(path):
             raise SystemExit(f"shard_tail: no {path} (benchmarks/shards_bench.py builds both)")
     queries = server_bench.load_queries(QUERIES)
-    a = replay(args.one, "one", args.reps)
-    b = replay(args.sharded, args.fan_out, args.reps)
+    a, b = replay(args.one, args.sharded, args.fan_out, args.reps)
     names = ("one database", f"shards, {args.fan_out}")
     print("| collection | replay | median ms | p90 ms | p99 ms | max ms |\n"
           "|---|---:|---:|---:|---:|---:|")
@@ -88,6 +95,9 @@ def main(argv=None) -> int:
             v = row[~np.isnan(row)]
             print(f"| {name} | {r + 1} | {np.median(v):.2f} | {np.percentile(v, 90):.2f} | "
                   f"{np.percentile(v, 99):.2f} | {v.max():.1f} |")
+    ratios = [np.nanpercentile(y, 99) / np.nanpercentile(x, 99) for x, y in zip(a, b)]
+    print("\np99 of the shards against one database's, replay by replay: "
+          + ", ".join(f"{r:.3f}x" for r in ratios))
     fa, fb = np.nanmin(a, axis=0), np.nanmin(b, axis=0)
     ok = ~np.isnan(fa) & ~np.isnan(fb)
     pa, pb = np.percentile(fa[ok], 99), np.percentile(fb[ok], 99)
