@@ -67,13 +67,14 @@ def _seed(config) -> str:
 WARM_UP = """
 import os, sys, tempfile
 from annodb_cli.main import annodb
-db = os.path.join(tempfile.mkdtemp(), "warm.db")
-for args in (["ingest", sys.argv[1]], ["query", "(^ god (+ light darkness))"],
-             ["search", "waters divided"], ["count", "(... god light)"], ["check"]):
-    try:
-        annodb(args + ["--db", db], standalone_mode=False)
-    except SystemExit:
-        pass
+with tempfile.TemporaryDirectory() as tmp:
+    db = os.path.join(tmp, "warm.db")
+    for args in (["ingest", sys.argv[1]], ["query", "(^ god (+ light darkness))"],
+                 ["search", "waters divided"], ["count", "(... god light)"], ["check"]):
+        try:
+            annodb(args + ["--db", db], standalone_mode=False)
+        except SystemExit:
+            pass
 """
 
 

@@ -230,8 +230,9 @@ def test_window_inside_containment_needs_no_materialising(tmp_path):
 def test_engine_agrees_without_jit():
     env = dict(os.environ, NUMBA_DISABLE_JIT="1", ENGINE_EXAMPLES="25")
     here = os.path.dirname(__file__)
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
-                          os.path.join(here, "test_engine.py"), "-k", "agree"],
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p",
+                          "no:cacheprovider", os.path.join(here, "test_engine.py"), "-k",
+                          "agree"],
                          env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
 
