@@ -291,10 +291,15 @@ def test_several_processes_share_one_memory(tmp_path):
 
 
 def _server_params(path):
+    """The MCP server as a client starts it; with this environment (the mcp client passes
+    a server only a few variables unless told), so that it imports annodb from this
+    checkout, as every process of the tests does (conftest.py), not the installed copy."""
     from mcp import StdioServerParameters
+    env = dict(os.environ)
     if os.path.exists(ANNODB):
-        return StdioServerParameters(command=ANNODB, args=["mcp", "--db", path], cwd=ROOT)
-    return StdioServerParameters(command=sys.executable, cwd=ROOT, args=[
+        return StdioServerParameters(command=ANNODB, args=["mcp", "--db", path], cwd=ROOT,
+                                     env=env)
+    return StdioServerParameters(command=sys.executable, cwd=ROOT, env=env, args=[
         "-c", "from annodb_cli.main import annodb; annodb()", "mcp", "--db", path])
 
 
