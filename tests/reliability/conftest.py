@@ -4,8 +4,10 @@ Every test here is marked `reliability` and takes its counts and durations from
 `workload.size(short, long)`. The plain CI run (`pytest -q`, no -m) runs the SHORT version
 of every test (together well under a minute). The LONG version runs when
 
-    ANNODB_RELIABILITY=long pytest -m reliability tests/reliability -s
+    ANNODB_RELIABILITY=long pytest -m reliability tests/reliability -n 0 -s
 
+(-n 0: one test at a time, as its figures were measured; the suite's default runs a test
+process per core, pytest-xdist)
 or simply `pytest -m reliability` (selecting the marker alone means "the long run");
 ANNODB_RELIABILITY=short forces the short sizes whatever -m says. ANNODB_RELIABILITY_SEED
 changes the seeds (default 20250101); every random choice derives from it.
@@ -44,6 +46,21 @@ def figures(request):
     yield found
     found.setdefault("seconds", round(time.perf_counter() - started, 1))
     _FIGURES[request.node.name] = found
+
+
+def pytest_sessionfinish(session):
+    """In a pytest-xdist worker: hand this worker's figures to the main process."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["reliability_figures"] = json.dumps(_FIGURES)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """In the main process: a worker's figures, as it ends (pytest-xdist)."""
+    found = getattr(node, "workeroutput", {}).get("reliability_figures")
+    if found:
+        _FIGURES.update(json.loads(found))
 
 
 def pytest_terminal_summary(terminalreporter):
