@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import kernels
-from .storage import MAX_ADDRESS, OVERLAPPING, UNKNOWN
+from .storage import MAX_ADDRESS, OVERLAPPING, UNKNOWN, zero_values
 
 EMPTY_I = np.empty(0, dtype=np.int64)
 EMPTY_F = np.empty(0, dtype=np.float64)
@@ -86,7 +86,8 @@ class Intervals:
         s = self.starts[idx]
         v = self.values
         return Intervals(s, s if self.ends is self.starts else self.ends[idx],
-                         np.broadcast_to(v[:1], s.shape) if v.strides == (0,) else v[idx])
+                         np.broadcast_to(v[:1], s.shape) if v.strides == (0,) and v[0] else
+                         zero_values(len(s)) if v.strides == (0,) else v[idx])
 
     def nbytes(self) -> int:
         """Bytes these arrays hold: an array sharing another's memory (ends of points are
@@ -146,7 +147,7 @@ class _Room:
         n = self.used
         s = self.s[:n]
         return Intervals(s, s if self.points else self.e[:n],
-                         np.broadcast_to(np.float64(0.0), (n,)) if self.v is None
+                         zero_values(n) if self.v is None
                          else self.v[:n])
 
 
