@@ -414,8 +414,12 @@ class Lists:
         firsts = self._firsts(fid)
         at = _distinct(np.searchsorted(firsts, ps, side="right") - 1)
         at = at[at >= 0]
-        nexts = np.append(firsts[1:], np.iinfo(np.int64).max)
-        return firsts[at], nexts[at] - (at < len(firsts) - 1)
+        # (each block's range ends before the next block's first; the last one's reaches to
+        # the end of the addresses. Only the blocks at `at` are looked at: a directory of
+        # `:` is as long as the collection's documents / ~250)
+        last = at == len(firsts) - 1
+        nexts = firsts[np.minimum(at + 1, len(firsts) - 1)]
+        return firsts[at], np.where(last, np.iinfo(np.int64).max, nexts - 1)
 
     def cached(self, feature: str) -> Intervals | None:
         """The whole list if it is decoded already (here or in the shared cache), or an

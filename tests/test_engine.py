@@ -293,6 +293,38 @@ def test_queries_agree_when_common_words_are_read_in_part(read_by_blocks, common
     agree(database, nodes, k, search=False)
 
 
+@settings(max_examples=60)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=30),
+       st.lists(st.integers(-3, 200), max_size=12))
+def test_block_ranges_are_the_blocks_holding_the_last_start_before_each_position(
+        tmp_path_factory, words, positions):
+    """Lists.block_ranges against its definition, from the whole directory: for each
+    position, the block holding the last interval starting at or before it, as the range
+    from its first start to just before the next block's (the last: to the end of the
+    addresses); sorted and distinct."""
+    from annodb import storage
+    old = storage.block_limits
+    storage.block_limits = lambda psize: (psize - 16, 2)
+    try:
+        db = annodb.open(tmp_path_factory.mktemp("ranges") / "db")
+        with db.write() as w:
+            for n in words:
+                w.add(" ".join(["w"] * n))
+    finally:
+        storage.block_limits = old
+    with db.read() as r:
+        firsts = r.lists._firsts(r.lists.fid(":"))
+        ps = np.array(sorted(positions), dtype=np.int64)
+        los, his = r.lists.block_ranges(":", ps)
+    db.close()
+    want = sorted({int(np.searchsorted(firsts, p, side="right")) - 1 for p in ps} - {-1})
+    ends = [int(firsts[j + 1]) - 1 if j + 1 < len(firsts) else np.iinfo(np.int64).max
+            for j in want]
+    assert los.tolist() == [int(firsts[j]) for j in want]
+    assert his.tolist() == ends
+    assert len(firsts) > 1 or len(words) < 3   # (the blocks hold two documents each)
+
+
 def test_regression_phrase_candidates_before_address_zero(tmp_path, common_words):
     db = annodb.open(tmp_path / "db")
     with db.write() as w:
