@@ -67,7 +67,7 @@ class Intervals:
 
     starts: np.ndarray
     ends: np.ndarray
-    values: np.ndarray
+    values: np.ndarray      # all 0: a view of one zero with stride 0 (storage.zero_values)
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -86,7 +86,6 @@ class Intervals:
         s = self.starts[idx]
         v = self.values
         return Intervals(s, s if self.ends is self.starts else self.ends[idx],
-                         np.broadcast_to(v[:1], s.shape) if v.strides == (0,) and v[0] else
                          zero_values(len(s)) if v.strides == (0,) else v[idx])
 
     def nbytes(self) -> int:
