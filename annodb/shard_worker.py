@@ -6,6 +6,11 @@ pipe (`serve` below; `Connection` and `RemotePart` are the parent's side). A par
 `send(method, args, kwargs)` and `receive(ticket)`, so the collection asks every remote
 shard at once, works on its own shard meanwhile, then collects the answers
 (ShardedDatabase.ask).
+
+A worker sends a ranking's first document right after the ranking, unasked (a follow-up,
+`ShardHost.follow_up`): the merged ranking's first hit is read next (`annodb serve` answers a
+query with it), and when it comes from a worker's shard it is then already here, not one
+more round trip away (~0.2 ms on this project's VM; benchmarks/RESULTS.md, "Shards").
 """
 
 from __future__ import annotations
@@ -69,6 +74,14 @@ class ShardHost:
             result = list(result)
         return result
 
+    def follow_up(self, name: str, args: tuple, answer):
+        """What a request asking for one sends after its answer: a ranking's first
+        document (None if it has no hit; see the module docstring); None after any other
+        request."""
+        if name != "call" or args[1:2] != ("rank",) or not len(answer):
+            return None
+        return self._snapshot(args[0]).document_at(int(answer.starts[0]))
+
     def document(self, sid: int, docno: str):
         try:
             return self._snapshot(sid).document(docno)
@@ -90,10 +103,11 @@ class ShardHost:
 # ---------------------------------------------------------------- a worker process
 
 def serve(conn, path: str, cache_bytes: int | None) -> None:
-    """A worker process's loop: (ticket, name, args, kwargs) in, (ticket, ok, value) out,
-    one request at a time, until the pipe closes (the parent ended or closed the
+    """A worker process's loop: (ticket, name, args, kwargs, then) in, (ticket, ok, value)
+    out, one request at a time, until the pipe closes (the parent ended or closed the
     collection). An error goes back as the error (or, if it cannot be pickled, an
-    AnnodbError saying what it was)."""
+    AnnodbError saying what it was). `then`, if not None, is the ticket of the request's
+    follow-up (ShardHost.follow_up), sent after its answer."""
     try:
         host = ShardHost(path, cache_bytes)
     except BaseException as err:  # noqa: BLE001 - the parent raises it at its first call
@@ -107,7 +121,7 @@ def serve(conn, path: str, cache_bytes: int | None) -> None:
     try:
         while True:
             try:
-                ticket, name, args, kwargs = conn.recv()
+                ticket, name, args, kwargs, then = conn.recv()
             except (EOFError, OSError, KeyboardInterrupt):
                 return
             try:
@@ -116,15 +130,31 @@ def serve(conn, path: str, cache_bytes: int | None) -> None:
                 answer = (ticket, False, _picklable(err))
             if ticket is None:  # a message (a snapshot's close): nobody waits for it
                 continue
-            try:
-                conn.send(answer)
-            except (pickle.PicklingError, TypeError, AttributeError) as err:
-                conn.send((ticket, False, AnnodbError(f"shard worker: cannot send the "
-                                                      f"answer of {name}: {err}")))
-            except (BrokenPipeError, OSError):
+            if not _send(conn, answer, name):
                 return
+            if then is not None:
+                try:
+                    follow = (then, True, host.follow_up(name, args, answer[2]) if answer[1]
+                              else None)
+                except Exception as err:  # noqa: BLE001 - raised where it is read
+                    follow = (then, False, _picklable(err))
+                if not _send(conn, follow, name):
+                    return
     finally:
         host.shutdown()
+
+
+def _send(conn, answer: tuple, name: str) -> bool:
+    """Send an answer (or, if it cannot be pickled, an error saying so); False when the
+    parent is gone."""
+    try:
+        conn.send(answer)
+    except (pickle.PicklingError, TypeError, AttributeError) as err:
+        conn.send((answer[0], False, AnnodbError(f"shard worker: cannot send the answer of "
+                                                 f"{name}: {err}")))
+    except (BrokenPipeError, OSError):
+        return False
+    return True
 
 
 def main() -> None:
@@ -180,6 +210,7 @@ class Connection:
         self._tickets = itertools.count()
         self._snapshots = itertools.count()
         self._answers: dict[int, tuple] = {}
+        self._unwanted: set[int] = set()   # tickets whose answers are dropped (forget)
         self.closed = False
         self.why = "the collection is closed"
 
@@ -198,19 +229,21 @@ class Connection:
         except subprocess.TimeoutExpired:
             return None
 
-    def send(self, name: str, *args, **kwargs) -> int:
+    def send(self, name: str, *args, follow_up: bool = False, **kwargs):
+        """Send a request: its ticket; with `follow_up`, (its ticket, its follow-up's)."""
         with self._sending:
             if self.closed:
                 raise StorageError(f"{self.name}: {self.why}")
             ticket = next(self._tickets)
+            then = next(self._tickets) if follow_up else None
             try:
-                self.conn.send((ticket, name, args, kwargs))
+                self.conn.send((ticket, name, args, kwargs, then))
             except (BrokenPipeError, OSError):
                 raise self._gone() from None
             except BaseException:  # (Ctrl-C) perhaps half a message sent: the pipe is done
                 self._cut()
                 raise
-        return ticket
+        return ticket if then is None else (ticket, then)
 
     def receive(self, ticket: int):
         while True:
@@ -225,6 +258,9 @@ class Connection:
                     except BaseException:  # (Ctrl-C) perhaps half an answer read
                         self._cut()
                         raise
+                    if got in self._unwanted:
+                        self._unwanted.discard(got)
+                        continue
                     self._answers[got] = (ok, value)
                     if got != ticket:
                         continue
@@ -232,6 +268,12 @@ class Connection:
             if not ok:
                 raise value
             return value
+
+    def forget(self, ticket: int) -> None:
+        """Drop the answer of `ticket`, come or to come (a follow-up nobody read)."""
+        with self._receiving:
+            if self._answers.pop(ticket, None) is None:
+                self._unwanted.add(ticket)
 
     def call(self, name: str, *args, **kwargs):
         return self.receive(self.send(name, *args, **kwargs))
@@ -249,7 +291,7 @@ class Connection:
         with self._sending:
             if not self.closed:
                 try:
-                    self.conn.send((None, name, args, {}))
+                    self.conn.send((None, name, args, {}, None))
                 except (BrokenPipeError, OSError):
                     pass    # the worker is gone: it holds nothing any more
                 except BaseException:  # (Ctrl-C) perhaps half a message sent
@@ -308,16 +350,45 @@ class Remote:
 
 
 class RemotePart(Remote):
-    """One worker's snapshot."""
+    """One worker's snapshot. A ranking made there is followed by its first document
+    (see the module docstring), kept for document_at until the next ranking or the close."""
 
     def __init__(self, connection: Connection, sid: int):
         self.connection, self.sid = connection, sid
+        self._first = None     # (the address of the last ranking's first hit, its ticket)
 
-    def send(self, method: str, args: tuple, kwargs: dict) -> int:
-        return self.connection.send("call", self.sid, method, *args, **kwargs)
+    def send(self, method: str, args: tuple, kwargs: dict):
+        if method != "rank":
+            return self.connection.send("call", self.sid, method, *args, **kwargs)
+        self._drop_first()
+        return self.connection.send("call", self.sid, method, *args, follow_up=True,
+                                    **kwargs)
 
-    def _answer(self, ticket: int):
-        return self.connection.receive(ticket)
+    def _answer(self, ticket):
+        if not isinstance(ticket, tuple):
+            return self.connection.receive(ticket)
+        ticket, then = ticket
+        try:
+            ranking = self.connection.receive(ticket)
+        except BaseException:
+            self.connection.forget(then)
+            raise
+        if len(ranking):
+            self._first = (int(ranking.starts[0]), then)
+        else:
+            self.connection.forget(then)
+        return ranking
+
+    def _drop_first(self) -> None:
+        if self._first is not None:
+            self.connection.forget(self._first[1])
+            self._first = None
+
+    def document_at(self, address: int):
+        if self._first is not None and self._first[0] == int(address):
+            then, self._first = self._first[1], None
+            return self.connection.receive(then)
+        return self._get("document_at", address)
 
     def document(self, docno: str):
         doc = self.connection.call("document", self.sid, docno)
@@ -329,4 +400,5 @@ class RemotePart(Remote):
         return lambda nodes: self.connection.call("score", self.sid, container, nodes)
 
     def close(self) -> None:
+        self._drop_first()
         self.connection.tell("close", self.sid)

@@ -297,6 +297,61 @@ def test_worker_processes_answer_as_one_database(tmp_path):
     one.close()
 
 
+def test_a_workers_first_document_comes_with_its_ranking(tmp_path):
+    """A worker sends its ranking's first document right after the ranking: the merged
+    ranking's first hit (what `annodb serve` answers a query with) is read without
+    another request when it comes from a worker's shard, and is the hit one database
+    gives. Follow-ups nobody reads (the first hit in another shard, a second ranking in
+    the same snapshot, an empty or a refused ranking) are dropped, not left to put the
+    answers out of step or to pile up."""
+    from annodb.errors import QueryCostError
+    from annodb.ingest import ingest
+    source = DATA / "msmarco-sample-600.jsonl"
+    ingest(str(tmp_path / "one.db"), [source])
+    annodb.open(tmp_path / "c.shards", shards=2).close()
+    ingest(str(tmp_path / "c.shards"), [source])
+    one = annodb.open(tmp_path / "one.db", readonly=True)
+    many = annodb.open(tmp_path / "c.shards", readonly=True, fan_out="processes")
+    worker = many.workers[1]
+    sent = []
+    real_send = worker.send
+
+    def counted(name, *args, **kwargs):
+        sent.append(args[1] if name == "call" else name)
+        return real_send(name, *args, **kwargs)
+    worker.send = counted
+    remote_first = local_first = 0
+    for i, q in enumerate(_real_queries()[::15]):
+        with one.read() as a, many.read() as b:
+            want = a.rank(q, depth=50, lenient=True)
+            if i % 5 == 0:
+                b.rank("(^ zzzqqq xxxyyy)", depth=10)          # nothing: no follow-up kept
+            if i % 7 == 0:
+                with pytest.raises(QueryCostError):
+                    b.rank("water", budget=Budget(postings=1))
+            got = b.rank(q, depth=50, lenient=True)
+            assert got.starts.tolist() == want.starts.tolist()
+            if i % 3 == 0:    # a later ranking in the snapshot drops the follow-up
+                assert not len(b.rank("(^ zzzqqq xxxyyy)", depth=10))
+            if not len(want):
+                continue
+            before = len(sent)
+            assert got.hit(0) == want.hit(0), q
+            if many.homes.get(int(got.starts[0])) == 1:
+                remote_first += 1
+                assert sent[before:] == (["document_at"] if i % 3 == 0 else []), q
+            else:
+                local_first += 1
+                assert sent[before:] == [], q
+            assert [h.as_dict() for h in got.hits(5)] == [h.as_dict() for h in want.hits(5)]
+    assert remote_first > 10 and local_first > 10
+    with many.read() as b:    # every answer and follow-up has come and none is kept
+        b.document_count()
+    assert worker._answers == {} and worker._unwanted == set()
+    many.close()
+    one.close()
+
+
 def test_a_transaction_over_two_shards_is_refused_whole(tmp_path):
     db = annodb.open(tmp_path / "c.shards", shards=2)
     names = [f"d{i}" for i in range(20)]
