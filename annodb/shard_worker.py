@@ -11,6 +11,15 @@ A worker sends a ranking's first document right after the ranking, unasked (a fo
 `ShardHost.follow_up`): the merged ranking's first hit is read next (`annodb serve` answers a
 query with it), and when it comes from a worker's shard it is then already here, not one
 more round trip away (~0.2 ms on this project's VM; benchmarks/RESULTS.md, "Shards").
+
+Both ends poll for `spin` seconds (SPIN by default) before they sleep on the pipe: a worker
+after each request, for the next, and the parent for an answer it awaits. A query sends a
+worker a few messages a fraction of a millisecond apart, and queries come one after another;
+asleep, a process is woken in ~50 us, and on a virtual machine whose idle CPU goes back to
+its host (as on this project's: no halt polling) its caches are cold when it returns: a
+worker woken for each query ranked 1.3x slower than the parent the same shard's work.
+Polling costs a worker up to `spin` of CPU after each request, taken from other processes
+when there are more busy ones than cores (spin=0: never poll).
 """
 
 from __future__ import annotations
@@ -22,10 +31,13 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import replace
 from multiprocessing.connection import Connection as _Pipe
 
 from .errors import AnnodbError, NotFoundError, StorageError
+
+SPIN = 0.001  # seconds both ends poll before sleeping on the pipe (see above)
 
 
 class ShardHost:
@@ -102,12 +114,21 @@ class ShardHost:
 
 # ---------------------------------------------------------------- a worker process
 
-def serve(conn, path: str, cache_bytes: int | None) -> None:
+def _await(conn, spin: float) -> None:
+    """Return when `conn` has something to read or `spin` seconds have passed."""
+    if spin > 0 and not conn.poll(0):
+        end = time.perf_counter() + spin
+        while time.perf_counter() < end and not conn.poll(0):
+            pass
+
+
+def serve(conn, path: str, cache_bytes: int | None, spin: float = 0.0) -> None:
     """A worker process's loop: (ticket, name, args, kwargs, then) in, (ticket, ok, value)
     out, one request at a time, until the pipe closes (the parent ended or closed the
     collection). An error goes back as the error (or, if it cannot be pickled, an
     AnnodbError saying what it was). `then`, if not None, is the ticket of the request's
-    follow-up (ShardHost.follow_up), sent after its answer."""
+    follow-up (ShardHost.follow_up), sent after its answer. Polls `spin` seconds for a
+    request before it sleeps."""
     try:
         host = ShardHost(path, cache_bytes)
     except BaseException as err:  # noqa: BLE001 - the parent raises it at its first call
@@ -121,6 +142,7 @@ def serve(conn, path: str, cache_bytes: int | None) -> None:
     try:
         while True:
             try:
+                _await(conn, spin)
                 ticket, name, args, kwargs, then = conn.recv()
             except (EOFError, OSError, KeyboardInterrupt):
                 return
@@ -159,18 +181,20 @@ def _send(conn, answer: tuple, name: str) -> bool:
 
 def main() -> None:
     """The worker process: `python -c "from annodb.shard_worker import main; main()" FD
-    PATH [CACHE_BYTES]`, FD its end of the socket pair (start below)."""
+    PATH CACHE_BYTES SPIN`, FD its end of the socket pair (start below)."""
     import signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: its close ends us
     fd, path = int(sys.argv[1]), sys.argv[2]
-    cache = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] != "-" else None
-    serve(_Pipe(fd), path, cache)
+    cache = None if sys.argv[3] == "-" else int(sys.argv[3])
+    serve(_Pipe(fd), path, cache, float(sys.argv[4]))
 
 
-def start(path: str, cache_bytes: int | None, name: str) -> "Connection":
+def start(path: str, cache_bytes: int | None, name: str, spin: float = SPIN
+          ) -> "Connection":
     """A worker process serving the shard at `path` (a process of its own, not a fork or a
     multiprocessing spawn: it imports no module of the parent's program), connected by a
-    socket pair; wait_ready() waits for it to have opened the shard."""
+    socket pair; wait_ready() waits for it to have opened the shard. Both ends poll `spin`
+    seconds before sleeping (see the module docstring)."""
     ours, theirs = socket.socketpair()
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ)
@@ -179,14 +203,15 @@ def start(path: str, cache_bytes: int | None, name: str) -> "Connection":
     try:
         process = subprocess.Popen(
             [sys.executable, "-c", "from annodb.shard_worker import main; main()",
-             str(theirs.fileno()), path, "-" if cache_bytes is None else str(cache_bytes)],
+             str(theirs.fileno()), path, "-" if cache_bytes is None else str(cache_bytes),
+             repr(float(spin))],
             pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
     except OSError as err:
         ours.close()
         raise StorageError(f"{name}: cannot start a worker process: {err}") from None
     finally:
         theirs.close()
-    return Connection(_Pipe(ours.detach()), process, name)
+    return Connection(_Pipe(ours.detach()), process, name, spin)
 
 
 def _picklable(err):
@@ -203,8 +228,8 @@ class Connection:
     """The parent's end of one worker's pipe, shared by the parent's threads: requests are
     numbered, and whichever thread reads an answer that is another's keeps it for it."""
 
-    def __init__(self, conn, process, name: str):
-        self.conn, self.process, self.name = conn, process, name
+    def __init__(self, conn, process, name: str, spin: float = 0.0):
+        self.conn, self.process, self.name, self.spin = conn, process, name, spin
         self._sending = threading.Lock()
         self._receiving = threading.Lock()
         self._tickets = itertools.count()
@@ -252,6 +277,7 @@ class Connection:
                     if self.closed:
                         raise StorageError(f"{self.name}: {self.why}")
                     try:
+                        _await(self.conn, self.spin)
                         got, ok, value = self.conn.recv()
                     except (EOFError, OSError):
                         raise self._gone() from None

@@ -128,10 +128,10 @@ def create_manifest(path: str, shards: int, fold_diacritics: bool) -> dict:
 def open(path, *, shards: int | None = None, readonly: bool = False, create: bool = True,
          timeout: float = 30.0, cache_bytes: int | None = None,
          fold_diacritics: bool | None = None,
-         fan_out: str = "sequential") -> "ShardedDatabase":
+         fan_out: str = "sequential", spin: float = shard_worker.SPIN) -> "ShardedDatabase":
     """Open the sharded collection at `path`; with `shards`, create it (N shards) when
-    missing. annodb.open(path) calls this for a directory holding a manifest. `fan_out`:
-    how a query's per-shard work runs (ShardedDatabase)."""
+    missing. annodb.open(path) calls this for a directory holding a manifest. `fan_out`
+    and `spin`: how a query's per-shard work runs (ShardedDatabase)."""
     path = os.fspath(path)
     if not is_collection(path):
         if shards is None:
@@ -150,7 +150,7 @@ def open(path, *, shards: int | None = None, readonly: bool = False, create: boo
         raise StorageError(f"{path}: this collection {have} diacritics (set when it was "
                            "created); make a new one to change it")
     return ShardedDatabase(path, manifest, readonly=readonly, timeout=timeout,
-                           cache_bytes=cache_bytes, fan_out=fan_out)
+                           cache_bytes=cache_bytes, fan_out=fan_out, spin=spin)
 
 
 class _FileLock:
@@ -200,14 +200,19 @@ class ShardedDatabase:
     (annodb.shard_worker, started at open, ended at close): the workers are asked at once,
     the first shard is ranked meanwhile, then their answers are merged (a query's budget
     of postings then counts per shard, as on Ray; its time limit is the same clock's).
+    The workers and this process poll `spin` seconds for a message before they sleep
+    (shard_worker: 0 never polls; a worker then burns no CPU between requests).
     Writes always run in this process."""
 
     def __init__(self, path: str, manifest: dict, *, readonly: bool = False,
                  timeout: float = 30.0, cache_bytes: int | None = None,
-                 fan_out: str = "sequential"):
+                 fan_out: str = "sequential", spin: float = shard_worker.SPIN):
         if fan_out not in FAN_OUTS:
             raise StorageError(f"fan_out must be one of {', '.join(FAN_OUTS)}, not "
                                f"{fan_out!r}")
+        if not isinstance(spin, (int, float)) or isinstance(spin, bool) or \
+                not 0 <= spin <= 1:
+            raise StorageError(f"spin must be 0 to 1 seconds, not {spin!r}")
         self.fan_out = fan_out
         self.threads = fan_out == "threads"
         self.workers: list = []     # per shard, its worker's Connection (None: in process)
@@ -235,7 +240,7 @@ class ShardedDatabase:
             if fan_out == "processes":
                 self.workers = [None] + [
                     shard_worker.start(os.path.join(path, shard_name(i)), per_shard,
-                                       f"{path}/{shard_name(i)}") for i in range(1, n)]
+                                       f"{path}/{shard_name(i)}", spin) for i in range(1, n)]
                 for w in self.workers[1:]:
                     w.wait_ready()
         except BaseException:

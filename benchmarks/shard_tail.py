@@ -2,7 +2,8 @@
 against a sharded collection holding the same documents.
 
     python benchmarks/shard_tail.py benchmarks/work/shards/4x-1.db \\
-        benchmarks/work/shards/4x-2.shards [--fan-out processes] [--reps 3] [--top 25]
+        benchmarks/work/shards/4x-2.shards [--fan-out processes] [--reps 3] [--top 25] \\
+        [--cache-mb 512] [--spin-ms 1,0]
 
 Both collections are open in one fresh process (their files read first, so both find them
 in the page cache) and replayed warm as the server's query runs (rank to depth 1000 by SSR
@@ -14,7 +15,9 @@ Printed: each replay's median / p90 / p99 / max and the ratio of the p99s; the p
 query's fastest time over the replays; the slowest queries of one database with their
 time in the shards and the ratio, then the ratio by band of one database's time (where the
 shards' fixed cost per query, paid by every query, meets the half of the work each shard
-does).
+does). With `--spin-ms A,B`, the sharded collection is opened once per value (how long
+its worker processes and this process poll before sleeping, shard_worker.SPIN), each
+replayed in the same interleaving; the per-query tables are the first one's.
 """
 
 from __future__ import annotations
@@ -38,9 +41,14 @@ REPLAY = r"""
 import gc, json, random, sys, time
 import annodb
 from benchmarks.server_bench import answer_as_served, load_queries
+import annodb.shards
 one, sharded, fan_out, reps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[5])
+cache = None if sys.argv[6] == "-" else int(sys.argv[6])
+spins = json.loads(sys.argv[7])
 queries = load_queries(sys.argv[4])
-dbs = [annodb.open(one, readonly=True), annodb.open(sharded, readonly=True, fan_out=fan_out)]
+dbs = [annodb.open(one, readonly=True, cache_bytes=cache)] + [
+    annodb.shards.open(sharded, readonly=True, fan_out=fan_out, cache_bytes=cache,
+                       **({} if spin is None else {"spin": spin})) for spin in spins]
 for q in queries[:300]:
     for db in dbs:
         answer_as_served(db, q)
@@ -49,7 +57,7 @@ order = random.Random(0)
 out = [[[None] * len(queries) for _ in range(reps)] for _ in dbs]
 for r in range(reps):
     for i, q in enumerate(queries):
-        which = [0, 1]
+        which = list(range(len(dbs)))
         order.shuffle(which)
         for k in which:
             t = time.perf_counter()
@@ -59,12 +67,16 @@ print(json.dumps(out))
 """
 
 
-def replay(one: str, sharded: str, fan_out: str, reps: int) -> tuple[np.ndarray, np.ndarray]:
-    """(one database's, the shards') times: reps x queries, in ms (NaN: refused)."""
+def replay(one: str, sharded: str, fan_out: str, reps: int, cache_bytes: int | None = None,
+           spins: list = (None,)) -> tuple[np.ndarray, ...]:
+    """(one database's, the shards' for each spin (None: annodb's)) times: reps x queries,
+    in ms (NaN: refused)."""
     warm_files(one)
     warm_files(sharded)
     out = subprocess.run([sys.executable, "-c", REPLAY, one, sharded, fan_out, QUERIES,
-                          str(reps)], cwd=REPO, capture_output=True, text=True,
+                          str(reps), "-" if cache_bytes is None else str(cache_bytes),
+                          json.dumps(list(spins))],
+                         cwd=REPO, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": REPO})
     if out.returncode:
         raise SystemExit(f"shard_tail: replay failed: {out.stderr[-2000:]}")
@@ -81,29 +93,45 @@ def main(argv=None) -> int:
                                                                 "processes"))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--spin-ms", default=None,
+                    help="comma-separated: the sharded collection once per value of its "
+                         "spin, in ms (default: annodb's)")
+    ap.add_argument("--cache-mb", type=int, default=None,
+                    help="the decoded-list cache of each collection, in MB (a sharded one "
+                         "splits it between its shards); default: annodb's, 256 MB per "
+                         "database, so 2 shards have twice one database's")
     args = ap.parse_args(argv)
     for path in (args.one, args.sharded):
         if not os.path.exists(path):
             raise SystemExit(f"shard_tail: no {path} (benchmarks/shards_bench.py builds both)")
     queries = server_bench.load_queries(QUERIES)
-    a, b = replay(args.one, args.sharded, args.fan_out, args.reps)
-    names = ("one database", f"shards, {args.fan_out}")
+    cache = None if args.cache_mb is None else args.cache_mb << 20
+    spins = [None] if args.spin_ms is None else \
+        [float(x) / 1000 for x in args.spin_ms.split(",")]
+    a, *bs = replay(args.one, args.sharded, args.fan_out, args.reps, cache, spins)
+    names = ["one database"] + [f"shards, {args.fan_out}" + (
+        "" if spin is None else f", spin {spin * 1000:g} ms") for spin in spins]
     print("| collection | replay | median ms | p90 ms | p99 ms | max ms |\n"
           "|---|---:|---:|---:|---:|---:|")
-    for name, x in zip(names, (a, b)):
+    for name, x in zip(names, [a] + bs):
         for r, row in enumerate(x):
             v = row[~np.isnan(row)]
             print(f"| {name} | {r + 1} | {np.median(v):.2f} | {np.percentile(v, 90):.2f} | "
                   f"{np.percentile(v, 99):.2f} | {v.max():.1f} |")
-    ratios = [np.nanpercentile(y, 99) / np.nanpercentile(x, 99) for x, y in zip(a, b)]
-    print("\np99 of the shards against one database's, replay by replay: "
-          + ", ".join(f"{r:.3f}x" for r in ratios))
-    fa, fb = np.nanmin(a, axis=0), np.nanmin(b, axis=0)
+    fa = np.nanmin(a, axis=0)
+    for name, b in zip(names[1:], bs):
+        ratios = [np.nanpercentile(y, 99) / np.nanpercentile(x, 99) for x, y in zip(a, b)]
+        fb = np.nanmin(b, axis=0)
+        ok = ~np.isnan(fa) & ~np.isnan(fb)
+        pa, pb = np.percentile(fa[ok], 99), np.percentile(fb[ok], 99)
+        print(f"\n{name}: p99 against one database's, replay by replay: "
+              + ", ".join(f"{r:.3f}x" for r in ratios)
+              + f". Each query's fastest of {args.reps} replays, {ok.sum():,} queries: p99 "
+              f"{pa:.2f} ms (one database) against {pb:.2f} ms ({pb / pa:.2f}x); median "
+              f"{np.median(fa[ok]):.2f} against {np.median(fb[ok]):.2f} ms.")
+    fb = np.nanmin(bs[0], axis=0)
     ok = ~np.isnan(fa) & ~np.isnan(fb)
-    pa, pb = np.percentile(fa[ok], 99), np.percentile(fb[ok], 99)
-    print(f"\nEach query's fastest of {args.reps} replays, {ok.sum():,} queries: p99 {pa:.2f} ms "
-          f"(one database) against {pb:.2f} ms ({pb / pa:.2f}x); median "
-          f"{np.median(fa[ok]):.2f} against {np.median(fb[ok]):.2f} ms.\n")
+    print()
     print("| one database ms | shards ms | ratio | query |\n|---:|---:|---:|---|")
     idx = np.nonzero(ok)[0]
     for i in idx[np.argsort(-fa[idx])][:args.top]:

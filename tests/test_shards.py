@@ -14,6 +14,7 @@ import json
 import os
 import re
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -350,6 +351,46 @@ def test_a_workers_first_document_comes_with_its_ranking(tmp_path):
     assert worker._answers == {} and worker._unwanted == set()
     many.close()
     one.close()
+
+
+def _cpu_ticks(pid: int) -> int:
+    """User + system CPU time of a process, in clock ticks (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def test_workers_poll_only_for_spin_after_a_request(tmp_path):
+    """A worker polls `spin` seconds for the next request, then sleeps: it burns CPU
+    right after a request and none once idle; spin=0 never polls; a bad spin is refused."""
+    from annodb import shards
+    annodb.open(tmp_path / "c.shards", shards=2).close()
+    with annodb.open(tmp_path / "c.shards") as db:
+        for i in range(12):
+            with db.write() as w:     # (a write transaction writes one shard)
+                w.add(f"water boils at {i} degrees", docno=f"d{i}")
+    for bad in (-0.1, 2, True, "1"):
+        with pytest.raises(AnnodbError, match="spin must be 0 to 1 seconds"):
+            shards.open(tmp_path / "c.shards", readonly=True, fan_out="processes", spin=bad)
+    hz = os.sysconf("SC_CLK_TCK")
+    for spin in (0.4, 0.0):
+        db = shards.open(tmp_path / "c.shards", readonly=True, fan_out="processes", spin=spin)
+        pid = db.workers[1].process.pid
+        with db.read() as r:
+            assert r.search("(^ water boils)", k=3).hits
+        before = _cpu_ticks(pid)
+        time.sleep(0.3)                                  # polling, if spin is 0.4 s
+        polled = _cpu_ticks(pid) - before
+        time.sleep(0.3)
+        before = _cpu_ticks(pid)
+        time.sleep(0.5)                                  # asleep
+        idle = _cpu_ticks(pid) - before
+        db.close()
+        assert idle <= 0.02 * hz, (spin, idle)
+        if spin:
+            assert polled >= 0.05 * hz, polled
+        else:
+            assert polled <= 0.02 * hz, polled
 
 
 def test_a_transaction_over_two_shards_is_refused_whole(tmp_path):
