@@ -57,6 +57,7 @@ from .storage import MAX_ADDRESS, OVERLAPPING, UNKNOWN, zero_values
 EMPTY_I = np.empty(0, dtype=np.int64)
 EMPTY_F = np.empty(0, dtype=np.float64)
 CACHE_BYTES = 256 << 20
+FACTS = 200_000  # lookups kept per committed state (ListCache.facts), ~100 bytes each
 WHOLE_FRACTION = 0.5  # probes in this share of a list's blocks or more: decode it whole
 SMALL_LIST = 4096     # a list this short is decoded whole rather than probed (about a block)
 
@@ -150,6 +151,10 @@ class _Room:
                          else self.v[:n])
 
 
+def _or_minus_one(fid: int | None) -> int:
+    return -1 if fid is None else fid
+
+
 def _points(a: Intervals) -> bool:
     return a.ends is a.starts or np.array_equal(a.starts, a.ends)
 
@@ -167,6 +172,9 @@ class ListCache:
     def __init__(self, max_bytes: int = CACHE_BYTES):
         self.max_bytes = int(max_bytes)
         self.bytes = 0
+        # what the newest committed state's snapshots looked up (feature ids, list states;
+        # see Lists._fact): (its transaction id, {key: value})
+        self.facts: tuple[int, dict] = (-1, {})
         self._items: OrderedDict = OrderedDict()  # key -> (value, bytes, room, container)
         self._lock = threading.Lock()
         self.newest: dict[tuple, tuple] = {}  # (kind, fid) -> key of its newest version
@@ -245,6 +253,7 @@ class ListCache:
             self._items.clear()
             self.bytes = 0
             self.newest.clear()
+            self.facts = (-1, {})
 
 
 class Lists:
@@ -268,12 +277,34 @@ class Lists:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _state(self, fid: int) -> tuple:
-        key = ("state", fid)
+    def _fact(self, key: tuple, look):
+        """look(), a lookup in this snapshot's committed state (a feature's id, a list's
+        state), kept for the transaction and shared with the process's other snapshots of
+        the same committed state (each query's snapshot asks again for the same words)."""
         found = self._local.get(key)
+        if found is not None:
+            return found
+        shared = self._shared
+        if shared is None:
+            found = self._local[key] = look()
+            return found
+        tid, facts = shared.facts
+        if tid == self._txn.id:
+            found = facts.get(key)
+        elif tid < self._txn.id:  # a newer state: the older one's facts are dropped
+            facts = {}
+            shared.facts = (self._txn.id, facts)
+        else:
+            facts = None  # (a snapshot older than the newest: its own lookups only)
         if found is None:
-            found = self._local[key] = self._txn.list_state(fid)
+            found = look()
+            if facts is not None and len(facts) < FACTS:
+                facts[key] = found
+        self._local[key] = found
         return found
+
+    def _state(self, fid: int) -> tuple:
+        return self._fact(("state", fid), lambda: self._txn.list_state(fid))
 
     def _erased_version(self):
         """What the erased ranges' state is known by: 0 when there are none, the id of the
@@ -335,12 +366,8 @@ class Lists:
         return Intervals(s, e, v)
 
     def fid(self, feature: str) -> int | None:
-        key = ("fid", feature)
-        found = self._local.get(key)
-        if found is None:
-            found = self._txn.feature_id(feature)
-            self._local[key] = -1 if found is None else found
-            return found
+        found = self._fact(("fid", feature), lambda: _or_minus_one(
+            self._txn.feature_id(feature)))
         return None if found < 0 else found
 
     def _firsts(self, fid: int) -> np.ndarray:

@@ -305,6 +305,25 @@ def test_snapshot_keeps_its_state_while_a_writer_commits(db):
         assert after.has("new") and not after.has("old")
 
 
+def test_snapshots_share_lookups_only_with_snapshots_of_their_state(db):
+    """A snapshot's lookups (feature ids, list states) are shared with the process's later
+    snapshots of the same committed state (ListCache.facts), never across a commit: in
+    either order, a snapshot sees its own state's words."""
+    with db.write() as w:
+        w.add("old text", docno="old")
+    before = db.read()
+    assert (before.count("text"), before.count("later")) == (1, 0)   # state 1 looked up
+    with db.write() as w:
+        w.add("new text later", docno="new")
+    with db.read() as after:                                           # state 2 replaces it
+        assert (after.count("text"), after.count("later"), after.count("new")) == (2, 1, 1)
+    assert (before.count("text"), before.count("later")) == (1, 0)
+    assert before.count("new") == 0     # looked up first by the older snapshot: its own
+    with db.read() as again:
+        assert (again.count("new"), again.count("text")) == (1, 2)
+    before.close()
+
+
 def test_second_writer_in_this_process_times_out(db):
     import threading
     with db.write():
