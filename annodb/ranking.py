@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from itertools import combinations
 
 import numpy as np
@@ -276,10 +275,8 @@ def _covers_and_boxes(ev: Evaluator, node, cnode) -> tuple[Intervals, Intervals]
     return ev.eval_in(node, Region.around(boxes)), boxes
 
 
-@lru_cache(maxsize=4096)
 def _text(node) -> str:
-    """Canonical query text, or a repr for a feature name no query text can spell (once
-    per query node: the nodes are immutable)."""
+    """Canonical query text, or a repr for a feature name no query text can spell."""
     try:
         return format_query(node)
     except ValueError:

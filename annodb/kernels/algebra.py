@@ -50,7 +50,7 @@ _EMPTY_I = np.empty(0, np.int64)
 
 def _ints(x, name: str) -> np.ndarray:
     """A 1-d contiguous int64 copy-or-view of x; refuses non-integer data (empty is fine)."""
-    if type(x) is np.ndarray and x.dtype is _I64 and x.ndim == 1 and x.flags.c_contiguous:
+    if type(x) is np.ndarray and x.dtype == _I64 and x.ndim == 1 and x.flags.c_contiguous:
         return x  # (what the kernels' callers pass, ~100 times a query)
     a = np.asarray(x)
     if a.ndim != 1:
