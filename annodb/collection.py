@@ -16,7 +16,8 @@ from .routing import is_collection
 def open(path: str | os.PathLike | None = None, *, readonly: bool = False,
          create: bool = True, timeout: float = 30.0,
          cache_bytes: int | None = None, fold_diacritics: bool | None = None,
-         shards: int | None = None, fan_out: str | None = None):
+         shards: int | None = None, fan_out: str | None = None,
+         spin: float | None = None):
     """Open the database at `path` (default: $ANNODB_DB or ./annodb.db), creating it unless
     `readonly` or `create=False`. `timeout` bounds how long a writer waits for another.
     `cache_bytes` is the budget of decoded lists this process keeps for its snapshots
@@ -29,13 +30,14 @@ def open(path: str | os.PathLike | None = None, *, readonly: bool = False,
     A sharded collection (a directory holding manifest.json, see annodb.shards) opens as a
     ShardedDatabase, with the same API; `shards=N` creates one of N shards when `path` is
     missing; `fan_out` ("sequential", "threads" or "processes") how its queries run over
-    the shards (see ShardedDatabase; one database ignores it)."""
+    the shards, `spin` how long its processes poll for a message before they sleep (see
+    ShardedDatabase; one database ignores both)."""
     if path is None:
         path = os.environ.get("ANNODB_DB") or database.DEFAULT_PATH
     if shards is not None or is_collection(path):
         return _shards.open(path, shards=shards, readonly=readonly, create=create,
                             timeout=timeout, cache_bytes=cache_bytes,
                             fold_diacritics=fold_diacritics,
-                            fan_out=fan_out or "sequential")
+                            fan_out=fan_out or "sequential", spin=spin)
     return database.open(path, readonly=readonly, create=create, timeout=timeout,
                          cache_bytes=cache_bytes, fold_diacritics=fold_diacritics)

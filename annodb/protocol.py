@@ -191,7 +191,8 @@ class Handle:
     when asked, read-only (writes are refused with a message saying why)."""
 
     def __init__(self, path, cache_bytes: int | None = None, readonly: bool = False,
-                 ray: str | None = None, fan_out: str | None = None):
+                 ray: str | None = None, fan_out: str | None = None,
+                 spin: float | None = None):
         self.write_error = None
         self.own = isinstance(path, (str, os.PathLike))
         if not self.own:  # an open database or collection (the Vole's in-process backend)
@@ -207,17 +208,17 @@ class Handle:
             return
         if readonly:
             self.db = _collection.open(path, readonly=True, cache_bytes=cache_bytes,
-                                       fan_out=fan_out)
+                                       fan_out=fan_out, spin=spin)
             self.write_error = "the server was started with --read-only"
             return
         try:
             self.db = _collection.open(path, create=False, cache_bytes=cache_bytes,
-                                       fan_out=fan_out)
+                                       fan_out=fan_out, spin=spin)
         except StorageError as err:
             if "no annodb database" in str(err):
                 raise
             self.db = _collection.open(path, readonly=True, cache_bytes=cache_bytes,
-                                       fan_out=fan_out)
+                                       fan_out=fan_out, spin=spin)
             self.write_error = f"the server opened {path} read-only ({err})"
 
     def writable(self):
@@ -241,7 +242,7 @@ class Protocol:
                  max_queries: int = MAX_QUERIES, max_query_bytes: int = MAX_QUERY_BYTES,
                  cache_bytes: int | None = None, readonly: bool = False,
                  strict: bool = False, log=None, info=None, ray: str | None = None,
-                 fan_out: str | None = None):
+                 fan_out: str | None = None, spin: float | None = None):
         if depth < 1:
             raise ServerError(f"depth must be at least 1, not {depth}")
         if max_line < 1:
@@ -271,7 +272,7 @@ class Protocol:
             raise ServerError("choose shards on Ray actors (ray, --ray) or a fan-out from "
                               "the server's processes (fan_out, --fan-out), not both")
         # StorageError when missing
-        self._handle = Handle(path, cache_bytes, readonly, ray, fan_out)
+        self._handle = Handle(path, cache_bytes, readonly, ray, fan_out, spin)
 
     def close(self) -> None:
         self._handle.close()

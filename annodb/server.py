@@ -52,6 +52,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from . import database as _database
+from . import shards as _shards
+from .routing import is_collection
 from .protocol import (MAX_LINE, MAX_POSTINGS, MAX_QUERIES, MAX_QUERY_BYTES, QUERY_TIMEOUT,
                        Protocol, ServerError, Session)
 from .ranking import DEPTH
@@ -389,12 +391,16 @@ class Server:
         self._requested_port = int(port)
         self._log = log
         per_process = None if cache_bytes is None else int(cache_bytes) // self.processes
+        spin = None  # (a sharded collection's workers poll when they fit the cores)
+        if fan_out == "processes" and is_collection(self.path) and self.processes * \
+                _shards.read_manifest(self.path)["shards"] > (os.cpu_count() or 1):
+            spin = 0.0  # every process has a worker per other shard: more than the cores
         self._options = dict(
             container=container, fields=fields, depth=depth, token=token,
             query_timeout=query_timeout, max_postings=max_postings, max_line=max_line,
             max_queries=max(int(max_queries) // self.processes, 1),
             max_query_bytes=int(max_query_bytes) // self.processes, cache_bytes=per_process,
-            readonly=readonly, strict=strict, ray=ray, fan_out=fan_out)
+            readonly=readonly, strict=strict, ray=ray, fan_out=fan_out, spin=spin)
         self._core_options = dict(threads=workers or THREADS, idle_timeout=idle_timeout,
                                   line_timeout=line_timeout, max_clients=self.max_clients)
         # checks the options and opens the database here (in every mode): a missing

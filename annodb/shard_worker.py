@@ -12,14 +12,15 @@ A worker sends a ranking's first document right after the ranking, unasked (a fo
 query with it), and when it comes from a worker's shard it is then already here, not one
 more round trip away (~0.2 ms on this project's VM; benchmarks/RESULTS.md, "Shards").
 
-Both ends poll for `spin` seconds (SPIN by default) before they sleep on the pipe: a worker
-after each request, for the next, and the parent for an answer it awaits. A query sends a
-worker a few messages a fraction of a millisecond apart, and queries come one after another;
-asleep, a process is woken in ~50 us, and on a virtual machine whose idle CPU goes back to
-its host (as on this project's: no halt polling) its caches are cold when it returns: a
-worker woken for each query ranked 1.3x slower than the parent the same shard's work.
-Polling costs a worker up to `spin` of CPU after each request, taken from other processes
-when there are more busy ones than cores (spin=0: never poll).
+Both ends may poll for `spin` seconds before they sleep on the pipe: a worker after each
+request, for the next, and the parent for an answer it awaits. A query sends a worker a few
+messages a fraction of a millisecond apart, and queries come one after another; asleep, a
+process is woken in ~50 us, and on a virtual machine whose idle CPU goes back to its host
+(as on this project's: no halt polling) its caches are cold when it returns: a worker woken
+for each query ranked 1.3x slower than the parent the same shard's work. A poller yields
+its CPU to any other process ready to run, but where processes outnumber cores polling
+still took their CPU (a server's throughput halved), so the collection polls only when its
+processes fit the cores (shards.ShardedDatabase, `spin`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from multiprocessing.connection import Connection as _Pipe
 
 from .errors import AnnodbError, NotFoundError, StorageError
 
-SPIN = 0.001  # seconds both ends poll before sleeping on the pipe (see above)
+SPIN = 0.001  # seconds both ends poll before sleeping on the pipe, where they do (above)
 
 
 class ShardHost:
@@ -115,11 +116,12 @@ class ShardHost:
 # ---------------------------------------------------------------- a worker process
 
 def _await(conn, spin: float) -> None:
-    """Return when `conn` has something to read or `spin` seconds have passed."""
+    """Return when `conn` has something to read or `spin` seconds have passed, yielding the
+    CPU meanwhile to any other process ready to run."""
     if spin > 0 and not conn.poll(0):
         end = time.perf_counter() + spin
         while time.perf_counter() < end and not conn.poll(0):
-            pass
+            os.sched_yield()
 
 
 def serve(conn, path: str, cache_bytes: int | None, spin: float = 0.0) -> None:
@@ -189,7 +191,7 @@ def main() -> None:
     serve(_Pipe(fd), path, cache, float(sys.argv[4]))
 
 
-def start(path: str, cache_bytes: int | None, name: str, spin: float = SPIN
+def start(path: str, cache_bytes: int | None, name: str, spin: float = 0.0
           ) -> "Connection":
     """A worker process serving the shard at `path` (a process of its own, not a fork or a
     multiprocessing spawn: it imports no module of the parent's program), connected by a

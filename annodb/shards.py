@@ -128,7 +128,7 @@ def create_manifest(path: str, shards: int, fold_diacritics: bool) -> dict:
 def open(path, *, shards: int | None = None, readonly: bool = False, create: bool = True,
          timeout: float = 30.0, cache_bytes: int | None = None,
          fold_diacritics: bool | None = None,
-         fan_out: str = "sequential", spin: float = shard_worker.SPIN) -> "ShardedDatabase":
+         fan_out: str = "sequential", spin: float | None = None) -> "ShardedDatabase":
     """Open the sharded collection at `path`; with `shards`, create it (N shards) when
     missing. annodb.open(path) calls this for a directory holding a manifest. `fan_out`
     and `spin`: how a query's per-shard work runs (ShardedDatabase)."""
@@ -201,15 +201,20 @@ class ShardedDatabase:
     the first shard is ranked meanwhile, then their answers are merged (a query's budget
     of postings then counts per shard, as on Ray; its time limit is the same clock's).
     The workers and this process poll `spin` seconds for a message before they sleep
-    (shard_worker: 0 never polls; a worker then burns no CPU between requests).
+    (shard_worker; 0 never polls, and a worker then burns no CPU between requests). None:
+    shard_worker.SPIN when the collection's processes, one per shard, fit the machine's
+    cores, else 0 (a server of several processes each opening the collection says 0 when
+    theirs do not).
     Writes always run in this process."""
 
     def __init__(self, path: str, manifest: dict, *, readonly: bool = False,
                  timeout: float = 30.0, cache_bytes: int | None = None,
-                 fan_out: str = "sequential", spin: float = shard_worker.SPIN):
+                 fan_out: str = "sequential", spin: float | None = None):
         if fan_out not in FAN_OUTS:
             raise StorageError(f"fan_out must be one of {', '.join(FAN_OUTS)}, not "
                                f"{fan_out!r}")
+        if spin is None:
+            spin = shard_worker.SPIN if manifest["shards"] <= (os.cpu_count() or 1) else 0.0
         if not isinstance(spin, (int, float)) or isinstance(spin, bool) or \
                 not 0 <= spin <= 1:
             raise StorageError(f"spin must be 0 to 1 seconds, not {spin!r}")

@@ -360,10 +360,13 @@ def _cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])
 
 
-def test_workers_poll_only_for_spin_after_a_request(tmp_path):
+def test_workers_poll_only_for_spin_after_a_request(tmp_path, monkeypatch):
     """A worker polls `spin` seconds for the next request, then sleeps: it burns CPU
-    right after a request and none once idle; spin=0 never polls; a bad spin is refused."""
-    from annodb import shards
+    right after a request and none once idle; spin=0 never polls; a bad spin is refused.
+    By default a collection polls only when its processes (one per shard) fit the cores,
+    and a server whose processes' workers outnumber the cores does not."""
+    from annodb import shard_worker, shards
+    from annodb.server import Server
     annodb.open(tmp_path / "c.shards", shards=2).close()
     with annodb.open(tmp_path / "c.shards") as db:
         for i in range(12):
@@ -372,6 +375,20 @@ def test_workers_poll_only_for_spin_after_a_request(tmp_path):
     for bad in (-0.1, 2, True, "1"):
         with pytest.raises(AnnodbError, match="spin must be 0 to 1 seconds"):
             shards.open(tmp_path / "c.shards", readonly=True, fan_out="processes", spin=bad)
+    for cores, processes, polls in ((2, 1, True), (1, 1, False), (4, 2, True),
+                                    (2, 2, False)):
+        monkeypatch.setattr(os, "cpu_count", lambda: cores)
+        server = Server(str(tmp_path / "c.shards"), processes=processes, fan_out="processes",
+                        readonly=True)
+        try:
+            worker = server._protocol._handle.db.workers[1]
+            assert worker.spin == (shard_worker.SPIN if polls else 0), (cores, processes)
+        finally:
+            server.shutdown()
+        if processes == 1:
+            with annodb.open(tmp_path / "c.shards", readonly=True, fan_out="processes") as db:
+                assert db.workers[1].spin == (shard_worker.SPIN if polls else 0), cores
+    monkeypatch.undo()
     hz = os.sysconf("SC_CLK_TCK")
     for spin in (0.4, 0.0):
         db = shards.open(tmp_path / "c.shards", readonly=True, fan_out="processes", spin=spin)
