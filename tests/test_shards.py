@@ -476,6 +476,39 @@ def test_notes_and_judgments_live_with_their_document(tmp_path):
     db.close()
 
 
+def test_a_note_whose_noted_note_is_replaced_stays_in_its_shard(tmp_path):
+    """A note on a note whose target is then replaced (the same note docno: deleted and
+    added anew) links to no document any more; it stays in its shard, as in one database,
+    and the collection's check does not take it for a document in the wrong shard (the
+    server's fuzz over worker processes met it). A note in another shard than its live
+    target is still found."""
+    from annodb.check import check
+    db = annodb.open(tmp_path / "c.shards", shards=3)
+    with db.write() as w:
+        w.add("water boils", docno="r76")
+    with db.write() as w:
+        w.note("r76", "a note", note_docno="note:t1:r76")
+    with db.write() as w:
+        w.note("note:t1:r76", "a note on the note", note_docno="note:t1:note:t1:r76")
+    with db.write() as w:
+        w.note("r76", "the note again", note_docno="note:t1:r76")
+    assert check(db) == []
+    home = routing.route("r76", 3)
+    with db.read() as r:
+        assert r.parts[home].has("note:t1:note:t1:r76") and r.parts[home].has("note:t1:r76")
+    from annodb import batch
+    other = (home + 1) % 3                      # a note put in another shard by hand
+    with db.read() as r:
+        target = r.document("r76").start
+    b = batch.make([batch.prepare_item("stray", "stray", None, None, ())], container="note:")
+    with db.shards[other].write() as w:
+        w.add_batch(b, starts=np.array([db.reserve(int(b.spans().sum()))]))
+        stray = w.document("stray")
+        w.annotate("note:", stray.start, stray.end, float(target))
+    assert any("the note 'stray' is not in its document's shard" in p for p in check(db))
+    db.close()
+
+
 def test_server_memory_and_vole_backend_over_shards(tmp_path):
     from annodb.ingest import ingest
     from annodb.protocol import Protocol, Session

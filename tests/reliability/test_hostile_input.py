@@ -343,7 +343,9 @@ def check_reply(raw: bytes, problems: list, ops: dict) -> None:
             problems.append(f"{type(err).__name__}: {err}: {raw[:300]!r}")
 
 
-def test_server_fuzzed_with_random_lines(small_db, tmp_path, figures):
+def test_server_fuzzed_with_random_lines(small_db, tmp_path, figures, fan_out=None):
+    """(`fan_out`: how the server runs a sharded collection's queries, see
+    test_shards_reliability.)"""
     total, conns, chunk = size(1500, 50_000), 4, 25
     log = io.StringIO()
     with small_db.read() as r:
@@ -351,7 +353,8 @@ def test_server_fuzzed_with_random_lines(small_db, tmp_path, figures):
     problems, ops = [], {}
     lock = threading.Lock()
     started = time.perf_counter()
-    with Server(small_db.path, max_line=4096, query_timeout=5.0, log=log) as server:
+    with Server(small_db.path, max_line=4096, query_timeout=5.0, log=log,
+                fan_out=fan_out) as server:
         def client(k: int) -> None:
             try:
                 talk(k)

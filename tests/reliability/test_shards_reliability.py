@@ -7,7 +7,8 @@
 - Reader processes check every snapshot of the collection while a writer process adds
   documents and annotates them, one shard per transaction, and an ingest runs beside it.
 - The server's fuzz (random lines of every op, over 4 pipelining connections) against a
-  sharded collection.
+  sharded collection, its queries run one shard after another and then by worker
+  processes (whose pipe the connections' threads share).
 """
 
 from __future__ import annotations
@@ -196,4 +197,13 @@ def sharded_small_db(tmp_path_factory):
 def test_server_fuzzed_with_random_lines_over_shards(sharded_small_db, tmp_path, figures):
     test_hostile_input.test_server_fuzzed_with_random_lines(sharded_small_db, tmp_path,
                                                             figures)
+    assert check(sharded_small_db) == []
+
+
+def test_server_fuzzed_over_shards_in_worker_processes(sharded_small_db, tmp_path, figures):
+    """The same, the server's queries fanned out to a worker process per other shard: its
+    connections' threads share each worker's pipe, with the first documents that come
+    after rankings and the ones nobody reads dropped."""
+    test_hostile_input.test_server_fuzzed_with_random_lines(sharded_small_db, tmp_path,
+                                                            figures, fan_out="processes")
     assert check(sharded_small_db) == []
