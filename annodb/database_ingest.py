@@ -27,7 +27,7 @@ from typing import Callable, Iterator, NamedTuple
 import msgspec
 import numpy as np
 
-from . import batch, database, formats, inputs, records, storage, transaction
+from . import batch, children, database, formats, inputs, records, storage, transaction
 from .errors import AnnodbError, IngestError, WriterBusyError
 from .formats import Problem as _Problem
 from .inputs import Source, check_inputs, where
@@ -308,13 +308,11 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
     """_chunks, made in a second Python process. A plain child process, not
     multiprocessing: that would re-run the caller's main script, and fork would copy this
     process's open LMDB environment."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this annodb's
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (here, os.environ.get("PYTHONPATH")) if p))
     errors = tempfile.TemporaryFile()  # the child's stderr, for the message if it dies
     child = subprocess.Popen(
-        [sys.executable, "-c", "from annodb.database_ingest import _reader_main; _reader_main()"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, env=env)
+        children.command("from annodb.database_ingest import _reader_main; _reader_main()"),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
+        env=children.environment())
     try:
         while True:
             try:

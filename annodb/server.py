@@ -51,6 +51,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from . import children
 from . import database as _database
 from . import shards as _shards
 from .routing import is_collection
@@ -315,8 +316,9 @@ class _Worker:
         # a session of its own: Ctrl-C at a terminal reaches the listening process only,
         # which stops the workers; a worker whose listening process died sees its channel
         # close and ends
-        self.proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(self.config)],
-                                     pass_fds=[child.fileno()], start_new_session=True)
+        self.proc = subprocess.Popen(children.command(code) + [json.dumps(self.config)],
+                                     pass_fds=[child.fileno()], start_new_session=True,
+                                     env=children.environment())
         child.close()
         self.channel = parent
         self.connections = 0

@@ -36,6 +36,7 @@ import time
 from dataclasses import replace
 from multiprocessing.connection import Connection as _Pipe
 
+from . import children
 from .errors import AnnodbError, NotFoundError, StorageError
 
 SPIN = 0.001  # seconds both ends poll before sleeping on the pipe, where they do (above)
@@ -198,16 +199,13 @@ def start(path: str, cache_bytes: int | None, name: str, spin: float = 0.0
     socket pair; wait_ready() waits for it to have opened the shard. Both ends poll `spin`
     seconds before sleeping (see the module docstring)."""
     ours, theirs = socket.socketpair()
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([package] + ([env["PYTHONPATH"]]
-                                                     if env.get("PYTHONPATH") else []))
     try:
         process = subprocess.Popen(
-            [sys.executable, "-c", "from annodb.shard_worker import main; main()",
-             str(theirs.fileno()), path, "-" if cache_bytes is None else str(cache_bytes),
+            children.command("from annodb.shard_worker import main; main()") +
+            [str(theirs.fileno()), path, "-" if cache_bytes is None else str(cache_bytes),
              repr(float(spin))],
-            pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
+            pass_fds=(theirs.fileno(),), env=children.environment(),
+            stdin=subprocess.DEVNULL)
     except OSError as err:
         ours.close()
         raise StorageError(f"{name}: cannot start a worker process: {err}") from None

@@ -39,7 +39,8 @@ import time
 
 import numpy as np
 
-from . import database_ingest as _ingest, formats, inputs, records, shards as _shards
+from . import children, database_ingest as _ingest, formats, inputs, records, \
+    shards as _shards
 from .errors import AnnodbError, IngestError
 from .routing import route
 
@@ -47,13 +48,11 @@ QUEUED = 2          # chunks waiting in the router per reader and per writer
 
 
 def _child(main: str) -> subprocess.Popen:
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this annodb's
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (here, os.environ.get("PYTHONPATH")) if p))
     errors = tempfile.TemporaryFile()  # the child's stderr, for the message if it dies
     child = subprocess.Popen(
-        [sys.executable, "-c", f"from annodb.sharded_ingest import {main}; {main}()"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, env=env)
+        children.command(f"from annodb.sharded_ingest import {main}; {main}()"),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
+        env=children.environment())
     child.errors = errors
     return child
 

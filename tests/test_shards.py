@@ -353,6 +353,32 @@ def test_a_workers_first_document_comes_with_its_ranking(tmp_path):
     one.close()
 
 
+def test_children_run_their_parents_annodb_from_any_directory(tmp_path, monkeypatch):
+    """Every child process (a sharded ingest's readers and writers, a shard's worker, a
+    server's worker processes) imports the annodb its parent imported, even when started
+    from a directory holding another annodb package (a checkout beside an installed
+    copy: `python -c` puts the working directory first on its path)."""
+    import socket
+    from annodb.ingest import ingest
+    from annodb.server import Server
+    decoy = tmp_path / "checkout" / "annodb"
+    decoy.mkdir(parents=True)
+    (decoy / "__init__.py").write_text("raise ImportError('the other annodb was imported')\n")
+    monkeypatch.chdir(tmp_path / "checkout")
+    annodb.open(tmp_path / "c.shards", shards=2).close()
+    summary = ingest(str(tmp_path / "c.shards"), [DATA / "msmarco-sample-600.jsonl"])
+    assert summary.added == 600
+    with annodb.open(tmp_path / "c.shards", readonly=True, fan_out="processes") as db:
+        with db.read() as r:
+            assert r.search("water", k=3).hits
+    with Server(str(tmp_path / "c.shards"), processes=2, readonly=True) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock, \
+                sock.makefile("rb") as reader:
+            sock.sendall(b'{"op":"query","query":"water"}\n')
+            reply = json.loads(reader.readline())["response"]
+    assert reply["ok"] and reply.get("docno"), reply
+
+
 def _cpu_ticks(pid: int) -> int:
     """User + system CPU time of a process, in clock ticks (/proc/PID/stat)."""
     with open(f"/proc/{pid}/stat") as f:
