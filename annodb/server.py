@@ -53,7 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import children
 from . import database as _database
-from . import shards as _shards
+from . import shard_worker, shards as _shards
 from .routing import is_collection
 from .protocol import (MAX_LINE, MAX_POSTINGS, MAX_QUERIES, MAX_QUERY_BYTES, QUERY_TIMEOUT,
                        Protocol, ServerError, Session)
@@ -393,10 +393,10 @@ class Server:
         self._requested_port = int(port)
         self._log = log
         per_process = None if cache_bytes is None else int(cache_bytes) // self.processes
-        spin = None  # (a sharded collection's workers poll when they fit the cores)
-        if fan_out == "processes" and is_collection(self.path) and self.processes * \
-                _shards.read_manifest(self.path)["shards"] > (os.cpu_count() or 1):
-            spin = 0.0  # every process has a worker per other shard: more than the cores
+        spin = None  # (every process of the server has a worker per other shard)
+        if fan_out == "processes" and is_collection(self.path):
+            spin = shard_worker.spin_for(
+                self.processes * _shards.read_manifest(self.path)["shards"])
         self._options = dict(
             container=container, fields=fields, depth=depth, token=token,
             query_timeout=query_timeout, max_postings=max_postings, max_line=max_line,

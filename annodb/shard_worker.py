@@ -42,6 +42,12 @@ from .errors import AnnodbError, NotFoundError, StorageError
 SPIN = 0.001  # seconds both ends poll before sleeping on the pipe, where they do (above)
 
 
+def spin_for(processes: int) -> float:
+    """How long `processes` busy processes (a parent and its workers, in every process that
+    opened the collection) poll: SPIN when they fit the machine's cores, else 0."""
+    return SPIN if processes <= (os.cpu_count() or 1) else 0.0
+
+
 class ShardHost:
     """One shard, opened read-only: snapshots by id, and the read methods on them."""
 

@@ -214,7 +214,7 @@ class ShardedDatabase:
             raise StorageError(f"fan_out must be one of {', '.join(FAN_OUTS)}, not "
                                f"{fan_out!r}")
         if spin is None:
-            spin = shard_worker.SPIN if manifest["shards"] <= (os.cpu_count() or 1) else 0.0
+            spin = shard_worker.spin_for(manifest["shards"])
         if not isinstance(spin, (int, float)) or isinstance(spin, bool) or \
                 not 0 <= spin <= 1:
             raise StorageError(f"spin must be 0 to 1 seconds, not {spin!r}")
