@@ -245,6 +245,10 @@ class Connection:
         self.closed = False
         self.why = "the collection is closed"
 
+    def alive(self) -> bool:
+        """Whether requests can still be sent: not closed, cut, or its worker ended."""
+        return not self.closed and self.process.poll() is None
+
     def wait_ready(self) -> None:
         try:
             tag, ok, err = self.conn.recv()
@@ -334,22 +338,26 @@ class Connection:
         """A request or an answer was interrupted part-way: the pipe can no longer be
         read in step, so it is closed (the worker exits) and later calls say so."""
         self.closed = True
-        self.why = "a request to its worker process was interrupted; reopen the collection"
+        self.why = ("a request to its worker process was interrupted; the collection's "
+                    "next snapshot starts a new one")
         self.conn.close()
 
     def _gone(self) -> StorageError:
         return StorageError(f"{self.name}: the shard's worker process ended (exit code "
-                            f"{self._exit_code()}); reopen the collection")
+                            f"{self._exit_code()}); the collection's next snapshot starts "
+                            f"a new one")
 
-    def close(self) -> None:
+    def close(self, wait: float = 5.0) -> None:
+        """Close the pipe (the worker's recv ends: it closes its shard and exits) and reap
+        the worker, killed if it has not ended within `wait` seconds (it only reads)."""
         with self._sending:
             if not self.closed:
                 self.closed = True
-                self.conn.close()   # the worker's recv ends: it closes its shard and exits
+                self.conn.close()
         if self.process.returncode is not None:
             return
         try:
-            self.process.wait(timeout=5)
+            self.process.wait(timeout=wait)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()

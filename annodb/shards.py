@@ -53,6 +53,7 @@ import builtins
 import fcntl
 import json
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -200,6 +201,9 @@ class ShardedDatabase:
     (annodb.shard_worker, started at open, ended at close): the workers are asked at once,
     the first shard is ranked meanwhile, then their answers are merged (a query's budget
     of postings then counts per shard, as on Ray; its time limit is the same clock's).
+    A worker found ended (killed, crashed) or cut off (a request interrupted by Ctrl-C) is
+    replaced by a new one at the next read(): a worker only reads, so the new one serves
+    its shard as the old did; the snapshots that used the old one raise StorageError.
     The workers and this process poll `spin` seconds for a message before they sleep
     (shard_worker; 0 never polls, and a worker then burns no CPU between requests). None:
     shard_worker.SPIN when the collection's processes, one per shard, fit the machine's
@@ -230,6 +234,9 @@ class ShardedDatabase:
         per_shard = None if cache_bytes is None else int(cache_bytes) // n
         self.shards: list[database.Database] = []
         self.homes = Homes(HOMES)       # the shards of recently ranked containers
+        self.restarts = 0               # workers replaced (see _live_workers)
+        self._restarting = threading.Lock()
+        self._worker_options = (per_shard, spin)
         self._pool = None
         self._closed = False
         try:
@@ -243,14 +250,37 @@ class ShardedDatabase:
             if not readonly:
                 self.reserve(0)  # the counter is never behind the shards
             if fan_out == "processes":
-                self.workers = [None] + [
-                    shard_worker.start(os.path.join(path, shard_name(i)), per_shard,
-                                       f"{path}/{shard_name(i)}", spin) for i in range(1, n)]
+                self.workers = [None] + [self._start_worker(i) for i in range(1, n)]
                 for w in self.workers[1:]:
                     w.wait_ready()
         except BaseException:
             self.close()
             raise
+
+    def _start_worker(self, i: int) -> "shard_worker.Connection":
+        per_shard, spin = self._worker_options
+        return shard_worker.start(os.path.join(self.path, shard_name(i)), per_shard,
+                                  f"{self.path}/{shard_name(i)}", spin)
+
+    def _live_workers(self) -> list:
+        """The workers, each one that ended or was cut off replaced by a new one first."""
+        if all(w is None or w.alive() for w in self.workers):
+            return self.workers
+        with self._restarting:
+            for i, w in enumerate(self.workers):
+                if w is None or w.alive():
+                    continue
+                self._check_open()
+                w.close(wait=0)          # (one cut off may still be ranking: not waited for)
+                new = self._start_worker(i)
+                try:
+                    new.wait_ready()
+                except BaseException:
+                    new.close()
+                    raise
+                self.workers[i] = new
+                self.restarts += 1
+        return self.workers
 
     # ------------------------------------------------------------------ the API
 
@@ -260,7 +290,7 @@ class ShardedDatabase:
         parts = []
         try:
             if self.workers:   # (a worker's snapshot is asked for, not waited for)
-                for db, w in zip(self.shards, self.workers):
+                for db, w in zip(self.shards, self._live_workers()):
                     parts.append(db.read() if w is None else
                                  shard_worker.RemotePart(w, w.open_snapshot()))
             else:
@@ -307,9 +337,10 @@ class ShardedDatabase:
             self._closed = True
             if self._pool is not None:
                 self._pool.shutdown(wait=False)
-            for w in self.workers:
-                if w is not None:
-                    w.close()
+            with self._restarting:
+                for w in self.workers:
+                    if w is not None:
+                        w.close()
             for db in self.shards:
                 db.close()
 
