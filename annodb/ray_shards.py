@@ -22,6 +22,7 @@ annodb unless asked for.
 from __future__ import annotations
 
 import os
+import time
 
 from . import shards as _shards
 from .errors import AnnodbError, NotFoundError, StorageError
@@ -56,29 +57,42 @@ def start_local(num_cpus: int | None = None) -> None:
                           log_to_driver=False, configure_logging=False)
 
 CONCURRENCY = 4     # calls an actor serves at once (its own threads; LMDB readers)
+RESTART_WAIT = 30.0  # seconds a snapshot waits for an actor Ray is restarting
 NAMESPACE = "annodb"
+
+
+def _get(refs, name: str):
+    """ray.get(refs), an actor that died under the call a StorageError (Ray restarts it:
+    actors are made with max_restarts=-1, and its snapshots are gone with it)."""
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayActorError as err:
+        raise StorageError(f"{name}: the shard's Ray actor ended under this call "
+                           f"({type(err).__name__}); Ray restarts it, and the collection's "
+                           "next snapshot uses it") from None
 
 
 class _Part(Remote):
     """One actor's snapshot (shard_worker.Remote: a request is an actor call)."""
 
-    def __init__(self, actor, sid: int):
-        self.actor, self.sid = actor, sid
+    def __init__(self, actor, sid: int, name: str):
+        self.actor, self.sid, self.name = actor, sid, name
 
     def send(self, method: str, args: tuple, kwargs: dict):
         return self.actor.call.remote(self.sid, method, *args, **kwargs)
 
     def _answer(self, ticket):
-        return ray.get(ticket)
+        return _get(ticket, self.name)
 
     def document(self, docno: str):
-        doc = ray.get(self.actor.document.remote(self.sid, docno))
+        doc = _get(self.actor.document.remote(self.sid, docno), self.name)
         if doc is None:
             raise NotFoundError(f"no document with docno {docno!r}")
         return doc
 
     def text_scorer(self, container: str):
-        return lambda nodes: ray.get(self.actor.score.remote(self.sid, container, nodes))
+        return lambda nodes: _get(self.actor.score.remote(self.sid, container, nodes),
+                                  self.name)
 
     def close(self) -> None:
         try:  # not waited for: every call of this snapshot has returned already
@@ -109,8 +123,26 @@ class RayCollection:
     def read(self) -> _shards.ShardedSnapshot:
         if self._closed:
             raise StorageError(f"{self.path}: collection is closed")
-        sids = ray.get([a.open.remote() for a in self.actors])
-        return _shards.ShardedSnapshot(self, [_Part(a, s) for a, s in zip(self.actors, sids)])
+        sids = self._open_each()
+        return _shards.ShardedSnapshot(self, [
+            _Part(a, s, f"{self.path}/{_shards.shard_name(i)}")
+            for i, (a, s) in enumerate(zip(self.actors, sids))])
+
+    def _open_each(self) -> list[int]:
+        """A snapshot in each actor, waiting up to RESTART_WAIT seconds for one that Ray is
+        restarting."""
+        deadline = time.monotonic() + RESTART_WAIT
+        while True:
+            try:
+                return ray.get([a.open.remote() for a in self.actors])
+            except ray.exceptions.ActorUnavailableError:
+                if time.monotonic() > deadline:
+                    raise StorageError(f"{self.path}: a shard's Ray actor is still "
+                                       f"restarting after {RESTART_WAIT:g} s") from None
+                time.sleep(0.05)
+            except ray.exceptions.RayActorError as err:
+                raise StorageError(f"{self.path}: a shard's Ray actor ended "
+                                   f"({type(err).__name__}: {err})") from None
 
     def write(self, timeout: float | None = None):
         raise StorageError(f"{self.path}: served by Ray actors, read-only; write to the "
@@ -153,7 +185,7 @@ def open(path, *, address: str | None = None) -> RayCollection:
         name = _shards.shard_name(i)
         where = f"annodb-{name}"
         options = dict(name=f"annodb:{path}:{name}", namespace=NAMESPACE, get_if_exists=True,
-                       lifetime="detached",
+                       lifetime="detached", max_restarts=-1,  # (Ray restarts one that died)
                        max_concurrency=CONCURRENCY, num_cpus=0)
         if where in offered:
             options["resources"] = {where: 0.001}

@@ -76,7 +76,11 @@ class ShardHost:
     def _snapshot(self, sid: int):
         if sid in self.failed:
             raise self.failed[sid]
-        return self.snaps[sid]
+        found = self.snaps.get(sid)
+        if found is None:
+            raise StorageError(f"{self.db.path}: no snapshot {sid} here (closed, or taken "
+                               "before this shard's host was restarted): take a new one")
+        return found
 
     def close(self, sid: int) -> None:
         self.failed.pop(sid, None)

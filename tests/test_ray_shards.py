@@ -93,3 +93,20 @@ def test_the_server_fronts_ray_actors(collection):
         stats.pop("server")
     assert got[None] == got["auto"] and got[None][0]["ok"]
     assert not judge["ok"] and "Ray actors" in judge["error"]
+
+
+def test_an_actor_that_died_is_restarted_for_the_next_snapshot(collection):
+    """A shard's actor killed (its node's OOM killer, a crash): Ray restarts it, the
+    snapshot that used it raises a clear StorageError, and the next one answers as
+    before."""
+    from annodb import ray_shards
+    remote = ray_shards.open(collection)
+    query = "(^ blood cell)"
+    with remote.read() as r:
+        want = [h.as_dict() for h in r.search(query, k=10)]
+        ray_shards.ray.kill(remote.actors[1], no_restart=False)
+        with pytest.raises(annodb.StorageError, match="shard-001"):
+            r.search(query, k=10)
+    with remote.read() as r:
+        assert [h.as_dict() for h in r.search(query, k=10)] == want
+    remote.close()
