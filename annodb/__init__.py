@@ -25,7 +25,7 @@ _WHERE = {
     "AnnodbError": "errors", "FormatVersionError": "errors", "IngestError": "errors",
     "NotFoundError": "errors", "QueryError": "errors", "StorageError": "errors",
     "WriterBusyError": "errors", "DamagedError": "errors", "AbandonedWriteWarning": "errors",
-    "QueryCostError": "errors", "RankingError": "errors",
+    "QueryCostError": "errors", "RankingError": "errors", "ShardLostError": "errors",
     "Document": "storage", "DocField": "storage",
 }
 
@@ -33,7 +33,7 @@ __all__ = [
     "open", "Database", "Snapshot", "Writer", "Intervals", "Added", "Stats", "Document",
     "DocField", "AnnodbError", "QueryError", "StorageError", "DamagedError", "FormatVersionError",
     "WriterBusyError", "NotFoundError", "IngestError", "AbandonedWriteWarning",
-    "QueryCostError", "RankingError", "Memory", "Entry",
+    "QueryCostError", "RankingError", "ShardLostError", "Memory", "Entry",
 ]
 
 

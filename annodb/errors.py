@@ -31,6 +31,12 @@ class DamagedError(StorageError):
     message says what was found; `annodb check` lists everything, and the fix is a copy."""
 
 
+class ShardLostError(StorageError):
+    """A shard's worker process or Ray actor ended (or was cut off) under a snapshot: the
+    snapshot cannot go on, and the collection's next one has a new worker (or the
+    restarted actor)."""
+
+
 class FormatVersionError(StorageError):
     """The database was written by an incompatible version of annodb."""
 

@@ -88,7 +88,7 @@ import msgspec
 
 from . import collection as _collection
 from . import judgments as _judgments
-from .errors import AnnodbError, QueryCostError, StorageError
+from .errors import AnnodbError, QueryCostError, ShardLostError, StorageError
 from .gcl import Budget, as_node, prepare
 from .query import STRUCTURAL
 from .ranking import DEPTH, RANKS
@@ -102,6 +102,9 @@ WRITE_TIMEOUT = 10.0                # seconds `annotate` waits for another write
 STATE_OVERHEAD = 256                # bytes counted per query state besides its arrays
 OPS = ("query", "next", "document", "count", "stats", "annotate", "note", "judge",
        "judgments", "topic")
+# the reads run again once when a shard's worker or actor ended under them (ShardLostError):
+# they change nothing before their snapshot ("next" moves its query's position first)
+RETRIED = ("query", "document", "count", "stats", "judgments")
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
@@ -364,7 +367,12 @@ class Protocol:
             return echo, _error(name, f"Unknown op: the request has {what} "
                                       f"(one of {', '.join(OPS)})")
         try:
-            return echo, handler(request, session)
+            try:
+                return echo, handler(request, session)
+            except ShardLostError:
+                if name not in RETRIED:
+                    raise
+                return echo, handler(request, session)  # (the next snapshot has a new one)
         except _Refusal as err:
             return echo, _error(name, str(err))
         except QueryCostError as err:

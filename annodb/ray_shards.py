@@ -25,7 +25,7 @@ import os
 import time
 
 from . import shards as _shards
-from .errors import AnnodbError, NotFoundError, StorageError
+from .errors import AnnodbError, NotFoundError, ShardLostError, StorageError
 from .routing import Homes
 from .shard_worker import Remote, ShardHost
 
@@ -67,7 +67,7 @@ def _get(refs, name: str):
     try:
         return ray.get(refs)
     except ray.exceptions.RayActorError as err:
-        raise StorageError(f"{name}: the shard's Ray actor ended under this call "
+        raise ShardLostError(f"{name}: the shard's Ray actor ended under this call "
                            f"({type(err).__name__}); Ray restarts it, and the collection's "
                            "next snapshot uses it") from None
 

@@ -37,8 +37,9 @@ from dataclasses import replace
 from multiprocessing.connection import Connection as _Pipe
 
 from . import children
-from .errors import AnnodbError, NotFoundError, StorageError
+from .errors import AnnodbError, NotFoundError, ShardLostError, StorageError
 
+CLOSED = "the collection is closed"
 SPIN = 0.001  # seconds both ends poll before sleeping on the pipe, where they do (above)
 
 
@@ -247,7 +248,7 @@ class Connection:
         self._answers: dict[int, tuple] = {}
         self._unwanted: set[int] = set()   # tickets whose answers are dropped (forget)
         self.closed = False
-        self.why = "the collection is closed"
+        self.why = CLOSED
 
     def alive(self) -> bool:
         """Whether requests can still be sent: not closed, cut, or its worker ended."""
@@ -272,7 +273,7 @@ class Connection:
         """Send a request: its ticket; with `follow_up`, (its ticket, its follow-up's)."""
         with self._sending:
             if self.closed:
-                raise StorageError(f"{self.name}: {self.why}")
+                raise self._closed()
             ticket = next(self._tickets)
             then = next(self._tickets) if follow_up else None
             try:
@@ -289,7 +290,7 @@ class Connection:
             with self._receiving:
                 if ticket not in self._answers:
                     if self.closed:
-                        raise StorageError(f"{self.name}: {self.why}")
+                        raise self._closed()
                     try:
                         _await(self.conn, self.spin)
                         got, ok, value = self.conn.recv()
@@ -346,8 +347,14 @@ class Connection:
                     "next snapshot starts a new one")
         self.conn.close()
 
-    def _gone(self) -> StorageError:
-        return StorageError(f"{self.name}: the shard's worker process ended (exit code "
+    def _closed(self) -> StorageError:
+        """The error of a call after the pipe was closed: cut off (ShardLostError), or the
+        collection closed."""
+        kind = StorageError if self.why == CLOSED else ShardLostError
+        return kind(f"{self.name}: {self.why}")
+
+    def _gone(self) -> ShardLostError:
+        return ShardLostError(f"{self.name}: the shard's worker process ended (exit code "
                             f"{self._exit_code()}); the collection's next snapshot starts "
                             f"a new one")
 
