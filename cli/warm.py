@@ -15,7 +15,9 @@ So the read-only commands (FORWARDED) run in a *warm process* when one is there:
   the same terminal or pipe, reads the same stdin and sees the same environment. It opens
   the database itself, after the fork, so it reads the newest committed state, as a process
   of its own would. The command waits for the child's exit status and exits with it (a
-  child killed by a signal: the same signal). Ctrl-C and other signals are passed on.
+  child killed by a signal: the same signal). Ctrl-C and other signals are passed on, but
+  those the command was started ignoring (a background job's SIGINT and SIGQUIT, `nohup`'s
+  SIGHUP), which the child ignores too.
 - Anything else (no warm process yet, an unsafe socket directory, a closed stdin, another
   command) runs in its own process. The output is the same either way; only the time
   differs.
@@ -228,13 +230,13 @@ def forward(argv: list[str]) -> int | None:
     s = _connect(path)
     if s is None:
         return None
-    _pass_signals_on()
+    ignored = _pass_signals_on()
     streams = {name: [getattr(getattr(sys, name), "encoding", None),
                       getattr(getattr(sys, name), "errors", None)]
                for name in ("stdin", "stdout", "stderr")}
     try:
         _send(s, {"op": "run", "argv": argv, "cwd": cwd, "env": dict(os.environ),
-                  "streams": streams}, [0, 1, 2])
+                  "streams": streams, "ignored": ignored}, [0, 1, 2])
         reply, _ = _receive(s)
     except (OSError, ValueError):
         reply = None
@@ -260,10 +262,19 @@ def _pass_on(signum, frame) -> None:
         pass
 
 
-def _pass_signals_on() -> None:
+def _pass_signals_on() -> list[str]:
+    """Pass the signals on to the child, but those this process was started ignoring (a
+    background job ignores SIGINT and SIGQUIT, `nohup` SIGHUP): the names of those, which
+    the child ignores too, as this command run in a process of its own would."""
     import signal
+    ignored = []
     for name in _SIGNALS:
-        signal.signal(getattr(signal, name), _pass_on)
+        signum = getattr(signal, name)
+        if signal.getsignal(signum) is signal.SIG_IGN:
+            ignored.append(name)
+        else:
+            signal.signal(signum, _pass_on)
+    return ignored
 
 
 def _wait(s: socket.socket, pid: int) -> int:
@@ -536,6 +547,9 @@ def _child(conn, message: dict, fds: list[int], run) -> None:
             signal.signal(getattr(signal, name), signal.SIG_DFL)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)     # as Python sets it up
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        for name in message.get("ignored") or ():          # as the command's process did
+            if name in _SIGNALS:
+                signal.signal(getattr(signal, name), signal.SIG_IGN)
         for target, fd in zip((0, 1, 2), fds):
             os.dup2(fd, target)
             os.close(fd)

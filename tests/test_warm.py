@@ -190,11 +190,18 @@ def test_a_closed_pipe_ends_quietly_as_it_does_alone(shared_home, bible):
         assert done.stderr == "" and done.stdout.startswith("# "), mode
 
 
-def _waiting_query(env: dict, bible: str) -> subprocess.Popen:
-    """`annodb query -` that has answered one line and waits for the next."""
+def _waiting_query(env: dict, bible: str, ignoring: tuple = ()) -> subprocess.Popen:
+    """`annodb query -` that has answered one line and waits for the next, started with
+    Ctrl-C's and `ignoring`'s signals as given (a foreground command of a terminal has
+    SIGINT at its default, whatever the test runner was started with: a background job,
+    say, ignores SIGINT and SIGQUIT, and so would every process it starts)."""
+    def dispositions():
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        for signum in ignoring:
+            signal.signal(signum, signal.SIG_IGN)
     p = subprocess.Popen([sys.executable, "-m", "annodb", "query", "--db", bible, "-"],
                          env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, preexec_fn=dispositions)
     p.stdin.write("light\n")
     p.stdin.flush()
     assert p.stdout.readline().startswith("# light")
@@ -212,6 +219,36 @@ def test_ctrl_c_reaches_the_command(shared_home, bible, mode):
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130
     assert err.strip().endswith("annodb: error: interrupted")
+    if mode == "1":
+        assert _no_children(env)
+
+
+@pytest.mark.parametrize("mode", ["0", "1"])
+def test_signals_the_command_was_started_ignoring_stay_ignored(shared_home, bible, mode):
+    """A background job ignores SIGINT and SIGQUIT, `nohup annodb ...` SIGHUP: a warm
+    command ignores them as a command in a process of its own does (it passed them on to
+    its child, which died of SIGHUP under nohup)."""
+    env = _env(shared_home, ANNODB_WARM=mode)
+    if mode == "1":
+        _started(env, bible)
+    ignoring = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
+    p = _waiting_query(env, bible, ignoring=(signal.SIGQUIT, signal.SIGHUP))
+    p.send_signal(signal.SIGHUP)
+    p.send_signal(signal.SIGQUIT)
+    p.stdin.write("darkness\n")
+    p.stdin.flush()
+    line = None
+    while line != "# darkness\n":                           # still running
+        line = p.stdout.readline()
+        assert line, p.communicate(timeout=60)
+    p.terminate()
+    p.communicate(timeout=60)
+    assert p.returncode == -signal.SIGTERM
+    p = _waiting_query(env, bible, ignoring=ignoring)
+    for signum in ignoring:
+        p.send_signal(signum)
+    out, err = p.communicate("(^ light darkness)\n", timeout=60)   # then ends by EOF
+    assert p.returncode == 0 and "# (^ light darkness)" in out and err == ""
     if mode == "1":
         assert _no_children(env)
 
