@@ -43,7 +43,8 @@ import numpy as np
 from . import kernels, storage, tokenizer
 from .collection import open as open_database
 from .errors import StorageError
-from .routing import route, shard_name
+from .routing import is_collection, route, shard_name
+from .shards import read_manifest
 from .transaction import DOCUMENT, NOTES
 
 MAX_PROBLEMS = 1000  # stop collecting details after this many
@@ -61,11 +62,18 @@ def check_path(path) -> list[str]:
     """The problems found in the database at `path`: an empty list when it is healthy.
     StorageError when there is no database there."""
     path = os.fspath(path)
-    if not os.path.exists(os.path.join(path, "data.mdb")):
+    if is_collection(path):   # each shard's pages, then the collection's invariants
+        n = read_manifest(path)["shards"]
+        problems = [f"{shard_name(i)}: pages: {p}" for i in range(n)
+                    for p in storage.page_problems(os.path.join(path, shard_name(i)))]
+        if problems:
+            return problems
+    elif not os.path.exists(os.path.join(path, "data.mdb")):
         raise StorageError(f"{path}: no annodb database here")
-    problems = storage.page_problems(path)
-    if problems:
-        return [f"pages: {p}" for p in problems]  # (annodb's invariants need sound pages)
+    else:
+        problems = storage.page_problems(path)
+        if problems:
+            return [f"pages: {p}" for p in problems]  # (annodb's invariants need sound pages)
     with open_database(path, readonly=True, create=False) as db:
         return check(db)
 

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 import annodb
-from annodb import storage
+from annodb import routing, storage
 from annodb_cli.main import _Bar, annodb as cli
 
 DATA = Path(__file__).parent / "data"
@@ -176,6 +176,27 @@ def test_check_ok_and_damaged(db):
     assert result.exit_code == 1
     assert "docnos: 'ch1-v1' (document at 0) is missing" in result.stdout
     assert one_error_line(result, 1).endswith("1 problem found")
+
+
+def test_check_a_sharded_collection(db, tmp_path):
+    """`annodb check` of a collection (it said "no annodb database here"): ok, a damaged
+    shard's invariants, then a shard's file cut short, named by shard."""
+    shards = tmp_path / "c.shards"
+    result = invoke("split", "--db", db, str(shards), "--shards", "2", "--json")
+    assert json.loads(result.stdout)["documents"] == 4
+    result = invoke("check", "--db", shards)
+    assert (result.exit_code, result.stdout) == (0, "ok\n")
+    home = routing.shard_name(routing.route("ch1-v1", 2))
+    with annodb.open(shards / home) as database:      # drop one docno -> start entry
+        txn = storage.Txn(database._env, write=True)
+        txn.txn.delete(b"ch1-v1", db=txn.dbs["docnos"])
+        txn.commit()
+    result = invoke("check", "--db", shards)
+    assert result.exit_code == 1 and f"{home}: docnos: 'ch1-v1'" in result.stdout, result.stdout
+    data = shards / home / "data.mdb"
+    os.truncate(data, os.path.getsize(data) // 2)
+    result = invoke("check", "--db", shards)
+    assert result.exit_code == 1 and f"{home}: pages: " in result.stdout, result.stdout
 
 
 def test_db_from_environment_and_default(db, tmp_path, monkeypatch):
