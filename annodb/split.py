@@ -9,21 +9,41 @@ judgments, notes' links, any label) lying inside one document is copied with it,
 erased ranges inside the documents are erased again. An annotation over no single document
 (one spanning two documents, or over addresses holding none) has no shard to go to: it is
 not copied, and the summary counts it. The database is only read.
+
+**In parallel, in bounded memory.** One process per core (at most one per shard) writes
+its own shards; each reads the database from its start, WINDOW documents at a time, with
+the annotations inside them read by blocks, so memory does not grow with the database
+(the first version held every document's head and every annotation list at once: 1.9 GB
+at the 1.67M-passage scale corpus, 5 GB and more at 4x, on one core). The split copies the
+state the database had when it began: every process checks that its snapshot is that
+one (a commit in between: an error, and the same split again).
+
+**Interrupted, it resumes.** A shard's part of a window is one transaction, so a split
+stopped at any point (Ctrl-C, a kill) leaves whole windows; running the same split again
+skips the documents a shard holds already and completes it. The marker file `split.json`
+in the collection names the database it is being split from until the split is done.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+import tempfile
+import threading
 
 import msgspec
 import numpy as np
 
-from . import batch, shards as _shards, tokenizer, transaction
-from .collection import open as open_collection
+from . import batch, children, database, shards as _shards, storage, tokenizer, transaction
+from .errors import AnnodbError, StorageError
 from .query import STRUCTURAL
-from .routing import route
+from .routing import MANIFEST, is_collection, route, shard_name
 
-WINDOW = 20_000   # documents per transaction of each shard
+WINDOW = 20_000      # documents read at a time; a shard's part of them is one transaction
+MARKER = "split.json"
+CACHE_BYTES = 64 << 20   # decoded lists a splitting process keeps of each database
 
 
 class SplitSummary(msgspec.Struct):
@@ -31,120 +51,264 @@ class SplitSummary(msgspec.Struct):
     annotations: int = 0
     not_copied: int = 0          # annotations over no single document
     shards: int = 0
+    already: int = 0             # documents a shard held already (a resumed split)
 
 
-def _batch(docs: list, anns: list) -> batch.Batch:
-    """A batch of stored documents (addresses relative to each) with their annotations
-    (doc index, feature name, p, q, value relative to the document)."""
-    texts = [d.text for d in docs]
-    _, kinds, names = tokenizer.distinct_tokens("\n".join(texts))
-    doc_tokens = np.fromiter((d.tokens for d in docs), dtype=np.int64, count=len(docs))
-    if len(kinds) != int(doc_tokens.sum()):
-        raise transaction.AnnodbError("a stored document's text does not tokenize to its "
-                                      "token count (made with another tokenizer?)")
-    ann_names = sorted({a[1] for a in anns})
-    number = {n: i for i, n in enumerate(ann_names)}
-    cols = list(zip(*anns)) if anns else [(), (), (), (), ()]
-    stored = []
-    for d in docs:
-        fields = [(f.name, f.path, f.char_start, f.char_end, f.start - d.start,
-                   f.end - d.start) for f in d.fields]
-        row = (d.docno, 0, d.end - d.start, d.text, fields, d.meta, d.tokens)
-        stored.append(row if d.container == transaction.DOCUMENT else row + (d.container,))
-    return batch.Batch(
-        [d.docno for d in docs], doc_tokens, kinds, names,
-        np.asarray(cols[0], dtype=np.int64),
-        np.fromiter((number[n] for n in cols[1]), dtype=np.int64, count=len(anns)),
-        np.asarray(cols[2], dtype=np.int64), np.asarray(cols[3], dtype=np.int64),
-        np.asarray(cols[4], dtype=np.float64), ann_names, stored, None,
-        docs[0].container)
-
-
-def split(source, dest, shards: int, *, progress=None) -> SplitSummary:
+def split(source, dest, shards: int, *, progress=None, processes: int | None = None,
+          window: int = WINDOW) -> SplitSummary:
     """Write the database at `source` into a new sharded collection at `dest` of `shards`
-    shards (see the module docstring). progress(documents done, documents in all)."""
-    summary = SplitSummary(shards=shards)
-    with open_collection(source, readonly=True) as src, src.read() as r:
-        dest = os.fspath(dest)
-        _shards.create_manifest(dest, shards, r.fold_diacritics)  # (refuses an existing one)
-        collection = _shards.open(dest)
+    shards, or complete a split into `dest` that was interrupted (see the module
+    docstring). progress(documents done, documents in all); `processes` (default: the
+    cores, at most one per shard) write the shards, `window` documents at a time."""
+    source, dest = os.fspath(source), os.fspath(dest)
+    if is_collection(source):
+        raise StorageError(f"{source}: is a sharded collection already; `annodb split` "
+                           "splits one database")
+    with database.Database(source, readonly=True, create=False) as db, db.read() as r:
+        state, fold, total = r._txn.id, r.fold_diacritics, r.document_count()
+    _begin(source, dest, shards, fold)
+    k = max(1, min(shards, processes or os.cpu_count() or 1))
+    groups = [[s for s in range(shards) if s % k == c] for c in range(k)]
+    done = [0] * k
+    summaries: list = [None] * k
+    failures: list[str] = []
+
+    def follow(c: int, child: subprocess.Popen) -> None:
+        for line in child.stdout:
+            said = json.loads(line)
+            if "done" in said:
+                done[c] = said["done"]
+                if progress is not None and c == 0:
+                    progress(min(done), total)
+            elif "summary" in said:
+                summaries[c] = msgspec.convert(said["summary"], SplitSummary)
+            elif "error" in said:
+                failures.append(said["error"])
+
+    procs: list[subprocess.Popen] = []
+    threads = []
+    try:
         try:
-            _split(r, collection, summary, progress)
-        finally:
-            collection.close()
+            for c, group in enumerate(groups):
+                job = {"source": source, "dest": dest, "shards": shards, "mine": group,
+                       "state": state, "count": c == 0, "window": window}
+                errors = tempfile.TemporaryFile()   # its stderr, for the message if it dies
+                try:
+                    child = subprocess.Popen(
+                        children.command("from annodb.split import main; main()") +
+                        [json.dumps(job)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                        stderr=errors, env=children.environment(), text=True)
+                except BaseException:
+                    errors.close()
+                    raise
+                child.errors = errors
+                procs.append(child)
+                t = threading.Thread(target=follow, args=(c, child), daemon=True)
+                t.start()
+                threads.append(t)
+            for child, t in zip(procs, threads):
+                child.wait()
+                t.join()
+        except BaseException:  # (Ctrl-C: the children have it too; a window is all or none)
+            for child in procs:
+                if child.poll() is None:
+                    child.terminate()
+            for child in procs:
+                child.wait()
+            raise
+        if failures:
+            raise StorageError(f"{dest}: the split failed: {failures[0]}; what was written "
+                               "stays, and running the same split again completes it")
+        for child, got in zip(procs, summaries):
+            if got is None or child.returncode != 0:
+                raise StorageError(f"{dest}: a splitting process ended (exit code "
+                                   f"{child.returncode}){_said(child)}; what was written "
+                                   "stays, and running the same split again completes it")
+    finally:
+        for child in procs:
+            child.stdout.close()
+            child.errors.close()
+    _shards.open(dest).close()     # (the address counter raised to the shards' highest)
+    os.unlink(os.path.join(dest, MARKER))
+    out = SplitSummary(shards=shards, documents=summaries[0].documents)
+    for got in summaries:
+        out.annotations += got.annotations
+        out.not_copied += got.not_copied
+        out.already += got.already
+    if progress is not None:
+        progress(total, total)
+    return out
+
+
+def _said(child: subprocess.Popen) -> str:
+    """The last line the child wrote on stderr (a temporary file)."""
+    try:
+        child.errors.seek(0)
+        lines = child.errors.read().decode("utf-8", "replace").strip().splitlines()
+        return f": {lines[-1]}" if lines else ""
+    except (OSError, ValueError):
+        return ""
+
+
+def _begin(source: str, dest: str, shards: int, fold: bool) -> None:
+    """Make the collection and its marker, or check that `dest` is this split begun."""
+    marker = os.path.join(dest, MARKER)
+    if os.path.exists(os.path.join(dest, MANIFEST)) and os.path.exists(marker):
+        try:
+            with open(marker, encoding="utf-8") as f:
+                begun = json.load(f)
+            manifest = _shards.read_manifest(dest)
+        except (OSError, ValueError) as err:
+            raise StorageError(f"{dest}: cannot read {MARKER}: {err}") from None
+        if begun.get("source") != os.path.abspath(source) or manifest["shards"] != shards:
+            raise StorageError(f"{dest}: a split of {begun.get('source')} into "
+                               f"{manifest['shards']} shards was begun here; run that one "
+                               "again to complete it, or split into a new directory")
+        return
+    _shards.create_manifest(dest, shards, fold)  # (refuses an existing directory)
+    with open(marker, "w", encoding="utf-8") as f:
+        json.dump({"source": os.path.abspath(source)}, f)
+        f.write("\n")
+    _shards.open(dest).close()                    # the shards, made (and their options)
+
+
+# ---------------------------------------------------------------- a splitting process
+
+
+def main() -> None:
+    """A splitting process: splits into its shards, saying {"done": n} after each window
+    and {"summary": ...} at the end (or {"error": message}) on stdout."""
+    job = json.loads(sys.argv[1])
+
+    def say(message: dict) -> None:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
+    try:
+        summary = split_into(job["source"], job["dest"], job["shards"], job["mine"],
+                             job["state"], job["count"], job["window"],
+                             progress=lambda n: say({"done": n}))
+    except AnnodbError as err:
+        say({"error": str(err)})
+        sys.exit(1)
+    say({"summary": msgspec.to_builtins(summary)})
+
+
+def split_into(source: str, dest: str, n: int, mine: list[int], state: int | None = None,
+               count: bool = True, window: int = WINDOW, progress=None) -> SplitSummary:
+    """Write the documents of the database at `source` that route to the shards `mine` of
+    the collection at `dest` (of n shards), a window at a time; `state`, the transaction
+    id the split began with; `count`: count the annotations over no single document."""
+    summary = SplitSummary(shards=n)
+    outs = {s: database.Database(os.path.join(dest, shard_name(s)), create=False,
+                                 cache_bytes=CACHE_BYTES)
+            for s in mine}
+    try:
+        with database.Database(source, readonly=True, create=False,
+                               cache_bytes=CACHE_BYTES) as db, db.read() as r:
+            if state is not None and r._txn.id != state:
+                raise StorageError(f"{source}: the database was written after the split "
+                                   "began; run the same split again")
+            _split_windows(r, n, outs, summary, count, window, progress)
+    finally:
+        for out in outs.values():
+            out.close()
     return summary
 
 
-def _split(r, collection, summary: SplitSummary, progress) -> None:
-    n = len(collection.shards)
-    heads = [(d.start, d.end, d.docno, d.container) for d in r.documents()]
-    starts = np.array([h[0] for h in heads], dtype=np.int64)
-    ends = np.array([h[1] for h in heads], dtype=np.int64)
+def _split_windows(r, n: int, outs: dict, summary: SplitSummary, count: bool, size: int,
+                   progress) -> None:
     notes = r.intervals(transaction.NOTES)
     targets = dict(zip(notes.starts.tolist(), notes.values.tolist()))
-    home = np.empty(len(heads), dtype=np.int64)
-    for i, (start, _, docno, container) in enumerate(heads):
-        home[i] = route(docno, n)
-    for i, (start, _, docno, container) in enumerate(heads):   # notes live with their target
-        if container == transaction.NOTES and start in targets:
-            j = int(np.searchsorted(starts, int(targets[start])))
-            if j < len(starts) and starts[j] == int(targets[start]):
-                home[i] = home[j]
-    # every annotation that is not a word: the document holding it, or none
+    homes: dict[int, int] = {}      # a note's home, by its address (notes live with targets)
+
+    def home(d) -> int:
+        if d.container == transaction.NOTES and d.start in targets:
+            found = homes.get(d.start)
+            if found is None:
+                target = r.document_at(int(targets[d.start]))
+                found = homes[d.start] = route(d.docno, n) if target is None or \
+                    target.start != int(targets[d.start]) else home(target)
+            return found
+        return route(d.docno, n)
+
     names = [f for f in r.features_with_prefix("", 1 << 62) if not STRUCTURAL.isdisjoint(f)]
-    lists = {}
-    for name in names:
-        found = r.intervals(name)
+    erased = r.erased()
+    window, lo = [], 0
+    for d in r.documents():
+        if len(window) == size:
+            _window(r, window, lo, d.start, names, n, outs, home, erased, summary, count)
+            summary.documents += len(window)
+            if progress is not None:
+                progress(summary.documents)
+            window, lo = [], d.start
+        window.append(d)
+    _window(r, window, lo, None, names, n, outs, home, erased, summary, count)
+    summary.documents += len(window)
+
+
+def _window(r, docs: list, lo: int, hi: int | None, names: list, n: int, outs: dict, home,
+            erased, summary: SplitSummary, count: bool) -> None:
+    """The documents of addresses [lo, hi) (hi None: to the end) into the shards `outs`,
+    with the annotations lying inside each."""
+    starts = np.array([d.start for d in docs], dtype=np.int64)
+    ends = np.array([d.end for d in docs], dtype=np.int64)
+    homes = np.array([home(d) for d in docs], dtype=np.int64)
+    ours = np.isin(homes, list(outs))
+    last = storage.MAX_ADDRESS - 1 if hi is None else hi - 1
+    parts = []          # (doc index, name index, p, q, value) of the annotations copied
+    for i, name in enumerate(names):
+        found = r.lists.inside(name, np.array([lo], np.int64), np.array([last], np.int64))
         j = np.searchsorted(starts, found.starts, side="right") - 1
         inside = (j >= 0) & (found.ends <= ends[np.maximum(j, 0)])
-        summary.not_copied += int((~inside).sum())
-        lists[name] = (j[inside], found.starts[inside], found.ends[inside],
-                       found.values[inside])
-    erased_s, erased_e = r.erased()
-    docs_iter = iter(r.documents())
-    for lo in range(0, len(heads), WINDOW):
-        docs = [next(docs_iter) for _ in range(min(WINDOW, len(heads) - lo))]
-        hi = lo + len(docs)
-        for s in range(n):
-            pick = [k for k in range(lo, hi) if home[k] == s]
-            if not pick:
-                continue
-            _write_shard(collection, s, [docs[k - lo] for k in pick], pick, lists, starts,
-                         (erased_s, erased_e), summary)
-        summary.documents += len(docs)
-        if progress is not None:
-            progress(summary.documents, len(heads))
+        if count:
+            summary.not_copied += int((~inside).sum())
+            if hi is not None:    # (over the window's end: counted at the first one crossed)
+                over = r.lists.containing(name, np.array([hi - 1], np.int64),
+                                          np.array([hi], np.int64))
+                summary.not_copied += int((over.starts >= lo).sum())
+        keep = np.flatnonzero(inside)
+        keep = keep[ours[j[keep]]]
+        k = j[keep]
+        parts.append((k, np.full(len(k), i, np.int64), found.starts[keep] - starts[k],
+                      found.ends[keep] - starts[k], found.values[keep]))
+    k, nid, p, q, v = (np.concatenate(c) for c in zip(*parts)) if parts else \
+        (np.zeros(0, np.int64),) * 4 + (np.zeros(0),)
+    order = np.argsort(k, kind="stable")        # by document, then name, then start
+    k, nid, p, q, v = k[order], nid[order], p[order], q[order], v[order]
+    for s, out in outs.items():
+        picked = np.flatnonzero(homes == s)
+        if len(picked):
+            sel = homes[k] == s
+            local = np.searchsorted(picked, k[sel])  # (index among the picked documents)
+            _write_shard(out, [docs[i] for i in picked.tolist()],
+                         (local, nid[sel], p[sel], q[sel], v[sel]), names, erased, summary)
 
 
-def _write_shard(collection, s: int, docs: list, picked: list, lists: dict,
-                 starts: np.ndarray, erased, summary: SplitSummary) -> None:
-    """One transaction of shard s: these documents, their annotations and erased ranges."""
-    index = {k: i for i, k in enumerate(picked)}
-    anns = []
-    lo, hi = picked[0], picked[-1]
-    for name, (j, ps, qs, vs) in lists.items():
-        a, b = np.searchsorted(j, lo), np.searchsorted(j, hi, side="right")
-        for k, p, q, v in zip(j[a:b].tolist(), ps[a:b].tolist(), qs[a:b].tolist(),
-                              vs[a:b].tolist()):
-            i = index.get(k)
-            if i is not None:
-                base = int(starts[k])
-                anns.append((i, name, p - base, q - base, v))
-    summary.annotations += len(anns)
-    # one batch per container (a batch's documents share theirs), in address order
-    by_doc: dict[int, list] = {}
-    for a in anns:
-        by_doc.setdefault(a[0], []).append(a)
-    with collection.shards[s].write() as w:
-        run, run_anns = [], []
-        for i, d in enumerate(docs):
-            if run and d.container != run[0].container:
-                _add(w, run, run_anns)
-                run, run_anns = [], []
-            run_anns += [(len(run),) + a[1:] for a in by_doc.get(i, ())]
-            run.append(d)
-        if run:
-            _add(w, run, run_anns)
+def _write_shard(out, docs: list, anns: tuple, names: list, erased,
+                 summary: SplitSummary) -> None:
+    """One transaction of a shard: these documents (those it does not hold already), their
+    annotations (arrays: document index, name index, start and end relative to the
+    document, value; by document) and erased ranges."""
+    k, nid, p, q, v = anns
+    with out.write() as w:
+        present = w.present([d.docno for d in docs])
+        keep = np.array([d.docno not in present for d in docs], dtype=bool)
+        summary.already += int((~keep).sum())
+        if not keep.any():
+            return
+        if not keep.all():
+            renumber = np.cumsum(keep) - 1
+            sel = keep[k]
+            k, nid, p, q, v = renumber[k[sel]], nid[sel], p[sel], q[sel], v[sel]
+            docs = [d for d, kept in zip(docs, keep.tolist()) if kept]
+        summary.annotations += len(k)
+        first = 0        # one batch per run of one container (a batch's documents share it)
+        for i in range(1, len(docs) + 1):
+            if i == len(docs) or docs[i].container != docs[first].container:
+                a, b = np.searchsorted(k, first), np.searchsorted(k, i)
+                _add(w, docs[first:i], (k[a:b] - first, nid[a:b], p[a:b], q[a:b], v[a:b]),
+                     names)
+                first = i
         es, ee = erased
         for d in docs:
             a = np.searchsorted(ee, d.start)
@@ -153,5 +317,30 @@ def _write_shard(collection, s: int, docs: list, picked: list, lists: dict,
                 a += 1
 
 
-def _add(w, docs: list, anns: list) -> None:
-    w.add_batch(_batch(docs, anns), starts=[d.start for d in docs])
+def _batch(docs: list, anns: tuple, names: list) -> batch.Batch:
+    """A batch of stored documents (addresses relative to each) with their annotations
+    (arrays: document index, name index into `names`, p, q relative to the document,
+    value)."""
+    texts = [d.text for d in docs]
+    _, kinds, words = tokenizer.distinct_tokens("\n".join(texts))
+    doc_tokens = np.fromiter((d.tokens for d in docs), dtype=np.int64, count=len(docs))
+    if len(kinds) != int(doc_tokens.sum()):
+        raise AnnodbError("a stored document's text does not tokenize to its token count "
+                          "(made with another tokenizer?)")
+    k, nid, p, q, v = anns
+    used, number = np.unique(nid, return_inverse=True)
+    stored = []
+    for d in docs:
+        fields = [(f.name, f.path, f.char_start, f.char_end, f.start - d.start,
+                   f.end - d.start) for f in d.fields]
+        row = (d.docno, 0, d.end - d.start, d.text, fields, d.meta, d.tokens)
+        stored.append(row if d.container == transaction.DOCUMENT else row + (d.container,))
+    return batch.Batch(
+        [d.docno for d in docs], doc_tokens, kinds, words, k.astype(np.int64),
+        number.astype(np.int64).reshape(-1), p.astype(np.int64), q.astype(np.int64),
+        v.astype(np.float64), [names[i] for i in used.tolist()], stored, None,
+        docs[0].container)
+
+
+def _add(w, docs: list, anns: tuple, names: list) -> None:
+    w.add_batch(_batch(docs, anns, names), starts=[d.start for d in docs])

@@ -130,8 +130,9 @@ def echo_json(value) -> None:
 class _Bar:
     """A progress bar on stderr showing documents and documents/s (only on a terminal)."""
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool, label: str = "ingesting"):
         self.enabled = enabled
+        self.label = label
         self.bar = None
         self.docs = 0
         self.started = time.monotonic()
@@ -140,7 +141,7 @@ class _Bar:
         if not self.enabled:
             return
         if self.bar is None:
-            self.bar = click.progressbar(length=max(total, 1), label="ingesting", file=sys.stderr,
+            self.bar = click.progressbar(length=max(total, 1), label=self.label, file=sys.stderr,
                                          item_show_func=self._show, show_percent=True,
                                          show_eta=True)
             self.bar.__enter__()
@@ -442,13 +443,17 @@ def compact(db, dest):
 @click.argument("dest", type=click.Path(file_okay=False))
 @click.option("--shards", type=click.IntRange(1, 1024), required=True, metavar="N",
               help="How many shards (databases) the collection has.")
-def split(db, dest, shards):
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
+def split(db, dest, shards, as_json):
     """Write the database as a new sharded collection DEST of N shards.
 
-    Each document goes to the shard its docno routes to (a note with its document), at
-    the address it has, with every annotation inside it, so DEST ranks exactly as the
-    database does; it is searched, served and ingested into like a database (an ingest
-    into it runs in parallel processes). The database is only read.
+    Each document goes to the shard its docno routes to (a note with its
+    document), at the address it has, with every annotation inside it, so DEST
+    ranks exactly as the database does; it is searched, served and ingested into
+    like a database (an ingest into it runs in parallel processes). The database
+    is only read, as it was when the split began. The shards are written by
+    parallel processes, a window of documents at a time; interrupted (Ctrl-C,
+    exit 130), the same command completes it.
 
     \b
     Example:
@@ -456,11 +461,24 @@ def split(db, dest, shards):
       annodb query --db web.shards '(^ goth rock)'
     """
     from annodb.split import split as _split
-    summary = _split(db, dest, shards)
+    bar = _Bar(enabled=sys.stderr.isatty(), label="splitting")
+    try:
+        summary = _split(db, dest, shards,
+                         progress=lambda done, total: bar(done, done, total))
+    except KeyboardInterrupt:
+        bar.close()
+        fail(f"interrupted: the documents written to {dest} stay; run the same command "
+             "again to complete the split", 130)
+    finally:
+        bar.close()
+    if as_json:
+        echo_json(msgspec.to_builtins(summary) | {"dest": dest})
     note = (f"; {summary.not_copied} annotations over no single document were not copied"
             if summary.not_copied else "")
+    again = (f"; {summary.already:,} documents were there already (a split completed)"
+             if summary.already else "")
     click.echo(f"annodb: split: {summary.documents:,} documents and {summary.annotations:,} "
-               f"annotations into {shards} shards in {dest}{note}", err=True)
+               f"annotations into {shards} shards in {dest}{note}{again}", err=True)
 
 
 @annodb.command()

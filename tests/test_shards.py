@@ -726,11 +726,11 @@ def test_open_refuses_what_is_not_a_collection(tmp_path):
         annodb.open(tmp_path / "c.shards")
 
 
-def test_split_turns_a_database_into_shards_that_rank_as_it_did(tmp_path):
+def _split_source(tmp_path) -> Path:
+    """600 MS MARCO segments and 7 more documents (judgments, a record), with an erase, a
+    delete, and a label spanning documents 12 and 13."""
     from annodb import judgments
-    from annodb.check import check
     from annodb.ingest import ingest
-    from annodb.split import split
     source = tmp_path / "one.db"
     ingest(str(source), [DATA / "msmarco-sample-600.jsonl"])
     with annodb.open(source) as db:
@@ -746,9 +746,27 @@ def test_split_turns_a_database_into_shards_that_rank_as_it_did(tmp_path):
             w.annotate("label:x", w.document(docnos[12]).start, w.document(docnos[13]).end)
         with db.write() as w:
             judgments.record(w, judgments.Record("t1", "done", 6, 6))
-    summary = split(source, tmp_path / "c.shards", 3)
+    return source
+
+
+@pytest.mark.parametrize("window, processes", [(20_000, None), (12, 2), (7, 3)])
+def test_split_turns_a_database_into_shards_that_rank_as_it_did(tmp_path, window,
+                                                                 processes):
+    """Split in one window and in many (the documents label:x spans, the 12th and 13th
+    once the 11th is deleted, in one window or across two), by 1 to 3 processes: the
+    collection ranks as the database."""
+    from annodb.split import split
+    source = _split_source(tmp_path)
+    summary = split(source, tmp_path / "c.shards", 3, window=window, processes=processes)
     assert summary.documents == 599 + 7 and summary.not_copied == 1  # (label:x spans two)
-    with annodb.open(source, readonly=True) as one, annodb.open(tmp_path / "c.shards") as many:
+    assert summary.already == 0 and not (tmp_path / "c.shards" / "split.json").exists()
+    _same_as_split(source, tmp_path / "c.shards")
+
+
+def _same_as_split(source, dest) -> None:
+    from annodb import judgments
+    from annodb.check import check
+    with annodb.open(source, readonly=True) as one, annodb.open(dest) as many:
         assert check(many) == []
         with one.read() as a, many.read() as b:
             assert [(d.docno, d.start, d.end, d.text) for d in a.documents()] == \
@@ -759,6 +777,41 @@ def test_split_turns_a_database_into_shards_that_rank_as_it_did(tmp_path):
             assert judgments.judgments(a, "t1") == judgments.judgments(b, "t1")
             assert a.text(0, a.address_space()) == b.text(0, b.address_space())
             assert a.stats().documents == b.stats().documents
+
+
+def test_a_split_killed_part_way_is_completed_by_running_it_again(tmp_path):
+    """Every splitting process killed (SIGKILL) once some windows are written: the
+    collection keeps whole windows; the same split again completes it, as if never
+    stopped. Another split into that directory is refused."""
+    import subprocess
+    import sys
+    from annodb.split import split
+    source = _split_source(tmp_path)
+    dest = tmp_path / "c.shards"
+    code = ("import sys; from annodb.split import split; "
+            "split(sys.argv[1], sys.argv[2], 2, window=5, processes=2)")
+    p = subprocess.Popen([sys.executable, "-c", code, str(source), str(dest)],
+                         start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and p.poll() is None:
+        try:
+            with annodb.open(dest / "shard-000", readonly=True) as db, db.read() as r:
+                if r.document_count() >= 60:
+                    break
+        except AnnodbError:
+            pass
+        time.sleep(0.05)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    with annodb.open(dest / "shard-000", readonly=True) as db, db.read() as r:
+        written = r.document_count()
+    assert 0 < written < 400 and (dest / "split.json").exists()
+    with pytest.raises(AnnodbError, match="a split of .* into 2 shards was begun here"):
+        split(source, dest, 3)
+    summary = split(source, dest, 2, window=5)
+    assert summary.documents == 606 and summary.already >= written
+    assert not (dest / "split.json").exists()
+    _same_as_split(source, dest)
 
 
 def test_sparse_vectors_over_shards(tmp_path):
