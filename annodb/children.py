@@ -14,7 +14,9 @@ of a newer checkout took the installed server's requests and died on them.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # holds this annodb
 
@@ -29,3 +31,28 @@ def environment(env: dict | None = None) -> dict:
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, env.get("PYTHONPATH")) if p)
     return env
+
+
+def start(code: str, args: list[str] = (), **popen) -> subprocess.Popen:
+    """A child running `code` with this annodb, its stderr kept in a temporary file for
+    said() (the child's `errors`); `popen`, more of subprocess.Popen's arguments."""
+    errors = tempfile.TemporaryFile()
+    try:
+        child = subprocess.Popen(command(code) + list(args), stderr=errors,
+                                 env=environment(), **popen)
+    except BaseException:
+        errors.close()
+        raise
+    child.errors = errors
+    return child
+
+
+def said(child: subprocess.Popen) -> str:
+    """": " and the last line a child of start() wrote on stderr (its death's message),
+    or "" when it wrote none."""
+    try:
+        child.errors.seek(0)
+        lines = child.errors.read().decode("utf-8", "replace").strip().splitlines()
+        return f": {lines[-1]}" if lines else ""
+    except (OSError, ValueError):
+        return ""

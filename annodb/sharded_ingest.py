@@ -33,7 +33,6 @@ import pickle
 import queue
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -48,22 +47,8 @@ QUEUED = 2          # chunks waiting in the router per reader and per writer
 
 
 def _child(main: str) -> subprocess.Popen:
-    errors = tempfile.TemporaryFile()  # the child's stderr, for the message if it dies
-    child = subprocess.Popen(
-        children.command(f"from annodb.sharded_ingest import {main}; {main}()"),
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
-        env=children.environment())
-    child.errors = errors
-    return child
-
-
-def _said(child: subprocess.Popen) -> str:
-    try:
-        child.errors.seek(0)
-        lines = child.errors.read().decode("utf-8", "replace").strip().splitlines()
-        return f": {lines[-1]}" if lines else ""
-    except (OSError, ValueError):
-        return ""
+    return children.start(f"from annodb.sharded_ingest import {main}; {main}()",
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
 
 # ---------------------------------------------------------------- readers
@@ -269,7 +254,7 @@ class _Pipe(threading.Thread):
                         return
             self.reply = pickle.load(self.child.stdout)
         except (EOFError, BrokenPipeError, OSError, pickle.UnpicklingError):
-            self.failed = f"exit code {self.child.wait()}{_said(self.child)}"
+            self.failed = f"exit code {self.child.wait()}{children.said(self.child)}"
             if self.reading:
                 self.box.put(("error", f"a reading process ended unexpectedly "
                                        f"({self.failed})"))

@@ -30,7 +30,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 
 import msgspec
@@ -92,16 +91,9 @@ def split(source, dest, shards: int, *, progress=None, processes: int | None = N
             for c, group in enumerate(groups):
                 job = {"source": source, "dest": dest, "shards": shards, "mine": group,
                        "state": state, "count": c == 0, "window": window}
-                errors = tempfile.TemporaryFile()   # its stderr, for the message if it dies
-                try:
-                    child = subprocess.Popen(
-                        children.command("from annodb.split import main; main()") +
-                        [json.dumps(job)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                        stderr=errors, env=children.environment(), text=True)
-                except BaseException:
-                    errors.close()
-                    raise
-                child.errors = errors
+                child = children.start("from annodb.split import main; main()",
+                                       [json.dumps(job)], stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.PIPE, text=True)
                 procs.append(child)
                 t = threading.Thread(target=follow, args=(c, child), daemon=True)
                 t.start()
@@ -122,7 +114,7 @@ def split(source, dest, shards: int, *, progress=None, processes: int | None = N
         for child, got in zip(procs, summaries):
             if got is None or child.returncode != 0:
                 raise StorageError(f"{dest}: a splitting process ended (exit code "
-                                   f"{child.returncode}){_said(child)}; what was written "
+                                   f"{child.returncode}){children.said(child)}; what was written "
                                    "stays, and running the same split again completes it")
     finally:
         for child in procs:
@@ -138,16 +130,6 @@ def split(source, dest, shards: int, *, progress=None, processes: int | None = N
     if progress is not None:
         progress(total, total)
     return out
-
-
-def _said(child: subprocess.Popen) -> str:
-    """The last line the child wrote on stderr (a temporary file)."""
-    try:
-        child.errors.seek(0)
-        lines = child.errors.read().decode("utf-8", "replace").strip().splitlines()
-        return f": {lines[-1]}" if lines else ""
-    except (OSError, ValueError):
-        return ""
 
 
 def _begin(source: str, dest: str, shards: int, fold: bool) -> None:

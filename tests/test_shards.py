@@ -14,6 +14,7 @@ import json
 import os
 import re
 import signal
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -779,12 +780,30 @@ def _same_as_split(source, dest) -> None:
             assert a.stats().documents == b.stats().documents
 
 
+def test_a_splitting_process_that_dies_is_a_clear_error(tmp_path, monkeypatch):
+    """What a splitting process said on its way out ends the message; the split then runs
+    again to the end."""
+    from annodb.split import split
+    source = _split_source(tmp_path)
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'Traceback ...' >&2\necho 'MemoryError: no room' >&2\n"
+                    "exit 3\n")
+    fake.chmod(0o755)
+    real = sys.executable
+    monkeypatch.setattr("sys.executable", str(fake))
+    with pytest.raises(AnnodbError, match=r"a splitting process ended \(exit code 3\): "
+                                          r"MemoryError: no room; .* completes it"):
+        split(source, tmp_path / "c.shards", 2)
+    monkeypatch.setattr("sys.executable", real)
+    assert split(source, tmp_path / "c.shards", 2).documents == 606
+    _same_as_split(source, tmp_path / "c.shards")
+
+
 def test_a_split_killed_part_way_is_completed_by_running_it_again(tmp_path):
     """Every splitting process killed (SIGKILL) once some windows are written: the
     collection keeps whole windows; the same split again completes it, as if never
     stopped. Another split into that directory is refused."""
     import subprocess
-    import sys
     from annodb.split import split
     source = _split_source(tmp_path)
     dest = tmp_path / "c.shards"
