@@ -62,14 +62,14 @@ NAMESPACE = "annodb"
 
 
 def _get(refs, name: str):
-    """ray.get(refs), an actor that died under the call a StorageError (Ray restarts it:
+    """ray.get(refs), an actor that died under the call a ShardLostError (Ray restarts it:
     actors are made with max_restarts=-1, and its snapshots are gone with it)."""
     try:
         return ray.get(refs)
     except ray.exceptions.RayActorError as err:
         raise ShardLostError(f"{name}: the shard's Ray actor ended under this call "
-                           f"({type(err).__name__}); Ray restarts it, and the collection's "
-                           "next snapshot uses it") from None
+                             f"({type(err).__name__}); Ray restarts it, and the "
+                             "collection's next snapshot uses it") from None
 
 
 class _Part(Remote):

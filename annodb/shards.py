@@ -203,7 +203,7 @@ class ShardedDatabase:
     of postings then counts per shard, as on Ray; its time limit is the same clock's).
     A worker found ended (killed, crashed) or cut off (a request interrupted by Ctrl-C) is
     replaced by a new one at the next read(): a worker only reads, so the new one serves
-    its shard as the old did; the snapshots that used the old one raise StorageError.
+    its shard as the old did; the snapshots that used the old one raise ShardLostError.
     The workers and this process poll `spin` seconds for a message before they sleep
     (shard_worker; 0 never polls, and a worker then burns no CPU between requests). None:
     shard_worker.SPIN when the collection's processes, one per shard, fit the machine's

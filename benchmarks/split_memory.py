@@ -30,7 +30,8 @@ sys.path.insert(0, REPO)
 
 from benchmarks.ingest_memory import _memory, _tree  # noqa: E402
 
-SPLIT = "import sys; from annodb.split import split; split(sys.argv[1], sys.argv[2], int(sys.argv[3]))"
+SPLIT = ("import sys; from annodb.split import split; "
+         "split(sys.argv[1], sys.argv[2], int(sys.argv[3]))")
 
 
 def measure(db: str, workdir: str, shards: int, code: str) -> dict:
