@@ -103,8 +103,8 @@ STATE_OVERHEAD = 256                # bytes counted per query state besides its 
 OPS = ("query", "next", "document", "count", "stats", "annotate", "note", "judge",
        "judgments", "topic")
 # the reads run again once when a shard's worker or actor ended under them (ShardLostError):
-# they change nothing before their snapshot ("next" moves its query's position first)
-RETRIED = ("query", "document", "count", "stats", "judgments")
+# they change nothing before their snapshot ("next" moves its query's position back)
+RETRIED = ("query", "next", "document", "count", "stats", "judgments")
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
@@ -163,6 +163,14 @@ class _States:
                 return ranking, None
             entry[1] = position + 1
             return ranking, position
+
+    def back(self, session: "Session", qid: str, position: int) -> None:
+        """Undo advance() to `position` (its hit could not be read), unless the query
+        moved on since or is gone."""
+        with self._lock:
+            entry = self._states.get((session.id, qid))
+            if entry is not None and entry[1] == position + 1:
+                entry[1] = position
 
     def forget(self, session: "Session") -> None:
         """Drop a closed session's states."""
@@ -420,8 +428,12 @@ class Protocol:
         ranking, index = self._states.advance(session, qid)
         if index is None:
             return {"op": "next", "ok": True, "qid": qid, "done": True}
-        with self._handle.db.read() as snap:
-            hit = ranking.hit(index, snapshot=snap)
+        try:
+            with self._handle.db.read() as snap:
+                hit = ranking.hit(index, snapshot=snap)
+        except ShardLostError:     # (run again: see RETRIED)
+            self._states.back(session, qid, index)
+            raise
         return hit_response("next", qid, hit)
 
     def _document(self, request: dict, session: Session) -> dict:
