@@ -60,15 +60,9 @@ def _memory(pid: int) -> tuple[int, int]:
     return rss, anon
 
 
-def measure(corpus: str, workdir: str, extra: list[str] = ()) -> dict:
-    """Ingest `corpus` into a new database under `workdir`; the tree's peak memory."""
-    db = os.path.join(workdir, "ingest-memory.db")
-    shutil.rmtree(db, ignore_errors=True)
-    started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", "from annodb_cli.main import annodb; annodb()",
-                             "ingest", "--db", db, corpus, *extra], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": REPO})
+def peaks(proc: subprocess.Popen) -> tuple[int, int, int]:
+    """Until `proc` ends, every 50 ms, the memory of it and its descendants summed: the
+    peaks of RSS and of private memory (bytes), and the most processes seen."""
     peak_rss = peak_anon = 0
     processes = 1
     while proc.poll() is None:
@@ -78,6 +72,19 @@ def measure(corpus: str, workdir: str, extra: list[str] = ()) -> dict:
         peak_rss = max(peak_rss, sum(r for r, _ in sizes))
         peak_anon = max(peak_anon, sum(a for _, a in sizes))
         time.sleep(0.05)
+    return peak_rss, peak_anon, processes
+
+
+def measure(corpus: str, workdir: str, extra: list[str] = ()) -> dict:
+    """Ingest `corpus` into a new database under `workdir`; the tree's peak memory."""
+    db = os.path.join(workdir, "ingest-memory.db")
+    shutil.rmtree(db, ignore_errors=True)
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", "from annodb_cli.main import annodb; annodb()",
+                             "ingest", "--db", db, corpus, *extra], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": REPO})
+    peak_rss, peak_anon, processes = peaks(proc)
     seconds = time.perf_counter() - started
     err = proc.stderr.read().decode(errors="replace")
     proc.stderr.close()

@@ -28,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
-from benchmarks.ingest_memory import _memory, _tree  # noqa: E402
+from benchmarks.ingest_memory import peaks  # noqa: E402
 
 SPLIT = ("import sys; from annodb.split import split; "
          "split(sys.argv[1], sys.argv[2], int(sys.argv[3]))")
@@ -42,15 +42,7 @@ def measure(db: str, workdir: str, shards: int, code: str) -> dict:
     proc = subprocess.Popen([sys.executable, "-c", SPLIT, db, dest, str(shards)], cwd=code,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": code})
-    peak_rss = peak_anon = 0
-    processes = 1
-    while proc.poll() is None:
-        tree = _tree(proc.pid)
-        processes = max(processes, len(tree))
-        sizes = [_memory(p) for p in tree]
-        peak_rss = max(peak_rss, sum(r for r, _ in sizes))
-        peak_anon = max(peak_anon, sum(a for _, a in sizes))
-        time.sleep(0.05)
+    peak_rss, peak_anon, processes = peaks(proc)
     seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
