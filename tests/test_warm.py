@@ -242,6 +242,7 @@ def test_signals_the_command_was_started_ignoring_stay_ignored(shared_home, bibl
         line = p.stdout.readline()
         assert line, p.communicate(timeout=60)
     p.terminate()
+    p.wait(timeout=60)           # (stdin still open: it ends by the signal, not by EOF)
     p.communicate(timeout=60)
     assert p.returncode == -signal.SIGTERM
     p = _waiting_query(env, bible, ignoring=ignoring)
