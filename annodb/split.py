@@ -21,7 +21,9 @@ one (a commit in between: an error, and the same split again).
 **Interrupted, it resumes.** A shard's part of a window is one transaction, so a split
 stopped at any point (Ctrl-C, a kill) leaves whole windows; running the same split again
 skips the documents a shard holds already and completes it. The marker file `split.json`
-in the collection names the database it is being split from until the split is done.
+in the collection names the database it is being split from, and the state it had, until
+the split is done; a database written in between is refused (the collection would hold
+two states of it).
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def split(source, dest, shards: int, *, progress=None, processes: int | None = N
                            "splits one database")
     with database.Database(source, readonly=True, create=False) as db, db.read() as r:
         state, fold, total = r._txn.id, r.fold_diacritics, r.document_count()
-    _begin(source, dest, shards, fold)
+    _begin(source, dest, shards, fold, state)
     k = max(1, min(shards, processes or os.cpu_count() or 1))
     groups = [[s for s in range(shards) if s % k == c] for c in range(k)]
     done = [0] * k
@@ -132,8 +134,9 @@ def split(source, dest, shards: int, *, progress=None, processes: int | None = N
     return out
 
 
-def _begin(source: str, dest: str, shards: int, fold: bool) -> None:
-    """Make the collection and its marker, or check that `dest` is this split begun."""
+def _begin(source: str, dest: str, shards: int, fold: bool, state: int) -> None:
+    """Make the collection and its marker, or check that `dest` is this split begun, of
+    the database in the state it has now (`state`, its last transaction's id)."""
     marker = os.path.join(dest, MARKER)
     if os.path.exists(os.path.join(dest, MANIFEST)) and os.path.exists(marker):
         try:
@@ -146,10 +149,14 @@ def _begin(source: str, dest: str, shards: int, fold: bool) -> None:
             raise StorageError(f"{dest}: a split of {begun.get('source')} into "
                                f"{manifest['shards']} shards was begun here; run that one "
                                "again to complete it, or split into a new directory")
+        if begun.get("state") != state:
+            raise StorageError(f"{dest}: {source} was written since this split began, so "
+                               "completing it would mix two states of it; split into a new "
+                               "directory")
         return
     _shards.create_manifest(dest, shards, fold)  # (refuses an existing directory)
     with open(marker, "w", encoding="utf-8") as f:
-        json.dump({"source": os.path.abspath(source)}, f)
+        json.dump({"source": os.path.abspath(source), "state": state}, f)
         f.write("\n")
     _shards.open(dest).close()                    # the shards, made (and their options)
 

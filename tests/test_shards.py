@@ -13,6 +13,7 @@ Vole's backend over shards.
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 import tempfile
@@ -803,7 +804,8 @@ def test_a_splitting_process_that_dies_is_a_clear_error(tmp_path, monkeypatch):
 def test_a_split_killed_part_way_is_completed_by_running_it_again(tmp_path):
     """Every splitting process killed (SIGKILL) once some windows are written: the
     collection keeps whole windows; the same split again completes it, as if never
-    stopped. Another split into that directory is refused."""
+    stopped. Another split into that directory is refused, and so is completing it from
+    the database written since."""
     import subprocess
     from annodb.split import split
     source = _split_source(tmp_path)
@@ -828,6 +830,16 @@ def test_a_split_killed_part_way_is_completed_by_running_it_again(tmp_path):
     assert 0 < written < 400 and (dest / "split.json").exists()
     with pytest.raises(AnnodbError, match="a split of .* into 2 shards was begun here"):
         split(source, dest, 3)
+    copy = tmp_path / "written.db"                 # the same database, written since
+    shutil.copytree(source, copy)
+    (dest / "split.json").write_text(json.dumps({"source": str(copy), "state": json.loads(
+        (dest / "split.json").read_text())["state"]}))
+    with annodb.open(copy) as db, db.write() as w:
+        w.add("written after the split began", docno="late")
+    with pytest.raises(AnnodbError, match="was written since this split began"):
+        split(copy, dest, 2)
+    (dest / "split.json").write_text(json.dumps({"source": str(source), "state": json.loads(
+        (dest / "split.json").read_text())["state"]}))
     summary = split(source, dest, 2, window=5)
     assert summary.documents == 606 and summary.already >= written
     assert not (dest / "split.json").exists()
