@@ -76,7 +76,12 @@ def split(source, dest, shards: int, *, progress=None, processes: int | None = N
 
     def follow(c: int, child: subprocess.Popen) -> None:
         for line in child.stdout:
-            said = json.loads(line)
+            try:
+                said = json.loads(line)
+            except ValueError:      # (not ours: something the child printed)
+                continue
+            if not isinstance(said, dict):
+                continue
             if "done" in said:
                 done[c] = said["done"]
                 if progress is not None and c == 0:
@@ -84,7 +89,7 @@ def split(source, dest, shards: int, *, progress=None, processes: int | None = N
             elif "summary" in said:
                 summaries[c] = msgspec.convert(said["summary"], SplitSummary)
             elif "error" in said:
-                failures.append(said["error"])
+                failures.append((said["error"], said.get("again", True)))
 
     procs: list[subprocess.Popen] = []
     threads = []
@@ -110,14 +115,15 @@ def split(source, dest, shards: int, *, progress=None, processes: int | None = N
             for child in procs:
                 child.wait()
             raise
+        again = "what was written stays, and running the same split again completes it"
         if failures:
-            raise StorageError(f"{dest}: the split failed: {failures[0]}; what was written "
-                               "stays, and running the same split again completes it")
+            message, resumable = failures[0]
+            raise StorageError(f"{dest}: the split failed: {message}" +
+                               (f"; {again}" if resumable else ""))
         for child, got in zip(procs, summaries):
             if got is None or child.returncode != 0:
                 raise StorageError(f"{dest}: a splitting process ended (exit code "
-                                   f"{child.returncode}){children.said(child)}; what was written "
-                                   "stays, and running the same split again completes it")
+                                   f"{child.returncode}){children.said(child)}; {again}")
     finally:
         for child in procs:
             child.stdout.close()
@@ -164,6 +170,11 @@ def _begin(source: str, dest: str, shards: int, fold: bool, state: int) -> None:
 # ---------------------------------------------------------------- a splitting process
 
 
+class _Changed(StorageError):
+    """The database is not in the state the split began with: running it again cannot
+    complete it (see _begin)."""
+
+
 def main() -> None:
     """A splitting process: splits into its shards, saying {"done": n} after each window
     and {"summary": ...} at the end (or {"error": message}) on stdout."""
@@ -177,7 +188,7 @@ def main() -> None:
                              job["state"], job["count"], job["window"],
                              progress=lambda n: say({"done": n}))
     except AnnodbError as err:
-        say({"error": str(err)})
+        say({"error": str(err), "again": not isinstance(err, _Changed)})
         sys.exit(1)
     say({"summary": msgspec.to_builtins(summary)})
 
@@ -195,8 +206,9 @@ def split_into(source: str, dest: str, n: int, mine: list[int], state: int | Non
         with database.Database(source, readonly=True, create=False,
                                cache_bytes=CACHE_BYTES) as db, db.read() as r:
             if state is not None and r._txn.id != state:
-                raise StorageError(f"{source}: the database was written after the split "
-                                   "began; run the same split again")
+                raise _Changed(f"{source}: the database was written as the split began "
+                               "(between its start and a splitting process's); split into "
+                               "a new directory")
             _split_windows(r, n, outs, summary, count, window, progress)
     finally:
         for out in outs.values():

@@ -807,7 +807,7 @@ def test_a_split_killed_part_way_is_completed_by_running_it_again(tmp_path):
     stopped. Another split into that directory is refused, and so is completing it from
     the database written since."""
     import subprocess
-    from annodb.split import split
+    from annodb.split import split, split_into
     source = _split_source(tmp_path)
     dest = tmp_path / "c.shards"
     code = ("import sys; from annodb.split import split; "
@@ -838,6 +838,8 @@ def test_a_split_killed_part_way_is_completed_by_running_it_again(tmp_path):
         w.add("written after the split began", docno="late")
     with pytest.raises(AnnodbError, match="was written since this split began"):
         split(copy, dest, 2)
+    with pytest.raises(AnnodbError, match="written as the split began"):  # (a process's
+        split_into(str(source), str(dest), 2, [0], state=-1)          # check of its own)
     (dest / "split.json").write_text(json.dumps({"source": str(source), "state": json.loads(
         (dest / "split.json").read_text())["state"]}))
     summary = split(source, dest, 2, window=5)
