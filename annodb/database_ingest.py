@@ -17,7 +17,6 @@ import resource
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import zlib
@@ -308,11 +307,8 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
     """_chunks, made in a second Python process. A plain child process, not
     multiprocessing: that would re-run the caller's main script, and fork would copy this
     process's open LMDB environment."""
-    errors = tempfile.TemporaryFile()  # the child's stderr, for the message if it dies
-    child = subprocess.Popen(
-        children.command("from annodb.database_ingest import _reader_main; _reader_main()"),
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
-        env=children.environment())
+    child = children.start("from annodb.database_ingest import _reader_main; _reader_main()",
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         while True:
             try:
@@ -323,11 +319,8 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
                 kind, value = pickle.load(child.stdout)
             except (EOFError, BrokenPipeError, pickle.UnpicklingError):
                 code = child.wait()
-                errors.seek(0)
-                said = errors.read().decode("utf-8", "replace").strip().splitlines()
                 raise IngestError(f"{source.path}: the reading process ended unexpectedly "
-                                  f"(exit code {code})" + (f": {said[-1]}" if said else "")
-                                  ) from None
+                                  f"(exit code {code}){children.said(child)}") from None
             if kind == "end":
                 return
             if kind == "error":
@@ -338,7 +331,7 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
             child.kill()
         child.wait()
         child.stdout.close()
-        errors.close()
+        child.errors.close()
 
 
 # ---------------------------------------------------------------- the driver
