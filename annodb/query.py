@@ -256,26 +256,27 @@ def parse(text: str, *, lenient: bool = False) -> Parsed:
 def map_leaves(node: Node, fn) -> Node:
     """`node` with each term and feature replaced by fn(leaf) (the rest rebuilt only where
     something changed; each distinct leaf is passed to fn once)."""
-    done: dict[Node, Node] = {}
+    return _map_leaves(node, fn, {})
 
-    def walk(n: Node) -> Node:
-        if isinstance(n, (Term, Feature)):
-            found = done.get(n)
-            if found is None:
-                found = done[n] = fn(n)
-            return found
-        if isinstance(n, Combine):
-            args = tuple(walk(a) for a in n.args)
-            return n if args == n.args else Combine(n.op, args)
-        if isinstance(n, Link):
-            arg = walk(n.arg)
-            return n if arg is n.arg else Link(arg)
-        if isinstance(n, Compare):
-            arg = walk(n.arg)
-            return n if arg is n.arg else Compare(n.op, arg, n.value)
-        return n
 
-    return walk(node)
+def _map_leaves(n: Node, fn, done: dict) -> Node:
+    # (a module function, not a closure calling itself: that closure would be a reference
+    # cycle holding `fn`, and with it the query's snapshot, until the cyclic GC ran)
+    if isinstance(n, (Term, Feature)):
+        found = done.get(n)
+        if found is None:
+            found = done[n] = fn(n)
+        return found
+    if isinstance(n, Combine):
+        args = tuple(_map_leaves(a, fn, done) for a in n.args)
+        return n if args == n.args else Combine(n.op, args)
+    if isinstance(n, Link):
+        arg = _map_leaves(n.arg, fn, done)
+        return n if arg is n.arg else Link(arg)
+    if isinstance(n, Compare):
+        arg = _map_leaves(n.arg, fn, done)
+        return n if arg is n.arg else Compare(n.op, arg, n.value)
+    return n
 
 
 def resolve(node: Node, known, *, lenient: bool = False) -> tuple[Node, list[str]]:
