@@ -25,6 +25,7 @@ processes fit the cores (shards.ShardedDatabase, `spin`).
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 import pickle
@@ -153,6 +154,7 @@ def serve(conn, path: str, cache_bytes: int | None, spin: float = 0.0) -> None:
     conn.send(("ready", failure is None, _picklable(failure)))
     if host is None:
         return
+    gc.freeze()  # (what exists now lives as long as the process: the collector skips it)
     try:
         while True:
             try:
