@@ -91,7 +91,7 @@ from . import judgments as _judgments
 from .errors import AnnodbError, QueryCostError, ShardLostError, StorageError
 from .gcl import Budget, as_node, prepare
 from .query import STRUCTURAL
-from .ranking import DEPTH, RANKS
+from .ranking import DEPTH, RANKS, load_kernels
 
 MAX_LINE = 1 << 20                  # bytes in one request line
 QUERY_TIMEOUT = 30.0                # seconds a query may run
@@ -296,14 +296,8 @@ class Protocol:
             print(message, file=self._log, flush=True)
 
     def warm_up(self) -> None:
-        """Run one query through every kernel so the first client does not pay for loading
-        the compiled kernels (best effort)."""
-        try:
-            with self._handle.db.read() as snap:
-                snap.rank('(+ (^ "a b" c) (... d e) (<< f (# 3)) (>> : g) (!< h :) (!> : i))',
-                          depth=1, container=self.container)
-        except Exception:
-            pass
+        """Load the compiled kernels before the first client (best effort)."""
+        load_kernels(self._handle.db, self.container)
 
     # ------------------------------------------------------------------ requests
 

@@ -165,6 +165,18 @@ def rank(snapshot, gcl, *, depth: int = DEPTH, container: str = ":", lenient: bo
                    scores[order], covers.starts[b], covers.ends[b], len(idx))
 
 
+def load_kernels(db, container: str = ":") -> None:
+    """Rank one query through every GCL kernel in `db` (a database or a collection), so
+    that a server's first client does not pay for loading the compiled kernels. Best
+    effort: a database that cannot answer it (a container it does not hold) is skipped."""
+    try:
+        with db.read() as snap:
+            snap.rank('(+ (^ "a b" c) (... d e) (<< f (# 3)) (>> : g) (!< h :) (!> : i))',
+                      depth=1, container=container)
+    except Exception:  # noqa: BLE001 - what fails here fails again for the client, said
+        pass
+
+
 def query_terms(node, how: str) -> list:
     """The words a GCL query is scored by when ranked by BM25 (`how` "bm25" or "fused":
     [((word,), count)]) or sparse vectors ([(term, count)]), see top_words."""

@@ -154,7 +154,9 @@ def serve(conn, path: str, cache_bytes: int | None, spin: float = 0.0) -> None:
     conn.send(("ready", failure is None, _picklable(failure)))
     if host is None:
         return
-    gc.freeze()  # (what exists now lives as long as the process: the collector skips it)
+    from .ranking import load_kernels
+    load_kernels(host.db)  # (after "ready": the parent goes on meanwhile) and what exists
+    gc.freeze()            # then lives as long as the process: the collector skips it
     try:
         while True:
             try:
