@@ -343,13 +343,9 @@ class Evaluator:
             if not len(starts):
                 break
             lo = starts + offset
-            hi = lo + (length - 1)
-            s, e = kernels.merge_ranges(lo, hi)
             self.budget.spend(len(lo))
-            have = self.lists.inside(word, s, e).starts
-            filled = np.searchsorted(have, hi, side="right") - \
-                np.searchsorted(have, lo, side="left")
-            starts = starts[filled == length]
+            at = self.lists.part(word, lo, lo + (length - 1)).starts
+            starts = starts[kernels.runs_at(at, lo, length)]
         return Intervals(starts, starts + (len(toks) - 1), np.zeros(len(starts)))
 
     def _partial(self, token: str, count: int, positions: int) -> bool:

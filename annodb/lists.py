@@ -556,19 +556,26 @@ class Lists:
         (sorted, disjoint)."""
         if not len(los):
             return Intervals.empty()
-        found = self._whole_if_cheap(feature)
-        if found is None:
-            fid = self.fid(feature)
-            if fid is None:
-                return Intervals.empty()
-            firsts = self._firsts(fid)
-            # an interval starting in [lo, hi] is in the block holding lo or a later one
-            # whose first start is <= hi
-            a = np.maximum(np.searchsorted(firsts, los, side="right") - 1, 0)
-            b = np.searchsorted(firsts, his, side="right") - 1
-            keep = b >= a
-            found = self._blocks_or_whole(feature, fid, firsts, _spans(a[keep], b[keep]))
+        found = self.part(feature, los, his)
         return found.take(kernels.contained_in(found.starts, found.ends, los, his))
+
+    def part(self, feature: str, los: np.ndarray, his: np.ndarray) -> Intervals:
+        """A part of the list, in order, holding every interval that starts in one of the
+        ranges [los[i], his[i]] (los and his nondecreasing; the ranges may overlap): the
+        whole list when it is decoded or short, else the blocks that hold them."""
+        found = self._whole_if_cheap(feature)
+        if found is not None or not len(los):
+            return Intervals.empty() if found is None else found
+        fid = self.fid(feature)
+        if fid is None:
+            return Intervals.empty()
+        firsts = self._firsts(fid)
+        # an interval starting in [lo, hi] is in the block holding lo or a later one whose
+        # first start is <= hi
+        a = np.maximum(np.searchsorted(firsts, los, side="right") - 1, 0)
+        b = np.searchsorted(firsts, his, side="right") - 1
+        keep = b >= a
+        return self._blocks_or_whole(feature, fid, firsts, _spans(a[keep], b[keep]))
 
     def containing(self, feature: str, ps: np.ndarray, qs: np.ndarray) -> Intervals:
         """The intervals of the list that contain one of the probes [ps[i], qs[i]] (sorted

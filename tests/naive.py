@@ -138,6 +138,12 @@ def drop_erased(intervals, erased):
     return [i for i, x in enumerate(intervals) if not any(_inside(x, r) for r in erased)]
 
 
+def runs_at(points, at, length):
+    """For each address a of `at`: whether a, a + 1, ..., a + length - 1 are all in points."""
+    have = set(points)
+    return [all(a + t in have for t in range(length)) for a in at]
+
+
 def merge_ranges(ranges):
     """The covered addresses of closed ranges, as sorted maximal runs (p, q)."""
     covered = sorted({a for p, q in ranges for a in range(p, q + 1)})

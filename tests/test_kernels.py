@@ -295,6 +295,22 @@ def test_merge_ranges(ranges):
     assert pairs(*K.merge_ranges(*cols(ranges))) == naive.merge_ranges(ranges)
 
 
+@given(st.lists(st.integers(0, 40), max_size=60), st.lists(st.integers(0, 45), max_size=30),
+       st.integers(1, 4))
+def test_runs_at(points, at, length):
+    points, at = sorted(points), sorted(at)   # (points may repeat: nested intervals)
+    assert K.runs_at(points, at, length).tolist() == naive.runs_at(points, at, length)
+
+
+def test_runs_at_examples():
+    assert K.runs_at([2, 3, 4, 7, 9], [2, 3, 6, 7, 9], 2).tolist() == [
+        True, True, False, False, False]
+    assert K.runs_at([5, 5, 6], [5], 2).tolist() == [True]
+    assert K.runs_at([], [1], 1).tolist() == [False]
+    with pytest.raises(ValueError):
+        K.runs_at([1], [1], 0)
+
+
 def test_ranges_examples():
     assert pairs(*K.merge_ranges([4, 1, 9], [5, 3, 10])) == [(1, 5), (9, 10)]
     assert pairs(*K.merge_ranges([], [])) == []

@@ -37,6 +37,7 @@ __all__ = [
     "top",
     "drop_erased",
     "merge_ranges",
+    "runs_at",
     "is_gc_list",
 ]
 
@@ -589,6 +590,34 @@ def _merge_ranges(s, e):
     re[m] = q
     m += 1
     return _trim(rs, m), _trim(re, m)
+
+
+@njit(cache=True, nogil=True)
+def _runs_at(points, at, length):
+    n = points.shape[0]
+    out = np.zeros(at.shape[0], np.bool_)
+    j = 0
+    for i in range(at.shape[0]):
+        j = _ge(points, j, n, at[i])
+        k = j
+        for t in range(length):
+            k = _ge(points, k, n, at[i] + t)
+            if k >= n or points[k] != at[i] + t:
+                break
+        else:
+            out[i] = True
+    return out
+
+
+def runs_at(points, at, length: int) -> np.ndarray:
+    """For sorted addresses `at`: whether each of at[i], at[i] + 1, ..., at[i] + length - 1
+    is in the sorted `points` (repeats allowed), as a boolean array: where a run of one
+    word of a phrase is (the points a word's list starts at)."""
+    pts = _ints(points, "points")
+    a = _ints(at, "at")
+    if int(length) < 1:
+        raise ValueError(f"length must be at least 1, got {length}")
+    return _runs_at(pts, a, int(length))
 
 
 def merge_ranges(starts, ends):
