@@ -98,28 +98,40 @@ def read_manifest(path: str) -> dict:
     return manifest
 
 
-def _write_atomic(path: str, data: bytes) -> None:
+def write_atomic(path: str, data: bytes) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
     with builtins.open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, path)
 
 
-def create_manifest(path: str, shards: int, fold_diacritics: bool) -> dict:
-    """Make the directory of a new collection and write its manifest (the shards are made
-    when it is opened)."""
+def check_shard_count(shards) -> None:
     if not isinstance(shards, int) or isinstance(shards, bool) or \
             not 1 <= shards <= MAX_SHARDS:
         raise StorageError(f"the shard count must be 1 to {MAX_SHARDS}, not {shards!r}")
+
+
+def check_new_directory(path: str) -> None:
+    """StorageError unless `path` is missing or an empty directory."""
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
         raise StorageError(f"{path}: exists and is not an empty directory; a sharded "
                            "collection is made in a new one (`annodb split` turns a "
                            "database into shards)")
+
+
+def create_manifest(path: str, shards: int, fold_diacritics: bool, *,
+                    new: bool = True) -> dict:
+    """Make the directory of a new collection and write its manifest (the shards are made
+    when it is opened). new=False: the directory may hold files already (a split's
+    marker)."""
+    check_shard_count(shards)
+    if new:
+        check_new_directory(path)
     manifest = {"format": FORMAT, "version": VERSION, "shards": shards, "routing": ROUTING,
                 "tokenizer": tokenizer.NAME, "fold_diacritics": bool(fold_diacritics)}
     try:
         os.makedirs(path, exist_ok=True)
-        _write_atomic(os.path.join(path, MANIFEST),
+        write_atomic(os.path.join(path, MANIFEST),
                       json.dumps(manifest, indent=2).encode() + b"\n")
     except OSError as err:
         raise StorageError(f"{path}: cannot create the collection: {err.strerror}") from None
@@ -330,7 +342,7 @@ class ShardedDatabase:
         create_manifest(dest, len(self.shards), self.fold_diacritics)
         for i, db in enumerate(self.shards):
             db.compact(os.path.join(dest, shard_name(i)))
-        _write_atomic(os.path.join(dest, COUNTER), str(self._counter()).encode())
+        write_atomic(os.path.join(dest, COUNTER), str(self._counter()).encode())
 
     def close(self) -> None:
         if not self._closed:
@@ -375,7 +387,7 @@ class ShardedDatabase:
             for db in self.shards:
                 with db.read() as r:
                     base = max(base, r.address_space())
-            _write_atomic(os.path.join(self.path, COUNTER), str(base + int(n)).encode())
+            write_atomic(os.path.join(self.path, COUNTER), str(base + int(n)).encode())
         return base
 
     def allocate(self, b: batch.Batch, at_least: int) -> np.ndarray:

@@ -142,28 +142,43 @@ def split(source, dest, shards: int, *, progress=None, processes: int | None = N
 
 def _begin(source: str, dest: str, shards: int, fold: bool, state: int) -> None:
     """Make the collection and its marker, or check that `dest` is this split begun, of
-    the database in the state it has now (`state`, its last transaction's id)."""
+    the database in the state it has now (`state`, its last transaction's id). The marker
+    is written first (whole, or not at all), then the manifest: a split stopped at any
+    point is one its rerun completes."""
     marker = os.path.join(dest, MARKER)
-    if os.path.exists(os.path.join(dest, MANIFEST)) and os.path.exists(marker):
+    if os.path.exists(marker):
         try:
             with open(marker, encoding="utf-8") as f:
                 begun = json.load(f)
-            manifest = _shards.read_manifest(dest)
+            count = begun.get("shards")
+            if os.path.exists(os.path.join(dest, MANIFEST)):
+                count = _shards.read_manifest(dest)["shards"]
         except (OSError, ValueError) as err:
             raise StorageError(f"{dest}: cannot read {MARKER}: {err}") from None
-        if begun.get("source") != os.path.abspath(source) or manifest["shards"] != shards:
+        if begun.get("source") != os.path.abspath(source) or count != shards:
             raise StorageError(f"{dest}: a split of {begun.get('source')} into "
-                               f"{manifest['shards']} shards was begun here; run that one "
+                               f"{count} shards was begun here; run that one "
                                "again to complete it, or split into a new directory")
         if begun.get("state") != state:
             raise StorageError(f"{dest}: {source} was written since this split began, so "
                                "completing it would mix two states of it; split into a new "
                                "directory")
-        return
-    _shards.create_manifest(dest, shards, fold)  # (refuses an existing directory)
-    with open(marker, "w", encoding="utf-8") as f:
-        json.dump({"source": os.path.abspath(source), "state": state}, f)
-        f.write("\n")
+    else:
+        _shards.check_shard_count(shards)
+        for name in os.listdir(dest) if os.path.isdir(dest) else ():
+            if name.startswith(MARKER + ".") and name.endswith(".tmp"):  # (a marker's
+                os.unlink(os.path.join(dest, name))          # write cut short by a crash)
+        _shards.check_new_directory(dest)
+        try:
+            os.makedirs(dest, exist_ok=True)
+            _shards.write_atomic(marker, json.dumps(
+                {"source": os.path.abspath(source), "state": state, "shards": shards}
+            ).encode() + b"\n")
+        except OSError as err:
+            raise StorageError(f"{dest}: cannot create the collection: {err.strerror}"
+                               ) from None
+    if not os.path.exists(os.path.join(dest, MANIFEST)):
+        _shards.create_manifest(dest, shards, fold, new=False)
     _shards.open(dest).close()                    # the shards, made (and their options)
 
 

@@ -948,3 +948,31 @@ def test_the_words_sharing_a_stem_are_one_databases(docs, limit):
         finally:
             for db in [one] + many:
                 db.close()
+
+
+@pytest.mark.parametrize("left", ["a marker cut short", "the marker", "marker and manifest"])
+def test_a_split_stopped_as_it_began_is_completed_by_running_it_again(tmp_path, left):
+    """What a split stopped while making its collection leaves (its marker's temporary
+    file; the marker alone, written first; the marker and the manifest, before the
+    shards): running it again completes it."""
+    from annodb.split import split
+    source = _split_source(tmp_path)
+    dest = tmp_path / "c.shards"
+    split(source, dest, 2)
+    marker = {"source": str(source), "shards": 2}
+    with annodb.open(source, readonly=True) as db, db.read() as r:
+        marker["state"] = r._txn.id                      # (what split() records)
+    shutil.rmtree(dest)
+    dest.mkdir()
+    if left == "a marker cut short":
+        (dest / "split.json.123.tmp").write_text('{"sour')
+    else:
+        (dest / "split.json").write_text(json.dumps(marker))
+    if left == "marker and manifest":
+        from annodb.shards import create_manifest
+        create_manifest(str(dest), 2, False, new=False)
+    summary = split(source, dest, 2)
+    assert summary.documents == 606 and summary.already == 0
+    assert sorted(p.name for p in dest.iterdir()) == [
+        "addresses", "addresses.lock", "manifest.json", "shard-000", "shard-001"]
+    _same_as_split(source, dest)
