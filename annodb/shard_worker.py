@@ -137,15 +137,21 @@ def _await(conn, spin: float) -> None:
             os.sched_yield()
 
 
-def serve(conn, path: str, cache_bytes: int | None, spin: float = 0.0) -> None:
+def serve(conn, path: str, cache_bytes: int | None, spin: float = 0.0,
+          warm_first: bool = False) -> None:
     """A worker process's loop: (ticket, name, args, kwargs, then) in, (ticket, ok, value)
     out, one request at a time, until the pipe closes (the parent ended or closed the
     collection). An error goes back as the error (or, if it cannot be pickled, an
     AnnodbError saying what it was). `then`, if not None, is the ticket of the request's
     follow-up (ShardHost.follow_up), sent after its answer. Polls `spin` seconds for a
-    request before it sleeps."""
+    request before it sleeps. Loads the kernels (ranking.load_kernels) after it says it
+    is ready, or, `warm_first`, before (a worker replacing one: its shard is ranked in
+    the parent until then)."""
+    from .ranking import load_kernels
     try:
         host = ShardHost(path, cache_bytes)
+        if warm_first:
+            load_kernels(host.db)
     except BaseException as err:  # noqa: BLE001 - the parent raises it at its first call
         failure: BaseException = err
         host = None
@@ -154,9 +160,9 @@ def serve(conn, path: str, cache_bytes: int | None, spin: float = 0.0) -> None:
     conn.send(("ready", failure is None, _picklable(failure)))
     if host is None:
         return
-    from .ranking import load_kernels
-    load_kernels(host.db)  # (after "ready": the parent goes on meanwhile) and what exists
-    gc.freeze()            # then lives as long as the process: the collector skips it
+    if not warm_first:
+        load_kernels(host.db)  # (the parent goes on meanwhile)
+    gc.freeze()  # (what exists now lives as long as the process: the collector skips it)
     try:
         while True:
             try:
@@ -204,21 +210,22 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: its close ends us
     fd, path = int(sys.argv[1]), sys.argv[2]
     cache = None if sys.argv[3] == "-" else int(sys.argv[3])
-    serve(_Pipe(fd), path, cache, float(sys.argv[4]))
+    serve(_Pipe(fd), path, cache, float(sys.argv[4]), sys.argv[5:] == ["warm-first"])
 
 
-def start(path: str, cache_bytes: int | None, name: str, spin: float = 0.0
-          ) -> "Connection":
+def start(path: str, cache_bytes: int | None, name: str, spin: float = 0.0,
+          warm_first: bool = False) -> "Connection":
     """A worker process serving the shard at `path` (a process of its own, not a fork or a
     multiprocessing spawn: it imports no module of the parent's program), connected by a
-    socket pair; wait_ready() waits for it to have opened the shard. Both ends poll `spin`
-    seconds before sleeping (see the module docstring)."""
+    socket pair; wait_ready() waits for it to have opened the shard (and, `warm_first`,
+    loaded the kernels: see serve). Both ends poll `spin` seconds before sleeping (see the
+    module docstring)."""
     ours, theirs = socket.socketpair()
     try:
         process = subprocess.Popen(
             children.command("from annodb.shard_worker import main; main()") +
             [str(theirs.fileno()), path, "-" if cache_bytes is None else str(cache_bytes),
-             repr(float(spin))],
+             repr(float(spin))] + (["warm-first"] if warm_first else []),
             pass_fds=(theirs.fileno(),), env=children.environment(),
             stdin=subprocess.DEVNULL)
     except OSError as err:
@@ -257,6 +264,11 @@ class Connection:
     def alive(self) -> bool:
         """Whether requests can still be sent: not closed, cut, or its worker ended."""
         return not self.closed and self.process.poll() is None
+
+    def started(self) -> bool:
+        """Whether the worker has said it is ready, or ended: wait_ready() returns (or
+        raises) at once."""
+        return self.process.poll() is not None or self.conn.poll(0)
 
     def wait_ready(self) -> None:
         try:

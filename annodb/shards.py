@@ -216,6 +216,9 @@ class ShardedDatabase:
     A worker found ended (killed, crashed) or cut off (a request interrupted by Ctrl-C) is
     replaced by a new one at the next read(): a worker only reads, so the new one serves
     its shard as the old did; the snapshots that used the old one raise ShardLostError.
+    Until the new one is ready (its start takes a moment), reads rank its shard in this
+    process instead, so no read waits for it; one that cannot start (its shard cannot be
+    opened) leaves its shard to this process.
     The workers and this process poll `spin` seconds for a message before they sleep
     (shard_worker; 0 never polls, and a worker then burns no CPU between requests). None:
     shard_worker.SPIN when the collection's processes, one per shard, fit the machine's
@@ -247,6 +250,7 @@ class ShardedDatabase:
         self.shards: list[database.Database] = []
         self.homes = Homes(HOMES)       # the shards of recently ranked containers
         self.restarts = 0               # workers replaced (see _live_workers)
+        self._starting: dict = {}       # shard -> its new worker, not ready yet
         self._restarting = threading.Lock()
         self._worker_options = (per_shard, spin)
         self._pool = None
@@ -269,30 +273,44 @@ class ShardedDatabase:
             self.close()
             raise
 
-    def _start_worker(self, i: int) -> "shard_worker.Connection":
+    def _start_worker(self, i: int, warm_first: bool = False) -> "shard_worker.Connection":
         per_shard, spin = self._worker_options
         return shard_worker.start(os.path.join(self.path, shard_name(i)), per_shard,
-                                  f"{self.path}/{shard_name(i)}", spin)
+                                  f"{self.path}/{shard_name(i)}", spin, warm_first)
 
     def _live_workers(self) -> list:
-        """The workers, each one that ended or was cut off replaced by a new one first."""
-        if all(w is None or w.alive() for w in self.workers):
+        """The workers for a read. One that ended or was cut off is replaced: a new one is
+        started, and its shard ranked in this process (None) until it is ready, its
+        kernels loaded."""
+        if not self._starting and all(w is None or w.alive() for w in self.workers):
             return self.workers
         with self._restarting:
+            self._check_open()
             for i, w in enumerate(self.workers):
-                if w is None or w.alive():
+                if w is not None and not w.alive():
+                    w.close(wait=0)      # (one cut off may still be ranking: not waited for)
+                    self.workers[i] = None
+                    self._starting[i] = self._start_worker(i, warm_first=True)
+                    self.restarts += 1
+            for i, new in list(self._starting.items()):
+                if not new.started():
                     continue
-                self._check_open()
-                w.close(wait=0)          # (one cut off may still be ranking: not waited for)
-                new = self._start_worker(i)
+                del self._starting[i]
                 try:
-                    new.wait_ready()
-                except BaseException:
+                    new.wait_ready()     # (at once: it said so, or ended)
+                except Exception:  # noqa: BLE001 - any failure: its shard stays here
                     new.close()
-                    raise
+                    continue
                 self.workers[i] = new
-                self.restarts += 1
-        return self.workers
+            return list(self.workers)
+
+    def wait_for_workers(self, timeout: float = 60.0) -> None:
+        """Return once every worker being started is ready or has failed to start (tests,
+        benchmarks: the next read then uses them)."""
+        deadline = time.monotonic() + timeout
+        while self._starting and time.monotonic() < deadline:
+            self._live_workers()
+            time.sleep(0.01)
 
     # ------------------------------------------------------------------ the API
 
@@ -350,9 +368,10 @@ class ShardedDatabase:
             if self._pool is not None:
                 self._pool.shutdown(wait=False)
             with self._restarting:
-                for w in self.workers:
+                for w in self.workers + list(self._starting.values()):
                     if w is not None:
                         w.close()
+                self._starting.clear()
             for db in self.shards:
                 db.close()
 

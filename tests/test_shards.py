@@ -212,14 +212,35 @@ def test_real_queries_rank_exactly_as_one_database(tmp_path):
     many.close()
 
 
+def _answers(db, chunk) -> list:
+    """Rankings by SSR and BM25, their first hits, free-text searches: to compare."""
+    out = []
+    with db.read() as r:
+        for q in chunk:
+            for how in ("ssr", "bm25"):
+                try:
+                    got = r.rank(q, depth=100, lenient=True, rank=how)
+                except AnnodbError as err:
+                    out.append(type(err).__name__)
+                    continue
+                out.append((got.total, got.query, got.warnings, got.scores.tolist(),
+                            got.starts.tolist(), got.cover_starts.tolist(),
+                            [h.as_dict() for h in got.hits(10)]))
+        for q in chunk[::5]:
+            text = " ".join(re.findall(r"\w+", q))
+            out.append(r.search_text(text, k=10, snippets=False).hits)
+    return out
+
+
 def test_worker_processes_answer_as_one_database(tmp_path):
     """fan_out="processes": the first shard in this process, the others in worker
     processes asked at once. Every 16th real query over 600 MS MARCO segments ranks as
     one database does (SSR, BM25; their words as free text by the default, bm25+rm3), from
     four threads at once over one collection; documents, counts, text and errors come back
     as in process. A worker killed mid-life, or cut off by a Ctrl-C inside a request, is a
-    clear error in the snapshot that used it, not a hang, and the next snapshot has a new
-    worker for that shard with the same answers; close ends the workers."""
+    clear error in the snapshot that used it, not a hang; the next snapshot starts a new
+    worker for that shard and ranks the shard here until it is ready, with the same
+    answers; close ends the workers."""
     import threading
     from annodb.errors import NotFoundError, QueryCostError, StorageError
     from annodb.ingest import ingest
@@ -234,30 +255,12 @@ def test_worker_processes_answer_as_one_database(tmp_path):
     assert many.workers[0] is None and len(many.workers) == 3
     queries = _real_queries()[::16]
 
-    def answers(db, chunk):
-        out = []
-        with db.read() as r:
-            for q in chunk:
-                for how in ("ssr", "bm25"):
-                    try:
-                        got = r.rank(q, depth=100, lenient=True, rank=how)
-                    except AnnodbError as err:
-                        out.append(type(err).__name__)
-                        continue
-                    out.append((got.total, got.query, got.warnings, got.scores.tolist(),
-                                got.starts.tolist(), got.cover_starts.tolist(),
-                                [h.as_dict() for h in got.hits(10)]))
-            for q in chunk[::5]:
-                text = " ".join(re.findall(r"\w+", q))
-                out.append(r.search_text(text, k=10, snippets=False).hits)
-        return out
-
     chunks = [queries[i::4] for i in range(4)]
-    want = [answers(one, c) for c in chunks]
+    want = [_answers(one, c) for c in chunks]
     got: list = [None] * 4
 
     def run(i):
-        got[i] = answers(many, chunks[i])
+        got[i] = _answers(many, chunks[i])
     threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
     for t in threads:
         t.start()
@@ -276,7 +279,7 @@ def test_worker_processes_answer_as_one_database(tmp_path):
         with pytest.raises(QueryCostError):
             b.rank("water", budget=Budget(postings=1))
         assert b.stats().documents == 600
-    want_water = [a for a in answers(one, ["water"]) if isinstance(a, tuple)]
+    want_water = [a for a in _answers(one, ["water"]) if isinstance(a, tuple)]
     cut = many.workers[2]        # Ctrl-C while a request is half sent: the pipe is cut
 
     def interrupted(message):
@@ -289,9 +292,13 @@ def test_worker_processes_answer_as_one_database(tmp_path):
         with pytest.raises(StorageError, match="was interrupted; the collection's next "
                                                "snapshot starts a new one"):
             r.rank("water", depth=10)
-    # the next snapshot has a new worker for that shard, and the same answers
-    assert [a for a in answers(many, ["water"]) if isinstance(a, tuple)] == want_water
-    assert many.workers[2] is not cut and many.restarts == 1
+    # the next snapshot starts a new worker for that shard and, not waiting for it, ranks
+    # the shard here: the same answers; then the new worker does
+    assert [a for a in _answers(many, ["water"]) if isinstance(a, tuple)] == want_water
+    assert many.workers[2] is None and many.restarts == 1
+    many.wait_for_workers()
+    assert many.workers[2] not in (None, cut) and many.workers[2].alive()
+    assert [a for a in _answers(many, ["water"]) if isinstance(a, tuple)] == want_water
     assert cut.process.poll() is not None                # the old one ended, reaped
     killed = many.workers[1]
     with many.read() as r:       # a worker killed (the OOM killer, a crash) under a snapshot
@@ -299,19 +306,50 @@ def test_worker_processes_answer_as_one_database(tmp_path):
         killed.process.wait()
         with pytest.raises(StorageError, match="worker process ended .* next snapshot"):
             r.rank("water", depth=10)
-    assert [a for a in answers(many, ["water"]) if isinstance(a, tuple)] == want_water
-    assert many.workers[1] is not killed and many.restarts == 2
+    assert [a for a in _answers(many, ["water"]) if isinstance(a, tuple)] == want_water
+    assert many.workers[1] is None and many.restarts == 2
+    many.wait_for_workers()
+    assert many.workers[1] not in (None, killed)
     os.kill(many.workers[1].process.pid, signal.SIGKILL)  # killed between snapshots
     many.workers[1].process.wait()
-    assert [a for a in answers(many, ["water"]) if isinstance(a, tuple)] == want_water
+    assert [a for a in _answers(many, ["water"]) if isinstance(a, tuple)] == want_water
     assert many.restarts == 3
-    workers = many.workers[1:]
+    starting = list(many._starting.values())
+    many.wait_for_workers()
+    workers = many.workers[1:] + starting
     many.close()
     for w in workers:
         assert w.process.poll() is not None      # ended (reaped), not left behind
     with pytest.raises(StorageError, match="closed"):
         many.read()
     one.close()
+
+
+def test_a_worker_that_cannot_start_again_leaves_its_shard_to_this_process(tmp_path,
+                                                                          monkeypatch):
+    """A worker killed, and its replacement unable to start (here: the interpreter it runs
+    exits at once): the reads go on, ranking that shard in this process, as one database
+    ranks; the other worker stays in use."""
+    from annodb.ingest import ingest
+    source = DATA / "msmarco-sample-600.jsonl"
+    ingest(str(tmp_path / "one.db"), [source])
+    annodb.open(tmp_path / "c.shards", shards=3).close()
+    ingest(str(tmp_path / "c.shards"), [source])
+    queries = _real_queries()[::40]
+    with annodb.open(tmp_path / "one.db", readonly=True) as one, \
+            annodb.open(tmp_path / "c.shards", readonly=True, fan_out="processes") as many:
+        want = _answers(one, queries)
+        killed, kept = many.workers[1], many.workers[2]
+        fake = tmp_path / "python"
+        fake.write_text("#!/bin/sh\nexit 3\n")
+        fake.chmod(0o755)
+        monkeypatch.setattr("sys.executable", str(fake))
+        os.kill(killed.process.pid, signal.SIGKILL)
+        killed.process.wait()
+        assert _answers(many, queries) == want
+        many.wait_for_workers()
+        assert many.workers[1] is None and many.workers[2] is kept and many.restarts == 1
+        assert _answers(many, queries) == want and many.restarts == 1
 
 
 def test_a_workers_first_document_comes_with_its_ranking(tmp_path):
@@ -661,6 +699,8 @@ def test_a_served_read_that_loses_its_shard_worker_runs_again(tmp_path):
     real_read, doomed = db.read, []
 
     def read():                              # the worker dies once the snapshot is taken
+        if doomed:
+            db.wait_for_workers()            # (one started after the last kill is ready)
         snap = real_read()
         if doomed:
             worker = db.workers[doomed.pop()]
