@@ -302,6 +302,7 @@ class ShardedDatabase:
                     new.close()
                     continue
                 self.workers[i] = new
+                self.shards[i]._lists.clear()  # (what was decoded here meanwhile)
             return list(self.workers)
 
     def wait_for_workers(self, timeout: float = 60.0) -> None:

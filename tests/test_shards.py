@@ -296,8 +296,10 @@ def test_worker_processes_answer_as_one_database(tmp_path):
     # the shard here: the same answers; then the new worker does
     assert [a for a in _answers(many, ["water"]) if isinstance(a, tuple)] == want_water
     assert many.workers[2] is None and many.restarts == 1
+    assert many.shards[2]._lists.bytes > 0               # (decoded here meanwhile)
     many.wait_for_workers()
     assert many.workers[2] not in (None, cut) and many.workers[2].alive()
+    assert many.shards[2]._lists.bytes == 0              # (and let go)
     assert [a for a in _answers(many, ["water"]) if isinstance(a, tuple)] == want_water
     assert cut.process.poll() is not None                # the old one ended, reaped
     killed = many.workers[1]
