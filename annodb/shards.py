@@ -132,7 +132,7 @@ def create_manifest(path: str, shards: int, fold_diacritics: bool, *,
     try:
         os.makedirs(path, exist_ok=True)
         write_atomic(os.path.join(path, MANIFEST),
-                      json.dumps(manifest, indent=2).encode() + b"\n")
+                     json.dumps(manifest, indent=2).encode() + b"\n")
     except OSError as err:
         raise StorageError(f"{path}: cannot create the collection: {err.strerror}") from None
     return manifest

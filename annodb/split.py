@@ -165,11 +165,12 @@ def _begin(source: str, dest: str, shards: int, fold: bool, state: int) -> None:
                                "directory")
     else:
         _shards.check_shard_count(shards)
-        for name in os.listdir(dest) if os.path.isdir(dest) else ():
-            if name.startswith(MARKER + ".") and name.endswith(".tmp"):  # (a marker's
-                os.unlink(os.path.join(dest, name))          # write cut short by a crash)
-        _shards.check_new_directory(dest)
         try:
+            names = os.listdir(dest) if os.path.isdir(dest) else []
+            if names and all(n.startswith(MARKER + ".") and n.endswith(".tmp") for n in names):
+                for name in names:  # (a marker's write cut short by a crash: nothing more)
+                    os.unlink(os.path.join(dest, name))
+            _shards.check_new_directory(dest)
             os.makedirs(dest, exist_ok=True)
             _shards.write_atomic(marker, json.dumps(
                 {"source": os.path.abspath(source), "state": state, "shards": shards}
