@@ -337,7 +337,7 @@ def test_a_worker_that_cannot_start_again_leaves_its_shard_to_this_process(tmp_p
     ingest(str(tmp_path / "one.db"), [source])
     annodb.open(tmp_path / "c.shards", shards=3).close()
     ingest(str(tmp_path / "c.shards"), [source])
-    queries = _real_queries()[::40]
+    queries = _real_queries()[::150]
     with annodb.open(tmp_path / "one.db", readonly=True) as one, \
             annodb.open(tmp_path / "c.shards", readonly=True, fan_out="processes") as many:
         want = _answers(one, queries)
