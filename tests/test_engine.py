@@ -29,6 +29,7 @@ WORDS = ["a", "b", "c", "d", "e", "f"]
 # a and b are common (terms collide, phrases like "a a b a" occur), the rest rarer
 word = st.sampled_from(["a", "b"]) | st.sampled_from(WORDS)
 FEATURES = ["x:", "y:"]
+WORD_NOTES = ["a", "c"]  # annotations of a word's own list (intervals, not only points)
 CONTAINERS = [":", "x:", "(# 3)"]
 SETTINGS = settings(max_examples=int(os.environ.get("ENGINE_EXAMPLES", "150")),
                     suppress_health_check=[HealthCheck.data_too_large,
@@ -67,8 +68,9 @@ def databases(draw):
     docs = draw(st.lists(st.lists(word, max_size=12), min_size=1, max_size=6))
     size = sum(max(len(d), 1) for d in docs)
     address = st.integers(0, size - 1)
-    notes = draw(st.lists(st.tuples(st.sampled_from(FEATURES), address, st.integers(0, 3),
-                                    st.sampled_from([0.0, 1.0, 2.0, 3.0])), max_size=8))
+    notes = draw(st.lists(st.tuples(st.sampled_from(FEATURES + WORD_NOTES), address,
+                                    st.integers(0, 3), st.sampled_from([0.0, 1.0, 2.0, 3.0])),
+                          max_size=8))
     erased = draw(st.lists(st.tuples(address, st.integers(0, 2)), max_size=2))
     deletes = draw(st.lists(st.integers(0, len(docs) - 1), max_size=3))
     later = draw(st.lists(st.lists(word, max_size=6), max_size=2))
@@ -157,6 +159,22 @@ def test_snippets_agree_with_reference(n, data):
     got = snippets.make(doc, 100 + a, 100 + b, width=width).marked()
     first = split if split and a >= split else 0
     assert got == naive.snippet(text, spans, a, b, width, first)
+
+
+def test_a_phrase_takes_an_annotated_word_by_its_start(tmp_path):
+    """A word's list may hold intervals annotated by hand: a phrase matches where its
+    words' intervals start one after another, as the reference defines it (an interval
+    of `b` over 1..3 makes `"a b"` match at 0; a phrase once looked for `b`'s intervals
+    inside 1..1 and missed it)."""
+    docs = [["a", "c", "d"], ["a", "b"]]
+    db, model = build(str(tmp_path / "db"), docs, [("b", 1, 3, 0.0), ("a", 2, 4, 0.0)], [],
+                      [], [])
+    with db.read() as r:
+        for q in ['"a b"', '"c d"', '"a c d"', '(^ a b)', '(<< b :)']:
+            node = parse(q).node
+            assert list(r.query(node)) == naive.evaluate(model, node), q
+        assert list(r.query('"a b"')) == [(0, 1, 0.0), (3, 4, 0.0)]
+    db.close()
 
 
 def test_snippets_keep_punctuation_and_leave_out_the_fields_before_the_cover(tmp_path):
