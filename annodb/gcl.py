@@ -351,7 +351,7 @@ class Evaluator:
     def _partial(self, token: str, count: int, positions: int) -> bool:
         """Read only the blocks of `token`'s list near `positions` positions?"""
         return (count > PARTIAL_OVER and positions * PARTIAL_RATIO < count and
-                self.lists.cached(token) is None)
+                self.lists.cached(token) is None and self.lists.points_only(token))
 
     def _all_of(self, args: list) -> Intervals:
         """`(^ A B ...)`. All-of is associative and commutative, so the operands are folded

@@ -481,6 +481,13 @@ class Lists:
         state = self._state(fid)
         return state[3], state[4]
 
+    def points_only(self, feature: str) -> bool:
+        """Whether the list is known to hold points only (what `near` needs): a word's
+        postings as text wrote them. Intervals annotated into a word's list make its
+        statistics unknown for good (storage's forget_stats), as a list written by format
+        3 has them: False then."""
+        return self.statistics(feature)[0] is not None
+
     def whole(self, feature: str, container: bool = False) -> Intervals:
         """The whole list (erased content removed); a `container` list probed in most of
         its blocks is cached up to the whole budget (see the module docstring)."""
@@ -613,8 +620,8 @@ class Lists:
         return found.take(kernels.containing(found.starts, found.ends, ps, qs))
 
     def near(self, feature: str, xs: np.ndarray) -> np.ndarray:
-        """For sorted positions xs, the points of the list (a word's postings) just at or
-        before and at or after each: sorted, distinct."""
+        """For sorted positions xs, the points of the list (a word's postings: see
+        points_only) just at or before and at or after each: sorted, distinct."""
         if not len(xs):
             return EMPTY_I
         found = self._whole_if_cheap(feature)

@@ -311,6 +311,29 @@ def test_queries_agree_when_common_words_are_read_in_part(read_by_blocks, common
     agree(database, nodes, k, search=False)
 
 
+def test_a_common_word_annotated_by_hand_is_not_read_as_points(read_by_blocks,
+                                                               common_words, tmp_path):
+    """All-of reads a common word's postings only next to its matches, as points: exact
+    for a word's list as text wrote it, not for one holding intervals annotated by hand
+    (`a` over 1..2 makes (^ a b) cover 0..2, which the points next to 0 gave as 0..1)."""
+    import random
+    rng = random.Random(1)
+    cases = [([["b", "d", "c", "c"]], [("a", 3, 3, 0.0), ("a", 1, 2, 0.0)])]
+    for _ in range(60):
+        docs = [[rng.choice("abcd") for _ in range(rng.randint(1, 8))]
+                for _ in range(rng.randint(1, 4))]
+        size = sum(len(d) for d in docs)
+        cases.append((docs, [(rng.choice("ab"), p, min(p + rng.randint(0, 3), size - 1), 0.0)
+                             for p in rng.sample(range(size), min(size, 2))]))
+    for i, (docs, notes) in enumerate(cases):
+        db, model = build(str(tmp_path / f"db{i}"), docs, notes, [], [], [])
+        with db.read() as r:
+            for q in ["(^ a b)", "(^ (+ a c) b)", "(^ c b a)", '(^ "a b" c)']:
+                node = parse(q).node
+                assert list(r.query(node)) == naive.evaluate(model, node), (q, docs, notes)
+        db.close()
+
+
 @settings(max_examples=60)
 @given(st.lists(st.integers(1, 6), min_size=1, max_size=30),
        st.lists(st.integers(-3, 200), max_size=12))
