@@ -5,7 +5,8 @@
 Every document goes to the shard its docno routes to (a note: its target's), at the
 address it has in the database, so the collection ranks exactly as the database did. Its
 words are tokenized again from its stored text; every other annotation (fields, values,
-judgments, notes' links, any label) lying inside one document is copied with it, and the
+judgments, notes' links, any label, intervals annotated into a word's list) lying inside
+one document is copied with it, and the
 erased ranges inside the documents are erased again. An annotation over no single document
 (one spanning two documents, or over addresses holding none) has no shard to go to: it is
 not copied, and the summary counts it. The database is only read.
@@ -248,7 +249,7 @@ def _split_windows(r, n: int, outs: dict, summary: SplitSummary, count: bool, si
             return found
         return route(d.docno, n)
 
-    names = [f for f in r.features_with_prefix("", 1 << 62) if not STRUCTURAL.isdisjoint(f)]
+    names = _names(r)
     erased = r.erased()
     window, lo = [], 0
     for d in r.documents():
@@ -261,6 +262,16 @@ def _split_windows(r, n: int, outs: dict, summary: SplitSummary, count: bool, si
         window.append(d)
     _window(r, window, lo, None, names, n, outs, home, erased, summary, count)
     summary.documents += len(window)
+
+
+def _names(r) -> list[str]:
+    """The lists copied as annotations: every feature named with a structural character,
+    and the words whose lists were annotated by hand (their statistics forgotten for it,
+    storage's forget_stats; a list written before statistics were kept is copied too: it
+    cannot be told apart). Other words' lists are made again from the documents' text."""
+    names = [f for f in r.features_with_prefix("", 1 << 62) if not STRUCTURAL.isdisjoint(f)]
+    words = (r._txn.feature_name(fid) for fid in r._txn.lists_without_stats())
+    return names + sorted(f for f in words if f is not None and STRUCTURAL.isdisjoint(f))
 
 
 def _window(r, docs: list, lo: int, hi: int | None, names: list, n: int, outs: dict, home,
@@ -319,6 +330,10 @@ def _write_shard(out, docs: list, anns: tuple, names: list, erased,
             k, nid, p, q, v = renumber[k[sel]], nid[sel], p[sel], q[sel], v[sel]
             docs = [d for d, kept in zip(docs, keep.tolist()) if kept]
         summary.annotations += len(k)
+        word = np.array([STRUCTURAL.isdisjoint(n) for n in names], dtype=bool)[nid] if \
+            len(nid) else np.zeros(0, dtype=bool)
+        hand = (k[word], nid[word], p[word], q[word], v[word])
+        k, nid, p, q, v = k[~word], nid[~word], p[~word], q[~word], v[~word]
         first = 0        # one batch per run of one container (a batch's documents share it)
         for i in range(1, len(docs) + 1):
             if i == len(docs) or docs[i].container != docs[first].container:
@@ -326,6 +341,11 @@ def _write_shard(out, docs: list, anns: tuple, names: list, erased,
                 _add(w, docs[first:i], (k[a:b] - first, nid[a:b], p[a:b], q[a:b], v[a:b]),
                      names)
                 first = i
+        # a word's list annotated by hand: its intervals, over the postings the text made
+        # again (the same ones among them), as annotate() writes them (see _names)
+        for di, ni, pi, qi, vi in zip(*(c.tolist() for c in hand)):
+            start = docs[di].start
+            w.annotate(names[ni], start + pi, start + qi, vi)
         es, ee = erased
         for d in docs:
             a = np.searchsorted(ee, d.start)

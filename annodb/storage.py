@@ -1459,6 +1459,18 @@ class Txn:
                     out.append(key.decode())
         return out
 
+    def lists_without_stats(self) -> list[int]:
+        """The ids of the lists whose statistics are not known (see counts): a word's list
+        that intervals were annotated into (forget_stats), or one written before
+        statistics were kept."""
+        out = []
+        flags = 16                   # (the flags byte: after count and version, u64 each)
+        with self.txn.cursor(db=self.dbs["counts"]) as cur:
+            for k, v in cur:
+                if len(v) != _STATS.size or v[flags] & NO_STATS:
+                    out.append(from_u64(k))
+        return out
+
     def feature_count(self) -> int:
         return self.txn.stat(self.dbs["features"])["entries"]
 

@@ -789,6 +789,9 @@ def _split_source(tmp_path) -> Path:
             w.erase(doc.start + 2, doc.start + 4)
             w.delete(docnos[11])
             w.annotate("label:x", w.document(docnos[12]).start, w.document(docnos[13]).end)
+            doc = w.document(docnos[14])   # a word's list annotated by hand: an interval,
+            w.annotate("blood", doc.start + 1, doc.start + 4, 2.0)      # and a value
+            w.annotate("the", doc.start, doc.end, 0.5)                  # over a document
         with db.write() as w:
             judgments.record(w, judgments.Record("t1", "done", 6, 6))
     return source
@@ -820,6 +823,10 @@ def _same_as_split(source, dest) -> None:
                 assert ranked(a, q, ":") == ranked(b, q, ":"), q
             assert ranked(a, "blood", "note:") == ranked(b, "blood", "note:")
             assert judgments.judgments(a, "t1") == judgments.judgments(b, "t1")
+            for word in ("blood", "the", "cell"):
+                assert list(a.intervals(word)) == list(b.intervals(word)), word
+            for q in ("(^ blood the)", "(^ cell blood)", '"the blood"'):
+                assert ranked(a, q, ":") == ranked(b, q, ":"), q
             assert a.text(0, a.address_space()) == b.text(0, b.address_space())
             assert a.stats().documents == b.stats().documents
 
