@@ -282,8 +282,9 @@ class ShardedDatabase:
         """The workers for a read. One that ended or was cut off is replaced: a new one is
         started, and its shard ranked in this process (None) until it is ready, its
         kernels loaded."""
-        if not self._starting and all(w is None or w.alive() for w in self.workers):
-            return self.workers
+        workers = list(self.workers)   # (another thread's read may replace one meanwhile)
+        if not self._starting and all(w is None or w.alive() for w in workers):
+            return workers
         with self._restarting:
             self._check_open()
             for i, w in enumerate(self.workers):
