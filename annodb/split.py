@@ -6,10 +6,11 @@ Every document goes to the shard its docno routes to (a note: its target's), at 
 address it has in the database, so the collection ranks exactly as the database did. Its
 words are tokenized again from its stored text; every other annotation (fields, values,
 judgments, notes' links, any label, intervals annotated into a word's list) lying inside
-one document is copied with it, and the
-erased ranges inside the documents are erased again. An annotation over no single document
-(one spanning two documents, or over addresses holding none) has no shard to go to: it is
-not copied, and the summary counts it. The database is only read.
+one document is copied with it, and the erased ranges inside the documents are erased
+again. An annotation over no single document (one spanning two documents, or over
+addresses holding none) has no shard to go to: it is not copied, and the summary counts
+it. The database is only read. (A database written before statistics were kept has every
+list copied so, words' too: it cannot tell what was annotated by hand. Exact, slower.)
 
 **In parallel, in bounded memory.** One process per core (at most one per shard) writes
 its own shards; each reads the database from its start, WINDOW documents at a time, with
