@@ -38,6 +38,7 @@ from . import errors as _errors
 import annodb as _annodb
 from annodb import ingest as _ingest
 from annodb import kernels as _kernels
+from annodb import tokenizer as _tokenizer
 from annodb.check import check_path as _check_path
 from annodb.database import DEFAULT_PATH
 from annodb.errors import AnnodbError, NotFoundError
@@ -375,6 +376,10 @@ def annotate(feature, docno, db, value):
         w.annotate(feature, doc.start, doc.end, value)
     click.echo(f"annotated {docno} [{doc.start}, {doc.end}] with {feature} = {value:g}",
                err=True)
+    if _tokenizer.tokens(feature) == [feature]:
+        click.echo(f"annodb: note: {feature!r} is also a word: its list holds the text's "
+                   f"{feature!r} too, and a query of it finds both (a name with a ':', "
+                   f"such as {feature + ':'!r}, keeps a label apart)", err=True)
 
 
 @annodb.command()

@@ -155,7 +155,9 @@ def test_annotate_and_delete(db):
     with annodb.open(db) as database, database.read() as r:
         doc = r.document("ch1-v2")
         assert list(r.intervals("judgment:t1")) == [(doc.start, doc.end, 3.0)]
-    assert invoke("annotate", "--db", db, "seen", "ch1-v2").exit_code == 0
+    assert "also a word" not in result.stderr
+    result = invoke("annotate", "--db", db, "seen", "ch1-v2")
+    assert result.exit_code == 0 and "'seen' is also a word" in result.stderr  # (a note)
     with annodb.open(db) as database, database.read() as r:
         assert r.intervals("seen").values.tolist() == [0.0]   # the default, as everywhere
     assert invoke("delete", "--db", db, "ch1-v2").exit_code == 0
