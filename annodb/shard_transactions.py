@@ -48,8 +48,7 @@ def merge_rankings(snapshot, rankings: list, depth: int) -> ranking.Ranking:
     first = rankings[0]
     cols = [np.concatenate([getattr(r, name) for r in rankings]) for name in
             ("starts", "ends", "scores", "cover_starts", "cover_ends")]
-    order = np.lexsort((cols[0], -cols[2]))[:max(depth, 0)]
-    home = np.repeat(np.arange(len(rankings)), [len(r) for r in rankings])[order]
+    order, home = kernels.merge_ranked(cols[2], cols[0], [len(r) for r in rankings], depth)
     snapshot.db.homes.remember(cols[0][order], home)
     return ranking.Ranking(snapshot, first.query, list(first.warnings),
                            *(c[order] for c in cols), sum(r.total for r in rankings))

@@ -7,6 +7,7 @@ A GC-list here is a sorted list of (p, q) in which no interval contains another.
 
 from __future__ import annotations
 
+import math
 import struct
 
 
@@ -131,6 +132,15 @@ def top(scores, n):
     """Indices of the scores > 0, by score descending then index ascending, at most n."""
     ranked = sorted((i for i, s in enumerate(scores) if s > 0), key=lambda i: (-scores[i], i))
     return ranked[:n]
+
+
+def merge_ranked(scores, starts, lengths, n):
+    """Indices of the first n rows of rankings laid end to end, by score descending (NaN
+    last), then start, then index; and the ranking (run) each row is in."""
+    runs = [r for r, k in enumerate(lengths) for _ in range(k)]
+    order = sorted(range(len(scores)), key=lambda i: (
+        math.isnan(scores[i]), 0.0 if math.isnan(scores[i]) else -scores[i], starts[i], i))
+    return order[:max(n, 0)], [runs[i] for i in order[:max(n, 0)]]
 
 
 def drop_erased(intervals, erased):

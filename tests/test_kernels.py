@@ -274,6 +274,42 @@ def test_top_examples():
         K.top([1.0], -1)
 
 
+@st.composite
+def rankings(draw):
+    """(scores, starts, lengths): runs laid end to end, each usually ranked (score
+    descending, ties by start) as a shard's ranking is, sometimes not, with ties, equal
+    starts and, rarely, NaN."""
+    scores, starts, lengths = [], [], []
+    values = st.sampled_from([0.5, 0.25, 1 / 3, 1.0, 0.0]) | st.floats(0, 2) | \
+        st.just(float("nan"))
+    for _ in range(draw(st.integers(1, 4))):
+        rows = draw(st.lists(st.tuples(values, st.integers(0, 30)), max_size=25))
+        if draw(st.integers(0, 4)):
+            rows.sort(key=lambda r: (-r[0], r[1]))
+        scores += [s for s, _ in rows]
+        starts += [p for _, p in rows]
+        lengths.append(len(rows))
+    return scores, starts, lengths
+
+
+@given(rankings(), st.integers(-1, 120))
+def test_merge_ranked(ranked, n):
+    scores, starts, lengths = ranked
+    order, run = K.merge_ranked(np.array(scores, np.float64), starts, lengths, n)
+    assert (order.tolist(), run.tolist()) == naive.merge_ranked(scores, starts, lengths, n)
+
+
+def test_merge_ranked_examples():
+    # two shards' rankings: a tie at 0.5 goes to the lower address, whichever shard
+    order, run = K.merge_ranked([0.5, 0.25, 0.5, 0.1], [10, 3, 7, 1], [2, 2], 3)
+    assert order.tolist() == [2, 0, 1] and run.tolist() == [1, 0, 0]
+    order, run = K.merge_ranked([0.25, 0.5], [1, 2], [2], 5)   # not ranked: sorted
+    assert order.tolist() == [1, 0] and run.tolist() == [0, 0]
+    assert K.merge_ranked([], [], [0, 0], 10)[0].tolist() == []
+    with pytest.raises(ValueError):
+        K.merge_ranked([0.5], [1], [2], 1)
+
+
 # ---------------------------------------------------------------- erasure and ranges
 
 

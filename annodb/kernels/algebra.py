@@ -38,6 +38,7 @@ __all__ = [
     "drop_erased",
     "merge_ranges",
     "runs_at",
+    "merge_ranked",
     "is_gc_list",
 ]
 
@@ -532,6 +533,58 @@ def top(scores, n):
         vals = vals[keep]
     order = np.argsort(-vals, kind="stable")  # cand is increasing: ties stay by index
     return cand[order].astype(np.int64)
+
+
+@njit(cache=True, nogil=True)
+def _merge_ranked(scores, starts, lengths, n):
+    k = lengths.shape[0]
+    bounds = np.zeros(k + 1, np.int64)
+    for r in range(k):
+        bounds[r + 1] = bounds[r] + lengths[r]
+    for r in range(k):  # each run ranked: score descending, ties by start ascending
+        for i in range(bounds[r], bounds[r + 1]):
+            if scores[i] != scores[i] or i > bounds[r] and not (
+                    scores[i - 1] > scores[i] or
+                    (scores[i - 1] == scores[i] and starts[i - 1] < starts[i])):
+                return _EMPTY_I, _EMPTY_I, False
+    n = min(n, bounds[k])
+    order = np.empty(n, np.int64)
+    run = np.empty(n, np.int64)
+    at = bounds[:k].copy()
+    for m in range(n):
+        best = -1
+        br = -1
+        for r in range(k):
+            i = at[r]
+            if i < bounds[r + 1] and (best < 0 or scores[i] > scores[best] or (
+                    scores[i] == scores[best] and starts[i] < starts[best])):
+                best = i
+                br = r
+        order[m] = best
+        run[m] = br
+        at[br] += 1
+    return order, run, True
+
+
+def merge_ranked(scores, starts, lengths, n):
+    """Rankings laid end to end (`lengths[r]` rows each, every one ranked by score
+    descending, ties by start) merged: (indices of the first n rows by score descending,
+    ties by start, then by run; the run of each). The same order as
+    np.lexsort((starts, -scores)), in time O(n x runs) instead of a sort. Runs not ranked
+    so (or holding a NaN) are sorted instead."""
+    sc = _floats(scores, "scores")
+    st = _ints(starts, "starts")
+    lengths = [operator.index(x) for x in lengths]
+    if sc.shape[0] != st.shape[0] or sum(lengths) != st.shape[0] or \
+            min(lengths, default=0) < 0:
+        raise ValueError(f"merge_ranked: {sc.shape[0]} scores, {st.shape[0]} starts and "
+                         f"runs of {lengths} rows")
+    n = max(operator.index(n), 0)
+    order, run, ok = _merge_ranked(sc, st, np.array(lengths, np.int64), n)
+    if not ok:
+        order = np.lexsort((st, -sc))[:n]
+        run = np.searchsorted(np.cumsum(lengths), order, side="right")
+    return order, run
 
 
 # ---------------------------------------------------------------- erasure and ranges
