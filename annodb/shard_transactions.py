@@ -283,8 +283,16 @@ class ShardedSnapshot:
         if how != "ssr" and statistics is None:
             statistics = self.statistics(*ranking.statistics_needed(
                 ranking.query_terms(node, how) if words is None else words, how, settings))
-        found = self._ask("rank", node, depth=depth, container=container, budget=budget,
-                          rank=how, scoring=settings, statistics=statistics, words=words)
+        # (only what differs from rank's defaults: a worker's request is pickled, and an
+        # SSR ranking's scoring settings and a budget without limits cost half its time)
+        options = {"depth": depth, "container": container}
+        if budget.postings is not None or budget.deadline is not None:
+            options["budget"] = budget
+        if how != "ssr":
+            options.update(rank=how, scoring=settings, statistics=statistics)
+        if words is not None:
+            options["words"] = words
+        found = self._ask("rank", node, **options)
         merged = merge_rankings(self, found, depth)
         merged.warnings[:0] = warnings
         return merged

@@ -327,6 +327,25 @@ def test_worker_processes_answer_as_one_database(tmp_path):
     one.close()
 
 
+@given(st.lists(st.tuples(st.integers(0, 2**62), st.floats(allow_nan=True)), max_size=40),
+       st.integers(0, 10**6))
+def test_a_ranking_crosses_to_another_process_as_it_was(rows, total):
+    """A worker sends its ranking pickled as one buffer (Ranking.__reduce__): the same
+    addresses, the same scores to the bit (NaN and -0.0 too), arrays writable as made."""
+    import pickle
+    from annodb.ranking import Ranking
+    s = np.array([p for p, _ in rows], np.int64)
+    sc = np.array([x for _, x in rows], np.float64)
+    r = Ranking(None, "(^ a b)", ["a warning"], s, s + 3, sc, s + 1, s + 2, total)
+    got = pickle.loads(pickle.dumps(r))
+    assert (got.query, got.warnings, got.total, got.snapshot) == (r.query, r.warnings, total,
+                                                                  None)
+    for name in ("starts", "ends", "cover_starts", "cover_ends", "scores"):
+        a, b = getattr(got, name), getattr(r, name)
+        assert a.dtype == b.dtype and a.flags.writeable
+        assert a.tobytes() == b.tobytes()
+
+
 def test_a_worker_that_cannot_start_again_leaves_its_shard_to_this_process(tmp_path,
                                                                           monkeypatch):
     """A worker killed, and its replacement unable to start (here: the interpreter it runs
