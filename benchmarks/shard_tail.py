@@ -3,7 +3,7 @@ against a sharded collection holding the same documents.
 
     python benchmarks/shard_tail.py benchmarks/work/shards/4x-1.db \\
         benchmarks/work/shards/4x-2.shards [--fan-out processes] [--reps 3] [--top 25] \\
-        [--cache-mb 512] [--spin-ms 1,0]
+        [--cache-mb 512] [--spin-ms 1,0] [--block 20]
 
 Both collections are open in one fresh process (their files read first, so both find them
 in the page cache) and replayed warm as the server's query runs (rank to depth 1000 by SSR
@@ -15,9 +15,14 @@ Printed: each replay's median / p90 / p99 / max and the ratio of the p99s; the p
 query's fastest time over the replays; the slowest queries of one database with their
 time in the shards and the ratio, then the ratio by band of one database's time (where the
 shards' fixed cost per query, paid by every query, meets the half of the work each shard
-does). With `--spin-ms A,B`, the sharded collection is opened once per value (how long
-its worker processes and this process poll before sleeping, shard_worker.SPIN), each
-replayed in the same interleaving; the per-query tables are the first one's.
+does). With `--block N`, N queries in a row run on one collection, then the same N on
+the other (the order drawn per block): interleaving query by query leaves a worker process
+idle while one database answers (its polling ends after 1 ms and it sleeps; on this VM an
+idle CPU goes back to the host and comes back with cold caches), which this process, always
+busy, never is; in blocks both sides run as a busy server does. With `--spin-ms A,B`,
+the sharded collection is opened once per value (how long its worker processes and this
+process poll before sleeping, shard_worker.SPIN), each replayed in the same interleaving;
+the per-query tables are the first one's.
 """
 
 from __future__ import annotations
@@ -53,29 +58,31 @@ for q in queries[:300]:
     for db in dbs:
         answer_as_served(db, q)
 gc.freeze()
+block = int(sys.argv[8])
 order = random.Random(0)
 out = [[[None] * len(queries) for _ in range(reps)] for _ in dbs]
 for r in range(reps):
-    for i, q in enumerate(queries):
+    for b in range(0, len(queries), block):
         which = list(range(len(dbs)))
         order.shuffle(which)
         for k in which:
-            t = time.perf_counter()
-            ok = answer_as_served(dbs[k], q)
-            out[k][r][i] = time.perf_counter() - t if ok else None
+            for i in range(b, min(b + block, len(queries))):
+                t = time.perf_counter()
+                ok = answer_as_served(dbs[k], queries[i])
+                out[k][r][i] = time.perf_counter() - t if ok else None
 print(json.dumps(out))
 """
 
 
 def replay(one: str, sharded: str, fan_out: str, reps: int, cache_bytes: int | None = None,
-           spins: list = (None,)) -> tuple[np.ndarray, ...]:
+           spins: list = (None,), block: int = 1) -> tuple[np.ndarray, ...]:
     """(one database's, the shards' for each spin (None: annodb's)) times: reps x queries,
-    in ms (NaN: refused)."""
+    in ms (NaN: refused); `block` queries on one collection, then on the other(s)."""
     warm_files(one)
     warm_files(sharded)
     out = subprocess.run([sys.executable, "-c", REPLAY, one, sharded, fan_out, QUERIES,
                           str(reps), "-" if cache_bytes is None else str(cache_bytes),
-                          json.dumps(list(spins))],
+                          json.dumps(list(spins)), str(block)],
                          cwd=REPO, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": REPO})
     if out.returncode:
@@ -100,7 +107,12 @@ def main(argv=None) -> int:
                     help="the decoded-list cache of each collection, in MB (a sharded one "
                          "splits it between its shards); default: annodb's, 256 MB per "
                          "database, so 2 shards have twice one database's")
+    ap.add_argument("--block", type=int, default=1,
+                    help="queries run on one collection before the other takes its turn "
+                         "(default 1: each query on both; see the module docstring)")
     args = ap.parse_args(argv)
+    if args.block < 1:
+        raise SystemExit("shard_tail: --block must be at least 1")
     for path in (args.one, args.sharded):
         if not os.path.exists(path):
             raise SystemExit(f"shard_tail: no {path} (benchmarks/shards_bench.py builds both)")
@@ -108,7 +120,8 @@ def main(argv=None) -> int:
     cache = None if args.cache_mb is None else args.cache_mb << 20
     spins = [None] if args.spin_ms is None else \
         [float(x) / 1000 for x in args.spin_ms.split(",")]
-    a, *bs = replay(args.one, args.sharded, args.fan_out, args.reps, cache, spins)
+    a, *bs = replay(args.one, args.sharded, args.fan_out, args.reps, cache, spins,
+                    args.block)
     names = ["one database"] + [f"shards, {args.fan_out}" + (
         "" if spin is None else f", spin {spin * 1000:g} ms") for spin in spins]
     print("| collection | replay | median ms | p90 ms | p99 ms | max ms |\n"
