@@ -285,10 +285,10 @@ def test_worker_processes_answer_as_one_database(tmp_path):
     def interrupted(message):
         raise KeyboardInterrupt
     with many.read() as r:
-        real, cut.conn.send = cut.conn.send, interrupted
+        real, cut.conn.send_bytes = cut.conn.send_bytes, interrupted
         with pytest.raises(KeyboardInterrupt):
             r.rank("water", depth=10)
-        cut.conn.send = real
+        cut.conn.send_bytes = real
         with pytest.raises(StorageError, match="was interrupted; the collection's next "
                                                "snapshot starts a new one"):
             r.rank("water", depth=10)
