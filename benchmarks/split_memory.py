@@ -81,9 +81,14 @@ def main(argv=None) -> int:
     work = args.work or tempfile.mkdtemp(prefix="split-memory-", dir=os.path.join(HERE, "work")
                                          if os.path.isdir(os.path.join(HERE, "work")) else None)
     rows = []
-    for db in args.dbs:
-        rows.append(measure(os.path.abspath(db), work, args.shards, os.path.abspath(args.code)))
-        print(table(rows[-1:]).splitlines()[-1], flush=True)
+    try:
+        for db in args.dbs:
+            rows.append(measure(os.path.abspath(db), work, args.shards,
+                                os.path.abspath(args.code)))
+            print(table(rows[-1:]).splitlines()[-1], flush=True)
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)  # (the temporary directory made above)
     print(table(rows))
     return 0
 
