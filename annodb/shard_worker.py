@@ -193,10 +193,10 @@ def _send(conn, answer: tuple, name: str) -> bool:
     """Send an answer (or, if it cannot be pickled, an error saying so); False when the
     parent is gone."""
     try:
-        _write(conn, answer)
+        conn.send_bytes(_pickled(answer))
     except (pickle.PicklingError, TypeError, AttributeError) as err:
-        _write(conn, (answer[0], False, AnnodbError(f"shard worker: cannot send the answer "
-                                                    f"of {name}: {err}")))
+        conn.send_bytes(_pickled((answer[0], False, AnnodbError(
+            f"shard worker: cannot send the answer of {name}: {err}"))))
     except (BrokenPipeError, OSError):
         return False
     return True
@@ -235,11 +235,12 @@ def start(path: str, cache_bytes: int | None, name: str, spin: float = 0.0,
     return Connection(_Pipe(ours.detach()), process, name, spin)
 
 
-def _write(conn, message) -> None:
-    """Send `message` as the pipe's recv() reads it: pickled whole first (an error then
-    sends nothing), by pickle itself (multiprocessing's pickler, for the handles and
-    sockets no message here holds, took 2.8 us for a snapshot's close, pickle 0.5)."""
-    conn.send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
+def _pickled(message) -> bytes:
+    """A message as the pipe's recv() reads it, pickled whole before anything is sent (so
+    one that cannot be pickled sends nothing), by pickle itself: multiprocessing's pickler,
+    there for the handles and sockets no message here holds, took 2.8 us for a snapshot's
+    close, pickle 0.5."""
+    return pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
 
 
 def _picklable(err):
@@ -298,8 +299,9 @@ class Connection:
                 raise self._closed()
             ticket = next(self._tickets)
             then = next(self._tickets) if follow_up else None
+            data = _pickled((ticket, name, args, kwargs, then))  # (an error: nothing sent)
             try:
-                _write(self.conn, (ticket, name, args, kwargs, then))
+                self.conn.send_bytes(data)
             except (BrokenPipeError, OSError):
                 raise self._gone() from None
             except BaseException:  # (Ctrl-C) perhaps half a message sent: the pipe is done
@@ -351,10 +353,11 @@ class Connection:
 
     def tell(self, name: str, *args) -> None:
         """A request nobody waits for (its answer is not sent)."""
+        data = _pickled((None, name, args, {}, None))
         with self._sending:
             if not self.closed:
                 try:
-                    _write(self.conn, (None, name, args, {}, None))
+                    self.conn.send_bytes(data)
                 except (BrokenPipeError, OSError):
                     pass    # the worker is gone: it holds nothing any more
                 except BaseException:  # (Ctrl-C) perhaps half a message sent

@@ -12,6 +12,7 @@ Vole's backend over shards.
 
 import json
 import os
+import pickle
 import re
 import shutil
 import signal
@@ -280,6 +281,11 @@ def test_worker_processes_answer_as_one_database(tmp_path):
             b.rank("water", budget=Budget(postings=1))
         assert b.stats().documents == 600
     want_water = [a for a in _answers(one, ["water"]) if isinstance(a, tuple)]
+    # a request that cannot be pickled is an error sent nowhere: the pipe stays in step
+    with pytest.raises((AttributeError, TypeError, pickle.PicklingError)):
+        many.workers[1].send("call", 0, "count", lambda: "water")
+    assert many.workers[1].alive() and not many.workers[1].closed
+    assert [a for a in _answers(many, ["water"]) if isinstance(a, tuple)] == want_water
     cut = many.workers[2]        # Ctrl-C while a request is half sent: the pipe is cut
 
     def interrupted(message):
@@ -332,7 +338,6 @@ def test_worker_processes_answer_as_one_database(tmp_path):
 def test_a_ranking_crosses_to_another_process_as_it_was(rows, total):
     """A worker sends its ranking pickled as one buffer (Ranking.__reduce__): the same
     addresses, the same scores to the bit (NaN and -0.0 too), arrays writable as made."""
-    import pickle
     from annodb.ranking import Ranking
     s = np.array([p for p, _ in rows], np.int64)
     sc = np.array([x for _, x in rows], np.float64)
