@@ -351,7 +351,8 @@ def open(path, *, shards: int | None = None, readonly: bool = False, create: boo
     path = os.fspath(path)
     if not os.path.isfile(os.path.join(path, MANIFEST)):
         if shards is None or readonly or not create:
-            read_manifest(path) if is_collection(path) else None  # (an interrupted making)
+            if is_collection(path):
+                read_manifest(path)   # (raises: a collection whose making was interrupted)
             raise StorageError(f"{path}: no sharded collection here" + (
                 "" if shards is None else " (create one with `annodb ingest --shards N`)"))
         create_collection(path, shards, bool(fold_diacritics), timeout=timeout)
@@ -529,7 +530,10 @@ class ShardedDatabase:
         for i, db in enumerate(self.shards):
             with db.read() as r:
                 seen = 0
-                for doc in r.documents():
+                docs = r.documents()
+                for k, doc in enumerate(docs):
+                    if k >= 64 * ROUTED:   # (notes all along: enough read)
+                        break
                     if doc.container == NOTES:
                         continue
                     home = route_of(doc.docno, n)
@@ -542,6 +546,7 @@ class ShardedDatabase:
                     seen += 1
                     if seen >= ROUTED:
                         break
+                docs.close()        # (its cursor, before the snapshot ends)
         return problems
 
     def _adopt(self, cid: str, found: list) -> None:

@@ -314,3 +314,31 @@ def test_a_compacted_copy_is_the_same_collection(tmp_path):
     with annodb.open(tmp_path / "copy.shards") as db:
         assert db.stats().documents == DOCS
     assert check_path(tmp_path / "copy.shards") == []
+
+
+def test_a_making_killed_part_way_is_completed_by_the_same_command(tmp_path):
+    """A process killed (SIGKILL) while making a 3-shard collection, after its second
+    shard: what it leaves is no collection yet (opening it says its making was
+    interrupted), making it again completes it, and making one of another count there is
+    refused."""
+    path = tmp_path / "c.shards"
+    code = ("import os, signal, sys, annodb\nfrom annodb import shards\n"
+            "made = shards._create_shard\n"
+            "def then_killed(path, i, manifest, timeout):\n"
+            "    made(path, i, manifest, timeout)\n"
+            "    if i == 1:\n        os.kill(os.getpid(), signal.SIGKILL)\n"
+            "shards._create_shard = then_killed\n"
+            "annodb.open(sys.argv[1], shards=3)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == -9, done.stderr
+    assert sorted(os.listdir(path)) == ["addresses.lock", "creating.json", "shard-000",
+                                        "shard-001"]
+    for readonly in (False, True):
+        _refused(path, "making was interrupted", readonly=readonly)
+    with pytest.raises(StorageError, match="a collection of 3 shards"):
+        annodb.open(path, shards=2)
+    with annodb.open(path, shards=3) as db, db.write() as w:
+        w.add("alpha bravo", docno="a")
+    assert not (path / "creating.json").exists()
+    assert check_path(path) == []
