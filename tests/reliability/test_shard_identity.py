@@ -342,3 +342,17 @@ def test_a_making_killed_part_way_is_completed_by_the_same_command(tmp_path):
         w.add("alpha bravo", docno="a")
     assert not (path / "creating.json").exists()
     assert check_path(path) == []
+
+
+def test_a_ray_actors_shard_is_checked_where_it_is_opened(tmp_path):
+    """A shard's host (what each Ray actor runs, on the node holding the shard's folder,
+    which the collection's own open may never see) refuses a shard recording another
+    place than the manifest gives it."""
+    from annodb.shard_worker import ShardHost
+    path = _collection(tmp_path / "c.shards")
+    cid = json.loads((path / "manifest.json").read_text())["id"]
+    _swap(path, "shard-000", "shard-001")
+    with pytest.raises(StorageError, match="shard-000: is shard 1 of 3"):
+        ShardHost(str(path / "shard-000"), None, routing.identity(cid, 0, 3))
+    host = ShardHost(str(path / "shard-000"), None, routing.identity(cid, 1, 3))
+    host.db.close()
