@@ -31,6 +31,12 @@ What check verifies, in one read snapshot:
   high is at least 0 and every value it holds; meta "fields" is exactly the collection's
   live documents' fields (how many documents have each, and their tokens).
 
+A sharded collection: its shard folders against the manifest (none missing or past the
+count, each recording its place: shards.ShardError's problems), each shard's pages and
+the above, then across shards: each document in the shard its docno routes to, no two
+shards' documents overlapping, and the address counter a number up to 2**53 and at least
+every shard's next address.
+
 It reads everything, so it takes time proportional to the database's size.
 """
 
@@ -44,7 +50,7 @@ from . import kernels, storage, tokenizer
 from .collection import open as open_database
 from .errors import StorageError
 from .routing import is_collection, route, shard_name
-from .shards import read_manifest
+from .shards import COUNTER, ShardError, folder_problems, read_manifest
 from .transaction import DOCUMENT, NOTES
 
 MAX_PROBLEMS = 1000  # stop collecting details after this many
@@ -62,12 +68,21 @@ def check_path(path) -> list[str]:
     """The problems found in the database at `path`: an empty list when it is healthy.
     StorageError when there is no database there."""
     path = os.fspath(path)
-    if is_collection(path):   # each shard's pages, then the collection's invariants
+    if is_collection(path):   # its shard folders, each shard's pages, then its invariants
         n = read_manifest(path)["shards"]
+        problems = folder_problems(path, n)
+        if problems:
+            return problems
         problems = [f"{shard_name(i)}: pages: {p}" for i in range(n)
                     for p in storage.page_problems(os.path.join(path, shard_name(i)))]
         if problems:
             return problems
+        try:
+            db = open_database(path, readonly=True, create=False)
+        except ShardError as err:        # shards that are not where the manifest says
+            return list(err.problems)
+        with db:
+            return check(db)
     elif not os.path.exists(os.path.join(path, "data.mdb")):
         raise StorageError(f"{path}: no annodb database here")
     else:
@@ -128,10 +143,24 @@ def _check_collection(db) -> list[str]:
             if s1 <= e0:
                 problems.append(f"{d0!r} ({shard_name(i0)}, {s0}..{e0}) overlaps {d1!r} "
                                 f"({shard_name(i1)}, {s1}..{e1})")
-        if db._counter() < r.address_space() and not db.readonly:
-            problems.append(f"the address counter ({db._counter()}) is behind the "
-                            f"shards ({r.address_space()})")
+        problems += _counter_problems(db, r.address_space())
     return problems[:1000]
+
+
+def _counter_problems(db, highest: int) -> list[str]:
+    """The collection's address counter (the next address to hand out) against the
+    shards: a number up to 2**53, and at least every shard's next address (read after the
+    snapshot, so a writer meanwhile only raises it). No counter yet is none: the next
+    read-write open sets it."""
+    try:
+        counter = db._counter()
+    except StorageError as err:
+        return [str(err)]
+    if counter < highest and os.path.exists(os.path.join(db.path, COUNTER)):
+        return [f"the address counter ({counter:,}) is behind the shards ({highest:,}): "
+                "with no writer running, delete the file 'addresses' (the next read-write "
+                "open sets it from the shards)"]
+    return []
 
 
 def _check_meta(txn, problems) -> int:

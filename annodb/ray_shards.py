@@ -26,7 +26,7 @@ import time
 
 from . import shards as _shards
 from .errors import AnnodbError, NotFoundError, ShardLostError, StorageError
-from .routing import Homes
+from .routing import Homes, identity
 from .shard_worker import Remote, ShardHost
 
 ray = None  # the module, imported by _ray()
@@ -189,7 +189,10 @@ def open(path, *, address: str | None = None) -> RayCollection:
                        max_concurrency=CONCURRENCY, num_cpus=0)
         if where in offered:
             options["resources"] = {where: 0.001}
-        actors.append(remote.options(**options).remote(os.path.join(path, name)))
+        expect = None if manifest.get("id") is None else \
+            identity(manifest["id"], i, manifest["shards"])   # (checked by the actor)
+        actors.append(remote.options(**options).remote(os.path.join(path, name), None,
+                                                        expect))
     return RayCollection(path, manifest, actors)
 
 

@@ -1,6 +1,7 @@
 """Where a document of a sharded collection lives: the shard its docno routes to (its
-annotations, notes and judgments go with it; see shards.py), the shards' names, and the
-manifest that makes a directory a sharded collection."""
+annotations, notes and judgments go with it; see shards.py), the shards' names, the
+manifest that makes a directory a sharded collection, and a shard's identity (which
+collection it belongs to, its index and the shard count, recorded in the shard)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,17 @@ from collections import deque
 import numpy as np
 
 MANIFEST = "manifest.json"
+CREATING = "creating.json"   # a collection being made: its manifest-to-be (shards.create)
+IDENTITY = "collection"      # a shard's meta key: {"id": the collection's, "shard", "shards"}
 RANKINGS = 64   # rankings a Homes keeps at most (a lookup that misses searches each)
 
 
 def is_collection(path) -> bool:
-    """Whether `path` is a sharded collection (a directory holding a manifest)."""
-    return os.path.isfile(os.path.join(os.fspath(path), MANIFEST))
+    """Whether `path` is a sharded collection (a directory holding a manifest), or one
+    being made (its making interrupted: shards.open says so)."""
+    path = os.fspath(path)
+    return os.path.isfile(os.path.join(path, MANIFEST)) or \
+        os.path.isfile(os.path.join(path, CREATING))
 
 
 def route(docno: str, shards: int) -> int:
@@ -28,6 +34,42 @@ def route(docno: str, shards: int) -> int:
 
 def shard_name(i: int) -> str:
     return f"shard-{i:03d}"
+
+
+def shard_index(name: str) -> int | None:
+    """The index in a shard folder's name (shard_name's), or None for any other name."""
+    digits = name[6:] if name.startswith("shard-") else ""
+    if len(digits) >= 3 and digits.isascii() and digits.isdigit() and \
+            shard_name(int(digits)) == name:
+        return int(digits)
+    return None
+
+
+def identity(collection: str, i: int, shards: int) -> dict:
+    """What shard `i` of a collection of `shards` shards records (meta IDENTITY)."""
+    return {"id": collection, "shard": i, "shards": shards}
+
+
+def identity_problem(where: str, found, expected: dict) -> str | None:
+    """What is wrong with the shard at `where` recording `found` (its IDENTITY meta, None
+    when it records none) where `expected` (identity(...)) belongs; None: nothing."""
+    i, n = expected["shard"], expected["shards"]
+    want = f"shard {i} of {n} of collection {expected['id']}"
+    if found is None:
+        return (f"{where}: records no collection (expected {want}): it was not made with "
+                "this collection (made anew by an older annodb, or copied from elsewhere)")
+    if not isinstance(found, dict) or set(found) != {"id", "shard", "shards"}:
+        return f"{where}: its record of its collection is damaged ({found!r}; expected {want})"
+    if found == expected:
+        return None
+    got = f"shard {found['shard']} of {found['shards']} of collection {found['id']}"
+    if found["id"] != expected["id"]:
+        why = "a shard of another collection"
+    elif found["shards"] != n:
+        why = "the manifest's shard count was changed"
+    else:
+        why = "shard folders renamed or swapped"
+    return f"{where}: is {got}, expected {want} ({why}?)"
 
 
 class Homes:

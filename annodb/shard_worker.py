@@ -38,6 +38,7 @@ from multiprocessing.connection import Connection as _Pipe
 
 from . import children
 from .errors import AnnodbError, NotFoundError, ShardLostError, StorageError
+from .routing import IDENTITY, identity_problem
 
 CLOSED = "the collection is closed"
 SPIN = 0.001  # seconds both ends poll before sleeping on the pipe, where they do (above)
@@ -52,9 +53,18 @@ def spin_for(processes: int) -> float:
 class ShardHost:
     """One shard, opened read-only: snapshots by id, and the read methods on them."""
 
-    def __init__(self, path: str, cache_bytes: int | None = None):
+    def __init__(self, path: str, cache_bytes: int | None = None,
+                 expect: dict | None = None):
+        """`expect`: the identity the shard must record (routing.identity; a Ray actor's
+        node may hold shard folders the collection's open never saw)."""
         from . import database
         self.db = database.Database(path, readonly=True, cache_bytes=cache_bytes)
+        if expect is not None:
+            with self.db.read() as r:
+                problem = identity_problem(path, r._txn.meta(IDENTITY), expect)
+            if problem:
+                self.db.close()
+                raise StorageError(f"{problem}; restore the shard's folder as it was")
         self.snaps: dict[int, object] = {}
         self.failed: dict[int, Exception] = {}   # snapshots that could not be taken
         self.scorers: dict[tuple, object] = {}

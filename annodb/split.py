@@ -145,8 +145,9 @@ def split(source, dest, shards: int, *, progress=None, processes: int | None = N
 def _begin(source: str, dest: str, shards: int, fold: bool, state: int) -> None:
     """Make the collection and its marker, or check that `dest` is this split begun, of
     the database in the state it has now (`state`, its last transaction's id). The marker
-    is written first (whole, or not at all), then the manifest: a split stopped at any
-    point is one its rerun completes."""
+    is written first (whole, or not at all), then the collection (shards.create_collection:
+    its shards, then its manifest): a split stopped at any point is one its rerun
+    completes."""
     marker = os.path.join(dest, MARKER)
     if os.path.exists(marker):
         try:
@@ -181,8 +182,7 @@ def _begin(source: str, dest: str, shards: int, fold: bool, state: int) -> None:
             raise StorageError(f"{dest}: cannot create the collection: {err.strerror}"
                                ) from None
     if not os.path.exists(os.path.join(dest, MANIFEST)):
-        _shards.create_manifest(dest, shards, fold, new=False)
-    _shards.open(dest).close()                    # the shards, made (and their options)
+        _shards.create_collection(dest, shards, fold, new=False)   # the shards, made (and their options)
 
 
 # ---------------------------------------------------------------- a splitting process

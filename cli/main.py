@@ -191,7 +191,8 @@ class _Bar:
 @click.option("--shards", type=click.IntRange(1, 1024), metavar="N",
               help="Make (or add to) a sharded collection of N databases, read, tokenized "
                    "and written by parallel processes (a collection is ingested so "
-                   "without it too).")
+                   "without it too). N is at most what one process can map (each shard "
+                   "maps 1 TiB of address space: about 129 on x86-64).")
 def ingest(files, db, id_field, text_fields, sparse_fields, fmt, batch_size, replace,
            skip_bad, strict, quiet, as_json, fold_diacritics, shards):
     """Add documents from FILES and directories (JSONL, JSON, CSV, TSV, TREC, MS MARCO
@@ -447,7 +448,9 @@ def compact(db, dest):
 @db_option
 @click.argument("dest", type=click.Path(file_okay=False))
 @click.option("--shards", type=click.IntRange(1, 1024), required=True, metavar="N",
-              help="How many shards (databases) the collection has.")
+              help="How many shards (databases) the collection has: at most what one "
+                   "process can map (each maps 1 TiB of address space: about 129 on "
+                   "x86-64).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 def split(db, dest, shards, as_json):
     """Write the database as a new sharded collection DEST of N shards.

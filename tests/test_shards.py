@@ -1023,11 +1023,12 @@ def test_the_words_sharing_a_stem_are_one_databases(docs, limit):
                 db.close()
 
 
-@pytest.mark.parametrize("left", ["a marker cut short", "the marker", "marker and manifest"])
+@pytest.mark.parametrize("left", ["a marker cut short", "the marker",
+                                  "marker and half a collection"])
 def test_a_split_stopped_as_it_began_is_completed_by_running_it_again(tmp_path, left):
     """What a split stopped while making its collection leaves (its marker's temporary
-    file; the marker alone, written first; the marker and the manifest, before the
-    shards): running it again completes it."""
+    file; the marker alone, written first; the marker and a collection half made: its
+    own marker and one shard, before the manifest): running it again completes it."""
     from annodb.split import split
     source = _split_source(tmp_path)
     dest = tmp_path / "c.shards"
@@ -1041,9 +1042,11 @@ def test_a_split_stopped_as_it_began_is_completed_by_running_it_again(tmp_path, 
         (dest / "split.json.123.tmp").write_text('{"sour')
     else:
         (dest / "split.json").write_text(json.dumps(marker))
-    if left == "marker and manifest":
-        from annodb.shards import create_manifest
-        create_manifest(str(dest), 2, False, new=False)
+    if left == "marker and half a collection":
+        from annodb import shards
+        manifest = shards.new_manifest(2, False)
+        (dest / "creating.json").write_bytes(shards._json(manifest))
+        shards._create_shard(str(dest), 0, manifest, 30.0)
     summary = split(source, dest, 2)
     assert summary.documents == 606 and summary.already == 0
     assert sorted(p.name for p in dest.iterdir()) == [

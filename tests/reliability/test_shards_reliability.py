@@ -2,8 +2,8 @@
 
 - A parallel ingest (readers, router, a writer per shard) killed with SIGKILL at random
   instants, either its whole process tree or the router alone (its children then see their
-  pipes close): what it leaves passes check, holds each document at most once and whole
-  batches only, and a rerun completes it, scoring every document as one database holding the same file.
+  pipes close), making the collection or writing it: what it leaves passes check, holds
+  each document at most once and whole batches only, and a rerun completes it, scoring every document as one database holding the same file.
 - Reader processes check every snapshot of the collection while a writer process adds
   documents and annotates them, one shard per transaction, and an ingest runs beside it.
 - The server's fuzz (random lines of every op, over 4 pipelining connections) against a
@@ -91,8 +91,9 @@ def test_sharded_ingest_killed_at_random_points(tmp_path, figures):
                 break
             assert time.monotonic() < deadline, "a child of the killed ingest lives on"
             time.sleep(0.1)
-        if not (path / "manifest.json").exists():
-            key = "before the collection existed"
+        if not (path / "manifest.json").exists():   # (a rerun completes its making)
+            key = ("while making the collection" if (path / "creating.json").exists()
+                   else "before the collection existed")
         else:
             with annodb.open(path) as db:
                 assert check(db) == []
@@ -101,12 +102,12 @@ def test_sharded_ingest_killed_at_random_points(tmp_path, figures):
                 assert len(docnos) == len(set(docnos)) <= n_docs
                 n = len(docnos)
             key = "empty" if n == 0 else "some batches" if n < n_docs else "finished"
-            done = subprocess.run([sys.executable, "-c", INGEST, str(path), str(src)],
-                                  capture_output=True, text=True, timeout=300)
-            assert done.returncode == 0, done.stderr
-            with annodb.open(path) as db:
-                assert check(db) == [] and db.stats().documents == n_docs
-                assert _ranks(db) == expected
+        done = subprocess.run([sys.executable, "-c", INGEST, str(path), str(src)],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        with annodb.open(path) as db:
+            assert check(db) == [] and db.stats().documents == n_docs
+            assert _ranks(db) == expected
         key += ", whole tree" if whole_tree else ", router only"
         outcomes[key] = outcomes.get(key, 0) + 1
     figures.update(kills=kills, killed=outcomes)
