@@ -2145,6 +2145,35 @@ class Txn:
         for p, q in zip(starts, ends):
             self.txn.put(u64(int(p)), u64(int(q)), db=db)
 
+    def replace_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray) -> None:
+        """Replace feature fid's whole list by (s, e, v), a GC-list holding some of its
+        intervals (so its flags and statistics still hold), in new blocks; when that is
+        empty, remove the feature: its name (features, names), blocks, tail, counts and
+        changes. For purge.py, on a copy no other process has open (the feature's id may
+        be cached by a process that has the database open)."""
+        prefix = u64(fid)
+        with self.txn.cursor(db=self.dbs["blocks"]) as cur:
+            if cur.set_range(prefix):
+                while bytes(cur.key()[:8]) == prefix and cur.delete():
+                    pass
+        for name in ("tails", "changes"):
+            if self.dbs[name] is not None:
+                self.txn.delete(prefix, db=self.dbs[name])
+        if len(s):
+            self._count(fid, len(s) - self.list_count(fid))
+            self._changed(fid, 0)
+            self._put_list(fid, s, e, v)
+            return
+        name = self.feature_name(fid)
+        if name is not None:
+            self.txn.delete(name_key(name), db=self.dbs["features"])
+        self.txn.delete(prefix, db=self.dbs["names"])
+        self.txn.delete(prefix, db=self.dbs["counts"])
+        for pending in (self._counts, self._highs, self._lows):
+            pending.pop(fid, None)
+        self._overlaps.discard(fid)
+        self._no_stats.discard(fid)
+
     def all_blocks(self):
         """(feature id, first start, raw block) of every block, each list's tail after its
         blocks, in feature order (for check)."""
