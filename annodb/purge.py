@@ -14,8 +14,10 @@ erased content used (the feature table is plain text: `strings data.mdb` showed 
    erased range without it (exactly what reads already saw), and removes each feature
    left with no interval: its name, blocks, tail, counts and changes (storage's
    Txn.replace_list); field statistics of fields no document has any more go too;
-3. copies that into `dest` with LMDB's compacting copy again, so the pages the rewrite
-   freed (which still hold the old bytes) are left behind, and removes the temporary one.
+3. copies that, key by key, into a new environment (storage.copy_rebuilt: B-trees built
+   afresh, so neither the pages the rewrite freed nor the separator keys that branch
+   pages keep of deleted entries come along), renames it to `dest`, and removes the
+   temporary directory.
 
 The erased ranges themselves stay (addresses are never reused) and so do the docnos of
 live documents; nothing else of the erased content does. Step 2 reads every list once,
@@ -54,9 +56,10 @@ def compact(env: storage.Environment, dest: str, timeout: float = 30.0) -> None:
         purge(copy, timeout)
         copied = storage.open_environment(copy, readonly=True, create=False)
         try:
-            storage.copy_compacted(copied, dest)
+            storage.copy_rebuilt(copied, os.path.join(work, "out"))
         finally:
             storage.close_environment(copied)
+        os.rename(os.path.join(work, "out"), dest)   # (dest is missing or empty)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
