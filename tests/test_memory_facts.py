@@ -17,6 +17,7 @@ from annodb.errors import AnnodbError, NotFoundError
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOW = dt.datetime(2025, 6, 1, 12, 0, tzinfo=dt.timezone.utc)
 DAY = dt.timedelta(days=1)
+T, D = NOW.timestamp(), 86400.0          # the same in seconds since the epoch
 
 
 @pytest.fixture
@@ -31,32 +32,32 @@ def texts(entries):
 
 def test_a_changed_fact_recalls_its_latest_version_and_the_old_one_as_of_then(mem):
     paris = mem.remember("Alice lives in Paris", user="alice", key="alice/city",
-                         time=NOW - 30 * DAY)
-    berlin = mem.remember("Alice lives in Berlin", user="alice", key="alice/city", time=NOW)
-    other = mem.remember("Alice likes Berlin in spring", user="alice", time=NOW - 20 * DAY)
+                         time=T - 30 * D)
+    berlin = mem.remember("Alice lives in Berlin", user="alice", key="alice/city", time=T)
+    other = mem.remember("Alice likes Berlin in spring", user="alice", time=T - 20 * D)
     question = "where does Alice live?"
     for rank in (None, "bm25", "ssr", "fused", "bm25+rm3"):
         assert texts(mem.recall(question, k=1, where={"user": "alice"}, rank=rank)) == \
             ["Alice lives in Berlin"], rank
     # as of a past time: the memories remembered by then and not superseded by then
-    then = mem.recall(question, k=1, where={"user": "alice"}, as_of=NOW - 10 * DAY)
+    then = mem.recall(question, k=1, where={"user": "alice"}, as_of=T - 10 * D)
     assert texts(then) == ["Alice lives in Paris"]
-    assert texts(mem.recall(question, k=5, as_of=NOW - 25 * DAY)) == ["Alice lives in Paris"]
-    assert mem.recall(question, as_of=NOW - 40 * DAY) == []          # nothing yet
-    assert texts(mem.recall(question, k=1, as_of=NOW)) == ["Alice lives in Berlin"]
+    assert texts(mem.recall(question, k=5, as_of=T - 25 * D)) == ["Alice lives in Paris"]
+    assert mem.recall(question, as_of=T - 40 * D) == []          # nothing yet
+    assert texts(mem.recall(question, k=1, as_of=T)) == ["Alice lives in Berlin"]
     # kept, marked with the time it was superseded, and found when asked for
     old = mem.get(paris)
     assert old.text == "Alice lives in Paris" and old.metadata["key"] == "alice/city"
-    assert old.metadata["superseded"] == NOW.timestamp()
+    assert old.metadata["superseded"] == T
     assert "superseded" not in mem.get(berlin).metadata
     both = mem.recall(question, k=5, where={"key": "alice/city"}, include_superseded=True)
     assert sorted(texts(both)) == ["Alice lives in Berlin", "Alice lives in Paris"]
     # history likewise
     assert [e.docno for e in mem.history()] == [berlin, other]
     assert [e.docno for e in mem.history(include_superseded=True)] == [berlin, other, paris]
-    assert [e.docno for e in mem.history(as_of=NOW - 10 * DAY)] == [other, paris]
+    assert [e.docno for e in mem.history(as_of=T - 10 * D)] == [other, paris]
     # the mark is an annotation: GCL sees it
-    marked = mem.recall("(>> : (<= :superseded: %d))" % NOW.timestamp(),
+    marked = mem.recall("(>> : (<= :superseded: %d))" % T,
                         include_superseded=True)
     assert [e.docno for e in marked] == [paris]
 
@@ -104,10 +105,10 @@ def test_supersedes_a_docno(mem):
 
 
 def test_the_newer_of_two_equal_scores_comes_first(mem):
-    rome = mem.remember("Bob lives in Rome", user="bob", time=NOW - 30 * DAY)
-    oslo = mem.remember("Bob lives in Oslo", user="bob", time=NOW)
+    rome = mem.remember("Bob lives in Rome", user="bob", time=T - 30 * D)
+    oslo = mem.remember("Bob lives in Oslo", user="bob", time=T)
     # remembered later but dated earlier: older, so it loses the tie
-    mem.remember("Bob lives in Lima", user="bob", time=NOW - 60 * DAY)
+    mem.remember("Bob lives in Lima", user="bob", time=T - 60 * D)
     for rank in (None, "bm25", "ssr"):
         found = mem.recall("where does Bob live?", k=3, where={"user": "bob"}, rank=rank)
         assert found[0].score == found[1].score == found[2].score
