@@ -16,7 +16,7 @@ memories were committed) unless one is given. Its metadata follows metadata.py's
 numbers (and times) are values on `:key:`, strings are labels `key:value`, `:time:` is
 when it was remembered (seconds since the epoch; `time=` a datetime or seconds sets it; a
 naive datetime is UTC), and the RESERVED keys (text, docno, key, superseded, and annodb's
-own judgment, note, order, call, topic) are refused.
+own judgment, note, order and call) are refused.
 
 Facts change: `remember(text, key=K)` supersedes the memories with key K remembered at or
 before its time (their `:superseded:` is set to that time; they stay stored), and is
@@ -52,6 +52,7 @@ from .metadata import (DOCUMENT, KEY, RESERVED, SUPERSEDED, TEXT, TIME, check_ow
                        stored, value_feature, where_node as _where_node)
 from .query import Combine, Compare, Feature
 from .ranking import TEXT_RANK, text_words
+from .transaction import Writer
 
 __all__ = ["Memory", "Entry", "Recalled", "History", "label", "where_node", "is_gcl",
            "RESERVED"]
@@ -149,7 +150,7 @@ class Memory:
     Metadata (keyword arguments of remember): a string is an exact label, a number or a
     bool a value, a datetime a time (seconds since the epoch; naive means UTC). Keys are
     names without whitespace or ( ) " : and not one of RESERVED: text, docno, key,
-    superseded, judgment, note, order, call, topic (annodb writes those itself).
+    superseded, judgment, note, order, call (annodb writes those itself).
 
     `where` (recall, history, forget) maps keys to conditions, all of which must hold:
 
@@ -248,15 +249,10 @@ class Memory:
                     raise AnnodbError(f"supersedes {doc.docno!r}, whose key is {theirs!r}, "
                                       f"with the key {key!r}: give the same key or none")
                 record[KEY] = theirs
-        docs = [(None,) + _batch.prepare_item(r, "_", None, [TEXT])[1:] for r in records]
-        try:
-            made = _batch.make(docs)
-        except UnicodeError as err:
-            raise AnnodbError(f"memory text is not valid Unicode ({err})") from None
-        docnos = self._docnos(w, made, given)
-        made = _replace(made, docnos=docnos,
-                        documents=[(d,) + doc[1:] for d, doc in zip(docnos, made.documents)])
-        added = w.add_batch(made, replace=any(d is not None for d in given))
+        if isinstance(w, Writer):
+            added = self._add(w, records, given)
+        else:          # a sharded collection's: one at a time, each routed by its docno
+            added = [self._add_one(w, record, docno) for record, docno in zip(records, given)]
         for a, record in zip(added, records):
             for name, value in record.items():
                 if isinstance(value, str) and name != TEXT:
@@ -268,12 +264,35 @@ class Memory:
                 self._supersede_one(w, str(item[3]), record[TIME])
         return [a.docno for a in added]
 
+    def _add(self, w, records: list[dict], given: list) -> list:
+        """Add the memories' records to one database in one batch (one tokenizer pass),
+        named by _docnos."""
+        docs = [(None,) + _batch.prepare_item(r, "_", None, [TEXT])[1:] for r in records]
+        try:
+            made = _batch.make(docs)
+        except UnicodeError as err:
+            raise AnnodbError(f"memory text is not valid Unicode ({err})") from None
+        docnos = self._docnos(w, made, given)
+        made = _replace(made, docnos=docnos,
+                        documents=[(d,) + doc[1:] for d, doc in zip(docnos, made.documents)])
+        return w.add_batch(made, replace=any(d is not None for d in given))
+
+    @staticmethod
+    def _add_one(w, record: dict, docno: str | None):
+        """Add one memory's record (the writer places it: a sharded collection's)."""
+        replace = docno is not None
+        if docno is None:
+            base, n = f"m{w.address_space()}", 0
+            docno = base
+            while w.has(docno):
+                n += 1
+                docno = f"{base}.{n}"
+        return w.add(record, docno=docno, text_fields=[TEXT], replace=replace)
+
     @staticmethod
     def _docnos(w, made, given: list) -> list[str]:
         """The docno of each memory: the one given, or `m<its first address>` (`.1`, `.2`
         ... appended while that is taken by a docno someone chose)."""
-        if w.allocate is not None:      # (a sharded collection places documents itself)
-            raise AnnodbError("Memory writes to one database, not a sharded collection")
         starts = (w.address_space() + made.starts()).tolist()
         made_names = [f"m{s}" for s, d in zip(starts, given) if d is None]
         taken = set(w.present(made_names)) | {d for d in given if d is not None}

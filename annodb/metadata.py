@@ -6,15 +6,19 @@ A memory is a document (container `:`) whose record holds its text (`text`) and 
 - a number or a bool is a value on the feature `:key:` (records.py's scheme), so
   `where={"importance": (">=", 3)}` is `(>= :importance: 3)`;
 - a string is a label, the feature `key:value` (whitespace, `( ) " %` in the value written
-  `%XX`), so `where={"user": "alice"}` is the feature `user:alice`, matched exactly;
+  `%XX`, and the empty string as `key:%`, so a label never ends in `:` and never names a
+  container or a field such as `topic:` or `title:`), so `where={"user": "alice"}` is the
+  feature `user:alice`, matched exactly;
 - a time (`datetime`, or seconds since the epoch) is a number: seconds since the epoch. A
   `datetime` with a timezone is converted; a naive one is taken as UTC (not local time).
 
 Keys are names without whitespace or `( ) " :`. RESERVED keys are refused as metadata:
 `text` and `docno` (the record's own), `key` (give it as `remember(key=...)`),
-`superseded` (set when a newer memory replaces one), and the names annodb writes for its
-own agents (judgments.py): `judgment`, `note`, `order`, `call` and `topic`, whose features
-`judgment:T`, `note:T`, `order:T`, `call:T` and `topic:T` a label would otherwise forge.
+`superseded` (set when a newer memory replaces one), and the names of the features annodb
+writes for its own agents (judgments.py): `judgment`, `note`, `order` and `call`, whose
+features `judgment:T`, `note:T`, `order:T` and `call:T` a label would otherwise forge (a
+grade, a note's link, a discovery order). (`topic` is free: a topic's record is the
+document `topic:T` in the container `topic:`, which no label can name.)
 
 `where` maps each key to a condition; all must hold. A condition is a value (exact match),
 a list of values (any of), `(op, value)` with op one of = != < <= > >= (strings: = and !=
@@ -38,7 +42,7 @@ TEXT = "text"                      # the record field holding a memory's text
 TIME = "time"                      # when it was remembered: seconds since the epoch
 KEY = "key"                        # what it is about: a newer memory with its key replaces it
 SUPERSEDED = "superseded"          # the time a newer memory replaced it
-AGENT_NAMES = ("judgment", "note", "order", "call", "topic")   # judgments.py's features
+AGENT_NAMES = ("judgment", "note", "order", "call")   # judgments.py's features `name:T`
 RESERVED = (TEXT, "docno", KEY, SUPERSEDED) + AGENT_NAMES
 OPERATORS = ("=", "!=", "<", "<=", ">", ">=")
 SET_OPERATORS = ("in", "not in")
@@ -64,7 +68,10 @@ def check_own_key(key) -> str:
 
 
 def label(key: str, value: str) -> str:
-    """The feature of a string metadata value: `key:value`, escaped so it can be queried."""
+    """The feature of a string metadata value: `key:value`, escaped so it can be queried
+    (and `key:%` for "", which `%` escaped as `%25` never gives)."""
+    if value == "":
+        return f"{check_key(key)}:%"
     return f"{check_key(key)}:" + _ESCAPE.sub(
         lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), value)
 

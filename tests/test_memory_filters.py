@@ -71,7 +71,7 @@ def test_keys_annodb_writes_itself_are_refused(tmp_path):
     path = tmp_path / "m.db"
     with annodb.Memory(path) as mem:
         target = mem.remember("a document worth judging")
-        for key in ("judgment", "note", "order", "call", "topic", "superseded", "text"):
+        for key in ("judgment", "note", "order", "call", "superseded", "text"):
             with pytest.raises(AnnodbError, match="reserved"):
                 mem.remember("x", **{key: "t1"})
             if key != "text":
@@ -81,12 +81,18 @@ def test_keys_annodb_writes_itself_are_refused(tmp_path):
                 mem.annotate(target, key, 1)
         with pytest.raises(AnnodbError, match="set when it is remembered"):
             mem.annotate(target, "time", 1)
-        assert set(RESERVED) >= {"judgment", "note", "order", "call", "topic", "key",
+        assert set(RESERVED) >= {"judgment", "note", "order", "call", "key",
                                  "superseded", "text", "docno"}
-        assert [e.docno for e in mem.history(10)] == [target]     # nothing half-written
+        # topic is free (its records are documents, not labels); "" names no container
+        m = mem.remember("about birds", topic="birds", note_to_self="", title="")
+        assert [e.docno for e in mem.history(10)] == [m, target]  # nothing half-written
+        assert [e.docno for e in mem.recall("birds", where={"topic": "birds"})] == [m]
+        assert [e.docno for e in mem.recall("birds", where={"title": ""})] == [m]
     with annodb.open(path) as db, db.read() as r:
         assert judgments(r, "t1") == ([], None)
         assert not r.has_feature("judgment:t1") and not r.has_feature("note:t1")
+        assert not r.has_feature("topic:") and not r.has_feature("title:")
+        assert r.has_feature("title:%")
 
 
 def test_a_question_none_of_whose_words_is_in_the_memory_says_so(mem):
