@@ -318,18 +318,16 @@ class Memory:
                                        Feature(label(KEY, key)))))
         if not len(times):
             return
-        sup = w.intervals(value_feature(SUPERSEDED))
+        sup = values_over(w, value_feature(SUPERSEDED), times.starts, times.ends).tolist()
         later = math.inf
-        for s, e, v in zip(times.starts.tolist(), times.ends.tolist(), times.values.tolist()):
+        for s, e, v, old in zip(times.starts.tolist(), times.ends.tolist(),
+                                times.values.tolist(), sup):
             if s == added.start:
                 continue
             if v > t:
                 later = min(later, v)
                 continue
-            i = int(np.searchsorted(sup.starts, s))
-            old = float(sup.values[i]) if i < len(sup) and sup.starts[i] == s \
-                and sup.ends[i] == e else math.inf
-            if old > t:
+            if old != old or old > t:         # (NaN: not superseded)
                 w.annotate(value_feature(SUPERSEDED), s, e, t)
         if later < math.inf:
             w.annotate(value_feature(SUPERSEDED), added.start, added.end, later)
@@ -415,9 +413,8 @@ class Memory:
                 results = rank_memories(r, query_or_text, depth + 1, box, use_gcl, rank)
                 hits = list(results)
             hits = self._order(r, hits, k, half, as_of)
-            fields = _Fields(r)
-            entries = [self._entry(r.document_at(h.start), fields, s, h.snippet)
-                       for h, s in hits]
+            entries = _entries(r, r.documents_at([h.start for h, _ in hits]),
+                               [s for _, s in hits], [h.snippet for h, _ in hits])
             warnings = list(results.warnings)
             if not entries and not use_gcl and not text_words(r, query_or_text):
                 warnings.append(f"no word of {query_or_text!r} is in the memory")
@@ -429,12 +426,10 @@ class Memory:
         later address); with a half-life, scores decayed by age first."""
         if not hits or k <= 0:
             return []
-        times = r.intervals(value_feature(TIME))
         starts = np.array([h.start for h in hits], dtype=np.int64)
-        i = np.minimum(np.searchsorted(times.starts, starts), max(len(times) - 1, 0))
-        have = (i < len(times)) & (times.starts[i] == starts) if len(times) else \
-            np.zeros(len(hits), bool)
-        when = np.where(have, times.values[i] if len(times) else 0.0, -math.inf)
+        when = values_over(r, value_feature(TIME), starts, [h.end for h in hits])
+        have = when == when                   # (a document without a time: NaN)
+        when = np.where(have, when, -math.inf)
         scores = np.array([h.score for h in hits], dtype=np.float64)
         if half is not None:
             now = _time.time() if as_of is None else as_of
@@ -460,12 +455,7 @@ class Memory:
                 starts, values = starts[keep], values[keep]
             order = np.lexsort((-starts, -values))
             page = order[:max(n, 0)]
-            fields = _Fields(r)
-            out = []
-            for i in page.tolist():
-                doc = r.document_at(int(starts[i]))
-                if doc is not None:
-                    out.append(self._entry(doc, fields))
+            out = _entries(r, r.documents_at(starts[page].tolist()))
         cursor = None
         if len(order) > len(page) and len(page):
             last = int(page[-1])
@@ -475,7 +465,7 @@ class Memory:
     def get(self, docno: str) -> Entry | None:
         """The memory `docno` (current or not), or None."""
         with self.db.read() as r:
-            return self._entry(r.document(docno), _Fields(r)) if r.has(docno) else None
+            return _entries(r, [r.document(docno)])[0] if r.has(docno) else None
 
     def filter(self, where: dict | None = None, *, as_of=None,
                include_superseded: bool = False) -> str:
@@ -491,20 +481,6 @@ class Memory:
         return current_node(_where_node(where, base, labels_of), as_of, include_superseded,
                             r.has_feature(value_feature(SUPERSEDED)))
 
-    @staticmethod
-    def _entry(doc, fields: "_Fields", score=None, snippet=None) -> Entry:
-        metadata = dict(doc.meta)
-        own = {f.path for f in doc.fields}
-        for name in fields.names():
-            key = name[1:-1]
-            if name in own:
-                continue
-            value = fields.value(name, doc.start, doc.end)
-            if value is not None and not isinstance(metadata.get(key), str) and (
-                    key not in metadata or float(metadata[key]) != value):
-                metadata[key] = int(value) if value.is_integer() else value
-        return Entry(doc.docno, doc.text, metadata, score, snippet)
-
 
 def _cursor(text) -> tuple[float, int]:
     """(time, address) of a history cursor (`<time>@<address>`)."""
@@ -516,29 +492,53 @@ def _cursor(text) -> tuple[float, int]:
                           ) from None
 
 
+def values_over(snap, name: str, starts, ends) -> np.ndarray:
+    """The value of feature `name` over exactly [starts[i], ends[i]] (ranges of documents,
+    so disjoint), NaN where it has none: only the blocks of its list holding them are read
+    (lists.inside)."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    out = np.full(len(starts), np.nan)
+    if not len(starts) or not snap.has_feature(name):      # (a writer flushes first)
+        return out
+    s, first = np.unique(starts, return_index=True)
+    found = snap.lists.inside(name, s, ends[first])
+    if len(found):
+        i = np.minimum(np.searchsorted(found.starts, starts), len(found) - 1)
+        hit = (found.starts[i] == starts) & (found.ends[i] == ends)
+        out[hit] = np.asarray(found.values)[i[hit]]
+    return out
+
+
 def _value_over(snap, name: str, start: int, end: int) -> float | None:
     """The value of feature `name` over exactly start..end, or None."""
-    found = snap.intervals(name)
-    i = int(np.searchsorted(found.starts, start))
-    if i < len(found) and found.starts[i] == start and found.ends[i] == end:
-        return float(found.values[i])
-    return None
+    v = float(values_over(snap, name, [start], [end])[0])
+    return None if v != v else v
 
 
-class _Fields:
-    """The values of `:name:` features over whole documents, as of one snapshot: what
-    annotate() set after remember(). Every such feature is looked at (an earlier limit
-    of 1,000 names dropped the values of the rest)."""
-
-    def __init__(self, snapshot):
-        self.r = snapshot
-        self._names = None
-
-    def names(self) -> list[str]:
-        if self._names is None:
-            self._names = [f for f in self.r.features_with_prefix(":", sys.maxsize)
-                           if _VALUE_FEATURE.fullmatch(f)]
-        return self._names
-
-    def value(self, name: str, start: int, end: int) -> float | None:
-        return _value_over(self.r, name, start, end)
+def _entries(snap, docs, scores=None, snippets=None) -> list[Entry]:
+    """The Entry of each document (None ones left out): its record's metadata, with the
+    values that `:name:` features hold over it (what annotate() set after remember(),
+    and `:superseded:`) put over it. Every such feature is looked at (the first 1,000
+    names only, once: the values of the rest were dropped)."""
+    keep = [i for i, d in enumerate(docs) if d is not None]
+    docs = [docs[i] for i in keep]
+    scores = [None] * len(docs) if scores is None else [scores[i] for i in keep]
+    snippets = [None] * len(docs) if snippets is None else [snippets[i] for i in keep]
+    metas = [dict(d.meta) for d in docs]
+    if docs:
+        starts = [d.start for d in docs]
+        ends = [d.end for d in docs]
+        own = [{f.path for f in d.fields} for d in docs]
+        for name in snap.features_with_prefix(":", sys.maxsize):
+            if not _VALUE_FEATURE.fullmatch(name) or all(name in o for o in own):
+                continue
+            key = name[1:-1]
+            for j, value in enumerate(values_over(snap, name, starts, ends).tolist()):
+                meta = metas[j]
+                if value != value or name in own[j] or isinstance(meta.get(key), str):
+                    continue
+                if key not in meta or float(meta[key]) != value:
+                    meta[key] = int(value) if value.is_integer() else value
+    return [Entry(d.docno, d.text, m, sc, sn)
+            for d, m, sc, sn in zip(docs, metas, scores, snippets)]
