@@ -495,14 +495,18 @@ def _cursor(text) -> tuple[float, int]:
 def values_over(snap, name: str, starts, ends) -> np.ndarray:
     """The value of feature `name` over exactly [starts[i], ends[i]] (ranges of documents,
     so disjoint), NaN where it has none: only the blocks of its list holding them are read
-    (lists.inside)."""
+    (lists.inside; a sharded collection's snapshot reads the list whole)."""
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
     out = np.full(len(starts), np.nan)
     if not len(starts) or not snap.has_feature(name):      # (a writer flushes first)
         return out
-    s, first = np.unique(starts, return_index=True)
-    found = snap.lists.inside(name, s, ends[first])
+    lists = getattr(snap, "lists", None)     # (a sharded collection's snapshot has none)
+    if lists is None:
+        found = snap.intervals(name)
+    else:
+        s, first = np.unique(starts, return_index=True)
+        found = lists.inside(name, s, ends[first])
     if len(found):
         i = np.minimum(np.searchsorted(found.starts, starts), len(found) - 1)
         hit = (found.starts[i] == starts) & (found.ends[i] == ends)
