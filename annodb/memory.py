@@ -60,6 +60,7 @@ __all__ = ["Memory", "Entry", "Recalled", "History", "label", "where_node", "is_
 _VALUE_FEATURE = re.compile(r":[^:]+:")
 _GCL_START = re.compile(r"\(\s*(?:" + "|".join(
     re.escape(op) for op in sorted(_query.OPERATORS, key=len, reverse=True)) + r")(?=[\s()\"]|$)")
+_OWN_FILES = {"lock.mdb", "writer.lock", "turnstile.lock"}   # (a database begun, not made)
 RECENCY_POOL = 100      # recall with a recency prior re-ranks at least this many
 
 
@@ -133,7 +134,7 @@ def _check_path(path) -> str:
         raise StorageError("a memory needs a path (a directory for its database), not ''")
     if os.path.isdir(name) and not os.path.exists(os.path.join(name, "data.mdb")) \
             and not os.path.exists(os.path.join(name, "manifest.json")):
-        others = sorted(os.listdir(name))
+        others = sorted(set(os.listdir(name)) - _OWN_FILES)
         if others:
             raise StorageError(f"{name}: a folder holding other files ({', '.join(others[:3])}"
                                f"{', ...' if len(others) > 3 else ''}), not an annodb "
