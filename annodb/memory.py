@@ -50,7 +50,7 @@ from .errors import AnnodbError, NotFoundError, StorageError
 from .metadata import (DOCUMENT, KEY, RESERVED, SUPERSEDED, TEXT, TIME, check_own_key,
                        current_node, duration, label, number, seconds,
                        stored, value_feature, where_node as _where_node)
-from .query import Combine, Compare, Feature
+from .query import Combine, Feature
 from .ranking import TEXT_RANK, text_words
 from .transaction import Writer
 
@@ -238,7 +238,7 @@ class Memory:
         records = [it[0] for it in items]
         given = [it[1] for it in items]
         # explicit supersedes: the target's key is taken (checked before anything is added)
-        for i, (record, _, key, target) in enumerate(items):
+        for record, _, key, target in items:
             if target is None:
                 continue
             doc = w.find(str(target))
