@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 _WHERE = {
     "open": "collection", "Database": "database", "Snapshot": "database",
     "Writer": "database", "Intervals": "database", "Added": "database", "Stats": "database",
-    "Entry": "memory", "Memory": "memory",
+    "Entry": "memory", "Memory": "memory", "AsyncMemory": "async_memory",
     "AnnodbError": "errors", "FormatVersionError": "errors", "IngestError": "errors",
     "NotFoundError": "errors", "QueryError": "errors", "StorageError": "errors",
     "WriterBusyError": "errors", "DamagedError": "errors", "AbandonedWriteWarning": "errors",
@@ -33,7 +33,7 @@ __all__ = [
     "open", "Database", "Snapshot", "Writer", "Intervals", "Added", "Stats", "Document",
     "DocField", "AnnodbError", "QueryError", "StorageError", "DamagedError", "FormatVersionError",
     "WriterBusyError", "NotFoundError", "IngestError", "AbandonedWriteWarning",
-    "QueryCostError", "RankingError", "ShardLostError", "Memory", "Entry",
+    "QueryCostError", "RankingError", "ShardLostError", "Memory", "AsyncMemory", "Entry",
 ]
 
 

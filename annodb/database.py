@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 
-from . import lists, storage
+from . import lists, purge, storage
 from .errors import StorageError
 from .lists import Intervals, ListCache
 from .routing import is_collection
@@ -128,8 +128,9 @@ class Database:
     def compact(self, dest: str | os.PathLike) -> None:
         """Write a compacted copy of the database to the new directory `dest`: the pages
         freed by earlier transactions are left out (an ingest in many batches leaves a
-        sixth of its file free). Erased content still takes space in the copy."""
-        storage.copy_compacted(self._environment(), os.fspath(dest))
+        sixth of its file free). Nothing of erased content is kept: not its postings, nor
+        the name of a word or label only it used (purge.compact)."""
+        purge.compact(self._environment(), os.fspath(dest), self.timeout)
 
     def stats(self) -> Stats:
         with self.read() as r:

@@ -2,55 +2,66 @@
 
     mem = annodb.Memory("agent.db")
     m = mem.remember("Alice prefers tea to coffee", user="alice", importance=3)
+    mem.remember("Alice lives in Berlin", key="alice/city", user="alice")  # replaces Paris
     mem.recall("what does alice drink", k=5, where={"user": "alice"})
+    mem.recall("where does alice live", as_of=datetime(2024, 5, 1))       # as it was then
     mem.recall("(^ tea coffee)", where={"importance": (">=", 2)})
     mem.annotate(m, "useful", 2)
-    mem.history(10, where={"user": "alice"})
-    mem.forget(m)
+    page = mem.history(10, where={"user": "alice"}); mem.history(10, before=page.cursor)
+    mem.forget(where={"user": "alice"})                                  # one transaction
 
 A memory is a document: its text is the record field `text`, its docno `m<address>` (the
 memory's first address: unique for ever, even after forget, and increasing in the order
-memories were committed) unless one is given. Metadata (str, int, float or bool values;
-keys without whitespace, `( ) " :`) is kept with the document and indexed over it:
+memories were committed) unless one is given. Its metadata follows metadata.py's rules:
+numbers (and times) are values on `:key:`, strings are labels `key:value`, `:time:` is
+when it was remembered (seconds since the epoch; `time=` a datetime or seconds sets it; a
+naive datetime is UTC), and the RESERVED keys (text, docno, key, superseded, and annodb's
+own judgment, note, order and call) are refused.
 
-- a number or a bool is a value on the feature `:key:` (records.py's scheme), so
-  `where={"importance": (">=", 3)}` is `(>= :importance: 3)`;
-- a string is a label, the feature `key:value` (whitespace, `( ) " %` in the value written
-  `%XX`), so `where={"user": "alice"}` is the feature `user:alice`, matched exactly;
-- `:time:` holds when it was remembered, in seconds since the epoch (give `time=` to set it).
+Facts change: `remember(text, key=K)` supersedes the memories with key K remembered at or
+before its time (their `:superseded:` is set to that time; they stay stored), and is
+itself superseded at once by one with key K and a later time (a fact back-filled into the
+past). `remember(text, supersedes=docno)` replaces one memory (taking its key, if any).
+recall and history leave superseded memories out unless `include_superseded=True`;
+`as_of=T` answers from the memories current at T (remembered by T, not superseded by T).
+Forgetting a memory does not make the one it superseded current again (history is not
+rewritten: remember the fact again).
 
-`annotate(docno, label, value)` sets the value of `:label:` over a memory (the latest write
-wins), so a later judgment filters like metadata: `where={"useful": (">=", 2)}`.
-
-`where` maps keys to a value (exact match), a list of values (any of), or a pair
-(op, value) with op one of = != < <= > >= (strings: = and != only). It is compiled into the
-query algebra: results are ranked inside `(>> : c1 c2 ...)` (every condition as a
-containment, `!>` for !=), so filtering happens inside the ranking and k results come back
+`where` (see metadata.py and help(Memory.recall)) is compiled into the query algebra:
+results are ranked inside `(>> : c1 c2 ...)` (each condition a containment, `!>` for !=,
+not in and exists False), so filtering happens inside the ranking and k results come back
 whenever k match. Every call is one transaction: several processes may share a memory.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import re
+import sys
 import time as _time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace as _replace
 
 import numpy as np
 
-from . import query as _query
+from . import batch as _batch, query as _query
 from .collection import open as _open
-from .errors import AnnodbError
-from .query import Combine, Compare, Feature
-from .ranking import TEXT_RANK
+from .errors import AnnodbError, NotFoundError, StorageError
+from .metadata import (DOCUMENT, KEY, RESERVED, SUPERSEDED, TEXT, TIME, check_own_key,
+                       current_node, duration, label, number, seconds,
+                       stored, value_feature, where_node as _where_node)
+from .query import Combine, Feature
+from .ranking import TEXT_RANK, text_words
+from .transaction import Writer
 
-DOCUMENT = Feature(":")
-TIME = "time"
-TEXT = "text"                      # the record field holding a memory's text
-RESERVED = (TEXT, "docno")
-OPERATORS = ("=", "!=", "<", "<=", ">", ">=")
-_BAD_KEY = re.compile(r'[\s()":]')
-_ESCAPE = re.compile(r'[\s()"%]')
+__all__ = ["Memory", "Entry", "Recalled", "History", "label", "where_node", "is_gcl",
+           "RESERVED"]
+
 _VALUE_FEATURE = re.compile(r":[^:]+:")
+_GCL_START = re.compile(r"\(\s*(?:" + "|".join(
+    re.escape(op) for op in sorted(_query.OPERATORS, key=len, reverse=True)) + r")(?=[\s()\"]|$)")
+_OWN_FILES = {"lock.mdb", "writer.lock", "turnstile.lock"}   # (a database begun, not made)
+RECENCY_POOL = 100      # recall with a recency prior re-ranks at least this many
 
 
 @dataclass(frozen=True)
@@ -69,71 +80,28 @@ class Entry:
 
 
 class Recalled(list):
-    """recall's result: a list of Entry, plus the query and filter that ran and any repairs
-    lenient parsing made to the query."""
+    """recall's result: a list of Entry, plus the query and filter that ran and warnings:
+    repairs lenient parsing made to the query, or that no word of the question is in the
+    memory."""
 
     def __init__(self, entries=(), query: str = "", filter: str = ":", warnings=()):
         super().__init__(entries)
         self.query, self.filter, self.warnings = query, filter, list(warnings)
 
 
-def label(key: str, value: str) -> str:
-    """The feature of a string metadata value: `key:value`, escaped so it can be queried."""
-    return f"{_key(key)}:" + _ESCAPE.sub(
-        lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), value)
+class History(list):
+    """history's result: a list of Entry, latest first, and `cursor`: pass it as
+    `before=` for the next page (None when there is none)."""
 
-
-def _key(key) -> str:
-    if not isinstance(key, str) or not key or _BAD_KEY.search(key):
-        raise AnnodbError(f"metadata key {key!r}: need a non-empty name without whitespace "
-                          'or ( ) " :')
-    return key
-
-
-def _number(key: str, value) -> float:
-    if isinstance(value, (bool, int, float)):
-        value = float(value)
-        if value == value and abs(value) != float("inf"):
-            return value
-    raise AnnodbError(f"metadata {key!r}: {value!r} is not a finite number")
-
-
-def _term(key: str, value) -> _query.Node:
-    """The exact-match condition for one value of `key`."""
-    if isinstance(value, str):
-        return Feature(label(key, value))
-    return Compare("=", Feature(f":{_key(key)}:"), _number(key, value))
-
-
-def _conditions(key: str, want) -> list[tuple[str, _query.Node]]:
-    """(containment operator, node) pairs a memory must satisfy for `where[key] = want`."""
-    if isinstance(want, (list, tuple)) and len(want) == 2 and want[0] in OPERATORS \
-            and not isinstance(want[1], (list, tuple)):
-        op, value = want
-        if isinstance(value, str):
-            if op not in ("=", "!="):
-                raise AnnodbError(f"where {key!r}: {op} compares numbers; strings take = or !=")
-            return [(">>" if op == "=" else "!>", Feature(label(key, value)))]
-        return [(">>", Compare(op, Feature(f":{_key(key)}:"), _number(key, value)))]
-    if isinstance(want, (list, tuple, set, frozenset)):
-        nodes = tuple(dict.fromkeys(_term(key, v) for v in want))
-        if not nodes:
-            raise AnnodbError(f"where {key!r}: an empty list matches nothing")
-        return [(">>", nodes[0] if len(nodes) == 1 else Combine("+", nodes))]
-    return [(">>", _term(key, want))]
+    def __init__(self, entries=(), cursor: str | None = None):
+        super().__init__(entries)
+        self.cursor = cursor
 
 
 def where_node(where: dict | None, base: _query.Node = DOCUMENT) -> _query.Node:
-    """The query selecting the `base` intervals (memories) that satisfy `where`."""
-    node = base
-    for key, want in (where or {}).items():
-        for op, cond in _conditions(key, want):
-            node = Combine(op, (node, cond))
-    return node
-
-
-_GCL_START = re.compile(r"\(\s*(?:" + "|".join(
-    re.escape(op) for op in sorted(_query.OPERATORS, key=len, reverse=True)) + r")(?=[\s()\"]|$)")
+    """The query selecting the `base` intervals (memories) that satisfy `where` (without
+    `exists` conditions, which need the database: Memory.filter gives those)."""
+    return _where_node(where, base)
 
 
 def is_gcl(text: str) -> bool:
@@ -146,12 +114,64 @@ def is_gcl(text: str) -> bool:
             or (len(t) >= 2 and t[0] == t[-1] == '"' and '"' not in t[1:-1]))
 
 
-class Memory:
-    """An agent's memory in the annodb database at `path` (created if missing;
-    `fold_diacritics=True` for a new one whose recall ignores accents, see annodb.open)."""
+def rank_memories(snapshot, text: str, k: int, box: _query.Node, gcl: bool,
+                  rank: str | None):
+    """The best k memories inside `box` (the filter) for a GCL query or free text: the one
+    place recall ranks. Returns a ranking.Results (hits with start, score, snippet; the
+    query that ran; warnings)."""
+    if gcl:
+        return snapshot.search(text, k=k, container=box, lenient=True, rank=rank or "ssr")
+    return snapshot.search_text(text, k=k, container=box, rank=rank or TEXT_RANK)
 
-    def __init__(self, path, *, timeout: float = 30.0, fold_diacritics: bool | None = None):
-        self.db = _open(path, timeout=timeout, fold_diacritics=fold_diacritics)
+
+def _check_path(path) -> str:
+    """The path of a memory, or StorageError for one that cannot be: empty, or a folder
+    holding other files but no database."""
+    if path is None:
+        return None
+    name = os.fspath(path)
+    if not name or not name.strip():
+        raise StorageError("a memory needs a path (a directory for its database), not ''")
+    if os.path.isdir(name) and not os.path.exists(os.path.join(name, "data.mdb")) \
+            and not os.path.exists(os.path.join(name, "manifest.json")):
+        others = sorted(set(os.listdir(name)) - _OWN_FILES)
+        if others:
+            raise StorageError(f"{name}: a folder holding other files ({', '.join(others[:3])}"
+                               f"{', ...' if len(others) > 3 else ''}), not an annodb "
+                               "database; give a new or empty directory")
+    return name
+
+
+class Memory:
+    """An agent's memory in the annodb database at `path` (created if missing, unless
+    `readonly=True`; `fold_diacritics=True` for a new one whose recall ignores accents,
+    see annodb.open). `path` must be a new or empty directory or a database; `""` and a
+    folder of other files are refused.
+
+    Metadata (keyword arguments of remember): a string is an exact label, a number or a
+    bool a value, a datetime a time (seconds since the epoch; naive means UTC). Keys are
+    names without whitespace or ( ) " : and not one of RESERVED: text, docno, key,
+    superseded, judgment, note, order, call (annodb writes those itself).
+
+    `where` (recall, history, forget) maps keys to conditions, all of which must hold:
+
+        {"user": "alice"}                  exact (a string label, or a number)
+        {"user": ["alice", "bob"]}         any of (also ("in", [...]))
+        {"user": ("not in", ["bob"])}      none of
+        {"importance": (">=", 2)}          = != < <= > >= (strings: = and != only)
+        {"time": (">=", datetime(2024, 1, 1))}
+        {"key": ("exists", True)}          the key is there (False: it is not)
+
+    A condition on a key a memory lacks is false for =, comparisons and in, and true for
+    != and not in, for numbers and strings alike.
+    """
+
+    def __init__(self, path, *, readonly: bool = False, timeout: float = 30.0,
+                 fold_diacritics: bool | None = None):
+        path = _check_path(path)
+        self.readonly = readonly
+        self.db = _open(path, readonly=readonly, create=not readonly, timeout=timeout,
+                        fold_diacritics=fold_diacritics)
 
     def close(self) -> None:
         self.db.close()
@@ -166,126 +186,364 @@ class Memory:
         return f"annodb.Memory({self.db.path!r})"
 
     # writing
-    def remember(self, text: str, /, *, docno: str | None = None, **metadata) -> str:
-        """Store `text` with `metadata`; returns its docno. Giving the docno of an existing
-        memory replaces it (the latest remember wins)."""
+    def remember(self, text: str, /, *, docno: str | None = None, key: str | None = None,
+                 supersedes: str | None = None, **metadata) -> str:
+        """Store `text` with `metadata` (time= sets when, default now); returns its docno.
+        `key` names what it is about: it supersedes the memories with that key remembered
+        at or before its time. `supersedes=docno` supersedes that memory (and takes its
+        key). Giving the docno of an existing memory replaces it (the latest remember
+        wins)."""
+        for name in metadata:
+            check_own_key(name)
+        return self.remember_many([dict(metadata, text=text, docno=docno, key=key,
+                                        supersedes=supersedes)])[0]
+
+    def remember_many(self, memories) -> list[str]:
+        """Remember many memories in one transaction (all or none): each a string, or a
+        dict of remember's arguments ({"text": ..., "key": ..., "user": ..., ...}).
+        Returns their docnos, in order."""
+        items = [self._item(m) for m in memories]
+        if not items:
+            return []
+        with self.db.write() as w:
+            return self._write(w, items)
+
+    @staticmethod
+    def _item(memory) -> tuple:
+        """(record, docno, key, supersedes) of one memory, checked before anything is
+        written."""
+        if isinstance(memory, str):
+            memory = {"text": memory}
+        if not isinstance(memory, dict):
+            raise TypeError("remember_many() takes strings or dicts of remember's arguments")
+        memory = dict(memory)
+        text = memory.pop(TEXT, None)
         if not isinstance(text, str):
             raise TypeError("remember() takes the memory's text as a string")
-        record = {}
-        for key, value in metadata.items():
-            if _key(key) in RESERVED:
-                raise AnnodbError(f"metadata key {key!r} is reserved")
-            if not isinstance(value, str):
-                _number(key, value)
-            record[key] = value
-        record.setdefault(TIME, _time.time())
-        _number(TIME, record[TIME])
-        with self.db.write() as w:
-            replace = docno is not None
+        docno = memory.pop("docno", None)
+        key = memory.pop(KEY, None)
+        supersedes = memory.pop("supersedes", None)
+        if key is not None and (not isinstance(key, str) or not key):
+            raise AnnodbError(f"key {key!r}: need a non-empty string")
+        record = {TEXT: text}
+        for name, value in memory.items():
+            check_own_key(name)
+            record[name] = stored(name, value)
+        record[TIME] = seconds(record[TIME]) if TIME in record else _time.time()
+        if key is not None:
+            record[KEY] = key
+        return record, (None if docno is None else str(docno)), key, supersedes
+
+    def _write(self, w, items: list[tuple]) -> list[str]:
+        records = [it[0] for it in items]
+        given = [it[1] for it in items]
+        # explicit supersedes: the target's key is taken (checked before anything is added)
+        for record, _, key, target in items:
+            if target is None:
+                continue
+            doc = w.find(str(target))
+            if doc is None:
+                raise NotFoundError(f"supersedes: no memory with docno {target!r}")
+            theirs = doc.meta.get(KEY)
+            if isinstance(theirs, str):
+                if key is not None and key != theirs:
+                    raise AnnodbError(f"supersedes {doc.docno!r}, whose key is {theirs!r}, "
+                                      f"with the key {key!r}: give the same key or none")
+                record[KEY] = theirs
+        if isinstance(w, Writer):
+            added = self._add(w, records, given)
+        else:          # a sharded collection's: one at a time, each routed by its docno
+            added = [self._add_one(w, record, docno) for record, docno in zip(records, given)]
+        for a, record in zip(added, records):
+            for name, value in record.items():
+                if isinstance(value, str) and name != TEXT:
+                    w.annotate(label(name, value), a.start, a.end)
+        for a, record, item in zip(added, records, items):
+            if KEY in record:
+                self._supersede_by_key(w, record[KEY], a, record[TIME])
+            elif item[3] is not None:
+                self._supersede_one(w, str(item[3]), record[TIME])
+        return [a.docno for a in added]
+
+    def _add(self, w, records: list[dict], given: list) -> list:
+        """Add the memories' records to one database in one batch (one tokenizer pass),
+        named by _docnos."""
+        docs = [(None,) + _batch.prepare_item(r, "_", None, [TEXT])[1:] for r in records]
+        try:
+            made = _batch.make(docs)
+        except UnicodeError as err:
+            raise AnnodbError(f"memory text is not valid Unicode ({err})") from None
+        docnos = self._docnos(w, made, given)
+        made = _replace(made, docnos=docnos,
+                        documents=[(d,) + doc[1:] for d, doc in zip(docnos, made.documents)])
+        return w.add_batch(made, replace=any(d is not None for d in given))
+
+    @staticmethod
+    def _add_one(w, record: dict, docno: str | None):
+        """Add one memory's record (the writer places it: a sharded collection's)."""
+        replace = docno is not None
+        if docno is None:
+            base, n = f"m{w.address_space()}", 0
+            docno = base
+            while w.has(docno):
+                n += 1
+                docno = f"{base}.{n}"
+        return w.add(record, docno=docno, text_fields=[TEXT], replace=replace)
+
+    @staticmethod
+    def _docnos(w, made, given: list) -> list[str]:
+        """The docno of each memory: the one given, or `m<its first address>` (`.1`, `.2`
+        ... appended while that is taken by a docno someone chose)."""
+        starts = (w.address_space() + made.starts()).tolist()
+        made_names = [f"m{s}" for s, d in zip(starts, given) if d is None]
+        taken = set(w.present(made_names)) | {d for d in given if d is not None}
+        out = []
+        for start, docno in zip(starts, given):
             if docno is None:
-                base, n = f"m{w.address_space()}", 0
+                base, n = f"m{start}", 0
                 docno = base
-                while w.has(docno):    # taken by a docno someone chose
+                while docno in taken or (n and w.has(docno)):
                     n += 1
                     docno = f"{base}.{n}"
-            added = w.add({TEXT: text, **record}, docno=str(docno), text_fields=[TEXT],
-                          replace=replace)
-            for key, value in record.items():
-                if isinstance(value, str):
-                    w.annotate(label(key, value), added.start, added.end)
-        return added.docno
+                taken.add(docno)
+            out.append(docno)
+        return out
+
+    @staticmethod
+    def _supersede_by_key(w, key: str, added, t: float) -> None:
+        """Keep the memories with `key` a timeline: each is superseded at the time of the
+        next one (by time, then address). The new memory `added` (time t, the highest
+        address) supersedes those at or before t not superseded before t, and is
+        superseded by the earliest one after t."""
+        times = w.query(Combine(">>", (Feature(value_feature(TIME)),
+                                       Feature(label(KEY, key)))))
+        if not len(times):
+            return
+        sup = values_over(w, value_feature(SUPERSEDED), times.starts, times.ends).tolist()
+        later = math.inf
+        for s, e, v, old in zip(times.starts.tolist(), times.ends.tolist(),
+                                times.values.tolist(), sup):
+            if s == added.start:
+                continue
+            if v > t:
+                later = min(later, v)
+                continue
+            if old != old or old > t:         # (NaN: not superseded)
+                w.annotate(value_feature(SUPERSEDED), s, e, t)
+        if later < math.inf:
+            w.annotate(value_feature(SUPERSEDED), added.start, added.end, later)
+
+    @staticmethod
+    def _supersede_one(w, docno: str, t: float) -> None:
+        """Mark the memory `docno` (without a key) superseded at t (unless it already was
+        before t)."""
+        doc = w.find(docno)
+        if doc is None:
+            raise NotFoundError(f"supersedes: no memory with docno {docno!r}")
+        when = _value_over(w, value_feature(TIME), doc.start, doc.end)
+        if when is not None and when > t:
+            raise AnnodbError(f"supersedes {doc.docno!r}, remembered after this memory "
+                              f"({when} > {t}): a memory supersedes earlier ones")
+        old = _value_over(w, value_feature(SUPERSEDED), doc.start, doc.end)
+        if old is None or old > t:
+            w.annotate(value_feature(SUPERSEDED), doc.start, doc.end, t)
 
     def annotate(self, docno: str, label: str, value: float = 0.0) -> None:
         """Set `:label:` = value over the memory `docno` (NotFoundError if there is none).
         Without a value it carries 0, as every annotation does (Writer.annotate, `annodb
-        annotate`, the server and MCP)."""
-        value = _number(label, value)
+        annotate`, the server and MCP). A RESERVED label or `time` is refused (use
+        remember's key= or supersedes= to supersede)."""
+        if check_own_key(label) == TIME:
+            raise AnnodbError("the time of a memory is set when it is remembered (time=)")
+        value = number(label, value)
         with self.db.write() as w:
             doc = w.document(docno)
-            w.annotate(f":{_key(label)}:", doc.start, doc.end, value)
+            w.annotate(value_feature(label), doc.start, doc.end, value)
 
-    def forget(self, docno: str) -> bool:
-        """Delete the memory `docno` and everything annotated inside it. False if absent."""
+    def forget(self, docnos: str | list | None = None, *, where: dict | None = None):
+        """Delete memories and everything annotated inside them, in one transaction (all
+        or none): `forget(docno)` -> True, or False when absent; `forget([docnos])` or
+        `forget(where={...})` (superseded memories included) -> the docnos deleted.
+        `annodb compact` then leaves no trace of them in the copy it writes."""
+        if docnos is None and where is None:
+            raise AnnodbError("forget what? give docnos or where={...}")
+        if where is not None and not where:
+            raise AnnodbError("forget(where={}) would forget everything; give a condition")
+        one = isinstance(docnos, str)
         with self.db.write() as w:
-            return w.delete(docno)
+            names = [docnos] if one else list(docnos or ())
+            if where is not None:
+                box = self._filter(w, where, DOCUMENT, None, True)
+                names += [d.docno for d in w.documents_at(w.query(box).starts.tolist())
+                          if d is not None]
+            gone = [d for d in dict.fromkeys(names) if w.delete(d)]
+        return bool(gone) if one else gone
 
     # reading
     def recall(self, query_or_text: str | None, k: int = 10, where: dict | None = None, *,
-               gcl: bool | None = None, rank: str | None = None) -> Recalled:
-        """The k best memories for a GCL query or free text, among those matching `where`,
-        ranked by `rank` (ranking.RANKS; default: shortest-substring ranking for GCL, the
-        free-text default for text). No query (None or "") gives the latest k. `gcl`: True
-        reads the query as GCL (so a raw term like `user:alice` names a feature), False as
-        words; None (the default) decides by `is_gcl`."""
+               gcl: bool | None = None, rank: str | None = None, as_of=None,
+               include_superseded: bool = False, recency=None) -> Recalled:
+        """The k best memories for a GCL query or free text, among those matching `where`
+        (see help(Memory)) and current (not superseded; `as_of=T`: current at T, a datetime
+        or seconds; `include_superseded=True`: superseded ones too), ranked by `rank`
+        (ranking.RANKS; default: shortest-substring ranking for GCL, the free-text default
+        for text). Equal scores: the newer memory first. `recency` (a half-life: seconds or
+        a timedelta) multiplies each score by 0.5 ** (age / half-life), age counted back
+        from as_of or now (the best max(4k, 100) by relevance are re-ranked so). No query
+        (None or "") gives the latest k. `gcl`: True reads the query as GCL (so a raw term
+        like `user:alice` names a feature), False as words; None (the default) decides by
+        `is_gcl`. `warnings` says when no word of the question is in the memory."""
+        as_of = None if as_of is None else seconds(as_of, "as_of")
+        half = None if recency is None else duration(recency)
         if not query_or_text or not query_or_text.strip():
-            latest = where_node(where, Feature(f":{TIME}:"))
-            return Recalled(self.history(k, where), "", _query.format(latest))
-        box = where_node(where)
+            with self.db.read() as r:
+                latest = self._filter(r, where, Feature(value_feature(TIME)), as_of,
+                                      include_superseded)
+            found = self.history(k, where, as_of=as_of, include_superseded=include_superseded)
+            return Recalled(found, "", _query.format(latest))
+        use_gcl = bool(gcl or (gcl is None and is_gcl(query_or_text)))
         with self.db.read() as r:
-            if gcl or (gcl is None and is_gcl(query_or_text)):
-                results = r.search(query_or_text, k=k, container=box, lenient=True,
-                                   rank=rank or "ssr")
-            else:
-                results = r.search_text(query_or_text, k=k, container=box,
-                                        rank=rank or TEXT_RANK)
-            fields = _Fields(r)
-            entries = [self._entry(r.document_at(h.start), fields, h.score, h.snippet)
-                       for h in results]
-        return Recalled(entries, results.query, _query.format(box), results.warnings)
-
-    def history(self, n: int = 20, where: dict | None = None) -> list[Entry]:
-        """The n most recent memories matching `where`: latest `:time:` first, ties by the
-        later address (later commit)."""
-        with self.db.read() as r:
-            times = r.query(where_node(where, Feature(f":{TIME}:")))
-            order = np.lexsort((-times.starts, -times.values))[:max(n, 0)]
-            fields = _Fields(r)
-            out = []
-            for i in order.tolist():
-                doc = r.document_at(int(times.starts[i]))
-                if doc is not None:
-                    out.append(self._entry(doc, fields))
-        return out
-
-    def get(self, docno: str) -> Entry | None:
-        """The memory `docno`, or None."""
-        with self.db.read() as r:
-            return self._entry(r.document(docno), _Fields(r)) if r.has(docno) else None
+            box = self._filter(r, where, DOCUMENT, as_of, include_superseded)
+            if k <= 0:
+                return Recalled([], "", _query.format(box))
+            depth = k if half is None else max(4 * k, RECENCY_POOL)
+            results = rank_memories(r, query_or_text, depth + 1, box, use_gcl, rank)
+            hits, cut = list(results), depth
+            while len(hits) > depth and hits[-1].score == hits[cut - 1].score:
+                depth *= 2                 # a tie across the cut: see all of it
+                results = rank_memories(r, query_or_text, depth + 1, box, use_gcl, rank)
+                hits = list(results)
+            hits = self._order(r, hits, k, half, as_of)
+            entries = _entries(r, r.documents_at([h.start for h, _ in hits]),
+                               [s for _, s in hits], [h.snippet for h, _ in hits])
+            warnings = list(results.warnings)
+            if not entries and not use_gcl and not text_words(r, query_or_text):
+                warnings.append(f"no word of {query_or_text!r} is in the memory")
+        return Recalled(entries, results.query, _query.format(box), warnings)
 
     @staticmethod
-    def _entry(doc, fields: "_Fields", score=None, snippet=None) -> Entry:
-        metadata = dict(doc.meta)
-        own = {f.path for f in doc.fields}
-        for name in fields.names():
-            key = name[1:-1]
-            if name in own:
+    def _order(r, hits: list, k: int, half: float | None, as_of: float | None) -> list:
+        """The first k (hit, score) by score, ties to the newer memory (later time, then
+        later address); with a half-life, scores decayed by age first."""
+        if not hits or k <= 0:
+            return []
+        starts = np.array([h.start for h in hits], dtype=np.int64)
+        when = values_over(r, value_feature(TIME), starts, [h.end for h in hits])
+        have = when == when                   # (a document without a time: NaN)
+        when = np.where(have, when, -math.inf)
+        scores = np.array([h.score for h in hits], dtype=np.float64)
+        if half is not None:
+            now = _time.time() if as_of is None else as_of
+            age = np.where(have, np.maximum(now - when, 0.0), 0.0)
+            scores = scores * np.power(0.5, age / half)
+        order = np.lexsort((-starts, -when, -scores))[:k]
+        return [(hits[j], float(scores[j])) for j in order.tolist()]
+
+    def history(self, n: int = 20, where: dict | None = None, *, before: str | None = None,
+                as_of=None, include_superseded: bool = False) -> History:
+        """The n most recent memories matching `where` (see help(Memory)): latest `:time:`
+        first, ties by the later address (later commit); current ones only unless
+        include_superseded (as_of: those current at that time). `before`: the cursor of
+        the previous page (History.cursor), to go on after it."""
+        as_of = None if as_of is None else seconds(as_of, "as_of")
+        after = None if before is None else _cursor(before)
+        with self.db.read() as r:
+            times = r.query(self._filter(r, where, Feature(value_feature(TIME)), as_of,
+                                         include_superseded))
+            starts, values = times.starts, times.values
+            if after is not None:
+                keep = (values < after[0]) | ((values == after[0]) & (starts < after[1]))
+                starts, values = starts[keep], values[keep]
+            order = np.lexsort((-starts, -values))
+            page = order[:max(n, 0)]
+            out = _entries(r, r.documents_at(starts[page].tolist()))
+        cursor = None
+        if len(order) > len(page) and len(page):
+            last = int(page[-1])
+            cursor = f"{float(values[last])!r}@{int(starts[last])}"
+        return History(out, cursor)
+
+    def get(self, docno: str) -> Entry | None:
+        """The memory `docno` (current or not), or None."""
+        with self.db.read() as r:
+            return _entries(r, [r.document(docno)])[0] if r.has(docno) else None
+
+    def filter(self, where: dict | None = None, *, as_of=None,
+               include_superseded: bool = False) -> str:
+        """The GCL query selecting the memories that recall would search among."""
+        as_of = None if as_of is None else seconds(as_of, "as_of")
+        with self.db.read() as r:
+            return _query.format(self._filter(r, where, DOCUMENT, as_of, include_superseded))
+
+    @staticmethod
+    def _filter(r, where, base, as_of, include_superseded) -> _query.Node:
+        def labels_of(key: str) -> list[str]:
+            return r.features_with_prefix(f"{key}:", sys.maxsize)
+        return current_node(_where_node(where, base, labels_of), as_of, include_superseded,
+                            r.has_feature(value_feature(SUPERSEDED)))
+
+
+def _cursor(text) -> tuple[float, int]:
+    """(time, address) of a history cursor (`<time>@<address>`)."""
+    try:
+        when, at = str(text).rsplit("@", 1)
+        return float(when), int(at)
+    except ValueError:
+        raise AnnodbError(f"bad cursor {text!r}: pass the cursor a history page returned"
+                          ) from None
+
+
+def values_over(snap, name: str, starts, ends) -> np.ndarray:
+    """The value of feature `name` over exactly [starts[i], ends[i]] (ranges of documents,
+    so disjoint), NaN where it has none: only the blocks of its list holding them are read
+    (lists.inside; a sharded collection's snapshot reads the list whole)."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    out = np.full(len(starts), np.nan)
+    if not len(starts) or not snap.has_feature(name):      # (a writer flushes first)
+        return out
+    lists = getattr(snap, "lists", None)     # (a sharded collection's snapshot has none)
+    if lists is None:
+        found = snap.intervals(name)
+    else:
+        s, first = np.unique(starts, return_index=True)
+        found = lists.inside(name, s, ends[first])
+    if len(found):
+        i = np.minimum(np.searchsorted(found.starts, starts), len(found) - 1)
+        hit = (found.starts[i] == starts) & (found.ends[i] == ends)
+        out[hit] = np.asarray(found.values)[i[hit]]
+    return out
+
+
+def _value_over(snap, name: str, start: int, end: int) -> float | None:
+    """The value of feature `name` over exactly start..end, or None."""
+    v = float(values_over(snap, name, [start], [end])[0])
+    return None if v != v else v
+
+
+def _entries(snap, docs, scores=None, snippets=None) -> list[Entry]:
+    """The Entry of each document (None ones left out): its record's metadata, with the
+    values that `:name:` features hold over it (what annotate() set after remember(),
+    and `:superseded:`) put over it. Every such feature is looked at (the first 1,000
+    names only, once: the values of the rest were dropped)."""
+    keep = [i for i, d in enumerate(docs) if d is not None]
+    docs = [docs[i] for i in keep]
+    scores = [None] * len(docs) if scores is None else [scores[i] for i in keep]
+    snippets = [None] * len(docs) if snippets is None else [snippets[i] for i in keep]
+    metas = [dict(d.meta) for d in docs]
+    if docs:
+        starts = [d.start for d in docs]
+        ends = [d.end for d in docs]
+        own = [{f.path for f in d.fields} for d in docs]
+        for name in snap.features_with_prefix(":", sys.maxsize):
+            if not _VALUE_FEATURE.fullmatch(name) or all(name in o for o in own):
                 continue
-            value = fields.value(name, doc.start, doc.end)
-            if value is not None and not isinstance(metadata.get(key), str) and (
-                    key not in metadata or float(metadata[key]) != value):
-                metadata[key] = int(value) if value.is_integer() else value
-        return Entry(doc.docno, doc.text, metadata, score, snippet)
-
-
-class _Fields:
-    """The values of `:name:` features over whole documents, as of one snapshot: what
-    annotate() set after remember()."""
-
-    LIMIT = 1000
-
-    def __init__(self, snapshot):
-        self.r = snapshot
-        self._names = None
-
-    def names(self) -> list[str]:
-        if self._names is None:
-            self._names = [f for f in self.r.features_with_prefix(":", self.LIMIT)
-                           if _VALUE_FEATURE.fullmatch(f)]
-        return self._names
-
-    def value(self, name: str, start: int, end: int) -> float | None:
-        found = self.r.intervals(name)
-        i = int(np.searchsorted(found.starts, start))
-        if i < len(found) and found.starts[i] == start and found.ends[i] == end:
-            return float(found.values[i])
-        return None
+            key = name[1:-1]
+            for j, value in enumerate(values_over(snap, name, starts, ends).tolist()):
+                meta = metas[j]
+                if value != value or name in own[j] or isinstance(meta.get(key), str):
+                    continue
+                if key not in meta or float(meta[key]) != value:
+                    meta[key] = int(value) if value.is_integer() else value
+    return [Entry(d.docno, d.text, m, sc, sn)
+            for d, m, sc, sn in zip(docs, metas, scores, snippets)]

@@ -2145,6 +2145,35 @@ class Txn:
         for p, q in zip(starts, ends):
             self.txn.put(u64(int(p)), u64(int(q)), db=db)
 
+    def replace_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray) -> None:
+        """Replace feature fid's whole list by (s, e, v), a GC-list holding some of its
+        intervals (so its flags and statistics still hold), in new blocks; when that is
+        empty, remove the feature: its name (features, names), blocks, tail, counts and
+        changes. For purge.py, on a copy no other process has open (the feature's id may
+        be cached by a process that has the database open)."""
+        prefix = u64(fid)
+        with self.txn.cursor(db=self.dbs["blocks"]) as cur:
+            if cur.set_range(prefix):
+                while bytes(cur.key()[:8]) == prefix and cur.delete():
+                    pass
+        for name in ("tails", "changes"):
+            if self.dbs[name] is not None:
+                self.txn.delete(prefix, db=self.dbs[name])
+        if len(s):
+            self._count(fid, len(s) - self.list_count(fid))
+            self._changed(fid, 0)
+            self._put_list(fid, s, e, v)
+            return
+        name = self.feature_name(fid)
+        if name is not None:
+            self.txn.delete(name_key(name), db=self.dbs["features"])
+        self.txn.delete(prefix, db=self.dbs["names"])
+        self.txn.delete(prefix, db=self.dbs["counts"])
+        for pending in (self._counts, self._highs, self._lows):
+            pending.pop(fid, None)
+        self._overlaps.discard(fid)
+        self._no_stats.discard(fid)
+
     def all_blocks(self):
         """(feature id, first start, raw block) of every block, each list's tail after its
         blocks, in feature order (for check)."""
@@ -2212,6 +2241,44 @@ def copy_compacted(e: Environment, dest: str) -> None:
         e.env.copy(dest, compact=True)
     except lmdb.Error as err:
         raise StorageError(f"{dest}: compacting failed: {err}") from None
+
+
+def copy_rebuilt(e: Environment, dest: str, chunk: int = 20_000) -> None:
+    """Write a copy of the environment to the new directory `dest` by putting every key
+    and value of every sub-database, in key order, into a new environment: its B-trees
+    are built afresh, so no byte of a deleted key or value survives. (LMDB's compacting
+    copy keeps the pages in use as they are, and a branch page keeps, as a separator, the
+    key of an entry deleted since.) Slower than copy_compacted; purge.py uses it."""
+    if os.path.exists(dest) and (not os.path.isdir(dest) or os.listdir(dest)):
+        raise StorageError(f"{dest}: exists and is not an empty directory")
+    os.makedirs(dest, exist_ok=True)
+    out = _open_lmdb(dest, readonly=False)
+    try:
+        with e.env.begin(buffers=True) as src:
+            for name in _SUBDBS:
+                if e.dbs.get(name) is None:
+                    continue
+                with out.begin(write=True) as txn:
+                    db = out.open_db(name.encode(), txn=txn)
+                with src.cursor(db=e.dbs[name]) as cur:
+                    items = []
+                    for k, v in cur:
+                        items.append((bytes(k), bytes(v)))
+                        if len(items) == chunk:
+                            _put_in_order(out, db, items)
+                            items = []
+                    _put_in_order(out, db, items)
+        out.sync(True)
+    except lmdb.Error as err:
+        raise StorageError(f"{dest}: copying failed: {err}") from None
+    finally:
+        out.close()
+
+
+def _put_in_order(env, db, items: list) -> None:
+    if items:
+        with env.begin(write=True) as txn, txn.cursor(db=db) as cur:
+            cur.putmulti(items, append=True)
 
 
 def explain_write_error(path: str, err: BaseException) -> str:

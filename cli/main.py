@@ -429,8 +429,10 @@ def compact(db, dest):
 
     Pages freed by earlier transactions are left out, so an ingest done in
     many batches shrinks; the database itself is untouched (a consistent
-    snapshot is copied even while others write). Replace it with the copy
-    when no process has it open.
+    snapshot is copied even while others write). Nothing of what was deleted
+    or forgotten is copied: not its text, nor a word or label that no
+    remaining document uses (the file's bytes hold none of them). Replace
+    the database with the copy when no process has it open.
 
     \b
     Example:

@@ -7,6 +7,7 @@ The tools are thin wrappers of Memory's methods; `make_server(path)` builds the 
 from __future__ import annotations
 
 import threading
+from datetime import datetime
 from typing import Any
 
 import click
@@ -19,11 +20,13 @@ SNIPPET_CHARS = 1000       # a listing without a query shows this much of each t
 
 INSTRUCTIONS = """\
 A persistent, searchable memory (annodb). `remember` stores a text with metadata
-(strings are exact labels, numbers are values; `time` is set for you); `search` finds
-memories by free text or by a GCL query, filtered by metadata with `where`; `read_document`
-returns one in full; `annotate` puts a number on a memory under a label (e.g. useful = 2)
-that `where` can filter on; `forget` deletes one. Search everything before remembering
-something that may already be there."""
+(strings are exact labels, numbers are values; `time` is set for you); give a `key` naming
+what a fact is about (e.g. "alice/city") and a later memory with that key replaces it.
+`search` finds current memories by free text or by a GCL query, filtered by metadata with
+`where` (or as they were at a past time with `as_of`); `list` pages through the latest;
+`read_document` returns one in full; `annotate` puts a number on a memory under a label
+(e.g. useful = 2) that `where` can filter on; `forget` deletes memories by docno or by
+filter. Search everything before remembering something that may already be there."""
 
 SEARCH_HELP = """\
 Search the memory. `query` is free text (its words, whatever characters it holds: an email
@@ -36,9 +39,33 @@ of the best matches added: finds memories that use other words), "ssr"
 "sparse"; the default is "bm25+rm3" for free text, "ssr" for GCL.
 `where` filters inside the ranking, so k results come back when k match: {"user": "alice"}
 (exact), {"user": ["alice", "bob"]} (any of), {"importance": [">=", 3]} (= != < <= > >=),
-{"time": [">=", 1735689600]} (seconds since the epoch). An empty query lists the most
+{"time": [">=", 1735689600]} (seconds since the epoch), {"user": ["not in", ["bob"]]},
+{"key": ["exists", true]}; a condition on a key a memory lacks is false, except != and
+not in. Memories replaced by a newer one with their key are left out unless
+include_superseded; `as_of` (seconds since the epoch, or ISO 8601 like
+"2025-01-31T12:00:00Z"; no zone means UTC) searches the memories current at that time;
+`recency` (a half-life in seconds) favours newer memories. An empty query lists the most
 recent memories matching `where`. Returns docno, score, metadata and a snippet with the
-match marked <cover>...</cover>."""
+match marked <cover>...</cover>, and warnings (e.g. that no word of the query is in the
+memory)."""
+
+
+def _time(value, what: str):
+    """A time from JSON: seconds since the epoch, or an ISO 8601 string (no zone: UTC)."""
+    if value is None or isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            pass
+    raise AnnodbError(f"{what}: {value!r} is neither seconds since the epoch nor an ISO "
+                      "8601 time")
+
+
+def _shown(e) -> dict[str, Any]:
+    snippet = e.snippet if e.snippet is not None else e.text[:SNIPPET_CHARS]
+    return {"docno": e.docno, "score": e.score, "metadata": e.metadata, "snippet": snippet}
 
 
 def make_server(path: str):
@@ -59,15 +86,28 @@ def make_server(path: str):
 
     @server.tool(description=SEARCH_HELP)
     def search(query: str = "", k: int = 10, where: dict | None = None,
-               rank: str | None = None) -> dict[str, Any]:
-        found = call(memory.recall, query, k=max(0, min(k, 1000)), where=where, rank=rank)
-        results = []
-        for e in found:
-            snippet = e.snippet if e.snippet is not None else e.text[:SNIPPET_CHARS]
-            results.append({"docno": e.docno, "score": e.score, "metadata": e.metadata,
-                            "snippet": snippet})
-        return {"results": results, "query": found.query, "filter": found.filter,
-                "warnings": found.warnings}
+               rank: str | None = None, as_of: float | str | None = None,
+               include_superseded: bool = False,
+               recency: float | None = None) -> dict[str, Any]:
+        found = call(lambda: memory.recall(
+            query, k=max(0, min(k, 1000)), where=where, rank=rank,
+            as_of=_time(as_of, "as_of"), include_superseded=include_superseded,
+            recency=recency))
+        return {"results": [_shown(e) for e in found], "query": found.query,
+                "filter": found.filter, "warnings": found.warnings}
+
+    @server.tool(name="list")
+    def list_memories(n: int = 20, where: dict | None = None, before: str | None = None,
+                      as_of: float | str | None = None,
+                      include_superseded: bool = False) -> dict[str, Any]:
+        """The latest N memories matching `where` (as search takes it), newest first, a
+        page at a time: pass the `cursor` a page returned as `before` for the next one
+        (null when there is none). Current memories only unless include_superseded;
+        as_of as for search."""
+        page = call(lambda: memory.history(max(0, min(n, 1000)), where,
+                                           before=before, as_of=_time(as_of, "as_of"),
+                                           include_superseded=include_superseded))
+        return {"results": [_shown(e) for e in page], "cursor": page.cursor}
 
     @server.tool()
     def read_document(docno: str) -> dict[str, Any]:
@@ -78,13 +118,23 @@ def make_server(path: str):
         return {"docno": entry.docno, "text": entry.text, "metadata": entry.metadata}
 
     @server.tool()
-    def remember(text: str, metadata: dict | None = None,
-                 docno: str | None = None) -> dict[str, Any]:
+    def remember(text: str, metadata: dict | None = None, key: str | None = None,
+                 supersedes: str | None = None, docno: str | None = None) -> dict[str, Any]:
         """Store TEXT in the memory, committed before this returns. metadata: string values
         become exact labels (filter with where={"key": "value"}), numbers and booleans
-        become values (where={"key": [">=", 2]}). Give the docno of an existing memory to
-        replace it; otherwise one is made (m<n>). Returns the docno."""
-        return {"docno": call(memory.remember, text, docno=docno, **(metadata or {}))}
+        become values (where={"key": [">=", 2]}); "time" (seconds since the epoch or ISO
+        8601) says when, default now. key names what the memory is about ("alice/city"):
+        the memories with that key remembered before it are superseded (kept, but no
+        longer found unless asked for). supersedes: the docno of one memory this one
+        replaces. Give the docno of an existing memory to overwrite it; otherwise one is
+        made (m<n>). Returns the docno."""
+        def write():
+            fields = dict(metadata or {})
+            if "time" in fields:
+                fields["time"] = _time(fields["time"], "time")
+            return memory.remember(text, docno=docno, key=key, supersedes=supersedes,
+                                   **fields)
+        return {"docno": call(write)}
 
     @server.tool()
     def annotate(docno: str, label: str, value: float = 0.0) -> dict[str, Any]:
@@ -95,9 +145,18 @@ def make_server(path: str):
         return {"docno": docno, "label": label, "value": value}
 
     @server.tool()
-    def forget(docno: str) -> dict[str, Any]:
-        """Delete the memory DOCNO and everything annotated inside it."""
-        return {"docno": docno, "forgotten": call(memory.forget, docno)}
+    def forget(docno: str | None = None, docnos: list[str] | None = None,
+               where: dict | None = None) -> dict[str, Any]:
+        """Delete memories and everything annotated inside them, in one transaction: the
+        memory DOCNO (returns forgotten: true or false), or the memories DOCNOS, or every
+        memory matching WHERE (as search takes it; superseded ones too; it must not be
+        empty), returning forgotten: the docnos deleted. `annodb compact` then writes a
+        copy holding no trace of them."""
+        if sum(x is not None for x in (docno, docnos, where)) != 1:
+            raise ToolError("give one of docno, docnos or where")
+        if docno is not None:
+            return {"docno": docno, "forgotten": call(memory.forget, docno)}
+        return {"forgotten": call(memory.forget, docnos, where=where)}
 
     server.memory = memory
     return server
@@ -108,9 +167,11 @@ def make_server(path: str):
 def mcp(db):
     """Serve the database as agent memory over the Model Context Protocol (stdio).
 
-    Tools: search (free text or GCL, k, where filters), read_document, remember,
-    annotate and forget. The database is created if missing; every call is a
-    transaction, so agents, `annodb` commands and other programs can use it at once.
+    Tools: search (free text or GCL, k, where filters, as_of), list (the latest,
+    a page at a time), read_document, remember (with a key that supersedes),
+    annotate and forget (by docno or by filter). The database is created if
+    missing; every call is a transaction, so agents, `annodb` commands and other
+    programs can use it at once.
 
     \b
     Example:

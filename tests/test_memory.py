@@ -311,7 +311,8 @@ def test_mcp_server_with_the_mcp_client(tmp_path):
     async def session():
         async with Client(_server_params(path)) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
-            assert set(tools) == {"search", "read_document", "remember", "annotate", "forget"}
+            assert set(tools) == {"search", "read_document", "remember", "annotate", "forget",
+                                  "list"}
             assert "where" in tools["search"].input_schema["properties"]
 
             async def call(name, **args):

@@ -1,0 +1,211 @@
+"""A memory's metadata (annodb.Memory): keys, labels, values, times, and `where` filters
+compiled into the query algebra (DESIGN.md section 9).
+
+A memory is a document (container `:`) whose record holds its text (`text`) and metadata:
+
+- a number or a bool is a value on the feature `:key:` (records.py's scheme), so
+  `where={"importance": (">=", 3)}` is `(>= :importance: 3)`;
+- a string is a label, the feature `key:value` (whitespace, `( ) " %` in the value written
+  `%XX`, and the empty string as `key:%`, so a label never ends in `:` and never names a
+  container or a field such as `topic:` or `title:`), so `where={"user": "alice"}` is the
+  feature `user:alice`, matched exactly;
+- a time (`datetime`, or seconds since the epoch) is a number: seconds since the epoch. A
+  `datetime` with a timezone is converted; a naive one is taken as UTC (not local time).
+
+Keys are names without whitespace or `( ) " :`. RESERVED keys are refused as metadata:
+`text` and `docno` (the record's own), `key` (give it as `remember(key=...)`),
+`superseded` (set when a newer memory replaces one), and the names of the features annodb
+writes for its own agents (judgments.py): `judgment`, `note`, `order` and `call`, whose
+features `judgment:T`, `note:T`, `order:T` and `call:T` a label would otherwise forge (a
+grade, a note's link, a discovery order). (`topic` is free: a topic's record is the
+document `topic:T` in the container `topic:`, which no label can name.)
+
+`where` maps each key to a condition; all must hold. A condition is a value (exact match),
+a list of values (any of), `(op, value)` with op one of = != < <= > >= (strings: = and !=
+only), `("in", [values])`, `("not in", [values])` or `("exists", True|False)`. A condition
+on a key a memory lacks is false for =, comparisons and in, true for != and not in, for
+numbers and strings alike; `("exists", False)` asks for the memories without the key.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import re
+
+from . import query as _query
+from .errors import AnnodbError
+from .query import Combine, Compare, Feature
+
+DOCUMENT = Feature(":")
+TEXT = "text"                      # the record field holding a memory's text
+TIME = "time"                      # when it was remembered: seconds since the epoch
+KEY = "key"                        # what it is about: a newer memory with its key replaces it
+SUPERSEDED = "superseded"          # the time a newer memory replaced it
+AGENT_NAMES = ("judgment", "note", "order", "call")   # judgments.py's features `name:T`
+RESERVED = (TEXT, "docno", KEY, SUPERSEDED) + AGENT_NAMES
+OPERATORS = ("=", "!=", "<", "<=", ">", ">=")
+SET_OPERATORS = ("in", "not in")
+_BAD_KEY = re.compile(r'[\s()":]')
+_ESCAPE = re.compile(r'[\s()"%]')
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+def check_key(key) -> str:
+    """The key, or AnnodbError when it cannot name metadata (not a feature name part)."""
+    if not isinstance(key, str) or not key or _BAD_KEY.search(key):
+        raise AnnodbError(f"metadata key {key!r}: need a non-empty name without whitespace "
+                          'or ( ) " :')
+    return key
+
+
+def check_own_key(key) -> str:
+    """check_key, and AnnodbError for a RESERVED key (one a caller may not set)."""
+    if check_key(key) in RESERVED:
+        raise AnnodbError(f"metadata key {key!r} is reserved (annodb writes it itself: "
+                          f"{', '.join(RESERVED)}); choose another name")
+    return key
+
+
+def label(key: str, value: str) -> str:
+    """The feature of a string metadata value: `key:value`, escaped so it can be queried
+    (and `key:%` for "", which `%` escaped as `%25` never gives)."""
+    if value == "":
+        return f"{check_key(key)}:%"
+    return f"{check_key(key)}:" + _ESCAPE.sub(
+        lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), value)
+
+
+def value_feature(key: str) -> str:
+    """The feature holding a key's numbers: `:key:`."""
+    return f":{check_key(key)}:"
+
+
+def seconds(value, what: str = "time") -> float:
+    """A time as seconds since the epoch: a number, or a datetime (naive: UTC)."""
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=_dt.timezone.utc)
+        return (value - _EPOCH).total_seconds()
+    if isinstance(value, _dt.date):
+        raise AnnodbError(f"{what}: {value!r} is a date; give a datetime or seconds")
+    return number(what, value)
+
+
+def duration(value, what: str = "recency") -> float:
+    """A positive duration in seconds: a number or a timedelta."""
+    if isinstance(value, _dt.timedelta):
+        value = value.total_seconds()
+    value = number(what, value)
+    if value <= 0:
+        raise AnnodbError(f"{what}: a half-life must be > 0 seconds, not {value}")
+    return value
+
+
+def number(key: str, value) -> float:
+    """A finite number (a bool is 0 or 1, a datetime its seconds), or AnnodbError."""
+    if isinstance(value, _dt.datetime):
+        return seconds(value, key)
+    if isinstance(value, (bool, int, float)):
+        value = float(value)
+        if math.isfinite(value):
+            return value
+    raise AnnodbError(f"metadata {key!r}: {value!r} is not a finite number")
+
+
+def stored(key: str, value):
+    """The value a record stores for metadata `key` (a string, or a number; a datetime as
+    its seconds)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, _dt.datetime):
+        return seconds(value, key)
+    number(key, value)
+    return value
+
+
+def _term(key: str, value) -> _query.Node:
+    """The exact-match condition for one value of `key`."""
+    if isinstance(value, str):
+        return Feature(label(key, value))
+    return Compare("=", Feature(value_feature(key)), number(key, value))
+
+
+def _any_of(key: str, values) -> _query.Node:
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, set,
+                                                                   frozenset)):
+        raise AnnodbError(f"where {key!r}: in / not in take a list of values")
+    nodes = tuple(dict.fromkeys(_term(key, v) for v in values))
+    if not nodes:
+        raise AnnodbError(f"where {key!r}: an empty list matches nothing")
+    return nodes[0] if len(nodes) == 1 else Combine("+", nodes)
+
+
+def _is_pair(want) -> bool:
+    return isinstance(want, (list, tuple)) and len(want) == 2 and isinstance(want[0], str) \
+        and (want[0] in OPERATORS or want[0] in SET_OPERATORS or want[0] == "exists")
+
+
+def conditions(key: str, want, labels_of) -> list[tuple[str, _query.Node]]:
+    """(containment operator, node) pairs a memory must satisfy for `where[key] = want`:
+    `>>` (contains the node) or `!>` (contains none). `labels_of(key)` lists the key's
+    string labels (for exists)."""
+    check_key(key)
+    if _is_pair(want):
+        op, value = want
+        if op == "exists":
+            if not isinstance(value, bool):
+                raise AnnodbError(f"where {key!r}: exists takes True or False")
+            names = (value_feature(key),) + tuple(labels_of(key))
+            node = Feature(names[0]) if len(names) == 1 else \
+                Combine("+", tuple(map(Feature, names)))
+            return [(">>" if value else "!>", node)]
+        if op in SET_OPERATORS:
+            return [(">>" if op == "in" else "!>", _any_of(key, value))]
+        if isinstance(value, (list, tuple, set, frozenset)):
+            raise AnnodbError(f"where {key!r}: {op} compares one value (in / not in take "
+                              "a list)")
+        if isinstance(value, str):
+            if op not in ("=", "!="):
+                raise AnnodbError(f"where {key!r}: {op} compares numbers; strings take = or !=")
+            return [(">>" if op == "=" else "!>", Feature(label(key, value)))]
+        if op == "!=":        # true where the key is missing: "contains no (= :key: x)"
+            return [("!>", _term(key, value))]
+        return [(">>", Compare(op, Feature(value_feature(key)), number(key, value)))]
+    if isinstance(want, (list, tuple, set, frozenset)):
+        return [(">>", _any_of(key, want))]
+    return [(">>", _term(key, want))]
+
+
+def where_node(where: dict | None, base: _query.Node = DOCUMENT, labels_of=None
+               ) -> _query.Node:
+    """The query selecting the `base` intervals (memories) that satisfy `where`.
+    `labels_of(key)`: the key's string labels, needed for ("exists", ...)."""
+    if where is not None and not isinstance(where, dict):
+        raise AnnodbError(f"where is a dict of conditions, not {type(where).__name__}")
+    node = base
+    for key, want in (where or {}).items():
+        for op, cond in conditions(key, want, labels_of or _no_labels):
+            node = Combine(op, (node, cond))
+    return node
+
+
+def _no_labels(key: str) -> list[str]:
+    raise AnnodbError(f"where {key!r}: exists needs the database (use Memory.recall)")
+
+
+def current_node(node: _query.Node, as_of: float | None, include_superseded: bool,
+                 any_superseded: bool = True) -> _query.Node:
+    """`node` (memories, or their `:time:`) narrowed to those current: not superseded (by
+    default), or as of `as_of`: remembered by then and not superseded by then.
+    `any_superseded` False: no memory is superseded (the condition is left out)."""
+    include_superseded = include_superseded or not any_superseded
+    if as_of is not None:
+        node = Combine(">>", (node, Compare("<=", Feature(value_feature(TIME)), as_of)))
+        if not include_superseded:
+            node = Combine("!>", (node, Compare("<=", Feature(value_feature(SUPERSEDED)),
+                                                as_of)))
+        return node
+    if include_superseded:
+        return node
+    return Combine("!>", (node, Feature(value_feature(SUPERSEDED))))
