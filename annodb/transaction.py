@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import warnings
 from dataclasses import dataclass
 
@@ -364,11 +365,18 @@ def check_docno(docno: str) -> None:
 
 
 class Writer(Snapshot):
-    """A write transaction. Everything it does is invisible to others until commit."""
+    """A write transaction. Everything it does is invisible to others until commit.
+
+    It belongs to the thread that began it: a call from any other thread is a StorageError
+    (LMDB binds a write transaction and its writer mutex to one thread, and the buffers
+    here are not guarded: four threads adding through one writer made overlapping
+    documents and lost docnos, without an error). Threads that write begin a write
+    transaction each (they take turns), or hand their work to the one that holds it."""
 
     def __init__(self, db, txn: storage.Txn, lock: storage.WriterLock):
         super().__init__(db, txn)
         self._lock = lock
+        self._thread = threading.get_ident()
         self._vocab: storage.Vocab = db._env.vocab
         self._new_names: list[str] = []  # interned by this transaction (the cache drops them on abort)
         self._named = 0  # how many of them are written
@@ -447,7 +455,21 @@ class Writer(Snapshot):
     def abort(self) -> None:
         """Throw the transaction away."""
         if not self._done:
+            self._check_thread()
             self._abort()
+
+    def _check(self) -> None:
+        super()._check()
+        self._check_thread()
+
+    def _check_thread(self) -> None:
+        if threading.get_ident() != self._thread:
+            raise StorageError(
+                f"{self.db.path}: this write transaction belongs to the thread that began "
+                "it, and another thread used it: a write transaction is used by one thread "
+                "(LMDB's rule; shared, it corrupts the database). Begin a write transaction "
+                "in each thread that writes (`with db.write() as w:`; they take turns), or "
+                "pass the work to the thread holding this one (a queue)")
 
     def _abort(self) -> None:
         for name in self._new_names:
