@@ -63,6 +63,11 @@ class Snapshot:
         self._txn = txn
         self.lists = Lists(txn, shared)  # the annotation lists, whole or by blocks
         self._done = False
+        try:  # (a newer annodb may have written it since this process opened it)
+            storage.check_format(db.path, txn.meta("format"))
+        except BaseException:
+            Snapshot.close(self)  # (a Writer's close needs what its __init__ sets next)
+            raise
         # words are stored without diacritics (an option set when the database was made)
         self.fold_diacritics = bool(txn.meta(FOLD_DIACRITICS, False))
 
