@@ -361,6 +361,20 @@ def check_container(name: str) -> None:
                           "word holding : < > # @ or =, other than ':' alone (e.g. 'note:')")
 
 
+def check_note_docno(snap, docno: str) -> None:
+    """AnnodbError when the document `docno` exists (in `snap`, a writer) and is not a note:
+    a note may replace only a note."""
+    try:
+        found = snap.document(docno)
+    except NotFoundError:
+        return
+    if found.container != NOTES:
+        holder = "a document of the collection" if found.container == DOCUMENT else \
+            f"a document in {found.container!r}"
+        raise AnnodbError(f"cannot write the note {docno!r}: that docno is taken by "
+                          f"{holder}, which a note does not replace; nothing was written")
+
+
 def check_docno(docno: str) -> None:
     """AnnodbError unless the docno can be stored (not empty, an LMDB key's length)."""
     if not docno:
@@ -763,15 +777,22 @@ class Writer(Snapshot):
     def note(self, docno: str, text: str, *, features=(),
              note_docno: str | None = None) -> Added:
         """Attach a searchable note to the document `docno`: a new document holding `text`
-        (docno `note_docno`, replaced if present; default `note:<docno>:<address>`) in the
-        container `note:`, apart from the collection (no hit of its searches, not counted
-        among its documents). Its range carries `note:` and each of `features`, valued with
-        the target's first address, a link: `(>> : (@ note:))` is the noted documents;
-        `search(q, container="note:")` and `(<< word note:)` search the notes."""
+        (docno `note_docno`, replacing the note of that docno if there is one; default
+        `note:<docno>:<address>`, with `_` added while that is taken) in the container
+        `note:`, apart from the collection (no hit of its searches, not counted among its
+        documents). Its range carries `note:` and each of `features`, valued with the
+        target's first address, a link: `(>> : (@ note:))` is the noted documents;
+        `search(q, container="note:")` and `(<< word note:)` search the notes. A
+        `note_docno` held by a document that is not a note (one of the collection, a
+        topic's record) is an AnnodbError: a note replaces only a note."""
         self._check()
         target = self.document(docno)
         if note_docno is None:
             note_docno = f"note:{docno}:{self._next_address}"
+            while self.has(note_docno):
+                note_docno += "_"
+        else:
+            check_note_docno(self, note_docno)
         added = self.add(text, docno=note_docno, replace=True, container=NOTES)
         for feature in dict.fromkeys((NOTES, *features)):
             self.annotate(feature, added.start, added.end, float(target.start))
