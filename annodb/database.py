@@ -168,6 +168,32 @@ _rehearsing = False
 _EVERY_OPERATOR = '(+ (^ "a b" c) (... d e) (<< f (# 3)) (>> : g) (!< h :) (!> : i))'
 
 
+_REHEARSAL = "annodb-rehearsal-"   # its scratch directories: this, the process id, "-", ...
+
+
+def _sweep_rehearsals() -> None:
+    """Remove the scratch directories of rehearsals whose process is gone (killed in one:
+    a SIGKILL leaves its directory behind)."""
+    try:
+        names = os.listdir(tempfile.gettempdir())
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(_REHEARSAL):
+            continue
+        pid = name[len(_REHEARSAL):].partition("-")[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue   # alive (or another user's: not ours to remove)
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        shutil.rmtree(os.path.join(tempfile.gettempdir(), name), ignore_errors=True)
+
+
 def load_write_kernels() -> None:
     """Load, once in this process, every kernel a write transaction can run, before a write
     takes the writer lock (Database.write calls this). numba loads a kernel from its cache
@@ -176,7 +202,9 @@ def load_write_kernels() -> None:
     each kind (documents, records with fields and a sparse vector, annotations, notes,
     reads and searches of every ranking, erases, deletes, appends to existing lists) on a
     scratch database in a temporary directory, thrown away after; so whatever signatures
-    the real code uses are the ones loaded. Best effort: if no scratch database can be made
+    the real code uses are the ones loaded (its directory is named by the process id, and a
+    directory left by a process killed meanwhile is removed by the next rehearsal). Best
+    effort: if no scratch database can be made
     (no temporary directory), the write goes on and loads its kernels as it runs."""
     global _rehearsed, _rehearsing
     if _rehearsed:
@@ -195,7 +223,8 @@ def load_write_kernels() -> None:
 
 
 def _rehearse() -> None:
-    scratch = tempfile.mkdtemp(prefix="annodb-rehearsal-")
+    _sweep_rehearsals()
+    scratch = tempfile.mkdtemp(prefix=f"{_REHEARSAL}{os.getpid()}-")
     try:
         with Database(os.path.join(scratch, "db")) as db:
             for first in (True, False):   # the second appends to lists the first made

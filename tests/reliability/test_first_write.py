@@ -110,3 +110,24 @@ def test_a_fresh_process_loads_every_kernel_before_it_takes_the_writer_lock(tmp_
         with db.read() as r:
             assert r.has("a1") and r.has("warm") and r.has("after")
     figures.update(kernel_loads=seen["loads"], loads_under_the_lock=len(seen["under_lock"]))
+
+
+def test_a_killed_rehearsals_directory_is_removed_by_the_next(tmp_path):
+    """The kernels are loaded by rehearsing on a scratch database in the temporary
+    directory. A process killed meanwhile leaves that directory behind: the next process's
+    first write removes it (its process is gone), keeps a live process's, and leaves none
+    of its own."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp / f"annodb-rehearsal-{dead.pid}-x1"
+    (stale / "db").mkdir(parents=True)
+    (stale / "db" / "data.mdb").write_bytes(bytes(16384))
+    live = tmp / f"annodb-rehearsal-{os.getpid()}-x2"   # this process is alive
+    live.mkdir()
+    code = "import annodb, sys\nwith annodb.open(sys.argv[1]) as db, db.write() as w:\n" \
+           "    w.add('a first write', docno='d')\n"
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "d.db")], check=True,
+                   timeout=300, env={**os.environ, "TMPDIR": str(tmp)})
+    assert sorted(p.name for p in tmp.iterdir()) == [live.name]
