@@ -25,6 +25,9 @@ transactions, or use the 'spawn' or 'forkserver' start method.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+import threading
 
 from . import lists, purge, storage
 from .errors import StorageError
@@ -103,6 +106,7 @@ class Database:
         env = self._environment()
         if self.readonly:
             raise StorageError(f"{self.path}: opened read-only")
+        load_write_kernels()  # before the lock: no other writer waits while numba loads
         lock = storage.WriterLock(env, self.timeout if timeout is None else timeout)
         lock.acquire()
         try:
@@ -153,3 +157,98 @@ class Database:
 
     def __repr__(self) -> str:
         return f"annodb.Database({self.path!r})"
+
+
+# ------------------------------------------------------------------ the first write
+
+_rehearsal = threading.RLock()
+_rehearsed = False   # (a forked child inherits the parent's loaded kernels, and this)
+_rehearsing = False
+
+# The query of ranking.load_kernels: every GCL operator, so a writer's own reads load nothing
+_EVERY_OPERATOR = '(+ (^ "a b" c) (... d e) (<< f (# 3)) (>> : g) (!< h :) (!> : i))'
+
+
+_REHEARSAL = "annodb-rehearsal-"   # its scratch directories: this, the process id, "-", ...
+
+
+def _sweep_rehearsals() -> None:
+    """Remove the scratch directories of rehearsals whose process is gone (killed in one:
+    a SIGKILL leaves its directory behind)."""
+    try:
+        names = os.listdir(tempfile.gettempdir())
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(_REHEARSAL):
+            continue
+        pid = name[len(_REHEARSAL):].partition("-")[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue   # alive (or another user's: not ours to remove)
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        shutil.rmtree(os.path.join(tempfile.gettempdir(), name), ignore_errors=True)
+
+
+def load_write_kernels() -> None:
+    """Load, once in this process, every kernel a write transaction can run, before a write
+    takes the writer lock (Database.write calls this). numba loads a kernel from its cache
+    (or compiles it) on first use: inside the lock, a new process's first write held every
+    other writer off for 2-6 s. The kernels are loaded by rehearsing: a write transaction of
+    each kind (documents, records with fields and a sparse vector, annotations, notes,
+    reads and searches of every ranking, erases, deletes, appends to existing lists) on a
+    scratch database in a temporary directory, thrown away after; so whatever signatures
+    the real code uses are the ones loaded (its directory is named by the process id, and a
+    directory left by a process killed meanwhile is removed by the next rehearsal). Best
+    effort: if no scratch database can be made
+    (no temporary directory), the write goes on and loads its kernels as it runs."""
+    global _rehearsed, _rehearsing
+    if _rehearsed:
+        return
+    with _rehearsal:
+        if _rehearsed or _rehearsing:   # (the rehearsal's own writes come back here)
+            return
+        _rehearsing = True
+        try:
+            _rehearse()
+        except Exception:  # noqa: BLE001 - best effort: the write then loads as it runs
+            pass
+        finally:
+            _rehearsing = False
+            _rehearsed = True
+
+
+def _rehearse() -> None:
+    _sweep_rehearsals()
+    scratch = tempfile.mkdtemp(prefix=f"{_REHEARSAL}{os.getpid()}-")
+    try:
+        with Database(os.path.join(scratch, "db")) as db:
+            for first in (True, False):   # the second appends to lists the first made
+                with db.write() as w:
+                    a = w.add("a b c rehearsal of every kernel " * 3, docno="a" if first
+                              else "a2")
+                    w.add_many([({"docid": f"r{i}{first}", "title": "d e", "text":
+                                  "f g h i " * (200 if i == 2 else 2), "n": i,
+                                  "v": {"g": 1.5}}, None) for i in range(3)],
+                               sparse_fields=["v"])
+                    w.annotate("label:x", a.start, a.end, 2.0)
+                    w.note(a.docno, "a note about it", note_docno=f"note:{a.docno}")
+                    w.intervals("label:x")
+                    w.find(a.docno)
+                    w.count(_EVERY_OPERATOR, lenient=True)
+                    for rank in ("ssr", "bm25", "fused", "bm25+rm3"):
+                        w.search(_EVERY_OPERATOR, k=2, lenient=True, rank=rank)
+                        w.search_text("c f g", k=2, rank=rank)
+                    w.search_text({"g": 1.0}, k=2, rank="sparse")
+                    w.search("c", k=2, container="note:")
+                    w.erase(a.start + 1, a.start + 1)
+                    w.text(a.start, a.end)
+                    if not first:
+                        w.delete("a")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

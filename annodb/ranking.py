@@ -17,7 +17,7 @@ from itertools import combinations
 
 import numpy as np
 
-from . import bm25, feedback, kernels, snippets, tokenizer
+from . import bm25, feedback, kernels, records, snippets, tokenizer
 from .errors import RankingError
 from .gcl import Budget, Evaluator, Region, as_node, list_name, prepare
 from .lists import Intervals
@@ -515,8 +515,7 @@ def _ranked_text(snapshot, text, k: int, container: str, how: str,
     if how == "sparse":
         settings = _sparse(snapshot, settings)
         if isinstance(text, dict):
-            terms = [(tokenizer.fold(str(t)), bm25.number(w, f"the weight of {t!r}", 0.0))
-                     for t, w in text.items()]
+            terms = [_sparse_entry(t, w) for t, w in text.items()]
         else:
             terms = [(w, float(n)) for w, n in Counter(tokens(text)).items()]
         shown = [Feature(f"{settings.sparse}:{t}") for t, _ in terms]
@@ -545,6 +544,15 @@ def _ranked_text(snapshot, text, k: int, container: str, how: str,
     cs, ce = snapshot.word_covers(words, s, e) if snippets else (s, s)
     hits = Ranking(snapshot, query, [], s, e, sc, cs, ce).hits(k, snippets)
     return Results(hits, query, [], len(hits))
+
+
+def _sparse_entry(term, weight) -> tuple[str, float]:
+    """(the term folded, its weight) of a query's {term: weight}, or RankingError."""
+    weight = bm25.number(weight, f"the weight of {term!r}", 0.0, records.MAX_WEIGHT)
+    problem = records.sparse_problem(str(term), weight)
+    if problem is not None:
+        raise RankingError(f"a sparse query's {problem}")
+    return tokenizer.fold(str(term)), weight
 
 
 def search_text(snapshot, text: str, *, k: int = 10, container: str = ":",

@@ -515,11 +515,19 @@ class ShardedWriter(ShardedSnapshot):
 
     def note(self, docno: str, text: str, *, features=(),
              note_docno: str | None = None) -> transaction.Added:
-        """As Writer.note: the note lives in its target's shard."""
+        """As Writer.note: the note lives in its target's shard (a `note_docno` held in
+        another shard, by anything, is an AnnodbError: one docno, one document)."""
         part, doc = self._holding(docno)
         if doc is None:
             raise NotFoundError(f"no document with docno {docno!r}")
         w = self._writer(self.parts.index(part), f"the document {docno!r}")
+        if note_docno is not None:
+            transaction.check_note_docno(self, note_docno)
+            holder = self._holding(note_docno)[0]
+            if holder is not None and holder is not w:
+                raise AnnodbError(f"cannot write the note {note_docno!r} about {docno!r}: "
+                                  "a note of that docno lives in another shard than its "
+                                  "target's; nothing was written")
         return w.note(docno, text, features=features, note_docno=note_docno)
 
     def address_space(self) -> int:

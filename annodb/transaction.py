@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import warnings
 from dataclasses import dataclass
 
@@ -62,6 +63,11 @@ class Snapshot:
         self._txn = txn
         self.lists = Lists(txn, shared)  # the annotation lists, whole or by blocks
         self._done = False
+        try:  # (a newer annodb may have written it since this process opened it)
+            storage.check_format(db.path, txn.meta("format"))
+        except BaseException:
+            Snapshot.close(self)  # (a Writer's close needs what its __init__ sets next)
+            raise
         # words are stored without diacritics (an option set when the database was made)
         self.fold_diacritics = bool(txn.meta(FOLD_DIACRITICS, False))
 
@@ -355,6 +361,20 @@ def check_container(name: str) -> None:
                           "word holding : < > # @ or =, other than ':' alone (e.g. 'note:')")
 
 
+def check_note_docno(snap, docno: str) -> None:
+    """AnnodbError when the document `docno` exists (in `snap`, a writer) and is not a note:
+    a note may replace only a note."""
+    try:
+        found = snap.document(docno)
+    except NotFoundError:
+        return
+    if found.container != NOTES:
+        holder = "a document of the collection" if found.container == DOCUMENT else \
+            f"a document in {found.container!r}"
+        raise AnnodbError(f"cannot write the note {docno!r}: that docno is taken by "
+                          f"{holder}, which a note does not replace; nothing was written")
+
+
 def check_docno(docno: str) -> None:
     """AnnodbError unless the docno can be stored (not empty, an LMDB key's length)."""
     if not docno:
@@ -364,11 +384,18 @@ def check_docno(docno: str) -> None:
 
 
 class Writer(Snapshot):
-    """A write transaction. Everything it does is invisible to others until commit."""
+    """A write transaction. Everything it does is invisible to others until commit.
+
+    It belongs to the thread that began it: a call from any other thread is a StorageError
+    (LMDB binds a write transaction and its writer mutex to one thread, and the buffers
+    here are not guarded: four threads adding through one writer made overlapping
+    documents and lost docnos, without an error). Threads that write begin a write
+    transaction each (they take turns), or hand their work to the one that holds it."""
 
     def __init__(self, db, txn: storage.Txn, lock: storage.WriterLock):
         super().__init__(db, txn)
         self._lock = lock
+        self._thread = threading.get_ident()
         self._vocab: storage.Vocab = db._env.vocab
         self._new_names: list[str] = []  # interned by this transaction (the cache drops them on abort)
         self._named = 0  # how many of them are written
@@ -447,7 +474,21 @@ class Writer(Snapshot):
     def abort(self) -> None:
         """Throw the transaction away."""
         if not self._done:
+            self._check_thread()
             self._abort()
+
+    def _check(self) -> None:
+        super()._check()
+        self._check_thread()
+
+    def _check_thread(self) -> None:
+        if threading.get_ident() != self._thread:
+            raise StorageError(
+                f"{self.db.path}: this write transaction belongs to the thread that began "
+                "it, and another thread used it: a write transaction is used by one thread "
+                "(LMDB's rule; shared, it corrupts the database). Begin a write transaction "
+                "in each thread that writes (`with db.write() as w:`; they take turns), or "
+                "pass the work to the thread holding this one (a queue)")
 
     def _abort(self) -> None:
         for name in self._new_names:
@@ -736,15 +777,22 @@ class Writer(Snapshot):
     def note(self, docno: str, text: str, *, features=(),
              note_docno: str | None = None) -> Added:
         """Attach a searchable note to the document `docno`: a new document holding `text`
-        (docno `note_docno`, replaced if present; default `note:<docno>:<address>`) in the
-        container `note:`, apart from the collection (no hit of its searches, not counted
-        among its documents). Its range carries `note:` and each of `features`, valued with
-        the target's first address, a link: `(>> : (@ note:))` is the noted documents;
-        `search(q, container="note:")` and `(<< word note:)` search the notes."""
+        (docno `note_docno`, replacing the note of that docno if there is one; default
+        `note:<docno>:<address>`, with `_` added while that is taken) in the container
+        `note:`, apart from the collection (no hit of its searches, not counted among its
+        documents). Its range carries `note:` and each of `features`, valued with the
+        target's first address, a link: `(>> : (@ note:))` is the noted documents;
+        `search(q, container="note:")` and `(<< word note:)` search the notes. A
+        `note_docno` held by a document that is not a note (one of the collection, a
+        topic's record) is an AnnodbError: a note replaces only a note."""
         self._check()
         target = self.document(docno)
         if note_docno is None:
             note_docno = f"note:{docno}:{self._next_address}"
+            while self.has(note_docno):
+                note_docno += "_"
+        else:
+            check_note_docno(self, note_docno)
         added = self.add(text, docno=note_docno, replace=True, container=NOTES)
         for feature in dict.fromkeys((NOTES, *features)):
             self.annotate(feature, added.start, added.end, float(target.start))

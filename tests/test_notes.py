@@ -146,7 +146,7 @@ def test_another_client_never_sees_the_agents_notes_unless_it_asks(db):
         assert stats["documents"] == documents and stats["agent_documents"] == 2
         # asking for them: the notes' container, or a GCL query naming it
         assert all_hits(other, "(+ light god talks)", container="note:") == \
-            ["note:t1:Gen.1.3", "note:t1:Gen.1.4"]
+            ["note:t1:Gen.1.3", "note:t1@Gen.1.4"]
         assert other(op="count", query="(<< talks note:)")["count"] == 1
         assert all_hits(other, "(>> : (@ note:t1))") == ["Gen.1.3", "Gen.1.4"]
     finally:

@@ -460,11 +460,11 @@ def test_annotate(server, db):
 def test_note(server, db):
     with Client(server.port) as c:
         r = c(op="note", docno="p2", qid="t7", text="Explains hello world in full.")
-        assert r == {"op": "note", "ok": True, "docno": "note:t7:p2", "target": "p2"}
+        assert r == {"op": "note", "ok": True, "docno": "note:t7@p2", "target": "p2"}
         assert c(op="query", query="(>> : (@ note:t7))")["docno"] == "p2"
         # notes are apart from the collection: found when a query asks for them
         assert c(op="query", query="explains")["done"] is True
-        assert c(op="query", query="explains", container="note:")["docno"] == "note:t7:p2"
+        assert c(op="query", query="explains", container="note:")["docno"] == "note:t7@p2"
         for request, wanted in [({"docno": "p2"}, "Missing text"),
                                 ({"docno": "nope", "text": "x"}, "Unknown docno"),
                                 ({"docno": "p2", "text": "x", "qid": "a b"}, "qid must")]:

@@ -370,7 +370,7 @@ def test_open_refuses_missing_and_non_databases(tmp_path):
         annodb.open(plain)
 
 
-@pytest.mark.parametrize("key, message", [("format", "database format 99"),
+@pytest.mark.parametrize("key, message", [("format", "written by annodb format 99"),
                                           ("tokenizer", "tokenizer 99")])
 def test_other_format_versions_are_refused(tmp_path, key, message):
     path = tmp_path / "v.db"
