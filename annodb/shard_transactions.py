@@ -41,6 +41,13 @@ def _merge_intervals(found: list[Intervals]) -> Intervals:
 ALL = 1 << 62  # a depth past every container (a fused ranking fuses whole rankings)
 
 
+def load_merge_kernels() -> None:
+    """Load the kernel merge_rankings runs (the one a sharded collection's reads add to a
+    database's), as database.load_write_kernels loads a write's: before a sharded write
+    takes the collection's lock, whose searches merge."""
+    kernels.merge_ranked(np.zeros(2), np.arange(2, dtype=np.int64), [1, 1], 2)
+
+
 def merge_rankings(snapshot, rankings: list, depth: int) -> ranking.Ranking:
     """Per-shard rankings (each to `depth`) merged exactly: score descending, ties by
     address, to `depth`. Where each ranked container lives is remembered (see

@@ -88,7 +88,7 @@ from .routing import (CREATING, IDENTITY, MANIFEST, Homes, identity, identity_pr
                       is_collection, shard_index, shard_name)
 from .routing import route as route_of
 from .transaction import NOTES
-from .shard_transactions import ShardedSnapshot, ShardedWriter
+from .shard_transactions import ShardedSnapshot, ShardedWriter, load_merge_kernels
 from .transaction import Stats
 
 FORMAT = "annodb-shards"
@@ -635,6 +635,8 @@ class ShardedDatabase:
         if self.readonly:
             raise StorageError(f"{self.path}: opened read-only")
         wait = self.timeout if timeout is None else timeout
+        database.load_write_kernels()  # before the lock, as Database.write (numba loads)
+        load_merge_kernels()
         lock = _FileLock(os.path.join(self.path, "writer.lock"), wait,
                          "the collection's writer lock").acquire()
         try:
