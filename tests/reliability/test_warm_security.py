@@ -37,6 +37,8 @@ from annodb_cli import warm
 from test_warm import (SAMPLE, _env, _gone, _home, _no_children, _run, _started, _status,
                        _waiting_query)
 
+from .workload import size
+
 pytestmark = pytest.mark.reliability
 
 NOBODY = 65534
@@ -208,6 +210,78 @@ def test_a_command_whose_folder_is_swapped_after_the_check_sends_nothing(nobody_
         assert done.returncode == 0 and int(done.stdout) > 0, done.stderr
         assert other.received() == []
     finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# The other user swapping folders in a loop: theirs (with its listening socket) in place
+# of ours and back, over and over, as fast as renames go, until its stdin closes.
+SWAPPER = r"""
+import os, select, sys
+ours, theirs = sys.argv[1], sys.argv[2]
+swaps = 0
+while not select.select([sys.stdin], [], [], 0)[0]:
+    for a, b in ((ours, ours + ".x"), (theirs, ours), (ours, theirs), (ours + ".x", ours)):
+        try:
+            os.rename(a, b)
+        except OSError:
+            pass
+    swaps += 1
+print(swaps, flush=True)
+"""
+
+# Root's commands, one after another, each handed to the warm process or bypassing it
+# (a bypassed one would run in its own process; here it is only counted).
+FORWARDS = r"""
+import sys
+from annodb_cli import warm
+served = bypassed = 0
+for _ in range(int(sys.argv[1])):
+    if warm.forward(sys.argv[2:]) is None:
+        bypassed += 1
+    else:
+        served += 1
+print(served, bypassed, file=sys.stderr)
+"""
+
+
+def test_a_folder_swapped_in_a_loop_by_another_user_gets_nothing(nobody_python, bible,
+                                                                  figures):
+    """The red team's reproduction: while another user who owns the folder's parent swaps
+    our folder for theirs in a loop, root's commands go to the warm process (or bypass it
+    when the folder they find is not root's): every one served gives the right answer,
+    and the other user's socket receives nothing."""
+    tmp = _tmp()
+    swapper, state = None, {}
+    try:
+        ours, theirs = _folders(tmp)
+        env = _env(ours)
+        state = _started(env, bible)
+        other = OtherUsersListener(nobody_python, os.path.join(theirs, _name()))
+        swapper = subprocess.Popen([nobody_python, "-c", SWAPPER, ours, theirs],
+                                   user=NOBODY, group=NOBODY, extra_groups=[],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        expected = _run(_env(ours, ANNODB_WARM="0"), "count", "--db", bible, "god").stdout
+        commands = size(200, 2000)
+        done = subprocess.run([sys.executable, "-c", FORWARDS, str(commands), "count",
+                               "--db", bible, "god"], env=env, capture_output=True,
+                              text=True, timeout=600)
+        swaps = int(swapper.communicate("", timeout=60)[0])
+        received = other.received()
+        served, bypassed = map(int, done.stderr.split()[-2:])
+        figures.update(commands=commands, served=served, bypassed=bypassed, swaps=swaps,
+                       connections_to_the_other_user=len(received),
+                       bytes_sent_to_it=sum(r["bytes"] for r in received))
+        assert done.returncode == 0, done.stderr
+        assert served + bypassed == commands
+        assert done.stdout == expected * served
+        assert received == []
+    finally:
+        if swapper is not None and swapper.poll() is None:
+            swapper.kill()
+            swapper.wait()
+        if state.get("pid"):
+            os.kill(state["pid"], signal.SIGTERM)
+            _gone(state["pid"])
         shutil.rmtree(tmp, ignore_errors=True)
 
 
