@@ -486,7 +486,8 @@ def _pass_on(signum, frame) -> None:
 
 def _suspend(signum, frame) -> None:
     """Ctrl-Z: stop the child and ourselves; when we are continued, continue it. (The
-    child's process group has no terminal, where SIGTSTP is discarded: SIGSTOP it.)"""
+    child is in the warm process's orphaned process group, where a SIGTSTP would be
+    discarded: it gets SIGSTOP.)"""
     import signal
     child = _child_pid[0] if _child_pid else None
     if child is not None:
