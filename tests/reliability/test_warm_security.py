@@ -283,9 +283,17 @@ def test_a_folder_swapped_in_a_loop_by_another_user_gets_nothing(nobody_python, 
             swapper.kill()
             swapper.wait()
         if state.get("pid"):
-            os.kill(state["pid"], signal.SIGTERM)
-            _gone(state["pid"])
+            _end(state["pid"])
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _end(pid: int) -> None:
+    """Terminate the warm process `pid`, if it has not ended already."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    _gone(pid)
 
 
 def _listening_pid(path: str) -> int | None:
@@ -326,8 +334,7 @@ def test_a_warm_process_started_as_the_folder_is_swapped_stays_in_the_checked_on
         assert sorted(os.listdir(checked)) == sorted([name, name + ".lock", name + ".log"])
     finally:
         if pid is not None:
-            os.kill(pid, signal.SIGTERM)
-            _gone(pid)
+            _end(pid)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
