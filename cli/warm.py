@@ -741,7 +741,7 @@ def serve(folder: int, name: str, lock: int, idle: float, run, warm_up) -> None:
                         os.unlink(name, dir_fd=folder)
                     elif outcome in count:
                         count[outcome] += 1
-                    if outcome != "refused":
+                    if outcome not in ("refused", "declined"):    # not kept by those
                         last = time.monotonic()
                 else:                             # a command's connection: it went away
                     try:
