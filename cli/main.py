@@ -521,6 +521,9 @@ def warm(stop, as_json):
     state = _warm.status()
     if as_json:
         echo_json(state)
+    elif state["running"] and not state["answering"]:
+        click.echo(f"running: pid {state['pid']}, not answering (stopped?); commands run in "
+                   f"processes of their own; `annodb warm --stop` ends it")
     elif state["running"]:
         click.echo(f"running: pid {state['pid']}, {state['served']:,} commands served, "
                    f"socket {state['socket']}")
