@@ -509,7 +509,7 @@ def test_cli_errors_are_one_line(bible, topics, tmp_path):
                               "--model", "m"], 1)
     assert "unknown measure" in error(["eval", "--qrels", topics, topics, "--measure",
                                        "Bogus@3"], 1)
-    for name in ("run", "eval", "judge"):
+    for name in ("run", "eval", "judge", "report"):
         result = CliRunner().invoke(vole, [name, "--help"])
         assert result.exit_code == 0 and f"vole {name}" in result.stdout.split("Example")[1]
 

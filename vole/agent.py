@@ -424,12 +424,18 @@ class Agent:
         """The next result of a query of the topic, issuing it again first (and passing the
         ranks read) when this backend session has not issued it."""
         if cursor.backend is None or cursor.session != self.backend.session:
-            reply = self.backend.query(cursor.gcl)
-            if not reply.get("ok") or not reply.get("qid"):
-                return {**reply, "op": "next"}
-            cursor.backend, cursor.session = reply["qid"], self.backend.session
-            while reply.get("ok") and not reply.get("done") and reply["rank"] < cursor.rank:
-                reply = self.backend.next(cursor.backend)
+            context = self.backend.context
+            self.backend.context = {**context, "reissue": True}
+            try:
+                reply = self.backend.query(cursor.gcl)
+                if not reply.get("ok") or not reply.get("qid"):
+                    return {**reply, "op": "next"}
+                cursor.backend, cursor.session = reply["qid"], self.backend.session
+                while reply.get("ok") and not reply.get("done") and \
+                        reply["rank"] < cursor.rank:
+                    reply = self.backend.next(cursor.backend)
+            finally:
+                self.backend.context = context
             if not reply.get("ok"):
                 return reply
             if reply.get("done") or reply["rank"] < cursor.rank:
