@@ -301,3 +301,45 @@ def test_a_replay_killed_twice_resumes_to_the_same_run_asking_no_call_twice(tmp_
     resumes = [a for a in jsonl(out / "audit.jsonl") if a["kind"] == "resume"]
     assert [(a["topic"], a["restored"], a["calls"], a["pending"]) for a in resumes] == [
         (FIRST, True, 29, False), (SECOND, True, 17, True)]
+
+
+def test_a_query_read_on_after_a_reconnect_is_issued_again(tmp_path):
+    """The connection to the server drops while the model asks for a query's third
+    result: the server forgets the query (qids are per connection), so the Vole issues it
+    again on the new connection, passes the two ranks already read, and shows rank 3 under
+    the topic's own qid."""
+    import io
+
+    from annodb.server import Server
+    from test_vole import judge, query
+    db = str(tmp_path / "bible.db")
+    ingest(db, [os.path.join(REPO, "examples", "bible-sample.jsonl")])
+    topics = tmp_path / "topics.tsv"
+    topics.write_text("t1\tWhat did God create on the first day?\n")
+    nexts = []
+
+    def hook(request):           # drop the connection at the second `next`, once
+        if request.get("op") == "next":
+            nexts.append(request)
+            return len(nexts) == 2
+        return False
+
+    server = Server(db, log=io.StringIO()).start()
+    proxy = Proxy(f"127.0.0.1:{server.port}", hook)
+    try:
+        script = [query("(^ light day)"), judge(1), judge(3), judge(2)]
+        with FakeOpenAI(script) as fake:
+            result = CliRunner().invoke(vole, [
+                "run", "--topics", str(topics), "--server", proxy.address, "--model", "m",
+                "--base-url", fake.base_url, "--out", str(tmp_path / "out"),
+                "--max-judgments", "3"])
+            requests = list(fake.requests)
+    finally:
+        proxy.close()
+        server.shutdown()
+    assert result.exit_code == 0, result.output
+    assert "q0 rank 3: docno Gen.1.18" in requests[3].last
+    audit = jsonl(tmp_path / "out" / "audit.jsonl")
+    again = [a for a in audit if a.get("reissue")]
+    assert [a["request"]["op"] for a in again] == ["query", "next"]
+    assert run_file(tmp_path / "out").split()[2::6] == ["Gen.1.5", "Gen.1.18", "Gen.1.16"]

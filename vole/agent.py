@@ -422,27 +422,39 @@ class Agent:
 
     def _next(self, cursor: Cursor) -> dict:
         """The next result of a query of the topic, issuing it again first (and passing the
-        ranks read) when this backend session has not issued it."""
-        if cursor.backend is None or cursor.session != self.backend.session:
-            context = self.backend.context
-            self.backend.context = {**context, "reissue": True}
-            try:
-                reply = self.backend.query(cursor.gcl)
-                if not reply.get("ok") or not reply.get("qid"):
-                    return {**reply, "op": "next"}
-                cursor.backend, cursor.session = reply["qid"], self.backend.session
-                while reply.get("ok") and not reply.get("done") and \
-                        reply["rank"] < cursor.rank:
-                    reply = self.backend.next(cursor.backend)
-            finally:
-                self.backend.context = context
-            if not reply.get("ok"):
-                return reply
-            if reply.get("done") or reply["rank"] < cursor.rank:
-                cursor.done = True
-        reply = self.backend.next(cursor.backend)
+        ranks read) when this backend session has not issued it, or when the session
+        changed under the request (a reconnect)."""
+        for _ in range(2):
+            if cursor.backend is None or cursor.session != self.backend.session:
+                refused = self._reissue(cursor)
+                if refused is not None:
+                    return refused
+            session = self.backend.session
+            reply = self.backend.next(cursor.backend)
+            if reply.get("ok") or self.backend.session == session:
+                break
         self._advance(cursor, reply)
         return reply
+
+    def _reissue(self, cursor: Cursor) -> dict | None:
+        """Issue the cursor's query in this session and read up to its rank; the refusal,
+        if the backend refuses."""
+        context = self.backend.context
+        self.backend.context = {**context, "reissue": True}
+        try:
+            reply = self.backend.query(cursor.gcl)
+            if not reply.get("ok") or not reply.get("qid"):
+                return {**reply, "op": "next"}
+            cursor.backend, cursor.session = reply["qid"], self.backend.session
+            while reply.get("ok") and not reply.get("done") and reply["rank"] < cursor.rank:
+                reply = self.backend.next(cursor.backend)
+        finally:
+            self.backend.context = context
+        if not reply.get("ok"):
+            return reply
+        if reply.get("done") or reply["rank"] < cursor.rank:
+            cursor.done = True
+        return None
 
     @staticmethod
     def _advance(cursor: Cursor, reply: dict) -> None:
@@ -465,8 +477,7 @@ class Agent:
                 passed.append((docno, reply["rank"], None))
             else:
                 break
-            reply = self.backend.next(cursor.backend)
-            self._advance(cursor, reply)
+            reply = self._next(cursor)
         if reply.get("ok") and not reply.get("done") and "docno" in reply:
             self.shown.add(reply["docno"])
             state["shown"] = reply["docno"]
