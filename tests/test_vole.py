@@ -812,3 +812,17 @@ def test_ctrl_c_while_waiting_for_the_model_or_the_server_ends_the_run(bible, tm
     assert code == 130 and "Traceback" not in err, err
     assert err.splitlines()[-1].startswith("vole: interrupted (SIGINT): 0 of 3 topics")
     assert (tmp_path / "out" / "vole.run").read_text() == ""
+
+
+def test_a_log_line_cut_short_by_a_kill_is_passed_over_and_ends_before_the_next(tmp_path):
+    """A kill can leave the conversation log's last line half written: a rerun reads the
+    lines before it back, and its own lines start on a new line."""
+    from vole.outputs import CONVERSATION, Outputs, read_jsonl
+    path = tmp_path / CONVERSATION
+    path.write_text('{"run": "a", "topic": "t1", "step": 0, "role": "system", '
+                    '"content": "x"}\n{"run": "a", "topic": "t1", "st')
+    with Outputs(str(tmp_path)) as out:
+        assert [e["step"] for e in out.history("t1")] == [0]
+        out.conversation({"topic": "t1", "step": 1, "role": "user", "content": "y"})
+    assert [e["step"] for e in read_jsonl(str(path))] == [0, 1]
+    assert path.read_text().splitlines()[1] == '{"run": "a", "topic": "t1", "st'
