@@ -12,5 +12,6 @@ document), so later queries can filter on it and a rerun of a topic resumes.
     outputs    the run file and the JSONL logs under --out
     topics     topics files;  runfile  TREC run and qrels files
     evaluate   nDCG@10, R@100, P@10 with ir-measures
+    report     one self-contained HTML page about a run
     judge      UMBRELA-style hole filling of qrels
 """
