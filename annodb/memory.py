@@ -37,16 +37,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import query as _query
+from . import query as _query, recall as _recall
 from .collection import open as _open
-from .errors import AnnodbError
+from .errors import AnnodbError, RankingError
 from .query import Combine, Compare, Feature
-from .ranking import TEXT_RANK
+from .ranking import RANKS, TEXT_RANK
 
 DOCUMENT = Feature(":")
 TIME = "time"
 TEXT = "text"                      # the record field holding a memory's text
 RESERVED = (TEXT, "docno")
+CONTEXT = "context"                # recall's default for free text: annodb/recall.py
 OPERATORS = ("=", "!=", "<", "<=", ">", ">=")
 _BAD_KEY = re.compile(r'[\s()":]')
 _ESCAPE = re.compile(r'[\s()"%]')
@@ -213,21 +214,30 @@ class Memory:
     def recall(self, query_or_text: str | None, k: int = 10, where: dict | None = None, *,
                gcl: bool | None = None, rank: str | None = None) -> Recalled:
         """The k best memories for a GCL query or free text, among those matching `where`,
-        ranked by `rank` (ranking.RANKS; default: shortest-substring ranking for GCL, the
-        free-text default for text). No query (None or "") gives the latest k. `gcl`: True
+        ranked by `rank` ("context" or one of ranking.RANKS; default: shortest-substring
+        ranking for GCL, "context" for free text: BM25 in which a memory borrows the words
+        of its neighbours in its session, with the session's score and the dates the text
+        names, annodb/recall.py; a sharded memory ranks free text by the engine's
+        free-text default). No query (None or "") gives the latest k. `gcl`: True
         reads the query as GCL (so a raw term like `user:alice` names a feature), False as
         words; None (the default) decides by `is_gcl`."""
         if not query_or_text or not query_or_text.strip():
             latest = where_node(where, Feature(f":{TIME}:"))
             return Recalled(self.history(k, where), "", _query.format(latest))
         box = where_node(where)
+        as_gcl = bool(gcl or (gcl is None and is_gcl(query_or_text)))
+        if rank is not None and rank not in RANKS and (as_gcl or rank != CONTEXT):
+            raise RankingError(f"unknown ranker {rank!r}: choose one of "
+                               f"{', '.join(RANKS if as_gcl else RANKS + (CONTEXT,))}")
         with self.db.read() as r:
-            if gcl or (gcl is None and is_gcl(query_or_text)):
+            if as_gcl:
                 results = r.search(query_or_text, k=k, container=box, lenient=True,
                                    rank=rank or "ssr")
-            else:
+            elif rank in (None, CONTEXT) and getattr(r, "lists", None) is not None:
+                results = _recall.search(r, query_or_text, k=k, container=box)
+            else:  # (a sharded snapshot has no one address space: no neighbours)
                 results = r.search_text(query_or_text, k=k, container=box,
-                                        rank=rank or TEXT_RANK)
+                                        rank=TEXT_RANK if rank in (None, CONTEXT) else rank)
             fields = _Fields(r)
             entries = [self._entry(r.document_at(h.start), fields, h.score, h.snippet)
                        for h in results]
