@@ -39,15 +39,13 @@ import numpy as np
 
 from . import query as _query, recall as _recall
 from .collection import open as _open
-from .errors import AnnodbError, RankingError
+from .errors import AnnodbError
 from .query import Combine, Compare, Feature
-from .ranking import RANKS, TEXT_RANK
 
 DOCUMENT = Feature(":")
 TIME = "time"
 TEXT = "text"                      # the record field holding a memory's text
 RESERVED = (TEXT, "docno")
-CONTEXT = "context"                # recall's default for free text: annodb/recall.py
 OPERATORS = ("=", "!=", "<", "<=", ">", ">=")
 _BAD_KEY = re.compile(r'[\s()":]')
 _ESCAPE = re.compile(r'[\s()"%]')
@@ -225,19 +223,12 @@ class Memory:
             latest = where_node(where, Feature(f":{TIME}:"))
             return Recalled(self.history(k, where), "", _query.format(latest))
         box = where_node(where)
-        as_gcl = bool(gcl or (gcl is None and is_gcl(query_or_text)))
-        if rank is not None and rank not in RANKS and (as_gcl or rank != CONTEXT):
-            raise RankingError(f"unknown ranker {rank!r}: choose one of "
-                               f"{', '.join(RANKS if as_gcl else RANKS + (CONTEXT,))}")
         with self.db.read() as r:
-            if as_gcl:
+            if gcl or (gcl is None and is_gcl(query_or_text)):
                 results = r.search(query_or_text, k=k, container=box, lenient=True,
                                    rank=rank or "ssr")
-            elif rank in (None, CONTEXT) and getattr(r, "lists", None) is not None:
-                results = _recall.search(r, query_or_text, k=k, container=box)
-            else:  # (a sharded snapshot has no one address space: no neighbours)
-                results = r.search_text(query_or_text, k=k, container=box,
-                                        rank=TEXT_RANK if rank in (None, CONTEXT) else rank)
+            else:
+                results = _recall.rank_text(r, query_or_text, k, box, rank)
             fields = _Fields(r)
             entries = [self._entry(r.document_at(h.start), fields, h.score, h.snippet)
                        for h in results]

@@ -20,10 +20,10 @@ query (with the words sharing its stem, as ranking.text_words conflates them; qt
 count in the query, idf Lucene's from the collection's N and df, as bm25.py), with tf_i
 its count in m_i:
 
-    T_i    = tf_i + lent(tf)_i      (lent nothing if more than `common` of the n memories
-                                     hold w: a word most memories hold, such as the name
-                                     of one side of the conversation, says nothing of
-                                     where a memory is)
+    T_i    = tf_i + lent(tf)_i      (lent nothing if more than `common` of the n memories,
+                                     and more than one, hold w: a word many memories hold,
+                                     such as the name of one side of the conversation,
+                                     says nothing of where a memory is)
     A_i    = L_i + lent(L)_i,  avg = the mean of A over the n memories
     turn_i = sum over w of qtf x idf x T_i / (T_i + k1 x (1 - b + b x A_i / avg))
 
@@ -35,7 +35,7 @@ n memories: sdf of them holding w, S in all, slen_s its tokens, savg their mean)
              session_b + session_b x slen_s / savg))
 
 and dates the query names ("12 May 2023", "May 12, 2023", "May 2023", "2023-05-12",
-"2023"; local time) are a term matched by the memories whose time falls in that day,
+"2023"; UTC, as Memory reads a naive datetime) are a term matched by the memories whose time falls in that day,
 month or year (m of the n): date_i = sum over the dates of idf(m, n) where it falls. Then
 
     score_i = turn_i + [turn_i > 0] x (session x sess_s(i) + dates x date_i)
@@ -56,11 +56,13 @@ import numpy as np
 
 from . import kernels, ranking
 from .bm25 import idf
+from .errors import RankingError
 from .gcl import Evaluator, Region, as_node
 from .lists import Intervals
 from .query import Combine, Term, format as format_query
 
 TIME = ":time:"   # the feature whose value over a memory is its time (seconds)
+RANK = "context"  # this ranking's name where rankers are named (Memory.recall's `rank`)
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ class Context:
     before: float = 0.5      # the decay of what earlier memories lend, per step
     after: float = 0.3       # of what later ones lend
     gap: float = 1800.0      # a longer silence between two memories (seconds) ends a session
-    common: float = 0.2      # a word more of the memories hold is not lent
+    common: float = 0.2      # a word more of the memories hold (and more than one) is not lent
     session: float = 0.5     # the weight of the session's score
     session_k1: float = 0.9
     session_b: float = 0.6
@@ -120,7 +122,7 @@ def score(tf: np.ndarray, counts: np.ndarray, idfs: np.ndarray, lengths: np.ndar
         held = np.count_nonzero(x)
         if not held:
             continue
-        wide = x + lent[w + 1] if held <= s.common * n else x
+        wide = x + lent[w + 1] if held <= max(s.common * n, 1) else x
         turn += counts[w] * idfs[w] * wide / (wide + norm)
         stf = np.bincount(runs, weights=x, minlength=n_sessions)
         session += counts[w] * idf(np.count_nonzero(stf), n_sessions) * stf / (
@@ -135,6 +137,7 @@ def score(tf: np.ndarray, counts: np.ndarray, idfs: np.ndarray, lengths: np.ndar
 
 # dates ----------------------------------------------------------------------------------
 
+_UTC = datetime.timezone.utc
 _MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
 _MONTHS.update({name.lower(): i for i, name in enumerate(calendar.month_abbr) if name})
 _MONTHS["sept"] = 9
@@ -152,7 +155,7 @@ _DATES = [  # (pattern, (year, month, day) groups; 0: none)
 
 def date_ranges(text: str) -> list[tuple[float, float]]:
     """The days, months and years a text names, as [start, end) in seconds since the
-    epoch, local time: "12 May 2023", "12th of May, 2023", "May 12, 2023", "2023-05-12"
+    epoch, in UTC (as Memory takes a naive datetime): "12 May 2023", "12th of May, 2023", "May 12, 2023", "2023-05-12"
     (a day), "May 2023" (a month; months by name or three letters), "2023" (a year from
     1800 to 2999). A month or day without a year names nothing (which year?), nor an
     impossible date; a text that names one day twice gives it once."""
@@ -161,6 +164,7 @@ def date_ranges(text: str) -> list[tuple[float, float]]:
         for match in pattern.finditer(text):
             if any(a < match.end() and match.start() < b for a, b in taken):
                 continue
+            taken.append((match.start(), match.end()))
             year = int(match[y])
             month = 0 if not m else (int(match[m]) if match[m].isdigit()
                                      else _MONTHS[match[m].lower()])
@@ -174,16 +178,32 @@ def date_ranges(text: str) -> list[tuple[float, float]]:
                     last = datetime.datetime(year + month // 12, month % 12 + 1, 1)
                 else:
                     first, last = datetime.datetime(year, 1, 1), datetime.datetime(year + 1, 1, 1)
-                span = (first.timestamp(), last.timestamp())
+                span = (first.replace(tzinfo=_UTC).timestamp(),
+                        last.replace(tzinfo=_UTC).timestamp())
             except (ValueError, OverflowError, OSError):
                 continue
-            taken.append((match.start(), match.end()))
             if span not in found:
                 found.append(span)
     return found
 
 
 # ranking --------------------------------------------------------------------------------
+
+def rank_text(snapshot, text: str, k: int, container, rank: str | None = None
+              ) -> ranking.Results:
+    """Memory.recall's free text: the k best memories inside `container` by this module's
+    ranking (`rank` None or RANK) or by the engine's ranker `rank` (ranking.RANKS). A
+    sharded collection has no one address space to find neighbours in: there, RANK is
+    the engine's free-text default (ranking.TEXT_RANK)."""
+    if rank is not None and rank != RANK and rank not in ranking.RANKS:
+        raise RankingError(f"unknown ranker {rank!r}: choose one of "
+                           f"{', '.join(ranking.RANKS + (RANK,))}")
+    if rank in (None, RANK):
+        if getattr(snapshot, "lists", None) is not None:   # one database's snapshot
+            return search(snapshot, text, k=k, container=container)
+        rank = ranking.TEXT_RANK
+    return snapshot.search_text(text, k=k, container=container, rank=rank)
+
 
 def search(snapshot, text: str, *, k: int = 10, container=":", settings: Context = CONTEXT,
            time_feature: str = TIME, snippets: bool = True) -> ranking.Results:

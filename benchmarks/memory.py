@@ -7,7 +7,7 @@ latency with a filter, for annodb's Memory and SQLite FTS5 side by side.
     python benchmarks/memory.py --quick       # the default and the peers only
 
 The memory: every turn remembered in conversation order with `conv`, `session`, `speaker`
-and `time` (its session's date_time, local time) as metadata; its text is corpus.jsonl's
+and `time` (its session's date_time, as UTC) as metadata; its text is corpus.jsonl's
 `text` (the paper's indexed string). Memory has no batch write on this branch
 (`remember_many`), so the 5,882 turns are added in one write transaction through the
 lower-level API, exactly as `Memory.remember` adds each (the record, then a label per
@@ -53,8 +53,10 @@ TARGET = {5: 66, 10: 77, 25: 86, 50: 91}           # issue 37's
 
 
 def when(date_time: str) -> float:
-    """LoCoMo's "1:56 pm on 8 May, 2023" as seconds since the epoch, local time."""
-    return datetime.datetime.strptime(date_time, "%I:%M %p on %d %B, %Y").timestamp()
+    """LoCoMo's "1:56 pm on 8 May, 2023" as seconds since the epoch, read as UTC (as Memory
+    reads a naive datetime)."""
+    return datetime.datetime.strptime(date_time, "%I:%M %p on %d %B, %Y").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
 
 
 def turns() -> list[dict]:
