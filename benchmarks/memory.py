@@ -175,7 +175,7 @@ def fts5_recall(con, question: str, conv: str, k: int) -> list[str]:
 def variants() -> list[tuple[str, dict]]:
     """(name, Memory.recall arguments or recall.Context changes) of every row run."""
     return [
-        ("no context (BM25 k1 0.9 b 0.7, sessions and dates)", {"before": 0.0, "after": 0.0}),
+        ("no context (BM25 k1 0.9 b 0.4, sessions and dates)", {"before": 0.0, "after": 0.0}),
         ("context only (no session score, no dates)", {"session": 0.0, "dates": 0.0}),
         ("without the session score", {"session": 0.0}),
         ("without dates", {"dates": 0.0}),
@@ -192,8 +192,10 @@ def variants() -> list[tuple[str, dict]]:
         ("dates weight 3", {"dates": 3.0}),
         ("k1 0.6", {"k1": 0.6}),
         ("k1 1.2", {"k1": 1.2}),
-        ("b 0.4 (Anserini's)", {"b": 0.4}),
+        ("b 0.7", {"b": 0.7}),
         ("b 0.9", {"b": 0.9}),
+        ("session_b 0.4", {"session_b": 0.4}),
+        ("session_b 0.8", {"session_b": 0.8}),
         ("sessions across the conversation (gap = inf)", {"gap": float("inf")}),
     ]
 

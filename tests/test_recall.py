@@ -41,7 +41,7 @@ def test_the_turn_before_lends_its_words(mem):
     mem.remember("Kids at the dentist", time=10 * 24 * HOUR)
     mem.remember("That must have been stressful", time=10 * 24 * HOUR + 60.0)
     got = texts(mem.recall("camping kids", k=5))
-    assert got[0] == "We finally went camping at the lake"
+    assert "We finally went camping at the lake" in got[:2]
     assert got.index("The kids loved it so much") < got.index("Kids at the dentist")
     # plain BM25 puts the dentist above the answer: it is shorter
     assert texts(mem.recall("camping kids", k=5, rank="bm25")) == [
