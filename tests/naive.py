@@ -649,3 +649,88 @@ def rm3(model, query, k, only=None, fb_docs=10, fb_terms=10, original=0.5, max_d
     if only is not None:
         ranked = [x for x in ranked if x[0] in only]
     return ranked[:k]
+
+
+def context_sums(values, runs, before, after):
+    """For each row of values and each item i: the sum over the other items j of i's run
+    (the consecutive items with the same id as i) of before ** (i - j) * values[j] for j
+    before i, after ** (j - i) * values[j] for j after it."""
+    out = []
+    for row in values:
+        sums = []
+        for i in range(len(row)):
+            total = 0.0
+            for j in range(len(row)):
+                lo, hi = min(i, j), max(i, j)
+                if j != i and all(runs[x] == runs[i] for x in range(lo, hi + 1)):
+                    total += (before ** (i - j) if j < i else after ** (j - i)) * row[j]
+            sums.append(total)
+        out.append(sums)
+    return out
+
+
+def context_recall(memories, selected, words, dates, k, settings):
+    """annodb/recall.py's context recall by its definition. memories: [(docno, tokens,
+    time or None)], every document of the collection in address order (N and df are
+    theirs); selected: the docnos ranked; words: [(word, count in the query)]; dates:
+    [(lo, hi)] the query names; settings: a recall.Context. The top k [(docno, score)],
+    score > 0, by score, ties by address."""
+    import math
+
+    def idf(df, n):
+        return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+    s = settings
+    n_docs = len(memories)
+    mine = [m for m in memories if m[0] in selected]
+    n = len(mine)
+    if not n:
+        return []
+    length = [max(len(toks), 1) for _, toks, _ in mine]
+    times = [t for _, _, t in mine]
+    session = [0]
+    for i in range(1, n):
+        a, b = times[i - 1], times[i]
+        same = a is not None and b is not None and abs(b - a) <= s.gap
+        session.append(session[-1] + (0 if same else 1))
+
+    def lent(x, i):
+        total = 0.0
+        for j in range(n):
+            if j != i and session[j] == session[i]:
+                total += (s.before ** (i - j) if j < i else s.after ** (j - i)) * x[j]
+        return total
+
+    wide_length = [length[i] + lent(length, i) for i in range(n)]
+    avg = sum(wide_length) / n
+    sessions = sorted(set(session))
+    slen = {g: sum(length[i] for i in range(n) if session[i] == g) for g in sessions}
+    savg = sum(slen.values()) / len(sessions)
+    turn = [0.0] * n
+    sess = {g: 0.0 for g in sessions}
+    for word, count in words:
+        df = sum(1 for _, toks, _ in memories if word in toks)
+        tf = [toks.count(word) for _, toks, _ in mine]
+        held = sum(1 for x in tf if x)
+        if not df or not held:
+            continue
+        for i in range(n):
+            wide = tf[i] + (lent(tf, i) if held <= max(s.common * n, 1) else 0.0)
+            norm = s.k1 * (1 - s.b + s.b * wide_length[i] / avg)
+            turn[i] += count * idf(df, n_docs) * wide / (wide + norm)
+        stf = {g: sum(tf[i] for i in range(n) if session[i] == g) for g in sessions}
+        sdf = sum(1 for g in sessions if stf[g])
+        for g in sessions:
+            norm = s.session_k1 * (1 - s.session_b + s.session_b * slen[g] / savg)
+            sess[g] += count * idf(sdf, len(sessions)) * stf[g] / (stf[g] + norm)
+    dated = [0.0] * n
+    for lo, hi in dates:
+        hit = [t is not None and lo <= t < hi for t in times]
+        m = sum(hit)
+        for i in range(n):
+            if m and hit[i]:
+                dated[i] += idf(m, n)
+    scores = [turn[i] + ((s.session * sess[session[i]] + s.dates * dated[i])
+                         if turn[i] > 0 else 0.0) for i in range(n)]
+    ranked = sorted((i for i in range(n) if scores[i] > 0), key=lambda i: -scores[i])
+    return [(mine[i][0], scores[i]) for i in ranked[:k]]
