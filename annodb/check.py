@@ -49,7 +49,8 @@ import numpy as np
 from . import kernels, storage, tokenizer
 from .collection import open as open_database
 from .errors import StorageError
-from .routing import is_collection, route, shard_name
+from .paths import is_collection
+from .routing import route, shard_name
 from .shards import COUNTER, ShardError, folder_problems, read_manifest
 from .transaction import DOCUMENT, NOTES
 

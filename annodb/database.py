@@ -32,11 +32,9 @@ import threading
 from . import lists, purge, storage
 from .errors import StorageError
 from .lists import Intervals, ListCache
-from .routing import is_collection
+from .paths import DEFAULT_PATH, default_path, is_collection
 from .snippets import token_offsets
 from .transaction import DOCUMENT, Added, Snapshot, Stats, Writer
-
-DEFAULT_PATH = "annodb.db"
 
 __all__ = ["open", "Database", "Snapshot", "Writer", "Intervals", "Added", "Stats",
            "DEFAULT_PATH", "DOCUMENT", "token_offsets"]
@@ -47,8 +45,7 @@ def open(path: str | os.PathLike | None = None, *, readonly: bool = False,
          cache_bytes: int | None = None, fold_diacritics: bool | None = None) -> "Database":
     """Open the one database at `path` (default: $ANNODB_DB or ./annodb.db): see
     collection.open (annodb.open), which opens a sharded collection too."""
-    if path is None:
-        path = os.environ.get("ANNODB_DB") or DEFAULT_PATH
+    path = default_path(path)
     if is_collection(path):
         raise StorageError(f"{os.fspath(path)}: a sharded collection, not one database "
                            "(annodb.open opens either)")

@@ -37,7 +37,7 @@ from .database_ingest import (DEFAULT_BATCH_BYTES, MAX_MESSAGES, PARALLEL_OVER, 
                               Progress, Summary)
 from .formats import FORMATS
 from .inputs import check_inputs
-from .routing import is_collection
+from .paths import is_collection
 
 __all__ = ["ingest", "Summary", "Interrupted", "Progress", "check_inputs", "FORMATS",
            "DEFAULT_BATCH_BYTES", "MAX_MESSAGES", "PARALLEL_OVER"]

@@ -84,8 +84,8 @@ import numpy as np
 
 from . import batch, database, shard_worker, storage, tokenizer
 from .errors import StorageError, WriterBusyError
-from .routing import (CREATING, IDENTITY, MANIFEST, Homes, identity, identity_problem,
-                      is_collection, shard_index, shard_name)
+from .paths import CREATING, MANIFEST, is_collection
+from .routing import IDENTITY, Homes, identity, identity_problem, shard_index, shard_name
 from .routing import route as route_of
 from .transaction import NOTES
 from .shard_transactions import ShardedSnapshot, ShardedWriter, load_merge_kernels

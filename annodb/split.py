@@ -42,7 +42,8 @@ import numpy as np
 from . import batch, children, database, shards as _shards, storage, tokenizer, transaction
 from .errors import AnnodbError, StorageError
 from .query import STRUCTURAL
-from .routing import MANIFEST, is_collection, route, shard_name
+from .paths import MANIFEST, is_collection
+from .routing import route, shard_name
 
 WINDOW = 20_000      # documents read at a time; a shard's part of them is one transaction
 MARKER = "split.json"
