@@ -1,5 +1,5 @@
 """Open a collection of either kind: one database (database.py) or a sharded collection
-(shards.py), with the same API. This is `annodb.open`.
+(annodb.shards), with the same API. This is `annodb.open`.
 
     db = annodb.open("memory.db")                  # one database, created if missing
     db = annodb.open("web.shards", shards=4)       # a sharded collection of 4 shards
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 
-from . import database, shards as _shards
+from . import database
+from .shards import collection as _shards
 from .paths import default_path, is_collection
 
 

@@ -26,7 +26,7 @@ batches, never inside a commit or a kernel, raising Interrupted, a KeyboardInter
 carrying the Summary of what was committed.
 
 One database is written by database_ingest.py, a sharded collection (a directory holding a
-manifest, see shards.py) by sharded_ingest.py, in parallel processes.
+manifest, see annodb.shards) by sharded_ingest.py, in parallel processes.
 """
 from __future__ import annotations
 

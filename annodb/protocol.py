@@ -214,7 +214,7 @@ class Handle:
             return
         self.path = path
         if ray is not None:  # a sharded collection on Ray actors ("local": a new cluster)
-            from . import ray_shards
+            from .shards import ray as ray_shards
             self.db = ray_shards.open(path, address=None if ray == "local" else ray)
             self.write_error = "the server reads the collection through Ray actors"
             return

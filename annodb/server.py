@@ -52,7 +52,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from . import children
-from . import shard_worker, shards as _shards
+from .shards import collection as _shards, worker as shard_worker
 from .paths import default_path, is_collection
 from .protocol import (MAX_LINE, MAX_POSTINGS, MAX_QUERIES, MAX_QUERY_BYTES, QUERY_TIMEOUT,
                        Protocol, ServerError, Session)

@@ -38,10 +38,10 @@ import time
 
 import numpy as np
 
-from . import children, database_ingest as _ingest, formats, inputs, records, \
-    shards as _shards
+from . import children, database_ingest as _ingest, formats, inputs, records
 from .errors import AnnodbError, IngestError
-from .routing import route
+from .shards import collection as _shards
+from .shards.routing import route
 
 QUEUED = 2          # chunks waiting in the router per reader and per writer
 

@@ -21,7 +21,7 @@ idle while one database answers (its polling ends after 1 ms and it sleeps; on t
 idle CPU goes back to the host and comes back with cold caches), which this process, always
 busy, never is; in blocks both sides run as a busy server does. With `--spin-ms A,B`,
 the sharded collection is opened once per value (how long its worker processes and this
-process poll before sleeping, shard_worker.SPIN), each replayed in the same interleaving;
+process poll before sleeping, annodb.shards.worker.SPIN), each replayed in the same interleaving;
 the per-query tables are the first one's.
 """
 

@@ -94,7 +94,7 @@ from benchmarks.server_bench import answer_as_served, load_queries
 path, mode, kind = sys.argv[1], sys.argv[2], sys.argv[4]
 queries = load_queries(sys.argv[3]) if kind == "gcl" else json.loads(sys.argv[3])
 if mode == "ray":
-    from annodb import ray_shards
+    from annodb.shards import ray as ray_shards
     ray_shards.start_local()
     db = ray_shards.open(path)
 else:
@@ -167,7 +167,7 @@ for n in (2, 4):
     dbs[f"{n} shards"] = annodb.open(f"{work}/s{n}.shards", readonly=True)
     dbs[f"{n} shards, processes"] = annodb.open(f"{work}/s{n}.shards", readonly=True,
                                                 fan_out="processes")
-from annodb import ray_shards
+from annodb.shards import ray as ray_shards
 ray_shards.start_local()
 for n in (2, 4):
     dbs[f"{n} shards on Ray"] = ray_shards.open(f"{work}/s{n}.shards")

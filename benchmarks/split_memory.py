@@ -30,7 +30,7 @@ sys.path.insert(0, REPO)
 
 from benchmarks.ingest_memory import peaks  # noqa: E402
 
-SPLIT = ("import sys; from annodb.split import split; "
+SPLIT = ("import sys; from annodb.shards.split import split; "
          "split(sys.argv[1], sys.argv[2], int(sys.argv[3]))")
 
 

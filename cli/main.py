@@ -470,7 +470,7 @@ def split(db, dest, shards, as_json):
       annodb split --db web.db web.shards --shards 4
       annodb query --db web.shards '(^ goth rock)'
     """
-    from annodb.split import split as _split
+    from annodb.shards.split import split as _split
     bar = _Bar(enabled=sys.stderr.isatty(), label="splitting")
     try:
         summary = _split(db, dest, shards,

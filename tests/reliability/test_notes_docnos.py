@@ -17,7 +17,7 @@ import annodb
 from annodb import judgments
 from annodb.check import check
 from annodb.errors import AnnodbError
-from annodb.routing import route
+from annodb.shards.routing import route
 from annodb.server import Server
 
 pytestmark = pytest.mark.reliability

@@ -14,12 +14,12 @@ import heapq
 
 import numpy as np
 
-from . import batch, bm25, kernels, ranking, records, statistics, transaction
-from .errors import AnnodbError, NotFoundError, StorageError
-from .gcl import Budget, prepare
-from .lists import Intervals
+from .. import batch, bm25, kernels, ranking, records, statistics, transaction
+from ..errors import AnnodbError, NotFoundError, StorageError
+from ..gcl import Budget, prepare
+from ..lists import Intervals
+from ..transaction import DOCUMENT, Stats
 from .routing import route, shard_name
-from .transaction import DOCUMENT, Stats
 
 
 def _merge_intervals(found: list[Intervals]) -> Intervals:

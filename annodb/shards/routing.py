@@ -1,5 +1,5 @@
 """Where a document of a sharded collection lives: the shard its docno routes to (its
-annotations, notes and judgments go with it; see shards.py), the shards' names, and a
+annotations, notes and judgments go with it; see collection.py), the shards' names, and a
 shard's identity (which collection it belongs to, its index and the shard count, recorded
 in the shard). What makes a directory a collection (its manifest) is in paths.py."""
 
