@@ -520,8 +520,8 @@ def test_a_lone_surrogate_in_a_field_name_rejects_only_its_record(tmp_path, para
 def test_a_chunk_crosses_the_pipe_unchanged():
     """_packed/_unpacked: documents' lines as an array, problems put back in place."""
     import random
-    from annodb.database_ingest import _Chunk, _packed, _unpacked
-    from annodb.formats import Problem as _Problem
+    from annodb.ingest.database import _Chunk, _packed, _unpacked
+    from annodb.ingest.formats import Problem as _Problem
 
     class Made:
         def __init__(self, docnos):
@@ -550,7 +550,7 @@ def test_the_reading_process_sends_no_chunk_after_a_failure(tmp_path, monkeypatc
     import signal
     import sys
     import types
-    from annodb import database_ingest as module
+    from annodb.ingest import database as module
 
     source = module.check_inputs([str(DATA / "sample.jsonl")])[0]
     chunks = list(module._read_chunks(source, None, None, 1, None))[:4]

@@ -287,7 +287,7 @@ def test_a_collection_made_twice_at_once_is_made_once(tmp_path):
     2` of the same files): one collection, each document once, check clean."""
     src = _input(tmp_path)
     path = tmp_path / "c.shards"
-    code = ("import sys; from annodb.sharded_ingest import ingest\n"
+    code = ("import sys; from annodb.ingest.sharded import ingest\n"
             "ingest(sys.argv[1], [sys.argv[2]], shards=2, readers=1)\n")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(path), str(src)],
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]

@@ -51,8 +51,8 @@ from typing import Iterator, NamedTuple
 
 import msgspec
 
-from .errors import IngestError
-from .records import ID_FIELDS, _docno
+from ..errors import IngestError
+from ..records import ID_FIELDS, _docno
 
 FORMATS = ("jsonl", "json", "msmarco", "csv", "tsv", "trec", "text")
 RECORD_FORMATS = ("jsonl", "json", "msmarco", "csv", "tsv")   # (tsv: with a header row)

@@ -1,5 +1,5 @@
-"""One database's ingest (ingest.py, which picks this or sharded_ingest.py, says what an
-ingest guarantees): each batch of documents is one write transaction; an input of
+"""One database's ingest (the package's __init__.py, which picks this or sharded.py, says
+what an ingest guarantees): each batch of documents is one write transaction; an input of
 PARALLEL_OVER bytes or more is read, parsed and tokenized in a second process (a plain
 `python -c` child joined by a pipe) while this one writes."""
 
@@ -26,8 +26,9 @@ from typing import Callable, Iterator, NamedTuple
 import msgspec
 import numpy as np
 
-from . import batch, children, database, formats, inputs, records, storage, transaction
-from .errors import AnnodbError, IngestError, WriterBusyError
+from .. import batch, children, database, records, storage, transaction
+from ..errors import AnnodbError, IngestError, WriterBusyError
+from . import formats, inputs
 from .formats import Problem as _Problem
 from .inputs import Source, check_inputs, where
 
@@ -307,7 +308,7 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
     """_chunks, made in a second Python process. A plain child process, not
     multiprocessing: that would re-run the caller's main script, and fork would copy this
     process's open LMDB environment."""
-    child = children.start("from annodb.database_ingest import _reader_main; _reader_main()",
+    child = children.start("from annodb.ingest.database import _reader_main; _reader_main()",
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         while True:

@@ -2,7 +2,7 @@
 
     summary = ingest("web.shards", ["corpus.jsonl"], shards=4)   # created if missing
 
-Three kinds of process, all plain `python -c` children joined by pipes (as database_ingest.py's
+Three kinds of process, all plain `python -c` children joined by pipes (as database.py's
 reading process; not multiprocessing: spawn re-runs an unguarded caller script, fork copies
 an open LMDB environment):
 
@@ -18,7 +18,7 @@ an open LMDB environment):
   one database would place them. It reports malformed records with their file:line, and
   hands each shard's part to that shard's writer. It does no parsing: only pipes.
 - **Writers** (one per shard) add their parts at those addresses, each part one
-  transaction, with ingest.py's rules (idempotent by docno, duplicates reported, a document
+  transaction, with one database's rules (idempotent by docno, duplicates reported, a document
   the database refuses reported and the rest of its batch written).
 
 So an interrupted ingest leaves whole batches in every shard, and a rerun completes it:
@@ -38,16 +38,17 @@ import time
 
 import numpy as np
 
-from . import children, database_ingest as _ingest, formats, inputs, records
-from .errors import AnnodbError, IngestError
-from .shards import collection as _shards
-from .shards.routing import route
+from .. import children, records
+from ..errors import AnnodbError, IngestError
+from ..shards import collection as _shards
+from ..shards.routing import route
+from . import database as _ingest, formats, inputs
 
 QUEUED = 2          # chunks waiting in the router per reader and per writer
 
 
 def _child(main: str) -> subprocess.Popen:
-    return children.start(f"from annodb.sharded_ingest import {main}; {main}()",
+    return children.start(f"from annodb.ingest.sharded import {main}; {main}()",
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
 
