@@ -96,10 +96,12 @@ class Database:
         env = self._environment()
         return Snapshot(self, storage.Txn(env, write=False), self._lists)
 
-    def write(self, timeout: float | None = None) -> "Writer":
+    def write(self, timeout: float | None = None, *, allocate=None) -> "Writer":
         """A write transaction: a context manager that commits on a clean exit and aborts on
         an exception. Waits up to `timeout` seconds for another writer, then raises
-        WriterBusyError."""
+        WriterBusyError. `allocate(batch, next free address)` -> the starts of a batch's
+        documents, when they go elsewhere than right after the content (a sharded
+        collection's shard: the collection's global addresses; see Writer.add_batch)."""
         env = self._environment()
         if self.readonly:
             raise StorageError(f"{self.path}: opened read-only")
@@ -107,7 +109,7 @@ class Database:
         lock = storage.WriterLock(env, self.timeout if timeout is None else timeout)
         lock.acquire()
         try:
-            return Writer(self, storage.Txn(env, write=True), lock)
+            return Writer(self, storage.Txn(env, write=True), lock, allocate)
         except BaseException:
             lock.release()
             raise
@@ -136,6 +138,12 @@ class Database:
     def stats(self) -> Stats:
         with self.read() as r:
             return r.stats()
+
+    def release_mapped_pages(self) -> bool:
+        """Let go of the database file's pages this process has touched through the map
+        (they stay in the page cache): a long ingest calls this after each commit so its
+        resident memory does not grow with the database (storage.release_mapped_pages)."""
+        return storage.release_mapped_pages(self._environment())
 
     def close(self) -> None:
         if not self._closed:

@@ -736,7 +736,8 @@ class ShardedDatabase:
         return base
 
     def allocate(self, b: batch.Batch, at_least: int) -> np.ndarray:
-        """Global starts for a batch's documents, one after another (Writer.allocate)."""
+        """Global starts for a batch's documents, one after another (the `allocate` its
+        shards' write transactions are given: Database.write)."""
         spans = b.spans()
         base = self.reserve(int(spans.sum()), at_least)
         return base + np.cumsum(spans) - spans

@@ -380,8 +380,7 @@ class ShardedWriter(ShardedSnapshot):
         if self._done:
             raise StorageError("this transaction has ended")
         if self._writing is None:
-            w = self.db.shards[i].write(self._timeout)
-            w.allocate = self.db.allocate
+            w = self.db.shards[i].write(self._timeout, allocate=self.db.allocate)
             self.parts[i].close()
             self.parts[i] = w
             self._writing = i
