@@ -33,11 +33,10 @@ from . import lists, purge, storage
 from .errors import StorageError
 from .lists import Intervals, ListCache
 from .paths import DEFAULT_PATH, default_path, is_collection
-from .snippets import token_offsets
 from .transaction import DOCUMENT, Added, Snapshot, Stats, Writer
 
 __all__ = ["open", "Database", "Snapshot", "Writer", "Intervals", "Added", "Stats",
-           "DEFAULT_PATH", "DOCUMENT", "token_offsets"]
+           "DEFAULT_PATH", "DOCUMENT"]
 
 
 def open(path: str | os.PathLike | None = None, *, readonly: bool = False,

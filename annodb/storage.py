@@ -360,12 +360,6 @@ def decode_block(buf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return kernels.decode_block(buf)
 
 
-def block_last(buf) -> tuple[int, int]:
-    """(last start, last end) of an encoded block."""
-    s, e, _ = decode_block(buf)
-    return int(s[-1]), int(e[-1])
-
-
 class DocField(msgspec.Struct, array_like=True):
     name: str          # short name ("title"); "" for the text of a plain document
     path: str          # full path (":title:", ":authors:[0]:"); "" for plain text
