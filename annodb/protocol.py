@@ -1,4 +1,5 @@
-"""The search server's protocol: newline-delimited JSON requests -> reply lines (DESIGN §7).
+"""The search server's protocol: newline-delimited JSON requests -> reply lines
+(ARCHITECTURE.md "Interfaces").
 
 Independent of sockets and processes (annodb/server.py carries it over TCP): `Protocol`
 answers one request line for one `Session` (a client connection) at a time. It speaks the

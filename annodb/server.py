@@ -1,4 +1,5 @@
-"""The search server (`annodb serve`): annodb.protocol over TCP, on every core (DESIGN §7).
+"""The search server (`annodb serve`): annodb.protocol over TCP, on every core
+(ARCHITECTURE.md "Interfaces").
 
     server = Server("memory.db").start()      # listens on a free loopback port
     print(server.port)

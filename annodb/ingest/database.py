@@ -399,13 +399,14 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
     """Ingest the files `paths` into `db` (an open Database, or a path: then the inputs are
     checked before the database is opened or created). Returns a Summary.
 
-    Each batch is one transaction: it ends after `batch_bytes` of input (32 MiB: about five
-    million tokens) or, when given, `batch_size` documents. Fewer, larger commits leave a
-    smaller file (every commit rewrites the last block of each feature it touches, and
-    LMDB keeps the replaced pages as free space: on the 62M-token scale corpus, in format 2,
-    793 MB with 16 MiB batches, 767 MB with 64 MiB) but hold more memory (peak RSS 1.8 and
-    2.7 GB), and were not faster (39.5 and 38.0 s against 37.1 with 32 MiB);
-    smaller ones lose less work to a crash.
+    Each batch is one transaction: it ends after `batch_bytes` of input (DEFAULT_BATCH_BYTES,
+    8 MiB: about 1.3 million tokens) or, when given, `batch_size` documents. Fewer, larger
+    commits leave a smaller file (every commit rewrites the last block of each feature it
+    touches, and LMDB keeps the replaced pages as free space: on the 62M-token scale corpus,
+    in format 2, 793 MB with 16 MiB batches, 767 MB with 64 MiB) but hold more memory (peak
+    RSS 1.8 and 2.7 GB), and were not faster (39.5 and 38.0 s against 37.1 with 32 MiB);
+    the reading process holds two batches (32 MiB ones took ~1 GB there), hence 8 MiB.
+    Smaller ones lose less work to a crash.
 
     A file of PARALLEL_OVER bytes or more is read, parsed and tokenized in a second process
     while this one writes (`parallel` True or False forces the choice).

@@ -1,4 +1,5 @@
-"""A sharded collection: one collection over many annodb databases (DESIGN §8).
+"""A sharded collection: one collection over many annodb databases
+(ARCHITECTURE.md "Shards").
 
     db = annodb.open("web.shards", shards=4)        # created with 4 shards if missing
     with db.write() as w:                           # one shard per transaction
