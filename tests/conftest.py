@@ -112,6 +112,16 @@ def pytest_configure(config):
         _warm_kernels()
 
 
+@pytest.fixture
+def db(tmp_path):
+    """A new database in tmp_path whose writers wait at most 5 s for another, closed when
+    the test ends (a test module may define a `db` of its own)."""
+    import annodb
+    database = annodb.open(tmp_path / "s.db", timeout=5)
+    yield database
+    database.close()
+
+
 def pytest_report_header(config):
     return f"hypothesis: profile ci, seed {config.stash[_SEED]} ({SEED_VARIABLE})"
 
