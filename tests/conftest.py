@@ -122,6 +122,44 @@ def db(tmp_path):
     database.close()
 
 
+@pytest.fixture
+def serve():
+    """serve(path, **options): an annodb Server (annodb.server.Server with these options,
+    its log kept quiet unless one is given) started on a free loopback port. Every server
+    started is shut down when the test ends, whatever happened (shutting one down earlier,
+    to check the database after it, is fine: shutdown is safe twice)."""
+    import io
+
+    from annodb.server import Server
+    started = []
+
+    def start(path, **options):
+        options.setdefault("log", io.StringIO())
+        server = Server(path, **options).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in reversed(started):
+        server.shutdown()
+
+
+@pytest.fixture
+def connect():
+    """connect(server, **options): a Client (tests/server_client.py) of that server, closed when
+    the test ends."""
+    from server_client import Client
+    clients = []
+
+    def open_client(server, **options):
+        clients.append(Client(server.port, **options))
+        return clients[-1]
+
+    yield open_client
+    for c in clients:
+        c.close()
+
+
 def pytest_report_header(config):
     return f"hypothesis: profile ci, seed {config.stash[_SEED]} ({SEED_VARIABLE})"
 
