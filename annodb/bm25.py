@@ -1,5 +1,5 @@
 """BM25, BM25F and sparse-vector (impact) scores over the annotative index, and their
-exact top-k under dynamic pruning (DESIGN §5).
+exact top-k under dynamic pruning (ARCHITECTURE.md "Evaluation and ranking").
 
 Everything comes from what the index holds: a term's frequency in a container is the
 number of its postings inside the container's interval, a container's length is its

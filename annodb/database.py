@@ -32,14 +32,11 @@ import threading
 from . import lists, purge, storage
 from .errors import StorageError
 from .lists import Intervals, ListCache
-from .routing import is_collection
-from .snippets import token_offsets
+from .paths import DEFAULT_PATH, default_path, is_collection
 from .transaction import DOCUMENT, Added, Snapshot, Stats, Writer
 
-DEFAULT_PATH = "annodb.db"
-
 __all__ = ["open", "Database", "Snapshot", "Writer", "Intervals", "Added", "Stats",
-           "DEFAULT_PATH", "DOCUMENT", "token_offsets"]
+           "DEFAULT_PATH", "DOCUMENT"]
 
 
 def open(path: str | os.PathLike | None = None, *, readonly: bool = False,
@@ -47,8 +44,7 @@ def open(path: str | os.PathLike | None = None, *, readonly: bool = False,
          cache_bytes: int | None = None, fold_diacritics: bool | None = None) -> "Database":
     """Open the one database at `path` (default: $ANNODB_DB or ./annodb.db): see
     collection.open (annodb.open), which opens a sharded collection too."""
-    if path is None:
-        path = os.environ.get("ANNODB_DB") or DEFAULT_PATH
+    path = default_path(path)
     if is_collection(path):
         raise StorageError(f"{os.fspath(path)}: a sharded collection, not one database "
                            "(annodb.open opens either)")
@@ -99,10 +95,12 @@ class Database:
         env = self._environment()
         return Snapshot(self, storage.Txn(env, write=False), self._lists)
 
-    def write(self, timeout: float | None = None) -> "Writer":
+    def write(self, timeout: float | None = None, *, allocate=None) -> "Writer":
         """A write transaction: a context manager that commits on a clean exit and aborts on
         an exception. Waits up to `timeout` seconds for another writer, then raises
-        WriterBusyError."""
+        WriterBusyError. `allocate(batch, next free address)` -> the starts of a batch's
+        documents, when they go elsewhere than right after the content (a sharded
+        collection's shard: the collection's global addresses; see Writer.add_batch)."""
         env = self._environment()
         if self.readonly:
             raise StorageError(f"{self.path}: opened read-only")
@@ -110,7 +108,7 @@ class Database:
         lock = storage.WriterLock(env, self.timeout if timeout is None else timeout)
         lock.acquire()
         try:
-            return Writer(self, storage.Txn(env, write=True), lock)
+            return Writer(self, storage.Txn(env, write=True), lock, allocate)
         except BaseException:
             lock.release()
             raise
@@ -139,6 +137,12 @@ class Database:
     def stats(self) -> Stats:
         with self.read() as r:
             return r.stats()
+
+    def release_mapped_pages(self) -> bool:
+        """Let go of the database file's pages this process has touched through the map
+        (they stay in the page cache): a long ingest calls this after each commit so its
+        resident memory does not grow with the database (storage.release_mapped_pages)."""
+        return storage.release_mapped_pages(self._environment())
 
     def close(self) -> None:
         if not self._closed:

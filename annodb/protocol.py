@@ -1,4 +1,5 @@
-"""The search server's protocol: newline-delimited JSON requests -> reply lines (DESIGN §7).
+"""The search server's protocol: newline-delimited JSON requests -> reply lines
+(ARCHITECTURE.md "Interfaces").
 
 Independent of sockets and processes (annodb/server.py carries it over TCP): `Protocol`
 answers one request line for one `Session` (a client connection) at a time. It speaks the
@@ -214,7 +215,7 @@ class Handle:
             return
         self.path = path
         if ray is not None:  # a sharded collection on Ray actors ("local": a new cluster)
-            from . import ray_shards
+            from .shards import ray as ray_shards
             self.db = ray_shards.open(path, address=None if ray == "local" else ray)
             self.write_error = "the server reads the collection through Ray actors"
             return

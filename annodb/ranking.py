@@ -1,4 +1,5 @@
-"""Shortest-substring ranking (SSR, DESIGN §5) and free-text search.
+"""Shortest-substring ranking (SSR, ARCHITECTURE.md "Evaluation and ranking") and free-text
+search.
 
 A container (a document, by default the `:` list) scores the sum, over the query's covers
 (its minimal intervals) lying inside it, of 1 / (K + q - p), K = 42. Results are ordered by

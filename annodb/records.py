@@ -56,7 +56,9 @@ def _path(key: str) -> str:
     return path
 
 
-def _docno(record: dict, id_field: str | None) -> tuple[str, str]:
+def record_docno(record: dict, id_field: str | None) -> tuple[str, str]:
+    """(the id field, the docno) of a record: `id_field`, or the first of ID_FIELDS it has;
+    IngestError when it has none, or when its value is not a non-empty string or integer."""
     if id_field is not None:
         if id_field not in record:
             raise IngestError(f"record has no id field {id_field!r}")
@@ -182,7 +184,7 @@ def prepare(record: dict, *, id_field: str | None = None,
         raise IngestError(f"a record must be a JSON object, not {type(record).__name__}")
     key = None
     if docno is None:
-        key, docno = _docno(record, id_field)
+        key, docno = record_docno(record, id_field)
     elif id_field is not None:
         key = id_field
     out = Prepared(docno)

@@ -360,12 +360,6 @@ def decode_block(buf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return kernels.decode_block(buf)
 
 
-def block_last(buf) -> tuple[int, int]:
-    """(last start, last end) of an encoded block."""
-    s, e, _ = decode_block(buf)
-    return int(s[-1]), int(e[-1])
-
-
 class DocField(msgspec.Struct, array_like=True):
     name: str          # short name ("title"); "" for the text of a plain document
     path: str          # full path (":title:", ":authors:[0]:"); "" for plain text
@@ -765,17 +759,6 @@ _Entry.EMPTY.starts, _Entry.EMPTY.ends, _Entry.EMPTY.raws, _Entry.EMPTY.docnos =
 _Entry.EMPTY.relative = False
 
 
-class Vocab(dict):
-    """Feature name -> id for this process's writers (ids never change once committed; a
-    writer that aborts removes the names it added). A miss asks the current writer, so the
-    common case, a known word, is one C-level dict lookup."""
-
-    writer = None
-
-    def __missing__(self, name: str) -> int:
-        return self.writer._intern_missing(name)
-
-
 @dataclass
 class Environment:
     """One open LMDB environment and its named sub-databases (one per process and path).
@@ -788,7 +771,9 @@ class Environment:
     lock_path: str
     thread_lock: threading.Lock
     users: int = 0
-    vocab: "Vocab" = field(default_factory=lambda: Vocab())
+    vocab: dict = field(default_factory=dict)  # feature name -> id, for this process's
+    #   writers (ids never change once committed; a writer that aborts removes the names it
+    #   added; a name missing is looked up by the writer: transaction.Writer._ids)
     lists: object = None  # transaction.ListCache, shared by this process's snapshots
     block_bytes: int = BLOCK_BYTES  # block_limits of the page size
     block_count: int = BLOCK_SIZE

@@ -392,11 +392,11 @@ class Writer(Snapshot):
     documents and lost docnos, without an error). Threads that write begin a write
     transaction each (they take turns), or hand their work to the one that holds it."""
 
-    def __init__(self, db, txn: storage.Txn, lock: storage.WriterLock):
+    def __init__(self, db, txn: storage.Txn, lock: storage.WriterLock, allocate=None):
         super().__init__(db, txn)
         self._lock = lock
         self._thread = threading.get_ident()
-        self._vocab: storage.Vocab = db._env.vocab
+        self._vocab: dict[str, int] = db._env.vocab
         self._new_names: list[str] = []  # interned by this transaction (the cache drops them on abort)
         self._named = 0  # how many of them are written
         self._next_feature = txn.meta("next_feature", 1)
@@ -415,7 +415,7 @@ class Writer(Snapshot):
         self._new_docnos: dict[str, int] = {}  # docno -> start, not yet written
         self._dirty = False
         self._doc_runs: list[list] = []  # docs entries not yet written, a list per batch
-        self.allocate = None  # (batch, next address) -> starts: a sharded collection's
+        self._allocate = allocate  # (batch, next address) -> starts (see Database.write)
         # the fields' [documents, tokens] (storage's meta "fields"); None when not kept
         # (documents written before they were), loaded at the first change
         self._fields: dict | None | bool = False
@@ -622,20 +622,16 @@ class Writer(Snapshot):
                 if docno is not None and (docno in self._new_docnos or
                                           self._txn.doc_start(docno) is not None):
                     self.delete(docno)
-        try:
-            return self._append(b, starts)
-        finally:
-            self._vocab.writer = None  # (a reference from the shared vocab would keep a
-            #                            dropped writer, and its locks, alive)
+        return self._append(b, starts)
 
     def _placed(self, b: batch.Batch, starts) -> tuple[np.ndarray, np.ndarray]:
         """(starts, ends) of the batch's documents: `starts` checked, or those the
-        allocator (`self.allocate(batch, address_space)`, set by a sharded collection)
-        gives, or right after the content."""
+        allocator given to Database.write gives (`allocate(batch, address_space)`: a sharded
+        collection's), or right after the content."""
         base = self._next_address
         spans = b.spans()
-        if starts is None and self.allocate is not None:
-            starts = self.allocate(b, base)
+        if starts is None and self._allocate is not None:
+            starts = self._allocate(b, base)
         if starts is None:
             ends = np.cumsum(spans) + (base - 1)
             return ends - spans + 1, ends
@@ -655,8 +651,6 @@ class Writer(Snapshot):
         """Place the batch's documents after the content (or at `starts`, see add_batch):
         its addresses, relative to the batch, become these; tokens and annotations are
         buffered until the flush, its docs entries likewise."""
-        vocab = self._vocab
-        vocab.writer = self  # a new name calls back into this writer (Vocab.__missing__)
         base = self._next_address
         starts, ends = self._placed(b, starts)
         starts_list = starts.tolist()
@@ -701,8 +695,7 @@ class Writer(Snapshot):
             self._sparse = sorted(set(self.sparse_fields()) | set(b.sparse))
         # annotations
         self._ann_flush_list()
-        names = np.fromiter((vocab[name] for name in b.ann_names), dtype=np.int64,
-                            count=len(b.ann_names))
+        names = np.array(self._ids(b.ann_names), dtype=np.int64)
         at = starts[b.ann_doc]
         self._ann_arrays.append((names[b.ann_name], at + b.ann_p, at + b.ann_q, b.ann_v))
         self._new_docnos.update(zip(docnos, starts_list))

@@ -279,7 +279,7 @@ def main(argv=None) -> int:
               "ANNODB_SHARED to the folder holding data/locomo", file=sys.stderr)
         return 1
     from annodb import recall
-    from benchmarks.results import machine, record
+    from benchmarks.common.results import machine, record
     os.makedirs(WORK, exist_ok=True)
     rows, qs = turns(), questions()
     db_path = os.path.join(WORK, "locomo.db")

@@ -1,7 +1,7 @@
 """Does `vole.decision.parse` read every decision the real model made in the published Vole
 run? (../shared/data/thevole/decisions.jsonl: gpt-5.5, the 86 TREC 2024 RAG topics.)
 
-    python benchmarks/vole_decisions.py [--data DIR]
+    python -m benchmarks.vole_decisions [--data DIR]
 
 Prints how many parse, how many of them are "nothing to judge" (a null docno) and how
 many carry an action's reason, and for any refused the first error of each kind with its
@@ -16,10 +16,8 @@ import json
 import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
-DATA = os.path.join(ROOT, "..", "shared", "data", "thevole")
+from benchmarks.common.paths import shared  # noqa: E402
+DATA = shared("data", "thevole")
 
 from vole import decision  # noqa: E402
 from vole.errors import DecisionError  # noqa: E402

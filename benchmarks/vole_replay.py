@@ -1,7 +1,7 @@
 """The Vole meets a real model: every decision gpt-5.5 made in the published run, replayed
 through `vole run` over `annodb serve` on the MS MARCO sample, for the 86 topics.
 
-    python benchmarks/vole_replay.py [--record] [--topics N] [--keep DIR]
+    python -m benchmarks.vole_replay [--record] [--topics N] [--keep DIR]
 
 1. `vole.decision.parse` on all 6,358 decisions (benchmarks/vole_decisions.py).
 2. The MS MARCO sample (../shared/data/rag24/msmarco-sample.jsonl, the 4,036 segments the
@@ -23,7 +23,7 @@ through `vole run` over `annodb serve` on the MS MARCO sample, for the 86 topics
 
 `--record` writes RESULTS.md's "The Vole meets a real model" section. Needs ../shared
 (says so and stops when absent), and Debian's chromium for step 5 (skipped without it).
-Run it under the CPU lock: flock /tmp/annodb-cpu.lock python benchmarks/vole_replay.py
+Run it under the CPU lock: flock /tmp/annodb-cpu.lock python -m benchmarks.vole_replay
 """
 
 from __future__ import annotations
@@ -43,13 +43,11 @@ import tempfile
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
-SHARED = os.path.normpath(os.path.join(ROOT, "..", "shared"))
-THEVOLE = os.path.join(SHARED, "data", "thevole")
-RAG = os.path.join(SHARED, "data", "rag24")
-REPLAY = os.path.join(SHARED, "tools", "replay_decisions.py")
+from benchmarks.common.paths import REPO as ROOT, shared
+
+THEVOLE = shared("data", "thevole")
+RAG = shared("data", "rag24")
+REPLAY = shared("tools", "replay_decisions.py")
 SAMPLE = os.path.join(RAG, "msmarco-sample.jsonl")
 TOPICS = os.path.join(RAG, "man86.topics")
 QRELS = os.path.join(RAG, "man86.qrels")
@@ -58,7 +56,7 @@ VOLE = [sys.executable, "-c", "from annodb_cli.vole import vole; vole()"]
 ANNODB = [sys.executable, "-c", "from annodb_cli.main import annodb; annodb()"]
 
 from benchmarks import vole_decisions  # noqa: E402
-from benchmarks.results import machine, record  # noqa: E402
+from benchmarks.common.results import machine, record  # noqa: E402
 from vole.outputs import read_jsonl  # noqa: E402
 from vole.report import percentile  # noqa: E402
 
@@ -260,7 +258,7 @@ def section(f: dict) -> str:
              f"{b.get('topics')} topic sections, showing \"{b.get('shown')}\"; "
              f"{len(b.get('plots', []))} plots laid out; {b.get('resources')} resources "
              "fetched)" if b else "not checked (no chromium binary)")
-    return f"""## The Vole meets a real model (`python benchmarks/vole_replay.py`)
+    return f"""## The Vole meets a real model (`python -m benchmarks.vole_replay`)
 
 Run {now} on {machine()}. Every decision gpt-5.5 made in the published run
 (`../shared/data/thevole`), replayed through `vole run --protocol reference
@@ -299,8 +297,8 @@ decision is read and acted on.
 Reproduce (from the repository, with its venv):
 
 ```sh
-python benchmarks/vole_decisions.py
-flock /tmp/annodb-cpu.lock python benchmarks/vole_replay.py --record
+python -m benchmarks.vole_decisions
+flock /tmp/annodb-cpu.lock python -m benchmarks.vole_replay --record
 # by hand: the same run, step by step
 annodb ingest --db sample.db ../shared/data/rag24/msmarco-sample.jsonl
 annodb serve --db sample.db --strict --port 8765 &

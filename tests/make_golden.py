@@ -1,4 +1,4 @@
-"""Write the golden database tests/data/golden-vN (format N), read by test_storage.py.
+"""Write the golden database tests/data/golden-vN (format N), read by test_golden.py.
 
 Run it only when creating a new golden version (`python tests/make_golden.py N`): a golden
 database is written once and then kept unchanged, so that every later annodb proves it still

@@ -3,6 +3,49 @@
 Plain Python over lists of (p, q) tuples (closed intervals of int addresses), written by
 enumeration rather than by clever algorithms. Slow on purpose; keep it obviously right.
 A GC-list here is a sorted list of (p, q) in which no interval contains another.
+
+Index: each twin here, what it defines in annodb (K = annodb.kernels), and the tests that
+hold the two equal.
+
+    naive                  annodb                              tests
+    is_gc_list             K.is_gc_list                        test_kernels: test_is_gc_list
+    normalize              K.normalize (a writer's lists)      test_kernels: test_normalize;
+                                                               test_transactions: reference
+    both_of, one_of,       K.both_of, one_of, followed_by      test_kernels: test_combine
+      followed_by
+    contained_in, ...      K.contained_in, containing,         test_kernels: test_select,
+      not_containing         not_contained_in, not_containing    test_select_many_against_few
+    phrase                 gcl.Evaluator's phrases             (through evaluate)
+    ssr                    K.ssr, ssr_touched                  test_kernels: test_ssr
+    top                    K.top                               test_kernels: test_top
+    merge_ranked           K.merge_ranked (shards' merge)      test_kernels: test_merge_ranked
+    drop_erased            K.drop_erased                       test_kernels: test_drop_erased
+    runs_at                K.runs_at                           test_kernels: test_runs_at
+    merge_ranges           K.merge_ranges                      test_kernels: test_merge_ranges
+    Model, evaluate        gcl.Evaluator (Snapshot.query)      test_engine: test_queries_agree_
+                                                               with_reference, and others
+    search                 ranking.rank (Snapshot.search)      test_engine
+    snippet                snippets.make                       test_engine: test_snippets_agree_
+                                                               with_reference
+    encode_block,          K.encode_block, decode_block        test_block_layout; test_kernels
+      decode_block         (storage.py's block layout)
+      (stream_width, width_bytes, stream_bytes: their number streams)
+    block_cuts             K.block_bounds                      test_kernels: test_block_cuts_
+                                                               equal_the_naive_ones
+    group_postings         K.group_postings                    test_kernels: test_group_
+                                                               postings_against_numpy_and_naive
+    block_facts            kernels.checking.BlockChecker       test_kernels: test_block_checker_
+                                                               equals_the_brute_force
+    document_frequencies   K.document_frequencies              test_bm25: test_document_
+                                                               frequencies_kernel
+    best_windows           K.best_windows                      test_bm25: test_best_windows_kernel
+    bm25                   bm25.py (rank="bm25")               test_bm25: test_bm25_equals_its_
+                                                               definition..., test_gcl_bm25_...
+    bm25f                  bm25.py (fields)                    test_bm25: test_bm25f_equals_...
+    sparse                 bm25.py (rank="sparse")             test_bm25: test_sparse_vectors_...
+    merge_scores           K.merge_scores                      test_bm25: test_merge_scores_kernel
+    rm3                    feedback.py (rank="bm25+rm3")       test_feedback: test_rm3_equals_its_
+                                                               definition
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Vole: an LLM search agent over annodb (DESIGN §7 "The Vole").
+"""The Vole: an LLM search agent over annodb (ARCHITECTURE.md "Interfaces").
 
 It searches with GCL queries, grades what it reads 0-3, and writes each judgment back into
 the database as the annotation `judgment:<qid>` (with a searchable note linked to the

@@ -1,4 +1,4 @@
-"""The Vole's loop, one topic at a time (DESIGN §7 "The Vole"):
+"""The Vole's loop, one topic at a time (ARCHITECTURE.md "Interfaces"):
 
     instructions + topic + append-only transcript -> model -> one decision -> execute
     -> observation appended -> check the limits

@@ -1,5 +1,5 @@
 """Where the Vole searches: annodb in this process (`Local`) or an `annodb serve` over TCP
-(`Remote`). Both answer with the server's response objects (DESIGN §7 "Server"):
+(`Remote`). Both answer with the server's response objects (ARCHITECTURE.md "Interfaces"):
 
     query(gcl)    {"op":"query","ok":true,"qid":"q0","rank":1,"docno":D,"snippet":S}
                   or {"op":"query","ok":true,"qid":"q0","done":true}; repairs in "warnings"

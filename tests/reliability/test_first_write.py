@@ -34,7 +34,7 @@ def holding() -> bool:
     env = storage._open_envs.get(path)
     return env is not None and env.writer_thread is not None
 
-from annodb import shards
+from annodb.shards import collection as shards
 collection_locks = []     # a sharded collection's writer lock, while held
 take, drop = shards._FileLock.acquire, shards._FileLock.release
 

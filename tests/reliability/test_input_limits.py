@@ -5,10 +5,8 @@ below 2**53 (stored exactly as float64 values)."""
 
 from __future__ import annotations
 
-import io
 import json
 import math
-import socket
 import subprocess
 import sys
 
@@ -19,7 +17,6 @@ from annodb import judgments
 from annodb.check import check
 from annodb.errors import AnnodbError, IngestError, RankingError
 from annodb.records import MAX_WEIGHT
-from annodb.server import Server
 
 pytestmark = pytest.mark.reliability
 
@@ -105,47 +102,35 @@ def test_stored_values_past_the_largest_weight_are_refused_when_ranking(db):
         assert [h.docno for h in r.search_text({"lead": 1.0}, rank="sparse")] == ["c", "a"]
 
 
-class Client:
-    def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        self.reader = self.sock.makefile("rb")
-
-    def line(self, text: str) -> dict:
-        self.sock.sendall(text.encode() + b"\n")
-        return json.loads(self.reader.readline())["response"]
-
-    def close(self):
-        self.reader.close()
-        self.sock.close()
+def answer(c, text: str) -> dict:
+    """The response to one raw request line."""
+    return c.send_line(text.encode())["response"]
 
 
-def test_a_judgments_counts_are_bounded(db):
+def test_a_judgments_counts_are_bounded(db, serve, connect):
     """`"call": 10**400` answered "internal error: OverflowError": a judgment's call and
     a topic record's calls, judgments and base are refused past 2**53 - 1, over a real
     socket and in the API; 2**53 - 1 itself is stored and read back exactly."""
     huge = "1" + "0" * 400
     path = db.path
     db.close()
-    server = Server(path, log=io.StringIO()).start()
-    c = Client(server.port)
-    try:
-        for line in (f'{{"op":"judge","topic":"t1","docno":"a","grade":1,"call":{huge}}}',
-                     f'{{"op":"judge","topic":"t1","docno":"a","grade":1,"call":{2**53}}}',
-                     f'{{"op":"topic","topic":"t1","calls":{huge}}}',
-                     f'{{"op":"topic","topic":"t1","judgments":{2**64}}}',
-                     f'{{"op":"topic","topic":"t1","base":{huge}}}'):
-            r = c.line(line)
-            assert r["ok"] is False, (line, r)
-            assert "must be a whole number from 0 to 2**53 - 1" in r["error"], r
-            assert "internal error" not in r["error"] and len(r["error"]) < 200
-        r = c.line(f'{{"op":"judge","topic":"t1","docno":"a","grade":1,'
-                   f'"call":{2**53 - 1}}}')
-        assert r["ok"], r
-        r = c.line('{"op":"judgments","topic":"t1"}')
-        assert r["judgments"][0]["call"] == 2**53 - 1
-    finally:
-        c.close()
-        server.shutdown()
+    server = serve(path)
+    c = connect(server)
+    for line in (f'{{"op":"judge","topic":"t1","docno":"a","grade":1,"call":{huge}}}',
+                 f'{{"op":"judge","topic":"t1","docno":"a","grade":1,"call":{2**53}}}',
+                 f'{{"op":"topic","topic":"t1","calls":{huge}}}',
+                 f'{{"op":"topic","topic":"t1","judgments":{2**64}}}',
+                 f'{{"op":"topic","topic":"t1","base":{huge}}}'):
+        r = answer(c, line)
+        assert r["ok"] is False, (line, r)
+        assert "must be a whole number from 0 to 2**53 - 1" in r["error"], r
+        assert "internal error" not in r["error"] and len(r["error"]) < 200
+    r = answer(c, f'{{"op":"judge","topic":"t1","docno":"a","grade":1,'
+                  f'"call":{2**53 - 1}}}')
+    assert r["ok"], r
+    r = answer(c, '{"op":"judgments","topic":"t1"}')
+    assert r["judgments"][0]["call"] == 2**53 - 1
+    server.shutdown()
     with annodb.open(path) as again:
         with again.write() as w:
             for bad in (10 ** 400, 2 ** 53, -1, 1.5, True):

@@ -7,9 +7,6 @@ under the old names are found and replaced."""
 
 from __future__ import annotations
 
-import io
-import json
-import socket
 
 import pytest
 
@@ -17,8 +14,7 @@ import annodb
 from annodb import judgments
 from annodb.check import check
 from annodb.errors import AnnodbError
-from annodb.routing import route
-from annodb.server import Server
+from annodb.shards.routing import route
 
 pytestmark = pytest.mark.reliability
 
@@ -34,20 +30,6 @@ def db(tmp_path):
             w.add("the first of two colliding docnos", docno="b:c")
             w.add("the second of two colliding docnos", docno="c")
         yield db
-
-
-class Client:
-    def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        self.reader = self.sock.makefile("rb")
-
-    def __call__(self, **request):
-        self.sock.sendall(json.dumps(request).encode() + b"\n")
-        return json.loads(self.reader.readline())["response"]
-
-    def close(self):
-        self.reader.close()
-        self.sock.close()
 
 
 def _docnos(snap) -> list[str]:
@@ -97,34 +79,31 @@ def test_topics_and_docnos_with_colons_never_share_a_note(db):
     assert check(db) == []
 
 
-def test_the_note_op_never_replaces_a_judgments_note(db, tmp_path):
+def test_the_note_op_never_replaces_a_judgments_note(db, tmp_path, serve, connect):
     """Over a real socket: a note op with qid T about a document judged for T writes
     `note:T@D`, its own document; the judgment's reason, discovery order and call stay
     (before: the note replaced the reason and reset the order to 0). Repeating the note op
     replaces its own note only; judging a docno held by a collection document is refused."""
     path = db.path
     db.close()
-    server = Server(path, log=io.StringIO()).start()
-    c = Client(server.port)
-    try:
-        for call, docno in enumerate(("Gen.1.3", "Gen.1.2", "Gen.1.4"), 1):
-            r = c(op="judge", topic="t1", docno=docno, grade=2, text=f"why {docno}",
-                  call=call)
-            assert r["ok"] and r["order"] == call, r
-        for text in ("first thought", "second thought"):
-            r = c(op="note", docno="Gen.1.3", qid="t1", text=text)
-            assert r == {"op": "note", "ok": True, "docno": "note:t1@Gen.1.3",
-                         "target": "Gen.1.3"}
-        r = c(op="judgments", topic="t1")
-        assert [(j["docno"], j["order"], j["call"]) for j in r["judgments"]] == \
-            [("Gen.1.3", 1, 1), ("Gen.1.2", 2, 2), ("Gen.1.4", 3, 3)]
-        r = c(op="judge", topic="t1", docno="Gen.1.1", grade=1, text="x")
-        assert r["ok"] is False and "taken by a document of the collection" in r["error"]
-        r = c(op="document", docno="note:t1:Gen.1.1")
-        assert r["ok"] and "happens to be named like a note" in r["document"]
-    finally:
-        c.close()
-        server.shutdown()
+    server = serve(path)
+    c = connect(server)
+    for call, docno in enumerate(("Gen.1.3", "Gen.1.2", "Gen.1.4"), 1):
+        r = c(op="judge", topic="t1", docno=docno, grade=2, text=f"why {docno}",
+              call=call)
+        assert r["ok"] and r["order"] == call, r
+    for text in ("first thought", "second thought"):
+        r = c(op="note", docno="Gen.1.3", qid="t1", text=text)
+        assert r == {"op": "note", "ok": True, "docno": "note:t1@Gen.1.3",
+                     "target": "Gen.1.3"}
+    r = c(op="judgments", topic="t1")
+    assert [(j["docno"], j["order"], j["call"]) for j in r["judgments"]] == \
+        [("Gen.1.3", 1, 1), ("Gen.1.2", 2, 2), ("Gen.1.4", 3, 3)]
+    r = c(op="judge", topic="t1", docno="Gen.1.1", grade=1, text="x")
+    assert r["ok"] is False and "taken by a document of the collection" in r["error"]
+    r = c(op="document", docno="note:t1:Gen.1.1")
+    assert r["ok"] and "happens to be named like a note" in r["document"]
+    server.shutdown()
     with annodb.open(path) as again:
         assert check(again) == []
         with again.read() as r:

@@ -14,12 +14,12 @@ import heapq
 
 import numpy as np
 
-from . import batch, bm25, kernels, ranking, records, statistics, transaction
-from .errors import AnnodbError, NotFoundError, StorageError
-from .gcl import Budget, prepare
-from .lists import Intervals
+from .. import batch, bm25, kernels, ranking, records, statistics, transaction
+from ..errors import AnnodbError, NotFoundError, StorageError
+from ..gcl import Budget, prepare
+from ..lists import Intervals
+from ..transaction import DOCUMENT, Stats
 from .routing import route, shard_name
-from .transaction import DOCUMENT, Stats
 
 
 def _merge_intervals(found: list[Intervals]) -> Intervals:
@@ -380,8 +380,7 @@ class ShardedWriter(ShardedSnapshot):
         if self._done:
             raise StorageError("this transaction has ended")
         if self._writing is None:
-            w = self.db.shards[i].write(self._timeout)
-            w.allocate = self.db.allocate
+            w = self.db.shards[i].write(self._timeout, allocate=self.db.allocate)
             self.parts[i].close()
             self.parts[i] = w
             self._writing = i
