@@ -54,8 +54,11 @@ def warm_up() -> None:
 
     import annodb
     from annodb import ranking, storage
-    from .main import COMMAND_MODULES, _add_commands
-    _add_commands(COMMAND_MODULES)
+    from .main import COMMANDS, annodb as group
+    import click
+    context = click.Context(group)
+    for name in COMMANDS:            # (every command's module imported before a fork)
+        group.get_command(context, name)
     ranks = [rank for rank in ranking.RANKS if rank != "sparse"]   # (needs vectors)
     folder = tempfile.mkdtemp(prefix="annodb-warm-")
     try:

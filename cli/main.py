@@ -1,21 +1,25 @@
 """The `annodb` command line: a thin layer over the annodb package.
 
 This module defines the click group, the shared `--db` option and the error handling that
-every command gets; commands live here and in the modules listed in COMMAND_MODULES. To add
-commands in another file:
+every command gets; each command lives in a module of its own concept (ingest.py,
+documents.py, maintenance.py, query.py, serve.py, mcp.py; `warm` here), listed in COMMANDS
+with the one line `annodb --help` shows for it. The group imports a command's module only
+when that command runs or shows its own help, so `annodb --help` and `--version` load
+neither numpy, numba nor the database (benchmarks/startup.py times them). To add a
+command:
 
-    # cli/query.py
+    # cli/notes.py
     import click
     from .main import db_option, open_db
 
     @click.command()
     @db_option
-    def query(db, ...):
-        '''... \\b Example: ...'''
+    def notes(db, ...):
+        '''List the notes. \\b Example: ...'''
 
-then add "query" to COMMAND_MODULES below: every click command defined at the top level
-of a listed module joins the group (decorating with `@annodb.command()` works too). The
-folder cli/ is installed as the module `annodb_cli`, so import each other relatively.
+then add `"notes": ("notes", "List the notes.")` to COMMANDS (tests/test_docs.py checks
+that the line is the command's own). The folder cli/ is installed as the module
+`annodb_cli`, so import each other relatively.
 
 Commands raise AnnodbError (or OSError) for anything that goes wrong; the group prints it as
 one line `annodb: error: ...` and exits 1 (usage errors exit 2). No command prints a
@@ -25,7 +29,6 @@ traceback. `--db PATH` may come before the command (`annodb --db X check`) or af
 from __future__ import annotations
 
 import importlib
-import json
 import sys
 import time
 
@@ -36,14 +39,37 @@ from click.core import ParameterSource
 from . import errors as _errors
 
 import annodb as _annodb
-from annodb import ingest as _ingest
-from annodb import kernels as _kernels
-from annodb import tokenizer as _tokenizer
-from annodb.check import check_path as _check_path
-from annodb.database import DEFAULT_PATH
-from annodb.errors import AnnodbError, NotFoundError
+from annodb.errors import AnnodbError
+from annodb.paths import DEFAULT_PATH
 
-COMMAND_MODULES = ("query", "serve", "mcp")   # more commands, one module each (in cli/)
+# command -> (the module of cli/ defining it, the line `annodb --help` shows for it)
+COMMANDS = {
+    "ingest": ("ingest", "Add documents from FILES and directories (JSONL, JSON, CSV, TSV, "
+                         "TREC, MS MARCO segments or plain text; .gz too)."),
+    "query": ("query", "Rank documents for a GCL query by shortest-substring ranking, or "
+                       "by BM25."),
+    "search": ("query", "Free-text search, for when you would rather not write GCL."),
+    "count": ("query", "Count the intervals a GCL query denotes (its minimal matches)."),
+    "show": ("documents", "Print the document DOCNO: its address range, fields and "
+                          "metadata."),
+    "stats": ("documents", "Print the database's counts: documents, tokens, features, "
+                           "size."),
+    "annotate": ("documents", "Annotate the whole of document DOCNO with FEATURE (and a "
+                              "value)."),
+    "delete": ("documents", "Delete document DOCNO (its text and every annotation inside "
+                            "it)."),
+    "check": ("maintenance", "Verify every invariant of the database; exit 1 if it is "
+                             "damaged."),
+    "compact": ("maintenance", "Write a compacted copy of the database to DEST (a new or "
+                               "empty directory)."),
+    "split": ("maintenance", "Write the database as a new sharded collection DEST of N "
+                             "shards."),
+    "serve": ("serve", "Serve the database to search agents: newline-delimited JSON over "
+                       "TCP."),
+    "mcp": ("mcp", "Serve the database as agent memory over the Model Context Protocol "
+                   "(stdio)."),
+    "warm": ("main", "Show (or stop) the warm process that runs read-only commands."),
+}
 MAX_PROBLEMS_SHOWN = 20
 
 
@@ -57,17 +83,37 @@ COMPILING = ("annodb: compiling numba kernels on their first use (up to about a 
 
 
 class Group(_errors.ErrorGroup):
+    """The commands of COMMANDS, each imported from its module when it is first needed."""
+
     prog = "annodb"
     debug_env = "ANNODB_DEBUG"
     expected = (AnnodbError,)
 
     def list_commands(self, ctx):
-        _add_commands(COMMAND_MODULES)
-        return super().list_commands(ctx)
+        return sorted(set(COMMANDS) | set(self.commands))
 
     def get_command(self, ctx, name):
-        _add_commands(COMMAND_MODULES, until=name)
-        return super().get_command(ctx, name)
+        if name not in self.commands and name in COMMANDS:
+            module = importlib.import_module(f"{__package__}.{COMMANDS[name][0]}")
+            for value in vars(module).values():
+                if isinstance(value, click.Command) and value.name in COMMANDS \
+                        and value.name not in self.commands and value is not self:
+                    self.add_command(value)
+        return self.commands.get(name)
+
+    def format_commands(self, ctx, formatter):
+        """The commands and their lines from COMMANDS: no command's module is imported."""
+        rows = []
+        limit = formatter.width - 6 - max(map(len, self.list_commands(ctx)))
+        for name in self.list_commands(ctx):
+            if name in COMMANDS and name not in self.commands:
+                text = click.Command(name, help=COMMANDS[name][1]).get_short_help_str(limit)
+            else:
+                text = self.commands[name].get_short_help_str(limit)
+            rows.append((name, text))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
 
 def _given_db(ctx, param, value):
@@ -94,7 +140,8 @@ def annodb():
       annodb --db bible.db stats
       annodb show --db bible.db Gen.1.1
     """
-    _kernels.on_compile(_say_compiling)
+    from annodb import kernels
+    kernels.on_compile(_say_compiling)
 
 
 def _say_compiling() -> None:
@@ -116,16 +163,13 @@ def db_option(f):
         callback=_db, help="The database directory.")(f)
 
 
-def open_db(path: str, *, readonly: bool = False) -> _annodb.Database:
+def open_db(path: str, *, readonly: bool = False) -> "_annodb.Database":
     """Open an existing database (commands other than ingest never create one)."""
     return _annodb.open(path, readonly=readonly, create=False)
 
 
 def echo_json(value) -> None:
     click.echo(msgspec.json.encode(value).decode())
-
-
-# ---------------------------------------------------------------- ingest
 
 
 class _Bar:
@@ -159,337 +203,6 @@ class _Bar:
             self.bar = None
 
 
-@annodb.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=True))
-@db_option
-@click.option("--id-field", metavar="NAME", help="The record field (or CSV/TSV column) "
-              "holding the docno (default: the first of docid, docno, id, _id).")
-@click.option("--text-field", "text_fields", metavar="NAME", multiple=True,
-              help="A record field to index as text; repeat for several, in order "
-                   "(default: every string field but the id).")
-@click.option("--sparse-field", "sparse_fields", metavar="NAME", multiple=True,
-              help="A record field holding a sparse vector {term: weight} (SPLADE or any "
-                   "learned-sparse encoder), for `search --rank sparse`; repeat for several.")
-@click.option("--format", "fmt", type=click.Choice(_ingest.FORMATS),
-              help="The input format (default: from the file name; see above).")
-@click.option("--batch-size", type=click.IntRange(min=1), metavar="N",
-              help="Commit every N documents (default: every "
-              f"{_ingest.DEFAULT_BATCH_BYTES >> 20} MiB of input).")
-@click.option("--replace", is_flag=True, help="Replace documents whose docno is already "
-              "in the database (default: leave them as they are).")
-@click.option("--skip-bad", is_flag=True, help="Exit 0 even if bad records or repeated "
-              "docnos were skipped (each is still reported), as long as something was "
-              "stored.")
-@click.option("--strict", is_flag=True, help="Stop at the first malformed record instead of "
-              "reporting and skipping it.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no list of problems "
-              "and notes (the summary line stays).")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
-@click.option("--fold-diacritics", is_flag=True,
-              help="Make a new database that folds diacritics (cafe finds Café): chosen "
-                   "when it is created, recorded in it; refused for one that holds "
-                   "content without it.")
-@click.option("--shards", type=click.IntRange(1, 1024), metavar="N",
-              help="Make (or add to) a sharded collection of N databases, read, tokenized "
-                   "and written by parallel processes (a collection is ingested so "
-                   "without it too). N is at most what one process can map (each shard "
-                   "maps 1 TiB of address space: about 129 on x86-64).")
-def ingest(files, db, id_field, text_fields, sparse_fields, fmt, batch_size, replace,
-           skip_bad, strict, quiet, as_json, fold_diacritics, shards):
-    """Add documents from FILES and directories (JSONL, JSON, CSV, TSV, TREC, MS MARCO
-    segments or plain text; .gz too).
-
-    The format follows the file name: .jsonl/.ndjson one JSON record per line, .json JSON
-    records (one object, an array of them, or one per line), .csv a table with a header
-    row, .tsv a table if its first line names the id column and else docno<TAB>text
-    lines, .trec/.sgml (or a first line <DOC>) TREC <DOC> files; any other file is one
-    plain-text document whose docno is its path relative to the common root of the
-    plain-text inputs (a lone file: its name without extension). A directory is read
-    recursively (hidden names left out). Records with docid and segment are MS MARCO
-    V2.1 segments.
-
-    Ingest commits in batches and is idempotent by docno: documents already present are
-    left as they are, so re-running an interrupted ingest (Ctrl-C: exit 130) resumes it.
-    Each record that cannot be stored is reported (file:line: message) and skipped, as is
-    a repeated docno; the last line says "added N, skipped M", and the exit code is 1 if
-    anything was skipped, unless --skip-bad accepts that (--strict stops at the first).
-
-    \b
-    Example:
-      annodb ingest --db bible.db examples/bible-sample.jsonl
-      annodb ingest --db notes.db notes/ tables/*.csv
-      annodb ingest --db web.db --id-field url --text-field title --text-field body pages.jsonl.gz
-      annodb ingest --db cafes.db --fold-diacritics reviews.jsonl
-      annodb ingest --db web.db --sparse-field splade encoded.jsonl
-      annodb ingest --db web.shards --shards 4 corpus.jsonl
-    """
-    if strict and skip_bad:
-        raise click.UsageError("--strict stops at the first bad record and --skip-bad "
-                               "accepts skipping them: give one of them")
-    bar = _Bar(enabled=not quiet and sys.stderr.isatty())
-    target = db
-    if fold_diacritics or shards:
-        _ingest.check_inputs(files, fmt)       # before the database is created
-        target = _annodb.open(db, fold_diacritics=fold_diacritics or None, shards=shards)
-    try:
-        summary = _ingest.ingest(target, files, format=fmt, id_field=id_field,
-                                 text_fields=list(text_fields) or None, batch_size=batch_size,
-                                 replace=replace, strict=strict, progress=bar,
-                                 sparse_fields=sparse_fields)
-    except _ingest.Interrupted as stop:
-        bar.close()
-        s = stop.summary
-        click.echo(f"annodb: interrupted: {s.documents:,} documents in {s.batches:,} "
-                   "batches were committed (the batch in progress was not); run the same "
-                   "command again to resume: documents already present are left as they "
-                   "are", err=True)
-        click.echo(f"annodb: ingest: {s.line()}", err=True)
-        if as_json:
-            echo_json(s)
-        sys.exit(130)
-    except KeyboardInterrupt:   # (only before the first batch: see ingest.Interrupted)
-        click.echo("annodb: interrupted before anything was committed", err=True)
-        sys.exit(130)
-    finally:
-        bar.close()
-        if target is not db:
-            target.close()
-    if not quiet:
-        _print_problems(summary)
-    failed = summary.skipped and (not skip_bad or not summary.documents)
-    if failed:
-        n = summary.skipped
-        skipped = f"{n:,} record{' was' if n == 1 else 's were'} skipped (listed above)"
-        if summary.documents:
-            why = f"{skipped}; what was stored stays"
-            hint = "" if skip_bad else " (or give --skip-bad to accept skipping them)"
-        else:
-            why, hint = f"nothing was stored: {skipped}", ""
-        click.echo(f"annodb: error: {why}; fix the input and run the same command again to "
-                   f"add the rest{hint}", err=True)
-    click.echo(f"annodb: ingest: {summary.line()}", err=True)
-    if as_json:
-        echo_json(summary)
-    if failed:
-        sys.exit(1)
-
-
-def _print_problems(summary) -> None:
-    """Each skipped record, repeated docno and note (at most MAX_PROBLEMS_SHOWN each)."""
-    for text in summary.errors[:MAX_PROBLEMS_SHOWN]:
-        click.echo(f"annodb: skipped {text}", err=True)
-    if summary.error_count > MAX_PROBLEMS_SHOWN:
-        click.echo(f"annodb: ... and {summary.error_count - MAX_PROBLEMS_SHOWN:,} more "
-                   "malformed records (see --json)", err=True)
-    for text in summary.warnings[:MAX_PROBLEMS_SHOWN]:
-        click.echo(f"annodb: {text}", err=True)
-    if summary.duplicates > MAX_PROBLEMS_SHOWN:
-        click.echo(f"annodb: ... and {summary.duplicates - MAX_PROBLEMS_SHOWN:,} more "
-                   "duplicate docnos (see --json)", err=True)
-    for text in summary.notes[:MAX_PROBLEMS_SHOWN]:
-        click.echo(f"annodb: note: {text}", err=True)
-    if len(summary.notes) > MAX_PROBLEMS_SHOWN:
-        click.echo(f"annodb: ... and {len(summary.notes) - MAX_PROBLEMS_SHOWN:,} more notes "
-                   "(see --json)", err=True)
-
-
-# ---------------------------------------------------------------- reading
-
-
-@annodb.command()
-@db_option
-@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
-def stats(db, as_json):
-    """Print the database's counts: documents, tokens, features, size.
-
-    \b
-    Example:
-      annodb stats --db bible.db
-      annodb stats --db bible.db --json
-    """
-    with open_db(db, readonly=True) as database:
-        result = database.stats().as_dict()
-    if as_json:
-        echo_json(result)
-        return
-    width = max(len(k) for k in result)
-    for key, value in result.items():
-        click.echo(f"{key:<{width}}  {value}")
-
-
-def _document_dict(doc) -> dict:
-    return {
-        "docno": doc.docno, "start": doc.start, "end": doc.end, "tokens": doc.tokens,
-        "text": doc.text,
-        "fields": [{"name": f.name, "path": f.path, "start": f.start, "end": f.end,
-                    "text": doc.text[f.char_start:f.char_end]} for f in doc.fields],
-        "meta": doc.meta,
-    }
-
-
-@annodb.command()
-@click.argument("docno")
-@db_option
-@click.option("--json", "as_json", is_flag=True, help="Print the whole document as JSON.")
-def show(docno, db, as_json):
-    """Print the document DOCNO: its address range, fields and metadata.
-
-    \b
-    Example:
-      annodb show --db bible.db Gen.1.1
-      annodb show --db bible.db Gen.1.1 --json
-    """
-    with open_db(db, readonly=True) as database, database.read() as snapshot:
-        doc = snapshot.document(docno)
-    if as_json:
-        echo_json(_document_dict(doc))
-        return
-    click.echo(f"docno: {doc.docno}")
-    click.echo(f"range: {doc.start}..{doc.end} ({doc.tokens} tokens)")
-    for key, value in doc.meta.items():
-        click.echo(f"{key}: {json.dumps(value, ensure_ascii=False)}")
-    named = [f for f in doc.fields if f.name or f.path]
-    if named:
-        for f in named:
-            click.echo(f"{f.path or f.name}: {doc.text[f.char_start:f.char_end]}")
-    else:
-        click.echo("")
-        click.echo(doc.text)
-
-
-# ---------------------------------------------------------------- writing
-
-
-@annodb.command()
-@click.argument("feature")
-@click.argument("docno")
-@db_option
-@click.option("--value", type=float, default=0.0, show_default=True,
-              help="The number the annotation carries.")
-def annotate(feature, docno, db, value):
-    """Annotate the whole of document DOCNO with FEATURE (and a value).
-
-    \b
-    Example:
-      annodb annotate --db bible.db judgment:creation Gen.1.1 --value 3
-    """
-    with open_db(db) as database, database.write() as w:
-        doc = w.document(docno)
-        w.annotate(feature, doc.start, doc.end, value)
-    click.echo(f"annotated {docno} [{doc.start}, {doc.end}] with {feature} = {value:g}",
-               err=True)
-    if _tokenizer.tokens(feature) == [feature]:
-        click.echo(f"annodb: note: {feature!r} is also a word: its list holds the text's "
-                   f"{feature!r} too, and a query of it finds both (a name with a ':', "
-                   f"such as {feature + ':'!r}, keeps a label apart)", err=True)
-
-
-@annodb.command()
-@click.argument("docno")
-@db_option
-def delete(docno, db):
-    """Delete document DOCNO (its text and every annotation inside it).
-
-    \b
-    Example:
-      annodb delete --db bible.db Gen.1.1
-    """
-    with open_db(db) as database, database.write() as w:
-        if not w.delete(docno):
-            raise NotFoundError(f"no document with docno {docno!r}")
-    click.echo(f"deleted {docno}", err=True)
-
-
-@annodb.command("check")
-@db_option
-def check_command(db):
-    """Verify every invariant of the database; exit 1 if it is damaged.
-
-    Prints each problem found, or "ok". The LMDB file is checked first, page by page,
-    without letting LMDB read it (a damaged file cannot crash the check); annodb's own
-    invariants only when the pages are sound. Exit 0: healthy; 1: damaged (each problem on
-    a line, then one error line) or no database there.
-
-    \b
-    Example:
-      annodb check --db bible.db
-    """
-    problems = _check_path(db)
-    for problem in problems:
-        click.echo(problem)
-    if problems:
-        fail(f"{db}: {len(problems)} problem{'s' if len(problems) != 1 else ''} found")
-    click.echo("ok")
-
-
-@annodb.command()
-@db_option
-@click.argument("dest", type=click.Path(file_okay=False))
-def compact(db, dest):
-    """Write a compacted copy of the database to DEST (a new or empty directory).
-
-    Pages freed by earlier transactions are left out, so an ingest done in
-    many batches shrinks; the database itself is untouched (a consistent
-    snapshot is copied even while others write). Nothing of what was deleted
-    or forgotten is copied: not its text, nor a word or label that no
-    remaining document uses (the file's bytes hold none of them). Replace
-    the database with the copy when no process has it open.
-
-    \b
-    Example:
-      annodb compact --db bible.db bible-compact.db
-      mv bible.db bible-old.db && mv bible-compact.db bible.db
-    """
-    with open_db(db, readonly=True) as database:
-        before = database.stats().size_bytes
-        database.compact(dest)
-    after = _annodb.storage.disk_size(dest)
-    click.echo(f"annodb: compact: {before:,} -> {after:,} bytes in {dest}", err=True)
-
-
-@annodb.command()
-@db_option
-@click.argument("dest", type=click.Path(file_okay=False))
-@click.option("--shards", type=click.IntRange(1, 1024), required=True, metavar="N",
-              help="How many shards (databases) the collection has: at most what one "
-                   "process can map (each maps 1 TiB of address space: about 129 on "
-                   "x86-64).")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
-def split(db, dest, shards, as_json):
-    """Write the database as a new sharded collection DEST of N shards.
-
-    Each document goes to the shard its docno routes to (a note with its
-    document), at the address it has, with every annotation inside it, so DEST
-    ranks exactly as the database does; it is searched, served and ingested into
-    like a database (an ingest into it runs in parallel processes). The database
-    is only read, as it was when the split began. The shards are written by
-    parallel processes, a window of documents at a time; interrupted (Ctrl-C,
-    exit 130), the same command completes it.
-
-    \b
-    Example:
-      annodb split --db web.db web.shards --shards 4
-      annodb query --db web.shards '(^ goth rock)'
-    """
-    from annodb.shards.split import split as _split
-    bar = _Bar(enabled=sys.stderr.isatty(), label="splitting")
-    try:
-        summary = _split(db, dest, shards,
-                         progress=lambda done, total: bar(done, done, total))
-    except KeyboardInterrupt:
-        bar.close()
-        fail(f"interrupted: the documents written to {dest} stay; run the same command "
-             "again to complete the split", 130)
-    finally:
-        bar.close()
-    if as_json:
-        echo_json(msgspec.to_builtins(summary) | {"dest": dest})
-    note = (f"; {summary.not_copied} annotations over no single document were not copied"
-            if summary.not_copied else "")
-    again = (f"; {summary.already:,} documents were there already (a split completed)"
-             if summary.already else "")
-    click.echo(f"annodb: split: {summary.documents:,} documents and {summary.annotations:,} "
-               f"annotations into {shards} shards in {dest}{note}{again}", err=True)
 
 
 @annodb.command()
@@ -530,31 +243,6 @@ def warm(stop, as_json):
                    f"socket {state['socket']}")
     else:
         click.echo("not running" + ("" if state["enabled"] else " (ANNODB_WARM=0: off)"))
-
-
-def _add_commands(names, until: str | None = None) -> None:
-    """Add the commands of the modules `names`, in order, each once, stopping as soon as
-    the command `until` is there (when the group first needs them, so a module importing
-    this one is wholly imported by then; `annodb query` imports the query module only)."""
-    for name in names:
-        if until is not None and until in annodb.commands:
-            return
-        if name in _added:
-            continue
-        _added.append(name)
-        try:
-            module = importlib.import_module(f"{__package__}.{name}")
-        except ModuleNotFoundError as err:
-            if err.name == f"{__package__}.{name}":   # not written yet
-                continue
-            raise
-        for value in list(vars(module).values()):
-            if isinstance(value, click.Command) and value is not annodb \
-                    and value.name not in annodb.commands:
-                annodb.add_command(value)
-
-
-_added: list[str] = []   # the modules imported
 
 
 def main() -> None:
