@@ -151,15 +151,39 @@ class Snapshot:
 
     def document_at(self, address: int) -> Document | None:
         """The document whose address range holds `address`, or None."""
-        self._before_read()
-        address = int(address)
-        if not 0 <= address < storage.MAX_ADDRESS:
-            return None
-        return self._txn.doc_containing(address)
+        return self.documents_at([address])[0]
 
     def documents_at(self, addresses) -> list[Document | None]:
         """document_at of each address, in order."""
-        return [self.document_at(a) for a in addresses]
+        return [None if found is None else found[0].doc(found[1])
+                for found in self._holding(addresses)]
+
+    def docnos_at(self, addresses) -> list[str | None]:
+        """The docno of document_at of each address (None where there is none), in order:
+        what a ranking's hits are named by, without decoding their documents."""
+        return [None if found is None else found[0].docnos[found[1]]
+                for found in self._holding(addresses)]
+
+    def _holding(self, addresses) -> list:
+        """For each address, (the decoded docs entry holding its document, the document's
+        index in it), or None: from the documents cached by start (doc_cache.py), else
+        read (and cached)."""
+        self._before_read()
+        cache, token = self.lists.documents()
+        addresses = [int(a) for a in addresses]
+        out = [None] * len(addresses) if cache is None else \
+            [cache.get(token, a) for a in addresses]
+        missing = [i for i, a in enumerate(addresses)
+                   if out[i] is None and 0 <= a < storage.MAX_ADDRESS]
+        if missing:
+            found = self._txn.doc_entries([addresses[i] for i in missing])
+            for i, (key, entry) in zip(missing, found):
+                j = -1 if entry is None else entry.find(addresses[i])
+                if j >= 0:
+                    out[i] = (entry, j)
+                    if cache is not None:
+                        cache.add(token, key, entry)
+        return out
 
     def documents(self):
         """Every document, in address order."""
