@@ -2,7 +2,7 @@
 metadata), all their text tokenized in one pass, their annotations laid out in columns and
 the documents in their stored form. Making one needs no database (addresses are relative
 to the batch, a stored document's to its own start), so a big ingest makes the next batch
-in a second process while the writer adds this one (see database_ingest.py); `Writer.add_many`
+in a second process while the writer adds this one (see ingest/database.py); `Writer.add_many`
 makes one for its items.
 
 The tokens are numbered by kind (distinct folded word of the batch), so the writer looks up

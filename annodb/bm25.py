@@ -1,5 +1,5 @@
 """BM25, BM25F and sparse-vector (impact) scores over the annotative index, and their
-exact top-k under dynamic pruning (DESIGN §5).
+exact top-k under dynamic pruning (ARCHITECTURE.md "Evaluation and ranking").
 
 Everything comes from what the index holds: a term's frequency in a container is the
 number of its postings inside the container's interval, a container's length is its
@@ -60,6 +60,7 @@ from .feedback import Feedback
 from .gcl import Evaluator, Region, list_name
 from .lists import EMPTY_F, EMPTY_I, SMALL_LIST, Intervals
 from .query import Combine, Compare, Link, Node, Term
+from .records import MAX_WEIGHT
 
 K1 = 0.9
 B = 0.4
@@ -103,13 +104,18 @@ class Scoring:
 
 def number(value, name: str, lo: float, hi: float = math.inf) -> float:
     """value as a float in [lo, hi], or RankingError naming it."""
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    if isinstance(value, bool):
+        raise RankingError(f"{name} must be a number, not {shown}")
     try:
         x = float(value)
-    except (TypeError, ValueError):
-        raise RankingError(f"{name} must be a number, not {value!r}") from None
+    except (TypeError, ValueError, OverflowError):   # (an int past float's range)
+        x = math.nan if isinstance(value, int) and not isinstance(value, bool) else None
+        if x is None:
+            raise RankingError(f"{name} must be a number, not {shown}") from None
     if not (lo <= x <= hi) or math.isnan(x):
         where = f"between {lo:g} and {hi:g}" if hi < math.inf else f">= {lo:g}"
-        raise RankingError(f"{name} must be {where}, not {value!r}")
+        raise RankingError(f"{name} must be {where}, not {shown}")
     return x
 
 
@@ -430,7 +436,13 @@ def sparse_terms(ev, cnode, settings: Scoring, weights, known) -> list[_Term]:
     for term, weight in weights:
         feature = f"{settings.sparse}:{term}"
         if weight > 0 and ev.lists.count(feature):
-            out.append(_Sparse(ev, boxes, feature, float(weight), stats.high(feature)))
+            high = stats.high(feature)
+            if not high <= MAX_WEIGHT:   # (written before weights were bounded, or annotated)
+                raise RankingError(
+                    f"the stored values of {feature} go up to {high:g}, past the largest "
+                    f"sparse weight ({MAX_WEIGHT:g}), where scores overflow: ingest the "
+                    "vectors again with weights in range")
+            out.append(_Sparse(ev, boxes, feature, float(weight), high))
     return out
 
 

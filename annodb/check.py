@@ -49,8 +49,9 @@ import numpy as np
 from . import kernels, storage, tokenizer
 from .collection import open as open_database
 from .errors import StorageError
-from .routing import is_collection, route, shard_name
-from .shards import COUNTER, ShardError, folder_problems, read_manifest
+from .paths import is_collection
+from .shards.routing import route, shard_name
+from .shards.collection import COUNTER, ShardError, folder_problems, read_manifest
 from .transaction import DOCUMENT, NOTES
 
 MAX_PROBLEMS = 1000  # stop collecting details after this many

@@ -1,7 +1,7 @@
 """A Python child process running this same annodb: an ingest's readers and writers, a
 shard's worker, a server's worker processes.
 
-    subprocess.Popen(children.command("from annodb.shard_worker import main; main()"),
+    subprocess.Popen(children.command("from annodb.shards.worker import main; main()"),
                      env=children.environment())
 
 The child imports the annodb its parent imported: this package's directory goes first on

@@ -1,5 +1,5 @@
 """Open a collection of either kind: one database (database.py) or a sharded collection
-(shards.py), with the same API. This is `annodb.open`.
+(annodb.shards), with the same API. This is `annodb.open`.
 
     db = annodb.open("memory.db")                  # one database, created if missing
     db = annodb.open("web.shards", shards=4)       # a sharded collection of 4 shards
@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 
-from . import database, shards as _shards
-from .routing import is_collection
+from . import database
+from .shards import collection as _shards
+from .paths import default_path, is_collection
 
 
 def open(path: str | os.PathLike | None = None, *, readonly: bool = False,
@@ -32,8 +33,7 @@ def open(path: str | os.PathLike | None = None, *, readonly: bool = False,
     missing; `fan_out` ("sequential", "threads" or "processes") how its queries run over
     the shards, `spin` how long its processes poll for a message before they sleep (see
     ShardedDatabase; one database ignores both)."""
-    if path is None:
-        path = os.environ.get("ANNODB_DB") or database.DEFAULT_PATH
+    path = default_path(path)
     if shards is not None or is_collection(path):
         return _shards.open(path, shards=shards, readonly=readonly, create=create,
                             timeout=timeout, cache_bytes=cache_bytes,

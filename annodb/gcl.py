@@ -1,4 +1,5 @@
-"""GCL evaluation: a query AST -> the GC-list it denotes, on one read snapshot (DESIGN §4).
+"""GCL evaluation: a query AST -> the GC-list it denotes, on one read snapshot
+(ARCHITECTURE.md "Query language").
 
 Every node evaluates to an Intervals (starts, ends, values) by numba kernels over sorted
 arrays. Identical subexpressions are evaluated once per query (a memo keyed by the frozen

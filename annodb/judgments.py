@@ -6,7 +6,9 @@ of the collection:
 
     judgment:T   over D's range: the grade (the latest judgment of D wins)
     note:T:D     a note document (container `note:`, apart from the collection: see
-                 Writer.note) holding the reason; over its range
+                 Writer.note) holding the reason (T written with `%`, `:` and `@` as
+                 `%25`, `%3A` and `%40`, so no two topics and docnos give one docno:
+                 (a, b:c) and (a:b, c) were both `note:a:b:c`); over its range
         note:, note:T   D's first address (a link: `(@ note:T)` is the judged documents)
         order:T         the judgment's discovery order 1, 2, ... (D regraded keeps its own)
         call:T          the model call that made the latest judgment of D, counted over
@@ -17,12 +19,19 @@ of the collection:
 
 `judge` writes a judgment and its note in the caller's write transaction (so both or
 neither are committed); `judgments` reads a topic's judgments back whole, in discovery
-order, with its record.
+order, with its record. The server's `note` op (`note`) writes a note of query Q about D as
+`note:Q@D` (Q escaped the same way), annotated `note:` and `note:Q`: never a judgment's docno.
+
+Each writes only its own document: a docno it would take that holds anything else (a
+document of the collection, another topic's or query's note) is an AnnodbError and nothing
+is written. A judgment's note written before topics were escaped (`note:T:D` for a T holding
+one of `%:@`) is found and replaced by the escaped one when D is judged again.
 """
 
 from __future__ import annotations
 
 import msgspec
+import numpy as np
 
 from .errors import AnnodbError, NotFoundError
 from .transaction import DOCUMENT, NOTES
@@ -74,8 +83,67 @@ def feature(kind: str, topic: str) -> str:
     return f"{kind}:{topic}"
 
 
+def _escaped(name: str) -> str:
+    """`name` with `%`, `:` and `@` written `%25`, `%3A`, `%40`: the first of `:` and `@`
+    after it then tells a judgment's note from a query's, and where the docno begins."""
+    return name.replace("%", "%25").replace(":", "%3A").replace("@", "%40")
+
+
 def note_docno(topic: str, docno: str) -> str:
-    return f"{NOTES}{topic}:{docno}"
+    """The docno of the note of topic's judgment of `docno`: `note:T:D`."""
+    return f"{NOTES}{_escaped(topic)}:{docno}"
+
+
+def query_note_docno(qid: str, docno: str) -> str:
+    """The docno of the note op's note of query `qid` about `docno`: `note:Q@D`."""
+    return f"{NOTES}{_escaped(qid)}@{docno}"
+
+
+def check_count(value, name: str) -> int:
+    """A count (a model call, calls, judgments): a whole number from 0 to 2**53 - 1 (it is
+    stored as an annotation's value, a float64, which holds it exactly), else AnnodbError."""
+    if isinstance(value, bool) or not isinstance(value, int) or \
+            not 0 <= value < MAX_COUNT:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise AnnodbError(f"{name} must be a whole number from 0 to 2**53 - 1, not {shown}")
+    return value
+
+
+MAX_COUNT = 1 << 53
+
+
+def _exact(w, docno: str):
+    """The document with exactly this docno (in any shard), or None."""
+    try:
+        return w.document(docno)
+    except NotFoundError:
+        return None
+
+
+def _value_at(w, name: str, start: int) -> float | None:
+    """The value of the interval of feature `name` starting at `start`, or None."""
+    found = w.intervals(name)
+    at = np.flatnonzero(found.starts == start)
+    return float(found.values[at[0]]) if len(at) else None
+
+
+def _is_note_of(w, note, topic: str, target, judgment: bool | None) -> bool:
+    """Whether `note` is a note of `topic` about `target` (container `note:`, carrying
+    `note:T` valued with the target's start): any such note (judgment None), a judgment's
+    (True: carrying `order:T` too) or not a judgment's (False)."""
+    if note.container != NOTES or \
+            _value_at(w, feature("note", topic), note.start) != float(target.start):
+        return False
+    if judgment is None:
+        return True
+    return (_value_at(w, feature("order", topic), note.start) is not None) == judgment
+
+
+def _taken(docno: str, doc, what: str) -> AnnodbError:
+    holder = "a document of the collection" if doc.container == DOCUMENT else \
+        "another note" if doc.container == NOTES else f"a document in {doc.container!r}"
+    return AnnodbError(f"cannot write {what}: its docno {docno!r} is taken by {holder}; "
+                       "nothing was written")
 
 
 def topic_docno(topic: str) -> str:
@@ -93,19 +161,28 @@ def judge(w, topic: str, docno: str, grade: int, text: str, call: int = 0) -> Ju
     if doc.container != DOCUMENT:
         raise AnnodbError(f"{doc.docno!r} is not a document of the collection (it is in "
                           f"{doc.container!r}); judge the documents you were shown")
+    call = check_count(call, "call")
     order_feature = feature("order", topic)
-    old = w.find(note_docno(topic, doc.docno))
+    name = note_docno(topic, doc.docno)
+    what = f"the judgment of {doc.docno!r} for topic {topic!r}"
+    old, stale = _exact(w, name), None
+    if old is not None and not _is_note_of(w, old, topic, doc, None):
+        raise _taken(name, old, what)
+    legacy = f"{NOTES}{topic}:{doc.docno}"   # (its docno before topics were escaped)
+    if old is None and legacy != name:
+        found = _exact(w, legacy)
+        if found is not None and _is_note_of(w, found, topic, doc, None):
+            old = stale = found
     order = 0
     if old is not None:
-        for s, _, v in w.intervals(order_feature):
-            if s == old.start:
-                order = int(v)
+        order = int(_value_at(w, order_feature, old.start) or 0)
     if not order:
         orders = w.intervals(order_feature).values
         order = int(orders.max()) + 1 if len(orders) else 1
+    if stale is not None:
+        w.delete(legacy)
     w.annotate(feature("judgment", topic), doc.start, doc.end, grade)
-    added = w.note(doc.docno, text, note_docno=note_docno(topic, doc.docno),
-                   features=(feature("note", topic),))
+    added = w.note(doc.docno, text, note_docno=name, features=(feature("note", topic),))
     w.annotate(order_feature, added.start, added.end, order)
     w.annotate(feature("call", topic), added.start, added.end, call)
     return Judged(doc.docno, added.docno, order, old is not None)
@@ -124,8 +201,8 @@ def judgments(snap, topic: str) -> tuple[list[Judgment], Record | None]:
     calls = {s: v for s, _, v in snap.intervals(feature("call", topic))}
     for start, _, target in snap.intervals(feature("note", topic)):
         j = found.get(int(target))
-        if j is not None:
-            j.order = int(orders.get(start, 0))
+        if j is not None and start in orders:   # a judgment's note (a query's has no order)
+            j.order = int(orders[start])
             j.call = int(calls.get(start, 0))
     ranked = sorted(found.values(), key=lambda j: (j.order, j.docno))
     doc = snap.find(topic_docno(topic))
@@ -138,9 +215,31 @@ def judgments(snap, topic: str) -> tuple[list[Judgment], Record | None]:
     return ranked, record
 
 
+def note(w, target, text: str, qid: str | None = None):
+    """The server's `note` op in the write transaction `w`: a note about the document
+    `target` (as stored), of the query `qid` (`note:Q@D`, replacing that query's earlier
+    note about it; annotated `note:` and `note:Q`) or of none (`note:D:<address>`, a new
+    one each time). Returns what Writer.note returns."""
+    if qid is None:
+        return w.note(target.docno, text)
+    check_topic(qid)
+    name = query_note_docno(qid, target.docno)
+    old = _exact(w, name)
+    if old is not None and not _is_note_of(w, old, qid, target, False):
+        raise _taken(name, old, f"the note of {qid!r} about {target.docno!r}")
+    legacy = f"{NOTES}{qid}:{target.docno}"   # (its docno before: a judgment's docno)
+    if old is None:
+        found = _exact(w, legacy)
+        if found is not None and _is_note_of(w, found, qid, target, False):
+            w.delete(legacy)
+    return w.note(target.docno, text, features=(feature("note", qid),), note_docno=name)
+
+
 def record(w, state: Record) -> None:
     """Write (replace) the topic's record in the write transaction `w`."""
     check_topic(state.topic)
+    for name in ("calls", "judgments", "base"):
+        check_count(getattr(state, name), name)
     docno = topic_docno(state.topic)
     old = w.find(docno)
     if old is not None and old.container != TOPICS:

@@ -44,14 +44,14 @@ from dataclasses import dataclass, field, replace as _replace
 
 import numpy as np
 
-from . import batch as _batch, query as _query
+from . import batch as _batch, query as _query, recall as _recall
 from .collection import open as _open
 from .errors import AnnodbError, NotFoundError, StorageError
 from .metadata import (DOCUMENT, KEY, RESERVED, SUPERSEDED, TEXT, TIME, check_own_key,
                        current_node, duration, label, number, seconds,
                        stored, value_feature, where_node as _where_node)
 from .query import Combine, Feature
-from .ranking import TEXT_RANK, text_words
+from .ranking import text_words
 from .transaction import Writer
 
 __all__ = ["Memory", "Entry", "Recalled", "History", "label", "where_node", "is_gcl",
@@ -121,7 +121,7 @@ def rank_memories(snapshot, text: str, k: int, box: _query.Node, gcl: bool,
     query that ran; warnings)."""
     if gcl:
         return snapshot.search(text, k=k, container=box, lenient=True, rank=rank or "ssr")
-    return snapshot.search_text(text, k=k, container=box, rank=rank or TEXT_RANK)
+    return _recall.rank_text(snapshot, text, k, box, rank)
 
 
 def _check_path(path) -> str:
@@ -386,8 +386,11 @@ class Memory:
         """The k best memories for a GCL query or free text, among those matching `where`
         (see help(Memory)) and current (not superseded; `as_of=T`: current at T, a datetime
         or seconds; `include_superseded=True`: superseded ones too), ranked by `rank`
-        (ranking.RANKS; default: shortest-substring ranking for GCL, the free-text default
-        for text). Equal scores: the newer memory first. `recency` (a half-life: seconds or
+        ("context" or one of ranking.RANKS; default: shortest-substring ranking for GCL,
+        "context" for free text: BM25 in which a memory borrows the words of its
+        neighbours in its session, with the session's score and the dates the text names,
+        annodb/recall.py; a sharded memory ranks free text by the engine's free-text
+        default). Equal scores: the newer memory first. `recency` (a half-life: seconds or
         a timedelta) multiplies each score by 0.5 ** (age / half-life), age counted back
         from as_of or now (the best max(4k, 100) by relevance are re-ranked so). No query
         (None or "") gives the latest k. `gcl`: True reads the query as GCL (so a raw term

@@ -1,5 +1,5 @@
 """A memory's metadata (annodb.Memory): keys, labels, values, times, and `where` filters
-compiled into the query algebra (DESIGN.md section 9).
+compiled into the query algebra (ARCHITECTURE.md "Agent memory").
 
 A memory is a document (container `:`) whose record holds its text (`text`) and metadata:
 

@@ -1,4 +1,5 @@
-"""The search server's protocol: newline-delimited JSON requests -> reply lines (DESIGN §7).
+"""The search server's protocol: newline-delimited JSON requests -> reply lines
+(ARCHITECTURE.md "Interfaces").
 
 Independent of sockets and processes (annodb/server.py carries it over TCP): `Protocol`
 answers one request line for one `Session` (a client connection) at a time. It speaks the
@@ -37,9 +38,10 @@ Extensions (additive; the reference server answers "Unknown op" to them):
                                 {"op":"annotate","ok":true,"docno":D,"feature":F,"value":V}
     {"op":"note","docno":D,"text":T,"qid":Q}
                                 commits a searchable note linked to document D (see
-                                Writer.note): a document `note:Q:D` (Q optional) annotated
+                                Writer.note): a document `note:Q@D` (Q optional: without
+                                it `note:D:<address>`, a new one each time) annotated
                                 `note:` and `note:Q` with D's first address as value:
-                                {"op":"note","ok":true,"docno":"note:Q:D","target":D}
+                                {"op":"note","ok":true,"docno":"note:Q@D","target":D}
     {"op":"judge","topic":T,"docno":D,"grade":G,"text":R,"call":C}
                                 commits, in one transaction, a judgment of document D for
                                 topic T (grade G 0-3, made by model call C) and its note R
@@ -213,7 +215,7 @@ class Handle:
             return
         self.path = path
         if ray is not None:  # a sharded collection on Ray actors ("local": a new cluster)
-            from . import ray_shards
+            from .shards import ray as ray_shards
             self.db = ray_shards.open(path, address=None if ray == "local" else ray)
             self.write_error = "the server reads the collection through Ray actors"
             return
@@ -484,12 +486,10 @@ class Protocol:
                                 any(c.isspace() or c in '()"' for c in qid)):
             raise _Refusal(f"qid must be a string without spaces, parentheses or quotes "
                            f"(it becomes part of a feature name), not {_shown(qid)}")
-        features = ("note:",) + ((f"note:{qid}",) if qid else ())
         db = self._handle.writable()
         with db.write(timeout=WRITE_TIMEOUT) as w:
             doc = _find(w, docno)
-            added = w.note(doc.docno, text, features=features,
-                           note_docno=f"note:{qid}:{doc.docno}" if qid else None)
+            added = _judgments.note(w, doc, text, qid)
         return {"op": "note", "ok": True, "docno": added.docno, "target": doc.docno}
 
     def _judge(self, request: dict, session: Session) -> dict:
@@ -573,9 +573,11 @@ def _topic_of(request: dict) -> str:
 
 def _count_field(request: dict, name: str) -> int:
     value = request.get(name, 0)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _Refusal(f"{name} must be a whole number >= 0, not {_shown(value)}")
-    return value
+    try:
+        return _judgments.check_count(value, name)
+    except AnnodbError:
+        raise _Refusal(f"{name} must be a whole number from 0 to 2**53 - 1, not "
+                       f"{_shown(value)}") from None
 
 
 def _docno(request: dict) -> str:

@@ -1,4 +1,5 @@
-"""The query parser: query text -> a plain AST, and an AST -> canonical query text (DESIGN §4).
+"""The query parser: query text -> a plain AST, and an AST -> canonical query text
+(ARCHITECTURE.md "Query language").
 
 Queries are S-expressions in Cottontail's notation. An atom is a quoted string `"..."` (no
 escapes: the next `"` ends it) or a raw term (a maximal run of characters other than

@@ -1,4 +1,5 @@
-"""Shortest-substring ranking (SSR, DESIGN §5) and free-text search.
+"""Shortest-substring ranking (SSR, ARCHITECTURE.md "Evaluation and ranking") and free-text
+search.
 
 A container (a document, by default the `:` list) scores the sum, over the query's covers
 (its minimal intervals) lying inside it, of 1 / (K + q - p), K = 42. Results are ordered by
@@ -18,7 +19,7 @@ from itertools import combinations
 
 import numpy as np
 
-from . import bm25, feedback, kernels, snippets, tokenizer
+from . import bm25, feedback, kernels, records, snippets, tokenizer
 from .errors import RankingError
 from .gcl import Budget, Evaluator, Region, as_node, list_name, prepare
 from .lists import Intervals
@@ -539,8 +540,7 @@ def _ranked_text(snapshot, text, k: int, container: str, how: str,
     if how == "sparse":
         settings = _sparse(snapshot, settings)
         if isinstance(text, dict):
-            terms = [(tokenizer.fold(str(t)), bm25.number(w, f"the weight of {t!r}", 0.0))
-                     for t, w in text.items()]
+            terms = [_sparse_entry(t, w) for t, w in text.items()]
         else:
             terms = [(w, float(n)) for w, n in Counter(tokens(text)).items()]
         shown = [format_query(Feature(f"{settings.sparse}:{t}")) for t, _ in terms]
@@ -576,6 +576,15 @@ def _shown(forms: tuple[str, ...]) -> str:
     """The query text of a word and its forms: the term, or `+` of its forms."""
     return format_query(Term(forms) if len(forms) == 1 else
                         Combine("+", tuple(Term((x,)) for x in forms)))
+
+
+def _sparse_entry(term, weight) -> tuple[str, float]:
+    """(the term folded, its weight) of a query's {term: weight}, or RankingError."""
+    weight = bm25.number(weight, f"the weight of {term!r}", 0.0, records.MAX_WEIGHT)
+    problem = records.sparse_problem(str(term), weight)
+    if problem is not None:
+        raise RankingError(f"a sparse query's {problem}")
+    return tokenizer.fold(str(term)), weight
 
 
 def search_text(snapshot, text: str, *, k: int = 10, container: str = ":",

@@ -16,7 +16,9 @@ members (`{"a": {"b": "text", "c": 1}}` -> meta `{"a": {"c": 1}}` and the text f
 A sparse field (`sparse_fields`) holds a sparse vector, `{"term": weight, ...}` as a
 learned-sparse encoder such as SPLADE writes it: each term becomes the value annotation
 `field:term` (the term folded like text) over the record, its weight the value, for
-ranking by dot product (bm25.py). Weights are finite and >= 0; a weight of 0 is left out.
+ranking by dot product (bm25.py). Weights are numbers from 0 to MAX_WEIGHT (a weight of 0
+is left out), and terms one word without spaces, parentheses or double quotes (a query can
+then name the feature).
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ def _path(key: str) -> str:
     return path
 
 
-def _docno(record: dict, id_field: str | None) -> tuple[str, str]:
+def record_docno(record: dict, id_field: str | None) -> tuple[str, str]:
+    """(the id field, the docno) of a record: `id_field`, or the first of ID_FIELDS it has;
+    IngestError when it has none, or when its value is not a non-empty string or integer."""
     if id_field is not None:
         if id_field not in record:
             raise IngestError(f"record has no id field {id_field!r}")
@@ -139,15 +143,35 @@ def check_sparse_field(name: str) -> str:
     return name
 
 
+# The largest sparse weight, stored or a query's. A score sums a query weight times a
+# stored one over the query's terms: with both at most 1e9, no sum of even a million terms
+# comes near float64's overflow (1.8e308), where weights near it made every score inf.
+# Learned-sparse encoders write weights of a few units (SPLADE) or impacts below 2**16.
+MAX_WEIGHT = 1e9
+
+
+def sparse_problem(term, weight) -> str | None:
+    """Why (term, weight) cannot be an entry of a sparse vector (stored or a query's), or
+    None."""
+    if not isinstance(term, str) or not term or \
+            any(c.isspace() or c in '()"' for c in term):
+        return (f"term {term!r} must be one word without spaces, parentheses or double "
+                "quotes (a query names it as the feature field:term)")
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or \
+            not 0 <= weight <= MAX_WEIGHT:   # (NaN fails the comparison)
+        shown = repr(weight) if len(repr(weight)) <= 40 else repr(weight)[:37] + "..."
+        return f"term {term!r} needs a weight from 0 to {MAX_WEIGHT:g}, not {shown}"
+    return None
+
+
 def _sparse(name: str, vector, out: Prepared) -> None:
     if not isinstance(vector, dict):
         raise IngestError(f"sparse field {name!r} must be an object of term: weight, not "
                           f"{type(vector).__name__}")
     for term, weight in vector.items():
-        if not term or not isinstance(weight, (int, float)) or isinstance(weight, bool) or \
-                not math.isfinite(weight) or weight < 0:
-            raise IngestError(f"sparse field {name!r}: term {term!r} needs a weight >= 0, "
-                              f"not {weight!r}")
+        problem = sparse_problem(term, weight)
+        if problem is not None:
+            raise IngestError(f"sparse field {name!r}: {problem}")
         if weight:
             out.values.append((f"{name}:{fold(term)}", float(weight)))
 
@@ -160,7 +184,7 @@ def prepare(record: dict, *, id_field: str | None = None,
         raise IngestError(f"a record must be a JSON object, not {type(record).__name__}")
     key = None
     if docno is None:
-        key, docno = _docno(record, id_field)
+        key, docno = record_docno(record, id_field)
     elif id_field is not None:
         key = id_field
     out = Prepared(docno)

@@ -1,4 +1,5 @@
-"""The search server (`annodb serve`): annodb.protocol over TCP, on every core (DESIGN §7).
+"""The search server (`annodb serve`): annodb.protocol over TCP, on every core
+(ARCHITECTURE.md "Interfaces").
 
     server = Server("memory.db").start()      # listens on a free loopback port
     print(server.port)
@@ -52,9 +53,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from . import children
-from . import database as _database
-from . import shard_worker, shards as _shards
-from .routing import is_collection
+from .shards import collection as _shards, worker as shard_worker
+from .paths import default_path, is_collection
 from .protocol import (MAX_LINE, MAX_POSTINGS, MAX_QUERIES, MAX_QUERY_BYTES, QUERY_TIMEOUT,
                        Protocol, ServerError, Session)
 from .ranking import DEPTH
@@ -384,9 +384,7 @@ class Server:
             processes = 1  # (each worker process would start a cluster of its own)
         if max_clients < 1:
             raise ServerError(f"max_clients must be at least 1, not {max_clients}")
-        if path is None:
-            path = os.environ.get("ANNODB_DB") or _database.DEFAULT_PATH
-        self.path = os.fspath(path)
+        self.path = os.fspath(default_path(path))
         self.host = host
         self.processes = int(processes)
         self.max_clients = int(max_clients)

@@ -1,4 +1,5 @@
-"""Snippets: a window of a document's text around a cover (DESIGN §5).
+"""Snippets: a window of a document's text around a cover (ARCHITECTURE.md
+"Evaluation and ranking").
 
 A snippet is WIDTH tokens of the document centred on the cover, clipped to the document
 (shifted, not shortened, when the document allows); a cover longer than WIDTH shows its

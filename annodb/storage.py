@@ -5,8 +5,16 @@ writer.lock and turnstile.lock that writers take (with a timeout, fairly) before
 own writer mutex, so a second writer waits for a bounded time and then gets a clear error
 instead of hanging.
 
-Format version 4 (older databases are read as they are: everything format n stores,
-format n + 1 reads the same way; the first write to one records format 4).
+Format version 5 (older databases are read as they are: everything format n stores,
+format n + 1 reads the same way; the first write to one records format 5). Every change to
+what is stored takes a new number (CHANGELOG.md lists them): a database is refused, with
+one line naming both numbers, by an annodb of an older format, at open and at the start
+of every transaction (another process may have upgraded it since). Format 5 stores what
+format 4 came to store by its last change: format 4 grew without a new number (the
+counts value from 17 to 33 bytes, the tails and changes sub-databases, documents'
+containers), and an annodb of early format 4 misread such a database. Format 5 reads
+every variant of format 4 as it is (the counts value of 17 bytes without df and bound,
+no tails, no containers).
 
 Addresses are exact integers in [0, MAX_ADDRESS), MAX_ADDRESS = 2**53: every address is
 then exactly a float64 too, which a link needs (its target address is stored as an
@@ -166,8 +174,8 @@ from . import kernels, tokenizer
 from .errors import (AnnodbError, BadBlock, DamagedError, FormatVersionError, StorageError,
                      WriterBusyError)
 
-FORMAT_VERSION = 4
-READS_FORMATS = (1, 2, 3, 4)  # each a subset of the next; a write upgrades the meta to 4
+FORMAT_VERSION = 5
+READS_FORMATS = (1, 2, 3, 4, 5)  # each a subset of the next; a write upgrades the meta to 5
 # A full block fills one LMDB overflow page exactly: LMDB stores a value over ~2014 bytes
 # (4096-byte pages) on overflow pages of its own, psize - 16 bytes each, which are never
 # split; the leaf then holds a small stub. (Blocks of at most ~2000 bytes kept inline in
@@ -350,12 +358,6 @@ def encode_block(starts: np.ndarray, ends: np.ndarray, values: np.ndarray) -> by
 
 def decode_block(buf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return kernels.decode_block(buf)
-
-
-def block_last(buf) -> tuple[int, int]:
-    """(last start, last end) of an encoded block."""
-    s, e, _ = decode_block(buf)
-    return int(s[-1]), int(e[-1])
 
 
 class DocField(msgspec.Struct, array_like=True):
@@ -757,17 +759,6 @@ _Entry.EMPTY.starts, _Entry.EMPTY.ends, _Entry.EMPTY.raws, _Entry.EMPTY.docnos =
 _Entry.EMPTY.relative = False
 
 
-class Vocab(dict):
-    """Feature name -> id for this process's writers (ids never change once committed; a
-    writer that aborts removes the names it added). A miss asks the current writer, so the
-    common case, a known word, is one C-level dict lookup."""
-
-    writer = None
-
-    def __missing__(self, name: str) -> int:
-        return self.writer._intern_missing(name)
-
-
 @dataclass
 class Environment:
     """One open LMDB environment and its named sub-databases (one per process and path).
@@ -780,7 +771,9 @@ class Environment:
     lock_path: str
     thread_lock: threading.Lock
     users: int = 0
-    vocab: "Vocab" = field(default_factory=lambda: Vocab())
+    vocab: dict = field(default_factory=dict)  # feature name -> id, for this process's
+    #   writers (ids never change once committed; a writer that aborts removes the names it
+    #   added; a name missing is looked up by the writer: transaction.Writer._ids)
     lists: object = None  # transaction.ListCache, shared by this process's snapshots
     block_bytes: int = BLOCK_BYTES  # block_limits of the page size
     block_count: int = BLOCK_SIZE
@@ -1172,16 +1165,26 @@ def _check_meta(path, txn, meta_db) -> None:
     raw = txn.get(b"format", db=meta_db)
     if raw is None:
         raise StorageError(f"{path}: not an annodb database (no format version)")
-    version = _meta_decoder.decode(raw)
-    if version not in READS_FORMATS:
-        raise FormatVersionError(
-            f"{path}: database format {version}, this annodb reads formats "
-            f"{', '.join(map(str, READS_FORMATS))}; re-ingest with a matching version")
+    check_format(path, _meta_decoder.decode(raw))
     tok = _meta_decoder.decode(txn.get(b"tokenizer", db=meta_db))
     if tok != tokenizer.VERSION:
         raise FormatVersionError(
             f"{path}: database uses tokenizer {tok}, this annodb has tokenizer "
             f"{tokenizer.VERSION}; re-ingest with a matching version")
+
+
+def check_format(path, version) -> None:
+    """FormatVersionError unless this annodb reads databases of format `version`: one
+    line, naming both formats when the database's is newer."""
+    if version in READS_FORMATS and type(version) is int:
+        return
+    if type(version) is int and version > FORMAT_VERSION:
+        raise FormatVersionError(f"{path}: written by annodb format {version}; this is "
+                                 f"format {FORMAT_VERSION}: upgrade annodb")
+    raise FormatVersionError(
+        f"{path}: database format {version!r} is not one annodb has written (this annodb "
+        f"reads formats {READS_FORMATS[0]} to {FORMAT_VERSION}): the database is damaged or "
+        "not annodb's")
 
 
 class WriterLock:

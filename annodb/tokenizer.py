@@ -1,4 +1,5 @@
-"""The tokenizer: text -> folded tokens, one address each (DESIGN §3).
+"""The tokenizer: text -> folded tokens, one address each (ARCHITECTURE.md
+"Data model").
 
 A token is a maximal run of Unicode letters, marks and digits (categories L*, M*, Nd, Nl,
 No); each symbol of category So (emoji and the like) and each CJK or Tangut ideograph is a

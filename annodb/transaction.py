@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import warnings
 from dataclasses import dataclass
 
@@ -62,6 +63,11 @@ class Snapshot:
         self._txn = txn
         self.lists = Lists(txn, shared)  # the annotation lists, whole or by blocks
         self._done = False
+        try:  # (a newer annodb may have written it since this process opened it)
+            storage.check_format(db.path, txn.meta("format"))
+        except BaseException:
+            Snapshot.close(self)  # (a Writer's close needs what its __init__ sets next)
+            raise
         # words are stored without diacritics (an option set when the database was made)
         self.fold_diacritics = bool(txn.meta(FOLD_DIACRITICS, False))
 
@@ -379,6 +385,20 @@ def check_container(name: str) -> None:
                           "word holding : < > # @ or =, other than ':' alone (e.g. 'note:')")
 
 
+def check_note_docno(snap, docno: str) -> None:
+    """AnnodbError when the document `docno` exists (in `snap`, a writer) and is not a note:
+    a note may replace only a note."""
+    try:
+        found = snap.document(docno)
+    except NotFoundError:
+        return
+    if found.container != NOTES:
+        holder = "a document of the collection" if found.container == DOCUMENT else \
+            f"a document in {found.container!r}"
+        raise AnnodbError(f"cannot write the note {docno!r}: that docno is taken by "
+                          f"{holder}, which a note does not replace; nothing was written")
+
+
 def check_docno(docno: str) -> None:
     """AnnodbError unless the docno can be stored (not empty, an LMDB key's length)."""
     if not docno:
@@ -388,12 +408,19 @@ def check_docno(docno: str) -> None:
 
 
 class Writer(Snapshot):
-    """A write transaction. Everything it does is invisible to others until commit."""
+    """A write transaction. Everything it does is invisible to others until commit.
 
-    def __init__(self, db, txn: storage.Txn, lock: storage.WriterLock):
+    It belongs to the thread that began it: a call from any other thread is a StorageError
+    (LMDB binds a write transaction and its writer mutex to one thread, and the buffers
+    here are not guarded: four threads adding through one writer made overlapping
+    documents and lost docnos, without an error). Threads that write begin a write
+    transaction each (they take turns), or hand their work to the one that holds it."""
+
+    def __init__(self, db, txn: storage.Txn, lock: storage.WriterLock, allocate=None):
         super().__init__(db, txn)
         self._lock = lock
-        self._vocab: storage.Vocab = db._env.vocab
+        self._thread = threading.get_ident()
+        self._vocab: dict[str, int] = db._env.vocab
         self._new_names: list[str] = []  # interned by this transaction (the cache drops them on abort)
         self._named = 0  # how many of them are written
         self._next_feature = txn.meta("next_feature", 1)
@@ -412,7 +439,7 @@ class Writer(Snapshot):
         self._new_docnos: dict[str, int] = {}  # docno -> start, not yet written
         self._dirty = False
         self._doc_runs: list[list] = []  # docs entries not yet written, a list per batch
-        self.allocate = None  # (batch, next address) -> starts: a sharded collection's
+        self._allocate = allocate  # (batch, next address) -> starts (see Database.write)
         # the fields' [documents, tokens] (storage's meta "fields"); None when not kept
         # (documents written before they were), loaded at the first change
         self._fields: dict | None | bool = False
@@ -471,7 +498,21 @@ class Writer(Snapshot):
     def abort(self) -> None:
         """Throw the transaction away."""
         if not self._done:
+            self._check_thread()
             self._abort()
+
+    def _check(self) -> None:
+        super()._check()
+        self._check_thread()
+
+    def _check_thread(self) -> None:
+        if threading.get_ident() != self._thread:
+            raise StorageError(
+                f"{self.db.path}: this write transaction belongs to the thread that began "
+                "it, and another thread used it: a write transaction is used by one thread "
+                "(LMDB's rule; shared, it corrupts the database). Begin a write transaction "
+                "in each thread that writes (`with db.write() as w:`; they take turns), or "
+                "pass the work to the thread holding this one (a queue)")
 
     def _abort(self) -> None:
         for name in self._new_names:
@@ -605,20 +646,16 @@ class Writer(Snapshot):
                 if docno is not None and (docno in self._new_docnos or
                                           self._txn.doc_start(docno) is not None):
                     self.delete(docno)
-        try:
-            return self._append(b, starts)
-        finally:
-            self._vocab.writer = None  # (a reference from the shared vocab would keep a
-            #                            dropped writer, and its locks, alive)
+        return self._append(b, starts)
 
     def _placed(self, b: batch.Batch, starts) -> tuple[np.ndarray, np.ndarray]:
         """(starts, ends) of the batch's documents: `starts` checked, or those the
-        allocator (`self.allocate(batch, address_space)`, set by a sharded collection)
-        gives, or right after the content."""
+        allocator given to Database.write gives (`allocate(batch, address_space)`: a sharded
+        collection's), or right after the content."""
         base = self._next_address
         spans = b.spans()
-        if starts is None and self.allocate is not None:
-            starts = self.allocate(b, base)
+        if starts is None and self._allocate is not None:
+            starts = self._allocate(b, base)
         if starts is None:
             ends = np.cumsum(spans) + (base - 1)
             return ends - spans + 1, ends
@@ -638,8 +675,6 @@ class Writer(Snapshot):
         """Place the batch's documents after the content (or at `starts`, see add_batch):
         its addresses, relative to the batch, become these; tokens and annotations are
         buffered until the flush, its docs entries likewise."""
-        vocab = self._vocab
-        vocab.writer = self  # a new name calls back into this writer (Vocab.__missing__)
         base = self._next_address
         starts, ends = self._placed(b, starts)
         starts_list = starts.tolist()
@@ -684,8 +719,7 @@ class Writer(Snapshot):
             self._sparse = sorted(set(self.sparse_fields()) | set(b.sparse))
         # annotations
         self._ann_flush_list()
-        names = np.fromiter((vocab[name] for name in b.ann_names), dtype=np.int64,
-                            count=len(b.ann_names))
+        names = np.array(self._ids(b.ann_names), dtype=np.int64)
         at = starts[b.ann_doc]
         self._ann_arrays.append((names[b.ann_name], at + b.ann_p, at + b.ann_q, b.ann_v))
         self._new_docnos.update(zip(docnos, starts_list))
@@ -760,15 +794,22 @@ class Writer(Snapshot):
     def note(self, docno: str, text: str, *, features=(),
              note_docno: str | None = None) -> Added:
         """Attach a searchable note to the document `docno`: a new document holding `text`
-        (docno `note_docno`, replaced if present; default `note:<docno>:<address>`) in the
-        container `note:`, apart from the collection (no hit of its searches, not counted
-        among its documents). Its range carries `note:` and each of `features`, valued with
-        the target's first address, a link: `(>> : (@ note:))` is the noted documents;
-        `search(q, container="note:")` and `(<< word note:)` search the notes."""
+        (docno `note_docno`, replacing the note of that docno if there is one; default
+        `note:<docno>:<address>`, with `_` added while that is taken) in the container
+        `note:`, apart from the collection (no hit of its searches, not counted among its
+        documents). Its range carries `note:` and each of `features`, valued with the
+        target's first address, a link: `(>> : (@ note:))` is the noted documents;
+        `search(q, container="note:")` and `(<< word note:)` search the notes. A
+        `note_docno` held by a document that is not a note (one of the collection, a
+        topic's record) is an AnnodbError: a note replaces only a note."""
         self._check()
         target = self.document(docno)
         if note_docno is None:
             note_docno = f"note:{docno}:{self._next_address}"
+            while self.has(note_docno):
+                note_docno += "_"
+        else:
+            check_note_docno(self, note_docno)
         added = self.add(text, docno=note_docno, replace=True, container=NOTES)
         for feature in dict.fromkeys((NOTES, *features)):
             self.annotate(feature, added.start, added.end, float(target.start))

@@ -27,10 +27,7 @@ import time
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-SHARED = os.environ.get("ANNODB_SHARED", os.path.join(ROOT, "..", "shared"))
-WORK = os.path.join(HERE, "work")
+from benchmarks.common.paths import SHARED, WORK
 SETS = {"RAG 86 questions": ("rag24/man86.topics", 1),
         "Nave subtopics, every 10th": ("naves/subtopics.tsv", 10)}
 WARM = 50  # queries run before timing (each engine's caches, numba's compiled code)
@@ -130,7 +127,7 @@ def timed(engine, path, queries) -> np.ndarray:
 
 def build(corpus: str, annodb_path: str | None) -> dict:
     """The engines' indexes of the corpus under work/ (built when missing)."""
-    from benchmarks import engines
+    from benchmarks.common import engines
     paths = {"annodb": annodb_path}
     for engine, sub in ((engines.Annodb, "annodb"), (engines.Fts5, "fts5"),
                         (engines.Tantivy, "tantivy")):
@@ -199,7 +196,7 @@ def main(argv=None) -> int:
                     f"{ours.max() / t.max():.2f}x |\n")
         print(out, flush=True)
     if not args.no_record:
-        from benchmarks.results import machine, record
+        from benchmarks.common.results import machine, record
         now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
         record("bm25-speed", "## BM25 top-10 at scale (`python -m benchmarks.bm25_speed`)"
                f"\n\nRun {now} on {machine()}; the scale corpus (1.67M passages), free-text "

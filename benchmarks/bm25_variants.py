@@ -35,7 +35,7 @@ class Corpus:
 
     def __init__(self, docs_path: str):
         from annodb.tokenizer import tokens
-        from benchmarks.engines import records
+        from benchmarks.common.engines import records
         self.docnos, rows = [], []
         vocab: dict[str, int] = {}
         cols, data, lengths = [], [], []
@@ -315,6 +315,10 @@ def main(argv=None) -> int:
     ap.add_argument("--grid", action="store_true",
                     help="also the k1/b grid and RM3's (original weight, terms) grid")
     args = ap.parse_args(argv)
+    if not os.path.isdir(SHARED):
+        print(f"benchmarks need ../shared (not found at {SHARED}); set ANNODB_SHARED",
+              file=sys.stderr)
+        return 0
     variants = VARIANTS + (GRID if args.grid else [])
     for name in args.set or SETS:
         run_set(name, variants)

@@ -1,13 +1,13 @@
 """Queries between commits: an agent's memory, written to while it is searched.
 
-    python benchmarks/commit_query.py                  # 1x and 4x, a commit every 10 queries
-    python benchmarks/commit_query.py --sizes 1 --every 5 --tree /tmp/before
-    python benchmarks/commit_query.py --free-text      # search_text, as Memory.recall
+    python -m benchmarks.commit_query                  # 1x and 4x, a commit every 10 queries
+    python -m benchmarks.commit_query --sizes 1 --every 5 --tree /tmp/before
+    python -m benchmarks.commit_query --free-text      # search_text, as Memory.recall
 
 For each size, a copy of the one-database collection shards_bench.py builds
 (benchmarks/work/shards/{1x,4x}-1.db) is opened for writing in a fresh process; the real
 queries (tests/data/vole-queries.tsv) are replayed as the server runs them
-(server_bench.answer_as_served: rank to depth 1000 and the first hit with its snippet),
+(common.queries.answer_as_served: rank to depth 1000 and the first hit with its snippet),
 300 first to warm up (with commits as below), then --queries more with a one-document
 commit (a short note, as Memory.remember writes) before every --every-th. With --forget
 every other commit deletes the note the commit before added (an agent's `forget`)
@@ -30,16 +30,13 @@ import sys
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-QUERIES = os.path.join(REPO, "tests", "data", "vole-queries.tsv")
-sys.path.insert(0, REPO)
+from benchmarks.common.paths import QUERIES, REPO, WORK
 
 REPLAY = r"""
 import json, sys, time
 import annodb
 sys.path.insert(0, sys.argv[5])
-from benchmarks.server_bench import answer_as_served, load_queries
+from benchmarks.common.queries import answer_as_served, load_queries
 path, n, every, free = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[6] == "free"
 forget = sys.argv[7] == "forget"
 notes = []
@@ -111,7 +108,7 @@ def main(argv=None) -> int:
     ap.add_argument("--every", type=int, default=10, help="a commit before every n-th query")
     ap.add_argument("--tree", action="append", default=None,
                     help="an annodb checkout to run (repeatable; default this one)")
-    ap.add_argument("--work", default=os.path.join(HERE, "work", "commit"))
+    ap.add_argument("--work", default=os.path.join(WORK, "commit"))
     ap.add_argument("--free-text", action="store_true",
                     help="natural-language questions by search_text (default: GCL queries)")
     ap.add_argument("--forget", action="store_true",
@@ -121,7 +118,7 @@ def main(argv=None) -> int:
     trees = args.tree or [REPO]
     rows = []
     for times in [int(x) for x in args.sizes.split(",")]:
-        source = os.path.join(HERE, "work", "shards", f"{times}x-1.db")
+        source = os.path.join(WORK, "shards", f"{times}x-1.db")
         if not os.path.exists(source):
             raise SystemExit(f"commit_query: no {source} (benchmarks/shards_bench.py builds it)")
         for tree in trees:

@@ -31,10 +31,10 @@ import sqlite3
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-SHARED = os.environ.get("ANNODB_SHARED", os.path.join(ROOT, "..", "shared"))
-WORK = os.path.join(HERE, "work", "effectiveness")
+from benchmarks.common.paths import SHARED
+from benchmarks.common.paths import WORK as _WORK
+
+WORK = os.path.join(_WORK, "effectiveness")
 DEPTH = 100
 
 SETS = {  # name: (documents, topics, qrels)
@@ -48,7 +48,7 @@ def databases(docs: str):
     """(annodb database, FTS5 connection) of a corpus, built once under benchmarks/work."""
     import annodb
     from annodb import ingest
-    from benchmarks.engines import records
+    from benchmarks.common.engines import records
 
     name = os.path.splitext(os.path.basename(docs))[0]
     os.makedirs(WORK, exist_ok=True)
@@ -226,7 +226,7 @@ def main(argv=None) -> int:
         print(f"benchmarks need ../shared (not found at {SHARED}); set ANNODB_SHARED",
               file=sys.stderr)
         return 0
-    from benchmarks.results import machine, record
+    from benchmarks.common.results import machine, record
     import datetime
     parts = [evaluate(name, args.variants) for name in args.set or SETS]
     if not args.no_record:

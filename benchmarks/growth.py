@@ -24,8 +24,8 @@ import time
 
 import numpy as np
 
-from benchmarks import engines
-from benchmarks.ingest_memory import _memory, _tree
+from benchmarks.common import engines
+from benchmarks.common.processes import memory, tree
 
 PERCENTILES = ("median", "p90", "p99", "max")
 
@@ -80,8 +80,8 @@ def run_engine(engine_name: str, workdir: str, corpus: str, queries: list[str]) 
     p.start()
     peak_rss = peak_anon = 0
     while True:  # the ingest's process tree, until the child says it is done
-        tree = _tree(p.pid)
-        sizes = [_memory(pid) for pid in tree]
+        pids = tree(p.pid)
+        sizes = [memory(pid) for pid in pids]
         peak_rss = max(peak_rss, sum(r for r, _ in sizes))
         peak_anon = max(peak_anon, sum(a for _, a in sizes))
         try:

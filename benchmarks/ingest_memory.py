@@ -6,7 +6,7 @@ big input in a second process), summed: RSS (what the processes hold, including 
 LMDB's file they touched), and private memory (RssAnon: what they allocated). Prints a
 table with the peaks, the wall time, and the growth from the first corpus to each other.
 
-    python benchmarks/ingest_memory.py benchmarks/work/corpus.jsonl benchmarks/work/corpus4x.jsonl
+    python -m benchmarks.ingest_memory benchmarks/work/corpus.jsonl benchmarks/work/corpus4x.jsonl
 
 benchmarks/growth.py makes the 4x corpus (the scale corpus four times, docnos suffixed).
 """
@@ -21,58 +21,8 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out.extend(int(x) for x in f.read().split())
-    except OSError:
-        pass
-    return out
-
-
-def _tree(pid: int) -> list[int]:
-    todo, seen = [pid], []
-    while todo:
-        p = todo.pop()
-        seen.append(p)
-        todo.extend(_children(p))
-    return seen
-
-
-def _memory(pid: int) -> tuple[int, int]:
-    """(RSS, RssAnon) of one process, in bytes (0, 0 when it is gone)."""
-    rss = anon = 0
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    rss = int(line.split()[1]) * 1024
-                elif line.startswith("RssAnon:"):
-                    anon = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return rss, anon
-
-
-def peaks(proc: subprocess.Popen) -> tuple[int, int, int]:
-    """Until `proc` ends, every 50 ms, the memory of it and its descendants summed: the
-    peaks of RSS and of private memory (bytes), and the most processes seen."""
-    peak_rss = peak_anon = 0
-    processes = 1
-    while proc.poll() is None:
-        tree = _tree(proc.pid)
-        processes = max(processes, len(tree))
-        sizes = [_memory(p) for p in tree]
-        peak_rss = max(peak_rss, sum(r for r, _ in sizes))
-        peak_anon = max(peak_anon, sum(a for _, a in sizes))
-        time.sleep(0.05)
-    return peak_rss, peak_anon, processes
+from benchmarks.common.paths import REPO
+from benchmarks.common.processes import peaks
 
 
 def measure(corpus: str, workdir: str, extra: list[str] = ()) -> dict:

@@ -1,8 +1,8 @@
 """Memory writes: a single `Memory.remember` and `Memory.remember_many` of the LoCoMo turns,
 beside SQLite FTS5 doing the same (an insert in a transaction of its own; all rows in one).
 
-    python benchmarks/memory_write.py                 # print the tables
-    python benchmarks/memory_write.py --record        # and write them to RESULTS.md
+    python -m benchmarks.memory_write                 # print the tables
+    python -m benchmarks.memory_write --record        # and write them to RESULTS.md
 
 The turns are /work/shared/data/locomo/corpus.jsonl (5,882 turns of 10 conversations, each
 remembered with its conversation, session and speaker as metadata); `--corpus` picks
@@ -32,13 +32,11 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+import annodb
+from benchmarks.common.paths import BENCHMARKS, shared
+from benchmarks.common.results import machine, record
 
-import annodb  # noqa: E402
-from benchmarks.results import machine, record  # noqa: E402
-
-CORPUS = "/work/shared/data/locomo/corpus.jsonl"
+CORPUS = shared("data", "locomo", "corpus.jsonl")
 
 
 def load(path: str) -> list[dict]:
@@ -164,7 +162,7 @@ def main() -> None:
         sys.exit(f"memory_write: {args.corpus} is absent (the LoCoMo turns; see "
                  "/work/shared/data/locomo/SOURCE.md): nothing measured")
     turns = load(args.corpus)
-    places = [("disk", tempfile.mkdtemp(prefix="memory-write-", dir=args.dir or HERE))]
+    places = [("disk", tempfile.mkdtemp(prefix="memory-write-", dir=args.dir or BENCHMARKS))]
     if os.path.isdir("/dev/shm"):
         places.append(("tmpfs", tempfile.mkdtemp(prefix="memory-write-", dir="/dev/shm")))
     single_rows, batch_rows, syncs = [], [], []
@@ -187,7 +185,7 @@ def main() -> None:
         for _, where in places:
             shutil.rmtree(where, ignore_errors=True)
     text = "\n".join([
-        "## Memory writes (`python benchmarks/memory_write.py`)",
+        "## Memory writes (`python -m benchmarks.memory_write`)",
         "",
         f"{datetime.date.today().isoformat()}, {machine()}, SQLite "
         f"{sqlite3.sqlite_version}. The LoCoMo turns ({len(turns):,}), each with its "

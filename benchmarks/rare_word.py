@@ -6,8 +6,8 @@ also hold the word `needle`: the answer is the same size at every N), then times
 hits with docnos and snippets, in a fresh snapshot each time, as the server does) and of
 `(^ needle w1)`. Prints the median of 200 runs per size and the ratio to the smallest.
 
-    python benchmarks/rare_word.py                 # 0.5M and 5M documents
-    python benchmarks/rare_word.py --sizes 500000,5000000,20000000
+    python -m benchmarks.rare_word                 # 0.5M and 5M documents
+    python -m benchmarks.rare_word --sizes 500000,5000000,20000000
 """
 
 from __future__ import annotations
@@ -21,11 +21,9 @@ import time
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-
-import annodb  # noqa: E402
-from annodb import ranking  # noqa: E402
+import annodb
+from annodb import ranking
+from benchmarks.common.paths import WORK
 
 QUERIES = ("needle", "(^ needle w1)")
 NEEDLES = 10  # documents holding `needle`, at every size
@@ -61,7 +59,7 @@ def timed(path: str, query: str, runs: int = 200) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="500000,5000000")
-    ap.add_argument("--workdir", default=os.path.join(HERE, "work"))
+    ap.add_argument("--workdir", default=WORK)
     args = ap.parse_args(argv)
     sizes = [int(x) for x in args.sizes.split(",")]
     os.makedirs(args.workdir, exist_ok=True)

@@ -26,23 +26,13 @@ import time
 
 import numpy as np
 
-from benchmarks.results import machine, record
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-SHARED = os.environ.get("ANNODB_SHARED", os.path.join(ROOT, "..", "shared"))
-QUERIES = os.path.join(ROOT, "tests", "data", "vole-queries.tsv")
-WORK = os.path.join(HERE, "work")
-
-
-def load_queries(path: str = QUERIES) -> list[str]:
-    with open(path, encoding="utf-8") as f:
-        next(f)
-        return [line.rstrip("\n").split("\t")[3] for line in f if line.strip()]
+from benchmarks.common.paths import SHARED, WORK
+from benchmarks.common.queries import load_queries
+from benchmarks.common.results import machine, record
 
 
 def _engine_child(engine_name: str, workdir: str, corpus: str, queries: list[str], out):
-    from benchmarks import engines
+    from benchmarks.common import engines
     cls = next(e for e in engines.available() if e.__name__ == engine_name)
     eng = cls(workdir)
     _, ingest_s = engines.timed(eng.ingest, corpus)
@@ -130,7 +120,7 @@ def table(rows: list[dict]) -> str:
 
 
 def compare(corpus: str, label: str, queries: list[str]) -> str:
-    from benchmarks import engines
+    from benchmarks.common import engines
     workdir = os.path.join(WORK, label)
     os.makedirs(workdir, exist_ok=True)
     tokens = engines.count_tokens(corpus)
@@ -151,7 +141,7 @@ def compacted(workdir: str, rows: list[dict]) -> str:
     import shutil
 
     import annodb
-    from benchmarks.engines import dir_size
+    from benchmarks.common.engines import dir_size
     path, dest = os.path.join(workdir, "annodb.db"), os.path.join(workdir, "compacted.db")
     if not os.path.isdir(path):
         return ""
@@ -177,7 +167,7 @@ def effectiveness(docs: str, topics: str, qrels: str) -> str:
 
     import annodb
     from annodb.tokenizer import tokens
-    from benchmarks.engines import records
+    from benchmarks.common.engines import records
 
     workdir = os.path.join(WORK, "naves-eff")
     os.makedirs(workdir, exist_ok=True)
@@ -250,7 +240,7 @@ def main(argv=None) -> int:
         return 0
     corpus = args.corpus or os.path.join(WORK, "corpus.jsonl")
     if not os.path.exists(corpus):
-        from benchmarks import corpus as build
+        from benchmarks.common import corpus as build
         build.build(corpus, SHARED)
     if args.growth:
         from benchmarks import growth

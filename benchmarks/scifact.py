@@ -29,11 +29,11 @@ import time
 import msgspec
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-SHARED = os.environ.get("ANNODB_SHARED", os.path.join(ROOT, "..", "shared"))
-DATA = os.path.join(SHARED, "data", "scifact")
-WORK = os.path.join(HERE, "work", "scifact")
+from benchmarks.common.paths import WORK as _WORK
+from benchmarks.common.paths import shared
+
+DATA = shared("data", "scifact")
+WORK = os.path.join(_WORK, "scifact")
 ANSERINI = {"nDCG@10": 0.6789, "R@100": 0.9253}
 
 
@@ -200,7 +200,7 @@ def main(argv=None) -> int:
         out += table(timed(engines, queries, k, args.rounds), k)
     print(out, flush=True)
     if not args.no_record:
-        from benchmarks.results import machine, record
+        from benchmarks.common.results import machine, record
         now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
         record("scifact", "## BM25 on SciFact beside tantivy and FTS5 "
                "(`python -m benchmarks.scifact`)\n\n"

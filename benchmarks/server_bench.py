@@ -10,9 +10,9 @@ one query = one `query` op (rank 1) and 9 `next` ops (fewer when the ranking end
 the way the Vole reads a result page. Latency is per query (all its round trips) and for
 the `query` op alone, measured by the client. Prints a markdown table.
 
-    python benchmarks/server_bench.py                      # 1, 2, 4 and 16 clients
-    python benchmarks/server_bench.py --clients 1,8 --limit 500
-    python benchmarks/server_bench.py --db benchmarks/work/scale/annodb.db --processes 1
+    python -m benchmarks.server_bench                      # 1, 2, 4 and 16 clients
+    python -m benchmarks.server_bench --clients 1,8 --limit 500
+    python -m benchmarks.server_bench --db benchmarks/work/scale/annodb.db --processes 1
 
 Without ../shared (the data is not in this repository) it says so and exits 0.
 """
@@ -20,7 +20,6 @@ Without ../shared (the data is not in this repository) it says so and exits 0.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import re
 import socket
@@ -33,35 +32,11 @@ import time
 import msgspec
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-SAMPLE = os.path.join(REPO, "..", "shared", "data", "rag24", "msmarco-sample.jsonl")
-QUERIES = os.path.join(REPO, "tests", "data", "vole-queries.tsv")
+from benchmarks.common.paths import QUERIES, REPO, shared
+from benchmarks.common.queries import load_queries
+
+SAMPLE = shared("data", "rag24", "msmarco-sample.jsonl")
 PAGE = 10              # ranks read per query: the query op and 9 next
-
-
-def answer_as_served(db, q: str, free_text: bool = False) -> bool:
-    """One query in a fresh snapshot as `annodb serve` answers it: ranked by SSR to depth
-    1000 and the first hit made with its snippet (free_text: `search_text(q, k=10)` with
-    snippets, as an agent asks). False when the query is refused (an AnnodbError)."""
-    import annodb
-    with db.read() as r:
-        if free_text:
-            r.search_text(q, k=10)
-            return True
-        try:
-            ranking = r.rank(q, depth=1000, lenient=True)
-        except annodb.AnnodbError:
-            return False
-        if len(ranking):
-            ranking.hit(0)
-    return True
-
-
-def load_queries(path: str) -> list[str]:
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    return [row[3] for row in rows[1:] if len(row) >= 4]
 
 
 def build(path: str) -> tuple[float, int]:
@@ -259,13 +234,12 @@ def main(argv=None) -> int:
     print(text)
     if not args.limit:
         import datetime
-        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        from benchmarks.results import machine, record
+        from benchmarks.common.results import machine, record
         now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
         what = f"`{os.path.relpath(db, REPO)}` ({docs:,} documents)" if args.db else \
             "the MS MARCO sample"
         procs = args.processes or os.cpu_count()
-        record("server", "## Server (`python benchmarks/server_bench.py`)\n\n"
+        record("server", "## Server (`python -m benchmarks.server_bench`)\n\n"
                f"Run {now} on {machine()}: `annodb serve` ({procs} worker processes) on "
                f"{what}, clients on the same machine (loopback), each query = `query` + up "
                "to 9 `next`.\n\n" + text)

@@ -1,7 +1,7 @@
 """Which queries gain from shards: the 4,435 real queries, query by query, one database
 against a sharded collection holding the same documents.
 
-    python benchmarks/shard_tail.py benchmarks/work/shards/4x-1.db \\
+    python -m benchmarks.shard_tail benchmarks/work/shards/4x-1.db \\
         benchmarks/work/shards/4x-2.shards [--fan-out processes] [--reps 3] [--top 25] \\
         [--cache-mb 512] [--spin-ms 1,0] [--block 20]
 
@@ -21,7 +21,7 @@ idle while one database answers (its polling ends after 1 ms and it sleeps; on t
 idle CPU goes back to the host and comes back with cold caches), which this process, always
 busy, never is; in blocks both sides run as a busy server does. With `--spin-ms A,B`,
 the sharded collection is opened once per value (how long its worker processes and this
-process poll before sleeping, shard_worker.SPIN), each replayed in the same interleaving;
+process poll before sleeping, annodb.shards.worker.SPIN), each replayed in the same interleaving;
 the per-query tables are the first one's.
 """
 
@@ -35,17 +35,14 @@ import sys
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-sys.path.insert(0, REPO)
-
-from benchmarks import server_bench  # noqa: E402
-from benchmarks.shards_bench import QUERIES, warm_files  # noqa: E402
+from benchmarks.common.paths import QUERIES, REPO
+from benchmarks.common.queries import load_queries
+from benchmarks.shards_bench import warm_files
 
 REPLAY = r"""
 import gc, json, random, sys, time
 import annodb
-from benchmarks.server_bench import answer_as_served, load_queries
+from benchmarks.common.queries import answer_as_served, load_queries
 import annodb.shards
 one, sharded, fan_out, reps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[5])
 cache = None if sys.argv[6] == "-" else int(sys.argv[6])
@@ -116,7 +113,7 @@ def main(argv=None) -> int:
     for path in (args.one, args.sharded):
         if not os.path.exists(path):
             raise SystemExit(f"shard_tail: no {path} (benchmarks/shards_bench.py builds both)")
-    queries = server_bench.load_queries(QUERIES)
+    queries = load_queries(QUERIES)
     cache = None if args.cache_mb is None else args.cache_mb << 20
     spins = [None] if args.spin_ms is None else \
         [float(x) / 1000 for x in args.spin_ms.split(",")]

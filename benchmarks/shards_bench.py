@@ -1,8 +1,8 @@
 """Shards: one database against sharded collections (in process and on local Ray actors).
 
-    python benchmarks/shards_bench.py                     # 1x and 4x, 1, 2 and 4 shards
-    python benchmarks/shards_bench.py --check-only        # exactness on the MS MARCO sample
-    python benchmarks/shards_bench.py --sizes 1 --shards 2 --server-queries 500
+    python -m benchmarks.shards_bench                     # 1x and 4x, 1, 2 and 4 shards
+    python -m benchmarks.shards_bench --check-only        # exactness on the MS MARCO sample
+    python -m benchmarks.shards_bench --sizes 1 --shards 2 --server-queries 500
 
 Run it with the venv's Python from the repository (`pip install -e '.[ray]'`). In one run:
 
@@ -43,19 +43,16 @@ import time
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-sys.path.insert(0, REPO)
+from benchmarks import server_bench
+from benchmarks.common.paths import QUERIES, REPO, WORK, shared
+from benchmarks.common.processes import memory, tree
+from benchmarks.common.queries import load_queries
 
-from benchmarks.ingest_memory import _memory, _tree  # noqa: E402
-from benchmarks import server_bench  # noqa: E402
-
-SHARED = os.path.join(REPO, "..", "shared", "data", "rag24")
-QUERIES = os.path.join(REPO, "tests", "data", "vole-queries.tsv")
+SHARED = shared("data", "rag24")
 
 
 def corpus_path(name: str) -> str:
-    for where in (os.path.join(HERE, "work"), "/work/main/benchmarks/work"):
+    for where in (WORK, "/work/main/benchmarks/work"):
         if os.path.exists(os.path.join(where, name)):
             return os.path.join(where, name)
     raise SystemExit(f"shards_bench: no {name} (build it as benchmarks/README.md says)")
@@ -73,7 +70,7 @@ def ingest(corpus: str, db: str, shards: int | None) -> dict:
                             env={**os.environ, "PYTHONPATH": REPO})
     peak = 0
     while proc.poll() is None:
-        peak = max(peak, sum(_memory(p)[0] for p in _tree(proc.pid)))
+        peak = max(peak, sum(memory(p)[0] for p in tree(proc.pid)))
         time.sleep(0.05)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -90,11 +87,11 @@ def ingest(corpus: str, db: str, shards: int | None) -> dict:
 REPLAY = r"""
 import json, sys, time, gc
 import numpy as np, annodb
-from benchmarks.server_bench import answer_as_served, load_queries
+from benchmarks.common.queries import answer_as_served, load_queries
 path, mode, kind = sys.argv[1], sys.argv[2], sys.argv[4]
 queries = load_queries(sys.argv[3]) if kind == "gcl" else json.loads(sys.argv[3])
 if mode == "ray":
-    from annodb import ray_shards
+    from annodb.shards import ray as ray_shards
     ray_shards.start_local()
     db = ray_shards.open(path)
 else:
@@ -126,7 +123,7 @@ def free_texts(n: int) -> list[str]:
         with open(topics, encoding="utf-8") as f:
             texts = [line.rstrip("\n").split("\t", 1)[1] for line in f if "\t" in line]
     words = dict.fromkeys(" ".join(re.findall(r"\w+", q))
-                          for q in server_bench.load_queries(QUERIES))
+                          for q in load_queries(QUERIES))
     return (texts + [t for t in words if t])[:n]
 
 
@@ -157,7 +154,7 @@ def replay(db: str, mode: str, texts: list[str] | None = None) -> dict:
 CHECK = r"""
 import sys, annodb
 from annodb.ingest import ingest
-from benchmarks.server_bench import load_queries
+from benchmarks.common.queries import load_queries
 work, sample, queries = sys.argv[1], sys.argv[2], load_queries(sys.argv[3])
 ingest(f"{work}/one.db", [sample])
 dbs = {"one": annodb.open(f"{work}/one.db", readonly=True)}
@@ -167,7 +164,7 @@ for n in (2, 4):
     dbs[f"{n} shards"] = annodb.open(f"{work}/s{n}.shards", readonly=True)
     dbs[f"{n} shards, processes"] = annodb.open(f"{work}/s{n}.shards", readonly=True,
                                                 fan_out="processes")
-from annodb import ray_shards
+from annodb.shards import ray as ray_shards
 ray_shards.start_local()
 for n in (2, 4):
     dbs[f"{n} shards on Ray"] = ray_shards.open(f"{work}/s{n}.shards")
@@ -233,7 +230,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="1,4", help="corpus multiples (1: corpus.jsonl)")
     ap.add_argument("--shards", default="2,4", help="shard counts besides one database")
-    ap.add_argument("--work", default=os.path.join(HERE, "work", "shards"))
+    ap.add_argument("--work", default=os.path.join(WORK, "shards"))
     ap.add_argument("--server-queries", type=int, default=1000)
     ap.add_argument("--check-only", action="store_true")
     ap.add_argument("--corpus", help="the 1x corpus (default: benchmarks/work/corpus.jsonl)")
@@ -250,7 +247,7 @@ def main(argv=None) -> int:
     if args.check_only:
         return 0
     counts = [None] + [int(x) for x in args.shards.split(",")]
-    queries = server_bench.load_queries(QUERIES)[:args.server_queries]
+    queries = load_queries(QUERIES)[:args.server_queries]
     ingests, latency, servers = [], [], []
     for times in [int(x) for x in args.sizes.split(",")]:
         corpus = args.corpus if args.corpus and times == 1 else \

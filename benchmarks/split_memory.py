@@ -2,12 +2,12 @@
 
 Splits each database given into a new collection of `--shards` shards, in a child process,
 and samples every 50 ms the memory of that process and all its descendants (the splitting
-processes), summed (as benchmarks/ingest_memory.py does for ingest); also the CPU time of
-the tree over the wall time. Prints a table with the growth from the first database to
+processes), summed (common/processes.py, as benchmarks/ingest_memory.py does for ingest);
+also the CPU time of the tree over the wall time. Prints a table with the growth from the first database to
 each other.
 
-    python benchmarks/split_memory.py benchmarks/work/shards/1x-1.db benchmarks/work/shards/4x-1.db
-    python benchmarks/split_memory.py DB ... --code /path/to/other/checkout   # its annodb
+    python -m benchmarks.split_memory benchmarks/work/shards/1x-1.db benchmarks/work/shards/4x-1.db
+    python -m benchmarks.split_memory DB ... --code /path/to/other/checkout   # its annodb
 
 The databases come from `annodb ingest` of benchmarks/work/corpus.jsonl and corpus4x.jsonl
 (benchmarks/growth.py makes the 4x corpus).
@@ -24,13 +24,10 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-sys.path.insert(0, REPO)
+from benchmarks.common.paths import REPO, WORK
+from benchmarks.common.processes import peaks
 
-from benchmarks.ingest_memory import peaks  # noqa: E402
-
-SPLIT = ("import sys; from annodb.split import split; "
+SPLIT = ("import sys; from annodb.shards.split import split; "
          "split(sys.argv[1], sys.argv[2], int(sys.argv[3]))")
 
 
@@ -78,8 +75,8 @@ def main(argv=None) -> int:
         print(f"split_memory: no database at {', '.join(missing)} (make them with annodb "
               "ingest; see the docstring)", file=sys.stderr)
         return 2
-    work = args.work or tempfile.mkdtemp(prefix="split-memory-", dir=os.path.join(HERE, "work")
-                                         if os.path.isdir(os.path.join(HERE, "work")) else None)
+    work = args.work or tempfile.mkdtemp(prefix="split-memory-", dir=WORK
+                                         if os.path.isdir(WORK) else None)
     rows = []
     try:
         for db in args.dbs:

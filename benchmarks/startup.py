@@ -1,7 +1,7 @@
 """Start-up: how long whole `annodb` processes take, warm (the kernels cached), over runs.
 
-    python benchmarks/startup.py                  # 10 runs of each command after a warm-up
-    python benchmarks/startup.py --runs 20 --record   # and write the tables to RESULTS.md
+    python -m benchmarks.startup                  # 10 runs of each command after a warm-up
+    python -m benchmarks.startup --runs 20 --record   # and write the tables to RESULTS.md
 
 Each `annodb` command is timed alone (ANNODB_WARM=0) and, for the read-only ones, through
 a warm process (cli/warm.py) started in a private directory first.
@@ -31,9 +31,9 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-EXAMPLE = os.path.join(ROOT, "examples", "bible-sample.jsonl")
+from benchmarks.common.paths import REPO
+
+EXAMPLE = os.path.join(REPO, "examples", "bible-sample.jsonl")
 QUERY = "(^ god (+ light darkness))"
 
 _KERNELS = """
@@ -184,11 +184,10 @@ def main(argv=None) -> int:
     text = "\n".join(lines)
     print(text)
     if args.record:
-        sys.path.insert(0, ROOT)
-        from benchmarks.results import machine, record
+        from benchmarks.common.results import machine, record
         now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-        record("startup", f"## Start-up (`python benchmarks/startup.py`)\n\nRun {now} on "
+        record("startup", f"## Start-up (`python -m benchmarks.startup`)\n\nRun {now} on "
                f"{machine()}; load average {load} at the end.\n\n{text}")
     return 0
 

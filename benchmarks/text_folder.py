@@ -1,6 +1,6 @@
 """A folder of many small plain-text files against the same text as one JSONL file.
 
-    python benchmarks/text_folder.py [--files 3000] [--kib 4] [--runs 3] [--each-file]
+    python -m benchmarks.text_folder [--files 3000] [--kib 4] [--runs 3] [--each-file]
 
 Makes N files of about K KiB from the bundled Bible sample (its verses one after another,
 round and round), and the same texts as JSONL records ({"docid": <file name>, "text": ...}),

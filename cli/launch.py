@@ -1,6 +1,8 @@
 """The `annodb` console script (and `python -m annodb`): a read-only command runs in the warm
 process when there is one (cli/warm.py says how), anything else here, through the click
-group of cli/main.py. `python -m annodb_cli.launch SOCKET IDLE` is the warm process itself.
+group of cli/main.py. `python -m annodb_cli.launch FOLDER-FD NAME LOCK-FD IDLE` is the warm
+process itself (started by warm.start(), which passes it the socket's directory and the
+lock it took, open).
 
 Until a command is known to run here, nothing but the standard library is imported."""
 
@@ -16,7 +18,11 @@ def main() -> None:
     """Run the command of sys.argv: in the warm process, or here (then start one)."""
     argv = sys.argv[1:]
     if warm.enabled() and warm.command_of(argv) in warm.FORWARDED:
-        code = warm.forward(argv)
+        try:
+            code = warm.forward(argv)
+        except KeyboardInterrupt:        # Ctrl-C while it waited for the warm process
+            sys.stderr.write("annodb: error: interrupted\n")
+            sys.exit(130)
         if code is not None:
             sys.exit(code)
         if warm.may_start():
@@ -77,4 +83,5 @@ def warm_up() -> None:
 
 
 if __name__ == "__main__":
-    warm.serve(sys.argv[1], float(sys.argv[2]), run=run, warm_up=warm_up)
+    warm.serve(int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4]),
+               run=run, warm_up=warm_up)

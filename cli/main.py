@@ -173,7 +173,8 @@ class _Bar:
 @click.option("--format", "fmt", type=click.Choice(_ingest.FORMATS),
               help="The input format (default: from the file name; see above).")
 @click.option("--batch-size", type=click.IntRange(min=1), metavar="N",
-              help="Commit every N documents (default: every 32 MiB of input).")
+              help="Commit every N documents (default: every "
+              f"{_ingest.DEFAULT_BATCH_BYTES >> 20} MiB of input).")
 @click.option("--replace", is_flag=True, help="Replace documents whose docno is already "
               "in the database (default: leave them as they are).")
 @click.option("--skip-bad", is_flag=True, help="Exit 0 even if bad records or repeated "
@@ -470,7 +471,7 @@ def split(db, dest, shards, as_json):
       annodb split --db web.db web.shards --shards 4
       annodb query --db web.shards '(^ goth rock)'
     """
-    from annodb.split import split as _split
+    from annodb.shards.split import split as _split
     bar = _Bar(enabled=sys.stderr.isatty(), label="splitting")
     try:
         summary = _split(db, dest, shards,
@@ -521,6 +522,9 @@ def warm(stop, as_json):
     state = _warm.status()
     if as_json:
         echo_json(state)
+    elif state["running"] and not state["answering"]:
+        click.echo(f"running: pid {state['pid']}, not answering (stopped?); commands run in "
+                   f"processes of their own; `annodb warm --stop` ends it")
     elif state["running"]:
         click.echo(f"running: pid {state['pid']}, {state['served']:,} commands served, "
                    f"socket {state['socket']}")

@@ -30,13 +30,14 @@ filter. Search everything before remembering something that may already be there
 
 SEARCH_HELP = """\
 Search the memory. `query` is free text (its words, whatever characters it holds: an email
-address, a time, a URL; ranked by BM25 with feedback by default) or a GCL query: one "quoted phrase", or
+address, a time, a URL; ranked by "context" by default: BM25 over each memory and the
+memories around it in its conversation, with dates it names) or a GCL query: one "quoted phrase", or
 an expression starting with `(` and an operator: (^ A B) all of, (+ A B) one of, (... A B)
 A then B, (<< A B) A inside B, (>> : user:alice) memories carrying the label user:alice,
-(>> : (>= :importance: 3)). `rank` orders them: "bm25", "bm25+rm3" (BM25 with the words
+(>> : (>= :importance: 3)). `rank` orders them: "context", "bm25", "bm25+rm3" (BM25 with the words
 of the best matches added: finds memories that use other words), "ssr"
 (shortest-substring ranking: how close together the words occur), "fused" (both) or
-"sparse"; the default is "bm25+rm3" for free text, "ssr" for GCL.
+"sparse"; the default is "context" for free text, "ssr" for GCL.
 `where` filters inside the ranking, so k results come back when k match: {"user": "alice"}
 (exact), {"user": ["alice", "bob"]} (any of), {"importance": [">=", 3]} (= != < <= > >=),
 {"time": [">=", 1735689600]} (seconds since the epoch), {"user": ["not in", ["bob"]]},

@@ -1,4 +1,5 @@
-"""The `vole` command line: run the search agent, evaluate a run, fill qrels holes.
+"""The `vole` command line: run the search agent, evaluate a run, report on it, fill qrels
+holes.
 
 A thin layer over the vole package. Every error is one line `vole: error: ...` on stderr,
 exit 2 for usage errors and 1 for everything else; no traceback (VOLE_DEBUG=1 shows it).
@@ -41,12 +42,13 @@ class Group(_errors.ErrorGroup):
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 def vole():
-    """The Vole: an LLM search agent over annodb, with evaluation and hole filling.
+    """The Vole: an LLM search agent over annodb, with evaluation, reports and hole filling.
 
     \b
     Example:
       vole run --topics topics.tsv --db msmarco.db --model gpt-4.1 --out runs/a
       vole eval --qrels qrels.txt runs/a/vole.run
+      vole report runs/a --qrels qrels.txt
     """
     _kernels.on_compile(_say_compiling)
 
@@ -239,6 +241,37 @@ def eval_(qrels, run_path, per_topic, as_json, measures):
     if result.missing:
         click.echo(f"vole: {len(result.missing)} of {result.topics} qrels topics are not in "
                    "the run (scored 0)", err=True)
+
+
+@vole.command()
+@click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False))
+@click.option("--qrels", type=click.Path(dir_okay=False),
+              help="TREC qrels: each topic's nDCG@10 is shown (and their mean).")
+@click.option("-o", "--output", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Where to write the page (default: RUN_DIR/report.html).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Also print the run's figures as JSON (topics, calls, tokens, query "
+                   "latency, grades, nDCG@10).")
+def report(run_dir, qrels, output, as_json):
+    """Write one self-contained HTML page about a run (the --out of `vole run`).
+
+    Per topic, the timeline of model calls: each action and its reason, the result
+    shown, the results passed over as judged before, the judgment and its reason (and
+    nDCG@10 with --qrels); over the run, model calls and tokens per topic, the query
+    latency distribution and the grades given. The page loads nothing: open it anywhere.
+
+    \b
+    Example:
+      vole report runs/a --qrels man86.qrels
+      vole report runs/a -o /tmp/a.html --json
+    """
+    from vole import report as _report
+    path, built = _report.write(run_dir, output, qrels)
+    figures = _report.figures(built)
+    if as_json:
+        click.echo(msgspec.json.encode(figures).decode())
+    click.echo(f"vole: wrote {path}: {figures['topics']} topics, {figures['model_calls']} "
+               f"model calls, {figures['judged']} documents judged", err=True)
 
 
 @vole.command()

@@ -112,6 +112,54 @@ def pytest_configure(config):
         _warm_kernels()
 
 
+@pytest.fixture
+def db(tmp_path):
+    """A new database in tmp_path whose writers wait at most 5 s for another, closed when
+    the test ends (a test module may define a `db` of its own)."""
+    import annodb
+    database = annodb.open(tmp_path / "s.db", timeout=5)
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def serve():
+    """serve(path, **options): an annodb Server (annodb.server.Server with these options,
+    its log kept quiet unless one is given) started on a free loopback port. Every server
+    started is shut down when the test ends, whatever happened (shutting one down earlier,
+    to check the database after it, is fine: shutdown is safe twice)."""
+    import io
+
+    from annodb.server import Server
+    started = []
+
+    def start(path, **options):
+        options.setdefault("log", io.StringIO())
+        server = Server(path, **options).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in reversed(started):
+        server.shutdown()
+
+
+@pytest.fixture
+def connect():
+    """connect(server, **options): a Client (tests/server_client.py) of that server, closed when
+    the test ends."""
+    from server_client import Client
+    clients = []
+
+    def open_client(server, **options):
+        clients.append(Client(server.port, **options))
+        return clients[-1]
+
+    yield open_client
+    for c in clients:
+        c.close()
+
+
 def pytest_report_header(config):
     return f"hypothesis: profile ci, seed {config.stash[_SEED]} ({SEED_VARIABLE})"
 

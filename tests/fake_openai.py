@@ -15,13 +15,22 @@ request takes the next item of the script:
 A request past the end of the script gets a 400 ("script exhausted"), which the client does
 not retry, so a test that runs longer than scripted fails plainly. `requests` keeps every
 request (path, headers, JSON body) for assertions. Token usage is deterministic: a quarter
-of the request and answer lengths.
+of the request and answer lengths. A client that went away before its answer was sent (a
+killed `vole run`) is not an error here.
+
+`Replay` is a script item that plays decisions a real model made, as
+../shared/tools/replay_decisions.py does: model call N of a topic (N = the answers in the
+conversation sent) gets that topic's decision N, verbatim; a `next` names the qid this
+runner gave the same query (the k-th query's qid in the log -> the k-th qid shown in this
+conversation); past the last decision, a query that matches nothing.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -163,10 +172,86 @@ class FakeOpenAI:
     @staticmethod
     def _send(h: BaseHTTPRequestHandler, code: int, payload: dict, headers: dict) -> None:
         data = json.dumps(payload).encode()
-        h.send_response(code)
-        h.send_header("content-type", "application/json")
-        h.send_header("content-length", str(len(data)))
-        for name, value in headers.items():
-            h.send_header(name, str(value))
-        h.end_headers()
-        h.wfile.write(data)
+        try:
+            h.send_response(code)
+            h.send_header("content-type", "application/json")
+            h.send_header("content-length", str(len(data)))
+            for name, value in headers.items():
+                h.send_header(name, str(value))
+            h.end_headers()
+            h.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass        # the client went away (killed)
+
+
+OVER = {"latest_judgment": {"docno": None, "relevance": 0, "reason": "replay over",
+                            "learned": ""},
+        "action": {"op": "query", "query": "zzzreplayoverzzz", "reason": "replay over"}}
+
+
+class Replay:
+    """Plays logged decisions (see the module docstring). `decisions`: {topic: [decision,
+    ...]} in call order; `qids`: {topic: [the qids the logged run's queries were given, in
+    order]}. `answered` counts the answers given per (topic, call), so a test sees whether
+    a call was asked twice; `before(topic, call)`, when set, is called first and may
+    return a Status (then no decision is given out)."""
+
+    def __init__(self, decisions: dict[str, list[dict]], qids: dict[str, list[str]]):
+        self.decisions = decisions
+        self.qids = qids
+        self.answered: Counter = Counter()
+        self.before = None
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def locate(request: Request) -> tuple[str | None, int, list[str]]:
+        """(topic, 0-based call, the qids shown in this conversation in order)."""
+        messages = request.messages
+        first = messages[0]["content"] if messages else ""
+        calls = sum(1 for m in messages if m["role"] == "assistant")
+        shown = " ".join(m["content"] for m in messages if m["role"] != "assistant")
+        seen = list(dict.fromkeys(re.findall(r"\bq[0-9]+\b", shown)))
+        m = re.match(r"Topic (\S+):", first)
+        if m:
+            return m.group(1), calls, seen
+        try:
+            return json.loads(first)["qid"], calls, seen
+        except (ValueError, KeyError, TypeError):
+            return None, calls, seen
+
+    def __call__(self, request: Request):
+        topic, n, seen = self.locate(request)
+        if self.before is not None:
+            status = self.before(topic, n + 1)
+            if status is not None:
+                return status
+        sequence = self.decisions.get(topic, [])
+        if n >= len(sequence):
+            return json.loads(json.dumps(OVER))
+        d = json.loads(json.dumps(sequence[n]))
+        action = d.get("action") or {}
+        logged = self.qids.get(topic, [])
+        if action.get("op") == "next" and action.get("qid") in logged:
+            k = logged.index(action["qid"])
+            if k < len(seen):
+                action["qid"] = seen[k]
+        with self._lock:
+            self.answered[(topic, n + 1)] += 1
+        return d
+
+
+def load_replay(folder) -> Replay:
+    """A Replay of the decisions.jsonl and qids.jsonl in `folder` (the published run's
+    layout: {"topic", "call", "attempt", "decision"}, the last attempt of a call wins)."""
+    import os
+    calls: dict[str, dict[int, dict]] = {}
+    with open(os.path.join(folder, "decisions.jsonl")) as f:
+        for line in f:
+            e = json.loads(line)
+            calls.setdefault(e["topic"], {})[e["call"]] = e["decision"]
+    qids = {}
+    with open(os.path.join(folder, "qids.jsonl")) as f:
+        for line in f:
+            e = json.loads(line)
+            qids[e["topic"]] = e["qids"]
+    return Replay({t: [c[k] for k in sorted(c)] for t, c in calls.items()}, qids)

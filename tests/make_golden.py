@@ -1,10 +1,10 @@
-"""Write the golden database tests/data/golden-vN (format N), read by test_storage.py.
+"""Write the golden database tests/data/golden-vN (format N), read by test_golden.py.
 
 Run it only when creating a new golden version (`python tests/make_golden.py N`): a golden
 database is written once and then kept unchanged, so that every later annodb proves it still
 reads it. After a format change, bump storage.FORMAT_VERSION, keep golden-v1 (the test then
 expects a clear refusal or a successful read), and write golden-vN with this script
-(golden-v4: `python tests/make_golden.py 4`).
+(golden-v5: `python tests/make_golden.py 5`), with a line in CHANGELOG.md.
 golden-v1 was written by format 1's annodb; `python tests/make_golden.py 1` today would
 write format 2.
 """
@@ -58,6 +58,8 @@ def main(version: int) -> None:
                 w.add({"docid": "s1", "text": "sparse words", "splade": {"gold": 2.5,
                                                                           "lead": 0.5}},
                       sparse_fields=["splade"])
+    # format 5 stores what format 4 came to store (golden-v4 was written at its end): the
+    # same content, under the number that an annodb of early format 4 refuses
     for name in ("lock.mdb", "writer.lock", "turnstile.lock"):          # per-machine files, not part of it
         path = target / name
         if path.exists():

@@ -3,6 +3,51 @@
 Plain Python over lists of (p, q) tuples (closed intervals of int addresses), written by
 enumeration rather than by clever algorithms. Slow on purpose; keep it obviously right.
 A GC-list here is a sorted list of (p, q) in which no interval contains another.
+
+Index: each twin here, what it defines in annodb (K = annodb.kernels), and the tests that
+hold the two equal.
+
+    naive                  annodb                              tests
+    is_gc_list             K.is_gc_list                        test_kernels: test_is_gc_list
+    normalize              K.normalize (a writer's lists)      test_kernels: test_normalize;
+                                                               test_transactions: reference
+    both_of, one_of,       K.both_of, one_of, followed_by      test_kernels: test_combine
+      followed_by
+    contained_in, ...      K.contained_in, containing,         test_kernels: test_select,
+      not_containing         not_contained_in, not_containing    test_select_many_against_few
+    phrase                 gcl.Evaluator's phrases             (through evaluate)
+    ssr                    K.ssr, ssr_touched                  test_kernels: test_ssr
+    top                    K.top                               test_kernels: test_top
+    merge_ranked           K.merge_ranked (shards' merge)      test_kernels: test_merge_ranked
+    drop_erased            K.drop_erased                       test_kernels: test_drop_erased
+    runs_at                K.runs_at                           test_kernels: test_runs_at
+    merge_ranges           K.merge_ranges                      test_kernels: test_merge_ranges
+    Model, evaluate        gcl.Evaluator (Snapshot.query)      test_engine: test_queries_agree_
+                                                               with_reference, and others
+    search                 ranking.rank (Snapshot.search)      test_engine
+    snippet                snippets.make                       test_engine: test_snippets_agree_
+                                                               with_reference
+    encode_block,          K.encode_block, decode_block        test_block_layout; test_kernels
+      decode_block         (storage.py's block layout)
+      (stream_width, width_bytes, stream_bytes: their number streams)
+    block_cuts             K.block_bounds                      test_kernels: test_block_cuts_
+                                                               equal_the_naive_ones
+    group_postings         K.group_postings                    test_kernels: test_group_
+                                                               postings_against_numpy_and_naive
+    block_facts            kernels.checking.BlockChecker       test_kernels: test_block_checker_
+                                                               equals_the_brute_force
+    document_frequencies   K.document_frequencies              test_bm25: test_document_
+                                                               frequencies_kernel
+    best_windows           K.best_windows                      test_bm25: test_best_windows_kernel
+    bm25                   bm25.py (rank="bm25")               test_bm25: test_bm25_equals_its_
+                                                               definition..., test_gcl_bm25_...
+    bm25f                  bm25.py (fields)                    test_bm25: test_bm25f_equals_...
+    sparse                 bm25.py (rank="sparse")             test_bm25: test_sparse_vectors_...
+    merge_scores           K.merge_scores                      test_bm25: test_merge_scores_kernel
+    bm25_top               K.bm25_steps, bm25_pick (bm25.top's test_bm25: test_bm25_steps_kernel
+                           compiled MaxScore)
+    rm3                    feedback.py (rank="bm25+rm3")       test_feedback: test_rm3_equals_its_
+                                                               definition
 """
 
 from __future__ import annotations
@@ -669,3 +714,88 @@ def rm3(model, query, k, only=None, fb_docs=10, fb_terms=10, original=0.5, max_d
     if only is not None:
         ranked = [x for x in ranked if x[0] in only]
     return ranked[:k]
+
+
+def context_sums(values, runs, before, after):
+    """For each row of values and each item i: the sum over the other items j of i's run
+    (the consecutive items with the same id as i) of before ** (i - j) * values[j] for j
+    before i, after ** (j - i) * values[j] for j after it."""
+    out = []
+    for row in values:
+        sums = []
+        for i in range(len(row)):
+            total = 0.0
+            for j in range(len(row)):
+                lo, hi = min(i, j), max(i, j)
+                if j != i and all(runs[x] == runs[i] for x in range(lo, hi + 1)):
+                    total += (before ** (i - j) if j < i else after ** (j - i)) * row[j]
+            sums.append(total)
+        out.append(sums)
+    return out
+
+
+def context_recall(memories, selected, words, dates, k, settings):
+    """annodb/recall.py's context recall by its definition. memories: [(docno, tokens,
+    time or None)], every document of the collection in address order (N and df are
+    theirs); selected: the docnos ranked; words: [(word, count in the query)]; dates:
+    [(lo, hi)] the query names; settings: a recall.Context. The top k [(docno, score)],
+    score > 0, by score, ties by address."""
+    import math
+
+    def idf(df, n):
+        return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+    s = settings
+    n_docs = len(memories)
+    mine = [m for m in memories if m[0] in selected]
+    n = len(mine)
+    if not n:
+        return []
+    length = [max(len(toks), 1) for _, toks, _ in mine]
+    times = [t for _, _, t in mine]
+    session = [0]
+    for i in range(1, n):
+        a, b = times[i - 1], times[i]
+        same = a is not None and b is not None and abs(b - a) <= s.gap
+        session.append(session[-1] + (0 if same else 1))
+
+    def lent(x, i):
+        total = 0.0
+        for j in range(n):
+            if j != i and session[j] == session[i]:
+                total += (s.before ** (i - j) if j < i else s.after ** (j - i)) * x[j]
+        return total
+
+    wide_length = [length[i] + lent(length, i) for i in range(n)]
+    avg = sum(wide_length) / n
+    sessions = sorted(set(session))
+    slen = {g: sum(length[i] for i in range(n) if session[i] == g) for g in sessions}
+    savg = sum(slen.values()) / len(sessions)
+    turn = [0.0] * n
+    sess = {g: 0.0 for g in sessions}
+    for word, count in words:
+        df = sum(1 for _, toks, _ in memories if word in toks)
+        tf = [toks.count(word) for _, toks, _ in mine]
+        held = sum(1 for x in tf if x)
+        if not df or not held:
+            continue
+        for i in range(n):
+            wide = tf[i] + (lent(tf, i) if held <= max(s.common * n, 1) else 0.0)
+            norm = s.k1 * (1 - s.b + s.b * wide_length[i] / avg)
+            turn[i] += count * idf(df, n_docs) * wide / (wide + norm)
+        stf = {g: sum(tf[i] for i in range(n) if session[i] == g) for g in sessions}
+        sdf = sum(1 for g in sessions if stf[g])
+        for g in sessions:
+            norm = s.session_k1 * (1 - s.session_b + s.session_b * slen[g] / savg)
+            sess[g] += count * idf(sdf, len(sessions)) * stf[g] / (stf[g] + norm)
+    dated = [0.0] * n
+    for lo, hi in dates:
+        hit = [t is not None and lo <= t < hi for t in times]
+        m = sum(hit)
+        for i in range(n):
+            if m and hit[i]:
+                dated[i] += idf(m, n)
+    scores = [turn[i] + ((s.session * sess[session[i]] + s.dates * dated[i])
+                         if turn[i] > 0 else 0.0) for i in range(n)]
+    ranked = sorted((i for i in range(n) if scores[i] > 0), key=lambda i: -scores[i])
+    return [(mine[i][0], scores[i]) for i in ranked[:k]]

@@ -501,7 +501,7 @@ def test_ingest_sparse_field(tmp_path, parallel):
     db = annodb.open(tmp_path / "db")
     summary = ingest.ingest(db, [str(src)], sparse_fields=["splade"], parallel=parallel)
     assert summary.added == 2 and summary.error_count == 2
-    assert "in.jsonl:3" in summary.errors[0] and "weight >= 0" in summary.errors[0]
+    assert "in.jsonl:3" in summary.errors[0] and "weight from 0 to 1e+09" in summary.errors[0]
     assert "in.jsonl:4" in summary.errors[1] and "term: weight" in summary.errors[1]
     with db.read() as r:
         assert r.sparse_fields() == ["splade"]

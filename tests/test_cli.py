@@ -19,7 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 import annodb
-from annodb import routing, storage
+from annodb import storage
+from annodb.shards import routing
 from annodb_cli.main import _Bar, annodb as cli
 
 DATA = Path(__file__).parent / "data"

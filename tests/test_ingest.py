@@ -518,10 +518,11 @@ def test_a_lone_surrogate_in_a_field_name_rejects_only_its_record(tmp_path, para
 
 
 def test_a_chunk_crosses_the_pipe_unchanged():
-    """_packed/_unpacked: documents' lines as an array, problems put back in place."""
+    """A chunk packed for the pipe and unpacked is the same chunk: documents' lines as an
+    array, problems put back in place."""
     import random
-    from annodb.database_ingest import _Chunk, _packed, _unpacked
-    from annodb.formats import Problem as _Problem
+    from annodb.ingest.formats import Problem
+    from annodb.ingest.stages import Chunk, packed, unpacked
 
     class Made:
         def __init__(self, docnos):
@@ -532,28 +533,28 @@ def test_a_chunk_crosses_the_pipe_unchanged():
         items, docnos = [], []
         for line in range(1, rng.randrange(0, 30) + 1):
             if rng.random() < 0.4:
-                items.append(_Problem(line, f"bad {line}"))
+                items.append(Problem(line, f"bad {line}"))
             else:
                 docnos.append(f"d{line}")
                 items.append((line, docnos[-1]))
-        chunk = _Chunk(items, Made(docnos) if docnos else None, 99)
-        back = _unpacked(_packed(chunk))
+        chunk = Chunk(items, Made(docnos) if docnos else None, 99)
+        back = unpacked(packed(chunk))
         assert back.items == items and back.tell == 99
 
 
 @pytest.mark.parametrize("where", ["making", "reading"])
 def test_the_reading_process_sends_no_chunk_after_a_failure(tmp_path, monkeypatch, where):
-    """_reader_main with its two threads: the chunks before a failure are sent in order,
-    then the error, and never a chunk after it."""
+    """The reading process with its two threads: the chunks before a failure are sent in
+    order, then the error, and never a chunk after it."""
     import io
     import pickle
     import signal
     import sys
     import types
-    from annodb import database_ingest as module
+    from annodb.ingest import database as module, process, stages
 
     source = module.check_inputs([str(DATA / "sample.jsonl")])[0]
-    chunks = list(module._read_chunks(source, None, None, 1, None))[:4]
+    chunks = list(stages.read(source, None, None, 1, None))[:4]
     assert len(chunks) == 4
 
     def read_chunks(*args):
@@ -562,7 +563,7 @@ def test_the_reading_process_sends_no_chunk_after_a_failure(tmp_path, monkeypatc
                 raise OSError("the disk went away")
             yield chunk
 
-    made = module._made
+    made = stages.make
 
     def make(items, prepared, tell, sparse):
         if where == "making" and len(made_calls) == 1:
@@ -572,8 +573,8 @@ def test_the_reading_process_sends_no_chunk_after_a_failure(tmp_path, monkeypatc
         return made(items, prepared, tell, sparse)
 
     made_calls: list = []
-    monkeypatch.setattr(module, "_read_chunks", read_chunks)
-    monkeypatch.setattr(module, "_made", make)
+    monkeypatch.setattr(stages, "read", read_chunks)
+    monkeypatch.setattr(stages, "make", make)
     stdin = types.SimpleNamespace(buffer=io.BytesIO(pickle.dumps(
         (source, None, None, 1, None, ()))))
     stdout = types.SimpleNamespace(buffer=io.BytesIO())
@@ -586,7 +587,7 @@ def test_the_reading_process_sends_no_chunk_after_a_failure(tmp_path, monkeypatc
     finally:
         if was:
             gc.enable()
-        module._set_malloc(module._GLIBC_DEFAULTS)  # (... tunes malloc, ignores Ctrl-C)
+        process.set_malloc(process.GLIBC_DEFAULTS)  # (... tunes malloc, ignores Ctrl-C)
         signal.signal(signal.SIGINT, signal.default_int_handler)
     stdout.buffer.seek(0)
     sent = []
@@ -598,7 +599,7 @@ def test_the_reading_process_sends_no_chunk_after_a_failure(tmp_path, monkeypatc
     kinds = [kind for kind, _ in sent]
     if where == "making":
         assert kinds == ["chunk", "error"] and "a bug" in sent[-1][1]
-        assert module._unpacked(sent[0][1]).tell == chunks[0][1]
+        assert stages.unpacked(sent[0][1]).tell == chunks[0][1]
     else:
         assert kinds == ["chunk", "chunk", "error"] and "the disk went away" in sent[-1][1]
-        assert [module._unpacked(v).tell for _, v in sent[:2]] == [c[1] for c in chunks[:2]]
+        assert [stages.unpacked(v).tell for _, v in sent[:2]] == [c[1] for c in chunks[:2]]

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import annodb
-from annodb import formats
+from annodb.ingest import formats
 from annodb.check import check
 from annodb.ingest import ingest
 

@@ -1,13 +1,10 @@
-"""Judgments as stored memory (annodb.judgments, issue 15): a judgment and its note are one
+"""Judgments as stored memory (annodb.judgments): a judgment and its note are one
 transaction, each carries its discovery order and model call, a topic's judgments read back
 whole (never cut by a depth) in discovery order, with its record; the server's `judge`,
 `judgments` and `topic` ops over real sockets; `strict` refuses what lenient repairs."""
 
 from __future__ import annotations
 
-import io
-import json
-import socket
 import subprocess
 import sys
 
@@ -17,7 +14,6 @@ import annodb
 from annodb import judgments
 from annodb.check import check
 from annodb.errors import AnnodbError, NotFoundError
-from annodb.server import Server
 
 
 @pytest.fixture
@@ -67,76 +63,52 @@ def test_judge_records_order_and_call_and_reads_back_in_discovery_order(path):
         assert check(db) == []
 
 
-class Client:
-    def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        self.reader = self.sock.makefile("rb")
-
-    def __call__(self, **request):
-        self.sock.sendall(json.dumps(request).encode() + b"\n")
-        return json.loads(self.reader.readline())
-
-    def close(self):
-        self.reader.close()
-        self.sock.close()
-
-
-def test_server_ops_judge_judgments_topic(path):
-    server = Server(path, depth=10, log=io.StringIO()).start()
-    c = Client(server.port)
-    try:
-        for i in range(25):       # more judgments than the server's depth
-            r = c(op="judge", topic="t1", docno=f"d{i}", grade=i % 4, call=i + 1,
-                  text=f"reason {i}")["response"]
-            assert r == {"op": "judge", "ok": True, "topic": "t1", "docno": f"d{i}",
-                         "grade": i % 4, "note": f"note:t1:d{i}", "order": i + 1,
-                         "regraded": False}
-        r = c(op="judgments", topic="t1")["response"]
-        assert r["ok"] and r["record"] is None
-        assert [(j["docno"], j["grade"], j["order"], j["call"]) for j in r["judgments"]] == \
-            [(f"d{i}", i % 4, i + 1, i + 1) for i in range(25)]
-        r = c(op="topic", topic="t1", stop="max-calls", calls=25, judgments=25)
-        assert r["response"] == {"op": "topic", "ok": True, "topic": "t1"}
-        assert c(op="judgments", topic="t1")["response"]["record"] == {
-            "topic": "t1", "stop": "max-calls", "calls": 25, "judgments": 25, "base": 0,
-            "error": None}
-        for request, wanted in [
-                ({"op": "judge", "docno": "d1", "grade": 1}, "Missing topic"),
-                ({"op": "judge", "topic": "t1", "docno": "d1", "grade": 4}, "grade must"),
-                ({"op": "judge", "topic": "t1", "docno": "d1", "grade": True}, "grade must"),
-                ({"op": "judge", "topic": "t1", "docno": "zz", "grade": 1}, "Unknown docno"),
-                ({"op": "judge", "topic": "t1", "docno": "d1", "grade": 1, "call": -1},
-                 "call must"),
-                ({"op": "judge", "topic": "t 1", "docno": "d1", "grade": 1}, "one word"),
-                ({"op": "judgments"}, "Missing topic"),
-                ({"op": "topic", "topic": "t1", "stop": 3}, "stop must")]:
-            r = c(**request)["response"]
-            assert r["ok"] is False and wanted in r["error"], (request, r)
-    finally:
-        c.close()
-        server.shutdown()
+def test_server_ops_judge_judgments_topic(path, serve, connect):
+    server = serve(path, depth=10)
+    c = connect(server)
+    for i in range(25):       # more judgments than the server's depth
+        r = c(op="judge", topic="t1", docno=f"d{i}", grade=i % 4, call=i + 1,
+              text=f"reason {i}")
+        assert r == {"op": "judge", "ok": True, "topic": "t1", "docno": f"d{i}",
+                     "grade": i % 4, "note": f"note:t1:d{i}", "order": i + 1,
+                     "regraded": False}
+    r = c(op="judgments", topic="t1")
+    assert r["ok"] and r["record"] is None
+    assert [(j["docno"], j["grade"], j["order"], j["call"]) for j in r["judgments"]] == \
+        [(f"d{i}", i % 4, i + 1, i + 1) for i in range(25)]
+    r = c(op="topic", topic="t1", stop="max-calls", calls=25, judgments=25)
+    assert r == {"op": "topic", "ok": True, "topic": "t1"}
+    assert c(op="judgments", topic="t1")["record"] == {
+        "topic": "t1", "stop": "max-calls", "calls": 25, "judgments": 25, "base": 0,
+        "error": None}
+    for request, wanted in [
+            ({"op": "judge", "docno": "d1", "grade": 1}, "Missing topic"),
+            ({"op": "judge", "topic": "t1", "docno": "d1", "grade": 4}, "grade must"),
+            ({"op": "judge", "topic": "t1", "docno": "d1", "grade": True}, "grade must"),
+            ({"op": "judge", "topic": "t1", "docno": "zz", "grade": 1}, "Unknown docno"),
+            ({"op": "judge", "topic": "t1", "docno": "d1", "grade": 1, "call": -1},
+             "call must"),
+            ({"op": "judge", "topic": "t 1", "docno": "d1", "grade": 1}, "one word"),
+            ({"op": "judgments"}, "Missing topic"),
+            ({"op": "topic", "topic": "t1", "stop": 3}, "stop must")]:
+        r = c(**request)
+        assert r["ok"] is False and wanted in r["error"], (request, r)
+    server.shutdown()
     with annodb.open(path) as db:
         assert check(db) == []
 
 
-def test_strict_refuses_what_lenient_repairs(path):
-    lenient = Server(path, log=io.StringIO()).start()
-    strict = Server(path, strict=True, log=io.StringIO()).start()
-    try:
-        for server, ok in ((lenient, True), (strict, False)):
-            c = Client(server.port)
-            for op in ("query", "count"):
-                r = c(op=op, query='(^ document ("light")')["response"]
-                assert r["ok"] is ok, r
-                if ok:
-                    assert r["warnings"]
-                else:
-                    assert "offset" in r["error"]
-            assert c(op="query", query="(^ document light)")["response"]["ok"]
-            c.close()
-    finally:
-        lenient.shutdown()
-        strict.shutdown()
+def test_strict_refuses_what_lenient_repairs(path, serve, connect):
+    for server, ok in ((serve(path), True), (serve(path, strict=True), False)):
+        c = connect(server)
+        for op in ("query", "count"):
+            r = c(op=op, query='(^ document ("light")')
+            assert r["ok"] is ok, r
+            if ok:
+                assert r["warnings"]
+            else:
+                assert "offset" in r["error"]
+        assert c(op="query", query="(^ document light)")["ok"]
 
 
 def test_serve_has_a_strict_option(path):

@@ -26,7 +26,7 @@ def test_not_equal_matches_a_memory_without_the_key_for_numbers_and_strings(mem)
     a = mem.remember("tea note", level=1, user="alice")
     b = mem.remember("tea note", level=2, user="bob")
     c = mem.remember("tea note")                       # neither key
-    mem.annotate(a, "archived", 1)                     # the workaround, now sound
+    mem.annotate(a, "archived", 1)                     # archiving by a label: `!=` must keep the rest
 
     def where(**w):
         return ids(mem.recall("tea", k=10, where=w))

@@ -1,4 +1,4 @@
-"""Agent writes stay out of the collection (issues 15 and 16 item 6): a note (Writer.note,
+"""Agent writes stay out of the collection: a note (Writer.note,
 and any document added with a container other than `:`) is no hit of an ordinary search,
 not counted among the collection's documents, yet found when a search asks for its
 container; `check` verifies both kinds of documents. Through the server, with two real
@@ -6,9 +6,6 @@ socket clients."""
 
 from __future__ import annotations
 
-import io
-import json
-import socket
 
 import msgspec
 import pytest
@@ -17,7 +14,6 @@ import annodb
 from annodb import storage
 from annodb.check import check
 from annodb.errors import AnnodbError
-from annodb.server import Server
 
 TEXTS = [("In the beginning God created the heavens and the earth.", "Gen.1.1"),
          ("God said, Let there be light, and there was light.", "Gen.1.3"),
@@ -104,20 +100,6 @@ def test_containers_are_feature_names(db):
             w.add({"id": "r", "note": "clashes with the container"}, container="note:")
 
 
-class Client:
-    def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        self.reader = self.sock.makefile("rb")
-
-    def __call__(self, **request):
-        self.sock.sendall(json.dumps(request).encode() + b"\n")
-        return json.loads(self.reader.readline())["response"]
-
-    def close(self):
-        self.reader.close()
-        self.sock.close()
-
-
 def all_hits(client, query, **extra):
     reply = client(op="query", query=query, **extra)
     found = []
@@ -127,31 +109,27 @@ def all_hits(client, query, **extra):
     return found
 
 
-def test_another_client_never_sees_the_agents_notes_unless_it_asks(db):
+def test_another_client_never_sees_the_agents_notes_unless_it_asks(db, serve, connect):
     path = db.path
     db.close()
-    server = Server(path, log=io.StringIO()).start()
-    agent, other = Client(server.port), Client(server.port)
-    try:
-        before = all_hits(other, "(+ light god talks)")
-        documents = other(op="stats")["documents"]
-        r = agent(op="judge", topic="t1", docno="Gen.1.3", grade=3, call=1,
-                  text="Judgment of Gen.1.3: it talks of the light God made.")
-        assert r["ok"] and r["note"] == "note:t1:Gen.1.3", r
-        r = agent(op="note", docno="Gen.1.4", qid="t1", text="God and light again")
-        assert r["ok"], r
-        assert all_hits(other, "(+ light god talks)") == before
-        assert all_hits(other, "talks") == []
-        stats = other(op="stats")
-        assert stats["documents"] == documents and stats["agent_documents"] == 2
-        # asking for them: the notes' container, or a GCL query naming it
-        assert all_hits(other, "(+ light god talks)", container="note:") == \
-            ["note:t1:Gen.1.3", "note:t1:Gen.1.4"]
-        assert other(op="count", query="(<< talks note:)")["count"] == 1
-        assert all_hits(other, "(>> : (@ note:t1))") == ["Gen.1.3", "Gen.1.4"]
-    finally:
-        agent.close()
-        other.close()
-        server.shutdown()
+    server = serve(path)
+    agent, other = connect(server), connect(server)
+    before = all_hits(other, "(+ light god talks)")
+    documents = other(op="stats")["documents"]
+    r = agent(op="judge", topic="t1", docno="Gen.1.3", grade=3, call=1,
+              text="Judgment of Gen.1.3: it talks of the light God made.")
+    assert r["ok"] and r["note"] == "note:t1:Gen.1.3", r
+    r = agent(op="note", docno="Gen.1.4", qid="t1", text="God and light again")
+    assert r["ok"], r
+    assert all_hits(other, "(+ light god talks)") == before
+    assert all_hits(other, "talks") == []
+    stats = other(op="stats")
+    assert stats["documents"] == documents and stats["agent_documents"] == 2
+    # asking for them: the notes' container, or a GCL query naming it
+    assert all_hits(other, "(+ light god talks)", container="note:") == \
+        ["note:t1:Gen.1.3", "note:t1@Gen.1.4"]
+    assert other(op="count", query="(<< talks note:)")["count"] == 1
+    assert all_hits(other, "(>> : (@ note:t1))") == ["Gen.1.3", "Gen.1.4"]
+    server.shutdown()
     with annodb.open(path) as again:
         assert check(again) == []

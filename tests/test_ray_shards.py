@@ -1,6 +1,6 @@
-"""A sharded collection on local Ray actors answers exactly as in process (annodb.ray_shards).
+"""A sharded collection on local Ray actors answers exactly as in process (annodb.shards.ray).
 
-One local Ray cluster (ray_shards.start_local: this machine's CPUs, every Ray process on
+One local Ray cluster (annodb.shards.ray.start_local: this machine's CPUs, every Ray process on
 127.0.0.1) for the module: its start takes a few seconds.
 """
 
@@ -20,7 +20,7 @@ DATA = Path(__file__).parent / "data"
 
 @pytest.fixture(scope="module")
 def collection(tmp_path_factory):
-    from annodb import ray_shards
+    from annodb.shards import ray as ray_shards
     path = tmp_path_factory.mktemp("ray") / "c.shards"
     annodb.open(path, shards=2).close()
     ingest(str(path), [DATA / "msmarco-sample-600.jsonl"])
@@ -45,7 +45,7 @@ def _queries():
 
 
 def test_ray_actors_answer_as_the_collection_in_process(collection):
-    from annodb import ray_shards
+    from annodb.shards import ray as ray_shards
     remote = ray_shards.open(collection)
     with annodb.open(collection, readonly=True) as local, local.read() as a, \
             remote.read() as b:
@@ -99,7 +99,7 @@ def test_an_actor_that_died_is_restarted_for_the_next_snapshot(collection):
     """A shard's actor killed (its node's OOM killer, a crash): Ray restarts it, the
     snapshot that used it raises a clear StorageError, and the next one answers as
     before."""
-    from annodb import ray_shards
+    from annodb.shards import ray as ray_shards
     remote = ray_shards.open(collection)
     query = "(^ blood cell)"
     with remote.read() as r:

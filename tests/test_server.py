@@ -1,4 +1,4 @@
-"""`annodb serve`: real sockets against a real database (issue 4).
+"""`annodb serve`: real sockets against a real database.
 
 A module-wide database is built in a temporary directory and kept open read-write by the
 test process (so in-process servers share its environment and the test can commit beside
@@ -30,6 +30,7 @@ from annodb.transaction import Snapshot
 from annodb.ranking import rank
 from annodb.server import Server, ServerError
 from annodb_cli.serve import serve
+from server_client import Client
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIELDS = ["title:", "headings:", "segment:"]
@@ -78,44 +79,6 @@ def fields_server(db):
     s = Server(db.path, fields=FIELDS).start()
     yield s
     s.shutdown()
-
-
-class Client:
-    """One connection speaking newline-delimited JSON."""
-
-    def __init__(self, port: int, timeout: float = 20.0):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.reader = self.sock.makefile("rb")
-
-    def send_line(self, line: bytes) -> dict:
-        self.sock.sendall(line + b"\n")
-        return self.read()
-
-    def read(self) -> dict:
-        line = self.reader.readline()
-        assert line.endswith(b"\n"), f"no reply line: {line!r}"
-        return json.loads(line)
-
-    def ask(self, request: dict) -> dict:
-        """The whole reply record."""
-        return self.send_line(json.dumps(request).encode())
-
-    def __call__(self, **request) -> dict:
-        """The reply's response object."""
-        record = self.ask(request)
-        assert set(record) == {"query", "response", "time"}
-        assert isinstance(record["time"], (int, float)) and record["time"] >= 0
-        return record["response"]
-
-    def close(self):
-        self.reader.close()
-        self.sock.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def all_ranks(client: Client, query: str) -> list[str]:
@@ -460,11 +423,11 @@ def test_annotate(server, db):
 def test_note(server, db):
     with Client(server.port) as c:
         r = c(op="note", docno="p2", qid="t7", text="Explains hello world in full.")
-        assert r == {"op": "note", "ok": True, "docno": "note:t7:p2", "target": "p2"}
+        assert r == {"op": "note", "ok": True, "docno": "note:t7@p2", "target": "p2"}
         assert c(op="query", query="(>> : (@ note:t7))")["docno"] == "p2"
         # notes are apart from the collection: found when a query asks for them
         assert c(op="query", query="explains")["done"] is True
-        assert c(op="query", query="explains", container="note:")["docno"] == "note:t7:p2"
+        assert c(op="query", query="explains", container="note:")["docno"] == "note:t7@p2"
         for request, wanted in [({"docno": "p2"}, "Missing text"),
                                 ({"docno": "nope", "text": "x"}, "Unknown docno"),
                                 ({"docno": "p2", "text": "x", "qid": "a b"}, "qid must")]:
@@ -634,7 +597,7 @@ def test_query_rank_field(server, db):
         assert r["ok"] and [r["docno"]] == rm3
 
 
-# ---------------------------------------------------------------- the contracts (issue 18)
+# ---------------------------------------------------------------- the contracts
 # What an agent written for the reference server depends on, against expectations written
 # by hand (not ranking.rank's output): qids, the depth, the snippet's width, `done`.
 

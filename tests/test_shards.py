@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import annodb
-from annodb import routing
+from annodb.shards import routing
 from annodb.errors import AnnodbError, WriterBusyError
 from annodb.gcl import Budget
 from annodb.query import Combine, Compare, Feature, Term, Window, format
@@ -471,7 +471,7 @@ def test_workers_poll_only_for_spin_after_a_request(tmp_path, monkeypatch):
     right after a request and none once idle; spin=0 never polls; a bad spin is refused.
     By default a collection polls only when its processes (one per shard) fit the cores,
     and a server whose processes' workers outnumber the cores does not."""
-    from annodb import shard_worker, shards
+    from annodb.shards import collection as shards, worker as shard_worker
     from annodb.server import Server
     annodb.open(tmp_path / "c.shards", shards=2).close()
     with annodb.open(tmp_path / "c.shards") as db:
@@ -687,7 +687,7 @@ def test_server_memory_and_vole_backend_over_shards(tmp_path):
                     line = f.read()
             except OSError:
                 continue
-            if b"annodb.shard_worker" in line and str(tmp_path).encode() in line:
+            if b"annodb.shards.worker" in line and str(tmp_path).encode() in line:
                 found.append(int(pid))
         return found
     try:
@@ -734,7 +734,7 @@ def test_a_served_read_that_loses_its_shard_worker_runs_again(tmp_path):
             worker.process.wait()
         return snap
     db.read = read
-    from annodb.routing import route
+    from annodb.shards.routing import route
     docnos = [json.loads(line)["docid"] for line in
               (DATA / "msmarco-sample-600.jsonl").read_text(encoding="utf-8").splitlines()]
     theirs = next(d for d in docnos if route(d, 2) == 1)    # in the worker's shard
@@ -827,7 +827,7 @@ def test_split_turns_a_database_into_shards_that_rank_as_it_did(tmp_path, window
     """Split in one window and in many (the documents label:x spans, the 12th and 13th
     once the 11th is deleted, in one window or across two), by 1 to 3 processes: the
     collection ranks as the database."""
-    from annodb.split import split
+    from annodb.shards.split import split
     source = _split_source(tmp_path)
     summary = split(source, tmp_path / "c.shards", 3, window=window, processes=processes)
     assert summary.documents == 599 + 7 and summary.not_copied == 1  # (label:x spans two)
@@ -858,7 +858,7 @@ def _same_as_split(source, dest) -> None:
 def test_a_splitting_process_that_dies_is_a_clear_error(tmp_path, monkeypatch):
     """What a splitting process said on its way out ends the message; the split then runs
     again to the end."""
-    from annodb.split import split
+    from annodb.shards.split import split
     source = _split_source(tmp_path)
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\necho 'Traceback ...' >&2\necho 'MemoryError: no room' >&2\n"
@@ -880,10 +880,10 @@ def test_a_split_killed_part_way_is_completed_by_running_it_again(tmp_path):
     stopped. Another split into that directory is refused, and so is completing it from
     the database written since."""
     import subprocess
-    from annodb.split import split, split_into
+    from annodb.shards.split import split, split_into
     source = _split_source(tmp_path)
     dest = tmp_path / "c.shards"
-    code = ("import sys; from annodb.split import split; "
+    code = ("import sys; from annodb.shards.split import split; "
             "split(sys.argv[1], sys.argv[2], 2, window=5, processes=2)")
     p = subprocess.Popen([sys.executable, "-c", code, str(source), str(dest)],
                          start_new_session=True)
@@ -1029,7 +1029,7 @@ def test_a_split_stopped_as_it_began_is_completed_by_running_it_again(tmp_path, 
     """What a split stopped while making its collection leaves (its marker's temporary
     file; the marker alone, written first; the marker and a collection half made: its
     own marker and one shard, before the manifest): running it again completes it."""
-    from annodb.split import split
+    from annodb.shards.split import split
     source = _split_source(tmp_path)
     dest = tmp_path / "c.shards"
     split(source, dest, 2)
@@ -1043,7 +1043,7 @@ def test_a_split_stopped_as_it_began_is_completed_by_running_it_again(tmp_path, 
     else:
         (dest / "split.json").write_text(json.dumps(marker))
     if left == "marker and half a collection":
-        from annodb import shards
+        from annodb.shards import collection as shards
         manifest = shards.new_manifest(2, False)
         (dest / "creating.json").write_bytes(shards._json(manifest))
         shards._create_shard(str(dest), 0, manifest, 30.0)

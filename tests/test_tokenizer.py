@@ -1,4 +1,7 @@
-"""The tokenizer (DESIGN §3): the issue's vectors, offsets, and the bulk path == the spans."""
+"""The tokenizer (ARCHITECTURE.md "Data model"): folded tokens of hand-picked texts (letters,
+marks and digits, one-character symbols and ideographs, simple case folding), their
+character offsets, and the offsets kernel and the bulk tokenizer giving the regex's tokens
+and spans."""
 
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -27,7 +27,7 @@ from annodb_cli.vole import vole
 from fake_openai import FakeOpenAI, Status
 from vole import decision, runfile
 from vole.backend import Local, Remote
-from vole.errors import DecisionError, InputError, ModelError
+from vole.errors import InputError, ModelError
 from vole.evaluate import evaluate
 from vole.model import Model
 from vole.topics import read_topics
@@ -173,31 +173,6 @@ def docnos(db, gcl):
 
 
 # ---------------------------------------------------------------- decisions
-
-
-def test_decision_schema_is_the_structs_schema_fit_for_strict_mode():
-    schema = decision.json_schema()
-    assert schema["type"] == "object" and "$ref" not in schema
-    assert schema["required"] == ["judgment", "action"]
-    assert schema["additionalProperties"] is False
-    assert "discriminator" not in json.dumps(schema)
-    assert set(schema["$defs"]) == {"Judgment", "Query", "Next", "Document"}
-    assert schema["$defs"]["Judgment"]["properties"]["grade"]["maximum"] == 3
-
-
-def test_decisions_parse_and_fail_with_the_place():
-    d = decision.parse('```json\n{"judgment": null, "action": {"type": "next", '
-                       '"qid": "q2"}}\n```')
-    assert d.judgment is None and d.action == decision.Next("q2")
-    with pytest.raises(DecisionError, match=r"\$\.judgment\.grade"):
-        decision.parse('{"judgment": {"docno": "a", "grade": 4, "reason": "", '
-                       '"learned": ""}, "action": {"type": "next", "qid": "q0"}}')
-    with pytest.raises(DecisionError, match="action"):
-        decision.parse('{"judgment": null}')
-    with pytest.raises(DecisionError, match="not one JSON object"):
-        decision.parse("no json here")
-    with pytest.raises(DecisionError, match="empty"):
-        decision.parse("  ")
 
 
 # ---------------------------------------------------------------- the model
@@ -534,7 +509,7 @@ def test_cli_errors_are_one_line(bible, topics, tmp_path):
                               "--model", "m"], 1)
     assert "unknown measure" in error(["eval", "--qrels", topics, topics, "--measure",
                                        "Bogus@3"], 1)
-    for name in ("run", "eval", "judge"):
+    for name in ("run", "eval", "judge", "report"):
         result = CliRunner().invoke(vole, [name, "--help"])
         assert result.exit_code == 0 and f"vole {name}" in result.stdout.split("Example")[1]
 
@@ -558,29 +533,6 @@ def published(item):
     return {"latest_judgment": judgment, "action": action}
 
 
-def test_decisions_in_the_published_shape_or_mixed():
-    ours = decision.parse('{"judgment": {"docno": "a", "grade": 2, "reason": "r", '
-                          '"learned": ""}, "action": {"type": "query", "gcl": "(^ a b)"}}')
-    for text in ['{"latest_judgment": {"docno": "a", "relevance": 2, "reason": "r", '
-                 '"learned": ""}, "action": {"op": "query", "query": "(^ a b)"}}',
-                 '{"judgment": {"docno": "a", "relevance": 2, "reason": "r", "learned": ""},'
-                 ' "action": {"op": "query", "gcl": "(^ a b)"}}']:
-        assert decision.parse(text) == ours
-    assert decision.parse('{"latest_judgment": null, "action": {"op": "next", "qid": "q1"}}'
-                          ) == decision.Decision(None, decision.Next("q1"))
-    # errors name the place in the model's own words
-    with pytest.raises(DecisionError, match=r"\$\.latest_judgment\.relevance"):
-        decision.parse('{"latest_judgment": {"docno": "a", "relevance": 7, "reason": "", '
-                       '"learned": ""}, "action": {"op": "next", "qid": "q0"}}')
-    with pytest.raises(DecisionError, match="`query`"):
-        decision.parse('{"latest_judgment": null, "action": {"op": "query"}}')
-    with pytest.raises(DecisionError, match=r"\$\.action\.op"):
-        decision.parse('{"latest_judgment": null, "action": {"op": "search", "query": "x"}}')
-    with pytest.raises(DecisionError, match="unknown field"):
-        decision.parse('{"latest_judgment": null, "judgment": null, '
-                       '"action": {"op": "next", "qid": "q0"}}')
-
-
 def test_an_endpoint_speaking_only_the_published_shape_gives_the_same_run(bible, topics,
                                                                           tmp_path):
     instructions = tmp_path / "published-instructions.txt"
@@ -599,22 +551,30 @@ def test_an_endpoint_speaking_only_the_published_shape_gives_the_same_run(bible,
     first = runs[0]
     assert all(r.instructions == instructions.read_text() for r in first)
     assert json.loads(first[0].last) == {"qid": "t1", "topic": TOPIC.split("\t")[1].strip()}
-    # each observation is JSON lines: server replies as the reference server writes them
-    record = json.loads(first[5].last.splitlines()[-1])
-    assert set(record) == {"query", "response", "time"}
-    assert record["query"] == {"op": "query", "query": "(^ light day)"}
+    # each observation is JSON lines as the published runner writes them: the envelope
+    # {"request", "response"}, then the judgments used
+    lines = [json.loads(line) for line in first[5].last.splitlines()]
+    assert lines[-1] == {"request": {"judgments": "0/4"}}
+    record = lines[-2]
+    assert set(record) == {"request", "response"}
+    assert record["request"] == {"op": "query", "query": "(^ light day)"}
     assert record["response"]["docno"] == "Gen.1.16" and "<cover>" in \
         record["response"]["snippet"]
-    assert json.loads(first[5].last.splitlines()[0])["error"].startswith(
-        "judgment of Gen.1.1 not recorded")
-    assert "relevance" in json.loads(first[2].last)["error"]
-    assert json.loads(first[3].last)["response"]["ok"] is False     # the invalid query
+    assert lines[0]["error"].startswith("judgment of Gen.1.1 not recorded")
+    assert "relevance" in json.loads(first[2].last.splitlines()[0])["error"]
+    assert json.loads(first[3].last.splitlines()[0])["response"]["ok"] is False  # bad query
+    assert json.loads(first[7].last.splitlines()[-1]) == {"request": {"judgments": "1/4"}}
     opening = json.loads(runs[1][0].last)
     assert opening["judged"][0] == {"docno": "Gen.1.16", "relevance": 1}
-    # results judged before are passed over and listed in "skipped"
-    skipped = json.loads(runs[1][2].last)
-    assert skipped["skipped"] == ["Gen.1.16", "Gen.1.5", "Gen.1.18"]
-    assert skipped["query"] == {"op": "next", "qid": "q1"} and skipped["response"]["done"]
+    # results judged before are passed over and listed in the response's "skipped"
+    skipped = json.loads(runs[1][2].last.splitlines()[0])
+    assert skipped["request"] == {"op": "query", "query": "(^ light day)"}
+    assert skipped["response"]["skipped"] == [
+        {"docno": "Gen.1.16", "rank": 1, "relevance": 1},
+        {"docno": "Gen.1.5", "rank": 2, "relevance": 3},
+        {"docno": "Gen.1.18", "rank": 3, "relevance": 2}]
+    assert skipped["response"]["op"] == "next" and skipped["response"]["qid"] == "q1"
+    assert skipped["response"]["done"]
     conversation = jsonl(outs[0], "conversation.jsonl")
     assert conversation[0]["content"] == instructions.read_text()
 
@@ -768,3 +728,101 @@ def test_a_run_ends_when_the_model_endpoint_cannot_be_reached(bible, tmp_path):
     assert result.exit_code == 1
     assert result.stdout.count("stop model-error") == 1 and "t2" not in result.stdout
     assert "(the run stopped: 1 topics not run)" in result.stderr.splitlines()[-1]
+
+
+def test_a_404_on_the_responses_api_suggests_the_chat_api():
+    """An endpoint without the Responses API answers 404: the error says to try --api chat
+    (and still to check the model's name); on the Chat API a 404 does not say so."""
+    with FakeOpenAI([Status(404, "Not Found"), Status(404, "Not Found")]) as fake:
+        with Model("m", base_url=fake.base_url) as model, \
+                pytest.raises(ModelError, match=r"404.*check --model.*try --api chat"):
+            model.complete("i", [{"role": "user", "content": "x"}])
+        with Model("m", base_url=fake.base_url, api="chat") as model, \
+                pytest.raises(ModelError) as err:
+            model.complete("i", [{"role": "user", "content": "x"}])
+        assert "--api chat" not in str(err.value) and "check --model" in str(err.value)
+
+
+def interrupted(tmp_path, bible, target, wait):
+    """`vole run` in a child process, sent a real SIGINT once `wait` says it is waiting
+    (for the model or for the server); (exit status, stdout, stderr)."""
+    import signal
+    topics = tmp_path / "topics.tsv"
+    topics.write_text(TOPICS3)
+    child = subprocess.Popen(
+        [sys.executable, "-c", "from annodb_cli.vole import vole; vole()", "run", "--topics",
+         str(topics), *target, "--model", "m", "--out", str(tmp_path / "out")],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait(), "the run never started waiting"
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)       # a hang guard, not a speed check
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    return child.returncode, out, err
+
+
+def test_ctrl_c_while_waiting_for_the_model_or_the_server_ends_the_run(bible, tmp_path):
+    """SIGINT to a real `vole run` process while the model has not answered its first call,
+    and while the server has not answered: exit 130 with the line saying what is complete,
+    no traceback, and an empty vole.run (no topic finished) for scripts to find."""
+    import threading
+    started, release = threading.Event(), threading.Event()
+
+    def hang(request):
+        started.set()
+        release.wait(60)
+        return query("light")
+
+    with FakeOpenAI([hang] * 3) as fake:
+        try:
+            code, out, err = interrupted(tmp_path, bible, ["--db", bible, "--base-url",
+                                                           fake.base_url],
+                                         lambda: started.wait(120))
+        finally:
+            release.set()
+    assert code == 130 and out == "", err
+    assert err.splitlines()[-1].startswith("vole: interrupted (SIGINT): 0 of 3 topics "
+                                           "complete (none); not complete: t1, t2, t3.")
+    assert "Traceback" not in err
+    assert (tmp_path / "out" / "vole.run").read_text() == ""
+
+    # a server that accepts and never answers
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted = []
+    threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True).start()
+    address = f"127.0.0.1:{listener.getsockname()[1]}"
+
+    def connected():
+        for _ in range(1200):
+            if accepted:
+                return True
+            threading.Event().wait(0.1)
+        return False
+
+    try:
+        code, out, err = interrupted(tmp_path, bible, ["--server", address, "--base-url",
+                                                       "http://127.0.0.1:9/v1"], connected)
+    finally:
+        listener.close()
+        for conn, _ in accepted:
+            conn.close()
+    assert code == 130 and "Traceback" not in err, err
+    assert err.splitlines()[-1].startswith("vole: interrupted (SIGINT): 0 of 3 topics")
+    assert (tmp_path / "out" / "vole.run").read_text() == ""
+
+
+def test_a_log_line_cut_short_by_a_kill_is_passed_over_and_ends_before_the_next(tmp_path):
+    """A kill can leave the conversation log's last line half written: a rerun reads the
+    lines before it back, and its own lines start on a new line."""
+    from vole.outputs import CONVERSATION, Outputs, read_jsonl
+    path = tmp_path / CONVERSATION
+    path.write_text('{"run": "a", "topic": "t1", "step": 0, "role": "system", '
+                    '"content": "x"}\n{"run": "a", "topic": "t1", "st')
+    with Outputs(str(tmp_path)) as out:
+        assert [e["step"] for e in out.history("t1")] == [0]
+        out.conversation({"topic": "t1", "step": 1, "role": "user", "content": "y"})
+    assert [e["step"] for e in read_jsonl(str(path))] == [0, 1]
+    assert path.read_text().splitlines()[1] == '{"run": "a", "topic": "t1", "st'

@@ -190,18 +190,23 @@ def test_a_closed_pipe_ends_quietly_as_it_does_alone(shared_home, bible):
         assert done.stderr == "" and done.stdout.startswith("# "), mode
 
 
-def _waiting_query(env: dict, bible: str, ignoring: tuple = ()) -> subprocess.Popen:
+def _waiting_query(env: dict, bible: str, ignoring: tuple = (), setup=None,
+                   **popen) -> subprocess.Popen:
     """`annodb query -` that has answered one line and waits for the next, started with
     Ctrl-C's and `ignoring`'s signals as given (a foreground command of a terminal has
     SIGINT at its default, whatever the test runner was started with: a background job,
-    say, ignores SIGINT and SIGQUIT, and so would every process it starts)."""
+    say, ignores SIGINT and SIGQUIT, and so would every process it starts), after
+    setup() (its limits, say) and with Popen's `popen` keywords."""
     def dispositions():
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         for signum in ignoring:
             signal.signal(signum, signal.SIG_IGN)
+        if setup is not None:
+            setup()
     p = subprocess.Popen([sys.executable, "-m", "annodb", "query", "--db", bible, "-"],
                          env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, preexec_fn=dispositions)
+                         stderr=subprocess.PIPE, text=True, preexec_fn=dispositions,
+                         **popen)
     p.stdin.write("light\n")
     p.stdin.flush()
     assert p.stdout.readline().startswith("# light")

@@ -1,4 +1,4 @@
-"""The Vole: an LLM search agent over annodb (DESIGN §7 "The Vole").
+"""The Vole: an LLM search agent over annodb (ARCHITECTURE.md "Interfaces").
 
 It searches with GCL queries, grades what it reads 0-3, and writes each judgment back into
 the database as the annotation `judgment:<qid>` (with a searchable note linked to the
@@ -12,5 +12,6 @@ document), so later queries can filter on it and a rerun of a topic resumes.
     outputs    the run file and the JSONL logs under --out
     topics     topics files;  runfile  TREC run and qrels files
     evaluate   nDCG@10, R@100, P@10 with ir-measures
+    report     one self-contained HTML page about a run
     judge      UMBRELA-style hole filling of qrels
 """

@@ -1,5 +1,5 @@
 """Where the Vole searches: annodb in this process (`Local`) or an `annodb serve` over TCP
-(`Remote`). Both answer with the server's response objects (DESIGN §7 "Server"):
+(`Remote`). Both answer with the server's response objects (ARCHITECTURE.md "Interfaces"):
 
     query(gcl)    {"op":"query","ok":true,"qid":"q0","rank":1,"docno":D,"snippet":S}
                   or {"op":"query","ok":true,"qid":"q0","done":true}; repairs in "warnings"
@@ -19,8 +19,11 @@
 A request the backend refuses (a bad query, an unknown qid or docno) is an `"ok": false`
 response with an "error", for the agent to show the model; a backend that cannot answer at
 all (the server is gone) raises BackendError. Every request is reported to `audit` (a
-callable taking one dict) with its response and time; `last` is the latest exchange as
-the reference server writes it, {"query": <request>, "response": {...}, "time": ms}.
+callable taking one dict) with its response, its time and the fields of `context` (the
+agent puts the model call there); `last` is the latest exchange as the reference server
+writes it, {"query": <request>, "response": {...}, "time": ms}. qids name queries of one
+`session` (a number that changes when a new connection begins): an earlier session's
+qids are unknown to the next.
 
 Judgments as memory (annodb.judgments has the layout): a judgment of `docno` for topic T
 is the annotation `judgment:T` over the document with the grade as value, and a note
@@ -65,6 +68,8 @@ class Backend:
 
     audit: Callable[[dict], None] | None = None
     last: dict | None = None
+    session: int = 0
+    context: dict = {}
 
     def query(self, gcl: str) -> dict:
         return self._request({"op": "query", "query": gcl})
@@ -118,8 +123,8 @@ class Backend:
     def _report(self, request: dict, response: dict, started: float) -> float:
         ms = round((time.perf_counter() - started) * 1000, 3)
         if self.audit is not None:
-            self.audit({"kind": "backend", "request": request, "response": response,
-                        "time": ms})
+            self.audit({"kind": "backend", **self.context, "request": request,
+                        "response": response, "time": ms})
         return ms
 
 
@@ -176,8 +181,8 @@ def parse_address(address: str) -> tuple[str, int]:
 class Remote(Backend):
     """A client of `annodb serve` at HOST:PORT. One connection, one request at a time; a
     broken connection is reopened once per request before giving up. qids name queries of
-    one connection, so after a reconnect a `next` of an earlier query is answered "Unknown
-    qid" (an observation: the model runs the query again)."""
+    one connection, so each connection is a new `session` (the agent issues an earlier
+    query again when the model asks for its next result after a reconnect)."""
 
     def __init__(self, address: str, *, token: str | None = None,
                  timeout: float = TIMEOUT, audit=None):
@@ -192,6 +197,7 @@ class Remote(Backend):
 
     def _connect(self) -> None:
         self.close()
+        self.session += 1
         try:
             self._sock = socket.create_connection((self.host, self.port), self.timeout)
         except OSError as err:

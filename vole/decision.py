@@ -22,7 +22,10 @@ write them (the schema sent stays ours):
              | {"op": "document", "docno": D}}
 
 `latest_judgment` is `judgment`, `relevance` is `grade`, `op` is `type` and an action's
-`query` is `gcl`; an error names the place in the words the model used.
+`query` is `gcl`; an error names the place in the words the model used. A judgment whose
+docno is null (the published runner's "nothing to judge", relevance 0) is no judgment. An
+action may carry a `reason` (the published runner asks for one): it is kept, for the logs,
+but not asked for (the schema sent has only the required fields: see `json_schema`).
 """
 
 from __future__ import annotations
@@ -52,16 +55,19 @@ class Judgment(msgspec.Struct, forbid_unknown_fields=True):
 class Query(msgspec.Struct, tag="query", tag_field="type", forbid_unknown_fields=True):
     """Run a GCL query; the reply shows its first result and its qid."""
     gcl: Annotated[str, msgspec.Meta(description="The query, e.g. (^ vicarious trauma)")]
+    reason: str = ""
 
 
 class Next(msgspec.Struct, tag="next", tag_field="type", forbid_unknown_fields=True):
     """Show the next result of an earlier query."""
     qid: Annotated[str, msgspec.Meta(description="The qid of an earlier query, e.g. q3")]
+    reason: str = ""
 
 
 class Document(msgspec.Struct, tag="document", tag_field="type", forbid_unknown_fields=True):
     """Show the full text of a document."""
     docno: str
+    reason: str = ""
 
 
 Action = Query | Next | Document
@@ -121,6 +127,9 @@ def _ours(value) -> dict[str, str]:
         if isinstance(target, dict) and theirs in target and ours not in target:
             target[ours] = target.pop(theirs)
             renamed[ours] = theirs
+    judgment = value.get("judgment")
+    if isinstance(judgment, dict) and "docno" in judgment and judgment["docno"] is None:
+        value["judgment"] = None        # the published shape's "nothing to judge"
     if "judgment" in renamed:    # errors speak the model's language for missing fields too
         renamed.setdefault("grade", "relevance")
     if "type" in renamed:
@@ -134,8 +143,11 @@ def encode(value) -> str:
 
 def json_schema(kind=Decision) -> dict:
     """`msgspec.json.schema(kind)` made acceptable as a strict structured-output format: the
-    root is the object itself (not a `$ref`), and `discriminator` (an OpenAPI keyword that
-    strict mode refuses; each action's "type" enum says the same) is dropped."""
+    root is the object itself (not a `$ref`), `discriminator` (an OpenAPI keyword that
+    strict mode refuses; each action's "type" enum says the same) is dropped, and so is
+    every property that is not required (strict mode wants each property listed required:
+    a field with a default, such as an action's `reason`, is read when given, never asked
+    for)."""
     schema = msgspec.json.schema(kind)
     defs = schema.get("$defs", {})
     root = schema
@@ -151,7 +163,12 @@ def json_schema(kind=Decision) -> dict:
 
 def _drop_discriminators(node):
     if isinstance(node, dict):
-        return {k: _drop_discriminators(v) for k, v in node.items() if k != "discriminator"}
+        node = {k: _drop_discriminators(v) for k, v in node.items() if k != "discriminator"}
+        if isinstance(node.get("properties"), dict):
+            required = set(node.get("required", ()))
+            node["properties"] = {k: v for k, v in node["properties"].items()
+                                  if k in required}
+        return node
     if isinstance(node, list):
         return [_drop_discriminators(v) for v in node]
     return node

@@ -13,8 +13,8 @@ backoff (honouring `retry-after`), at most `max_retries` times, with jitter from
 generator so a rerun waits the same. An endpoint that cannot be reached (refused, no such
 host: a wrong --base-url) is tried CONNECT_RETRIES more times only, and connecting is
 given CONNECT_TIMEOUT seconds (the SDK's own timeout), so it is one clear error within
-seconds; anything else (an unknown model: 404), or running out of retries, raises
-ModelError at once. Every attempt is reported to `audit` (a callable taking one dict) with
+seconds; anything else (an unknown model, or no Responses API at the endpoint: 404, whose
+message suggests --api chat), or running out of retries, raises ModelError at once. Every attempt is reported to `audit` (a callable taking one dict) with
 its latency and token usage.
 """
 
@@ -133,7 +133,10 @@ class Model:
                     message = _give_up(err, attempt, retry)
                     if status == 404:
                         message += (f" (is there a model {self.name!r} at "
-                                    f"{self._client.base_url}? check --model and --base-url)")
+                                    f"{self._client.base_url}? check --model and --base-url"
+                                    + ("; an endpoint without the Responses API answers "
+                                       "404 too: try --api chat)" if self.api == "responses"
+                                       else ")"))
                     raise ModelError(message) from None
                 self._wait(attempt, _retry_after(err.response.headers), context)
                 continue

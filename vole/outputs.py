@@ -12,7 +12,12 @@
 
 The JSONL logs are appended to (a rerun adds to them; "run" tells the runs apart) and
 flushed after every line, so a run killed at any point keeps everything up to its last
-step.
+step. A rerun reads the conversation back (`history`) to continue a topic cut short; a
+line cut short by a kill is passed over (and the next run starts on a new line).
+
+A conversation entry of the model's answer carries "call" (the topic's model call); one of
+an observation carries "state" (what the agent keeps to continue: agent.Agent.step); the
+system entry, "calls_before" and "protocol".
 """
 
 from __future__ import annotations
@@ -43,7 +48,9 @@ class Outputs:
         self.current: str | None = None     # the topic being run
         os.makedirs(directory, exist_ok=True)
         self._files = []
+        self._history: dict[str, list[dict]] | None = None
         self._run = self._open(RUN, "w")
+        _end_line(self.path(CONVERSATION))
         self._conversation = self._open(CONVERSATION, "a")
         self._audit = self._open(AUDIT, "a")
         self._summary = self._open(SUMMARY, "a")
@@ -55,6 +62,15 @@ class Outputs:
 
     def path(self, name: str) -> str:
         return os.path.join(self.directory, name)
+
+    def history(self, qid: str) -> list[dict]:
+        """The conversation entries logged for topic `qid` before this run, in order."""
+        if self._history is None:
+            self._history = {}
+            for entry in read_jsonl(self.path(CONVERSATION)):
+                if entry.get("run") != self.run_id and isinstance(entry.get("topic"), str):
+                    self._history.setdefault(entry["topic"], []).append(entry)
+        return self._history.get(qid, [])
 
     def begin(self, qid: str) -> None:
         """A topic starts: later audit records are about it."""
@@ -87,3 +103,37 @@ class Outputs:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+_decode = msgspec.json.Decoder().decode
+
+
+def read_jsonl(path: str):
+    """The objects of a JSONL log, in order; a line that is not one (cut short by a kill)
+    is passed over. Nothing when the file does not exist."""
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with f:
+        for line in f:
+            try:
+                value = _decode(line)
+            except msgspec.DecodeError:
+                continue
+            if isinstance(value, dict):
+                yield value
+
+
+def _end_line(path: str) -> None:
+    """End a log's last line if a kill cut it short, so the next line starts clean."""
+    try:
+        with open(path, "rb+") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() == 0:
+                return
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+    except FileNotFoundError:
+        pass

@@ -186,12 +186,21 @@ def judge_request(query: str, passage: str) -> str:
 
 
 # ---------------------------------------------------------------- the two protocols
+#
+# Each protocol turns what happened into the text the model reads. `request` is the
+# request as the model made it ({"op": "query", "query": G} with G as sent, {"op": "next",
+# "qid": Q}, {"op": "document", "docno": D}); `first` the backend's reply to it, `reply` the
+# result shown after passing over `passed`: (docno, rank, grade) of results judged before
+# (grade None: a judgment note), in rank order. qids are the topic's own (see agent.py).
 
 
 class Ours:
     """Observations in our words (the functions above), with a status line each turn."""
 
     name = "ours"
+
+    def query_text(self, gcl: str) -> str:
+        return gcl
 
     def opening(self, qid, text, max_calls, max_judgments, earlier):
         return opening(qid, text, max_calls, max_judgments, earlier)
@@ -205,17 +214,18 @@ class Ours:
     def not_judged(self, docno, why):
         return not_judged(docno, why)
 
-    def shown(self, action, first, reply, record, passed):
+    def shown(self, request, first, reply, passed):
         parts = [repaired(first["warnings"])] if first.get("warnings") else []
         if passed:
-            parts.append(skipped(passed))
+            parts.append(skipped([(d, r, "a judgment note, not a document" if g is None
+                                   else f"grade {g}") for d, r, g in passed]))
         if not reply.get("ok"):
-            parts.append(refused(action, reply.get("error", "refused")))
+            parts.append(refused(request["op"], reply.get("error", "refused")))
         else:
             parts.append(result(reply))
         return parts
 
-    def document(self, reply, record, limit):
+    def document(self, request, reply, limit):
         if not reply.get("ok"):
             return refused("document request", reply.get("error", "refused"))
         return document(reply, limit)
@@ -228,19 +238,23 @@ class Ours:
 
 
 class Reference:
-    """Observations in the published Vole runner's form: each is JSON lines appended to
-    the conversation. A server reply is the line the reference server writes,
-    {"query": <request>, "response": {...}, "time": ms}, with "skipped" (the docnos of
-    results judged before, which the runner passed over with next) when there were any;
-    the opening is {"qid", "topic"} (and "judged": [{"docno", "relevance"}] when an earlier
-    session judged some); anything else is {"error": ...} or {"stopped": ...}. No status
-    line, and documents are shown whole."""
+    """Observations as the published Vole runner writes them into its conversation, one
+    JSON line each: a tool reply is the envelope {"request": <the model's request>,
+    "response": <the server's response>}, the response carrying "skipped": [{"docno",
+    "rank", "relevance"}] when results judged before were passed over (its "op" is then
+    "next"); after each observation the judgments used, {"request": {"judgments": "3/50"}}.
+    Queries are sent lower-cased, as that runner sends them. The opening is {"qid",
+    "topic"} (and "judged": [{"docno", "relevance"}] when an earlier session judged some);
+    anything else is {"error": ...} or {"stopped": ...}. Documents are shown whole."""
 
     name = "reference"
 
     @staticmethod
     def _line(value) -> str:
         return _encode(value).decode()
+
+    def query_text(self, gcl: str) -> str:
+        return gcl.lower()
 
     def opening(self, qid, text, max_calls, max_judgments, earlier):
         value = {"qid": qid, "topic": text}
@@ -257,17 +271,21 @@ class Reference:
     def not_judged(self, docno, why):
         return self._line({"error": f"judgment of {docno} not recorded: {why}"})
 
-    def shown(self, action, first, reply, record, passed):
-        line = dict(record)
+    def shown(self, request, first, reply, passed):
+        response = dict(reply)
+        if first.get("warnings") and "warnings" not in response:
+            response["warnings"] = first["warnings"]
         if passed:
-            line["skipped"] = [docno for docno, _, _ in passed]
-        return [self._line(line)]
+            response["skipped"] = [{"docno": d, "rank": r, "relevance": g} if g is not None
+                                   else {"docno": d, "rank": r, "note": True}
+                                   for d, r, g in passed]
+        return [self._line({"request": request, "response": response})]
 
-    def document(self, reply, record, limit):
-        return self._line(record)
+    def document(self, request, reply, limit):
+        return self._line({"request": request, "response": reply})
 
     def status(self, calls, max_calls, judgments, max_judgments, grade3):
-        return None
+        return self._line({"request": {"judgments": f"{judgments}/{max_judgments}"}})
 
     def stopped(self, reason):
         return self._line({"stopped": reason})

@@ -4,6 +4,8 @@
     merge_scores(as, ae, av, bs, be, bv)         the union of two score lists by start
     best_windows(addrs, terms, n, los, his)      per range, the shortest window holding
                                                  every distinct term found in it
+    context_sums(values, runs, before, after)    per item, its neighbours' values decayed
+                                                 by distance within its run (recall.py)
     bm25_steps(...)                              BM25's exact top k by MaxScore, resumable
     bm25_pick(scores, k, positive)               the k best, ties in order
 
@@ -18,8 +20,8 @@ from numba import njit
 
 from .algebra import _floats, _ge, _gt, _ints, _pair
 
-__all__ = ["document_frequencies", "merge_scores", "best_windows", "bm25_steps", "bm25_pick",
-           "FORMS_PER_CALL"]
+__all__ = ["document_frequencies", "merge_scores", "best_windows", "context_sums",
+           "bm25_steps", "bm25_pick", "FORMS_PER_CALL"]
 
 
 @njit(cache=True, nogil=True)
@@ -150,6 +152,39 @@ def best_windows(addrs, terms, n_terms, los, his):
     lo, hi = _pair(los, his, "ranges")
     return _best_windows(a, t, int(max(n_terms, 1)), lo, hi)
 
+
+@njit(cache=True, nogil=True)
+def _context_sums(values, runs, before, after):
+    rows, n = values.shape
+    out = np.zeros((rows, n), np.float64)
+    for r in range(rows):
+        acc = 0.0
+        for i in range(1, n):
+            acc = before * (values[r, i - 1] + acc) if runs[i] == runs[i - 1] else 0.0
+            out[r, i] = acc
+        acc = 0.0
+        for i in range(n - 2, -1, -1):
+            acc = after * (values[r, i + 1] + acc) if runs[i] == runs[i + 1] else 0.0
+            out[r, i] += acc
+    return out
+
+
+def context_sums(values, runs, before: float, after: float) -> np.ndarray:
+    """For each row of `values` (rows x n items in order) and each item i: the sum over
+    the items j != i of its run (the stretch of consecutive items with the same `runs`
+    id) of before ** (i - j) * values[j] for those before it and after ** (j - i) *
+    values[j] for those after it. Computed in two passes (each item's sum from its
+    neighbour's), so it equals the sum term by term up to floating-point rounding."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim != 2:
+        raise ValueError(f"values must be two-dimensional (rows x items), got shape {v.shape}")
+    g = _ints(runs, "runs")
+    if g.shape[0] != v.shape[1]:
+        raise ValueError(f"{v.shape[1]} items but {g.shape[0]} run ids")
+    before, after = float(before), float(after)
+    if not (0.0 <= before <= 1.0 and 0.0 <= after <= 1.0):
+        raise ValueError("the decays must lie in [0, 1]")
+    return _context_sums(np.ascontiguousarray(v), g, before, after)
 
 
 # BM25's exact top k (bm25.py's MaxScore), a batch of terms a call --------------------------

@@ -1,7 +1,7 @@
 """fork(): LMDB forbids using an environment across fork(), so a database opened before a
 fork reopens itself in the child, a transaction begun before it belongs to the parent, and
-the compression pool's thread (which does not survive a fork) is made anew. Each scenario of
-issue 14 runs in its own Python process under a time limit (a hang fails the test), with
+the compression pool's thread (which does not survive a fork) is made anew. Each scenario runs
+in its own Python process under a time limit (a hang fails the test), with
 os.fork() and multiprocessing ('fork' and 'spawn'); each must end in correct data or a
 clear StorageError, never a hang or a raw msgspec/struct error."""
 

@@ -23,6 +23,7 @@ from annodb import server as server_module
 from annodb.transaction import Snapshot
 from annodb.server import Server, ServerError
 from annodb_cli.serve import serve
+from server_client import Client
 
 from .workload import size
 
@@ -40,34 +41,6 @@ def db(tmp_path_factory):
             w.add(f"hello world document {i} about passwords and secrets", docno=f"d{i}")
     yield database
     database.close()
-
-
-class Client:
-    def __init__(self, port: int, timeout: float = 30.0):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.reader = self.sock.makefile("rb")
-
-    def send(self, line: bytes) -> None:
-        self.sock.sendall(line + b"\n")
-
-    def reply(self) -> dict:
-        raw = self.reader.readline()
-        assert raw.endswith(b"\n"), raw
-        return json.loads(raw)
-
-    def __call__(self, **request) -> dict:
-        self.send(json.dumps(request).encode())
-        return self.reply()["response"]
-
-    def close(self) -> None:
-        self.reader.close()
-        self.sock.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def test_the_server_binds_loopback_by_default(db):
@@ -206,7 +179,7 @@ def test_no_request_runs_code(db, tmp_path):
                 assert "internal error" not in r.get("error", ""), (request, r)
         c.send(b"\x80\x04\x95\x1c\x00\x00\x00\x00\x00\x00\x00\x8c\x02os\x94\x8c\x06system\x94"
                b"\x93\x94.")                                    # a pickle: not JSON
-        assert c.reply()["response"]["op"] == "parse"
+        assert c.read()["response"]["op"] == "parse"
         assert c(op="query", query="hello")["ok"]
     assert not marker.exists()
     # and nothing on the request path can: no eval/exec, no pickle, no process spawning
@@ -271,7 +244,7 @@ def test_limits_hold_under_a_flood(db, monkeypatch, figures):
             refused = 0
             for _ in range(8):                             # past max_clients
                 with Client(s.port) as extra:
-                    r = extra.reply()["response"]
+                    r = extra.read()["response"]
                     refused += (r["ok"] is False and "too many clients" in r["error"])
                     assert extra.reader.readline() == b""
 
@@ -287,7 +260,7 @@ def test_limits_hold_under_a_flood(db, monkeypatch, figures):
                 sender.start()
                 try:
                     for i in mine:
-                        record = c.reply()
+                        record = c.read()
                         response, ms = record["response"], record["time"]
                         with lock:
                             key = "slow" if i == 2 else response["op"]
@@ -316,7 +289,7 @@ def test_limits_hold_under_a_flood(db, monkeypatch, figures):
                 t.join(300)
             assert not any(t.is_alive() for t in threads)
             with Client(s.port) as after:       # a free slot again once one leaves? not yet:
-                r = after.reply()["response"]   # still max_clients connected
+                r = after.read()["response"]   # still max_clients connected
                 assert "too many clients" in r["error"]
         finally:
             for c in admitted:

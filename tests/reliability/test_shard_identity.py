@@ -25,7 +25,7 @@ import sys
 import pytest
 
 import annodb
-from annodb import routing, shards
+from annodb.shards import collection as shards, routing
 from annodb.check import check_path
 from annodb.errors import StorageError
 
@@ -287,7 +287,7 @@ def test_a_collection_made_twice_at_once_is_made_once(tmp_path):
     2` of the same files): one collection, each document once, check clean."""
     src = _input(tmp_path)
     path = tmp_path / "c.shards"
-    code = ("import sys; from annodb.sharded_ingest import ingest\n"
+    code = ("import sys; from annodb.ingest.sharded import ingest\n"
             "ingest(sys.argv[1], [sys.argv[2]], shards=2, readers=1)\n")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(path), str(src)],
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
@@ -322,7 +322,7 @@ def test_a_making_killed_part_way_is_completed_by_the_same_command(tmp_path):
     interrupted), making it again completes it, and making one of another count there is
     refused."""
     path = tmp_path / "c.shards"
-    code = ("import os, signal, sys, annodb\nfrom annodb import shards\n"
+    code = ("import os, signal, sys, annodb\nfrom annodb.shards import collection as shards\n"
             "made = shards._create_shard\n"
             "def then_killed(path, i, manifest, timeout):\n"
             "    made(path, i, manifest, timeout)\n"
@@ -348,7 +348,7 @@ def test_a_ray_actors_shard_is_checked_where_it_is_opened(tmp_path):
     """A shard's host (what each Ray actor runs, on the node holding the shard's folder,
     which the collection's own open may never see) refuses a shard recording another
     place than the manifest gives it."""
-    from annodb.shard_worker import ShardHost
+    from annodb.shards.worker import ShardHost
     path = _collection(tmp_path / "c.shards")
     cid = json.loads((path / "manifest.json").read_text())["id"]
     _swap(path, "shard-000", "shard-001")

@@ -1,4 +1,4 @@
-"""The reliability tests against a sharded collection (annodb.shards, annodb.sharded_ingest).
+"""The reliability tests against a sharded collection (annodb.shards, annodb.ingest.sharded).
 
 - A parallel ingest (readers, router, a writer per shard) killed with SIGKILL at random
   instants, either its whole process tree or the router alone (its children then see their
@@ -31,7 +31,7 @@ from .workload import SEED, doc_text, size
 pytestmark = [pytest.mark.reliability,
               pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")]
 
-INGEST = ("import sys; from annodb.sharded_ingest import ingest; "
+INGEST = ("import sys; from annodb.ingest.sharded import ingest; "
           "ingest(sys.argv[1], [sys.argv[2]], shards=2, batch_bytes=8192, readers=2)")
 QUERIES = ["(^ alpha bravo)", "zend", '"river stone"', "(+ summit (^ delta echo))"]
 

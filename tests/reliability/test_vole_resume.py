@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -32,6 +31,7 @@ from annodb.check import check
 from annodb.ingest import ingest
 from annodb_cli.vole import vole
 from fake_openai import FakeOpenAI
+from test_vole_replay import Served
 
 from .workload import SEED, size
 
@@ -139,34 +139,13 @@ def test_vole_run_killed_at_random_points_resumes_exactly(tmp_path, collection, 
         at_kill.append(judged(db))
         with annodb.open(db, create=False) as d:
             assert check(d) == []
-        result, _ = run_in_process(tmp_path, out, ["--db", db])
+        result, rerun = run_in_process(tmp_path, out, ["--db", db])
         assert result.exit_code == 0, result.output
         assert run_file(out) == expected, f"trial {trial}: {result.stdout}"
+        # only the call in flight when the kill landed may be asked again
+        assert killer.seen + rerun - calls in (0, 1), (trial, killer.seen, rerun, calls)
     figures.update(trials=trials, reruns_equal=trials, calls_uninterrupted=calls,
                    judgments_at_kill=at_kill)
-
-
-class Served:
-    """`annodb serve` in a child process."""
-
-    def __init__(self, db):
-        self.child = subprocess.Popen(
-            [sys.executable, "-c", "from annodb_cli.main import annodb; annodb()", "serve", "--db",
-             db, "--port", "0"], cwd=REPO, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, text=True)
-        line = self.child.stderr.readline()
-        m = re.search(r"listening on port (\d+)", line)
-        assert m, line + self.child.stderr.read()
-        self.address = f"127.0.0.1:{m.group(1)}"
-        self._drain = threading.Thread(target=self.child.stderr.read, daemon=True)
-        self._drain.start()
-
-    def stop(self, sig=signal.SIGTERM):
-        if self.child.poll() is None:
-            self.child.send_signal(sig)
-        self.child.wait(30)
-        self._drain.join(30)
-        self.child.stderr.close()
 
 
 def test_server_killed_at_random_points_resumes_exactly(tmp_path, collection, baseline,
@@ -193,9 +172,11 @@ def test_server_killed_at_random_points_resumes_exactly(tmp_path, collection, ba
             assert check(d) == []
         server = Served(db)
         try:
-            result, _ = run_in_process(tmp_path, out, ["--server", server.address])
+            result, rerun = run_in_process(tmp_path, out, ["--server", server.address])
         finally:
             server.stop()
         assert result.exit_code == 0, result.output
         assert run_file(out) == expected, f"trial {trial}: {result.stdout}"
+        # the answers received before the server died are acted on, not asked again
+        assert killer.seen + rerun == calls, (trial, killer.seen, rerun, calls)
     figures.update(trials=trials, reruns_equal=trials, runs_cut_by_the_kill=failed_runs)

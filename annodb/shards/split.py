@@ -39,10 +39,12 @@ import threading
 import msgspec
 import numpy as np
 
-from . import batch, children, database, shards as _shards, storage, tokenizer, transaction
-from .errors import AnnodbError, StorageError
-from .query import STRUCTURAL
-from .routing import MANIFEST, is_collection, route, shard_name
+from .. import batch, children, database, storage, tokenizer, transaction
+from ..errors import AnnodbError, StorageError
+from ..paths import MANIFEST, is_collection
+from ..query import STRUCTURAL
+from . import collection as _shards
+from .routing import route, shard_name
 
 WINDOW = 20_000      # documents read at a time; a shard's part of them is one transaction
 MARKER = "split.json"
@@ -100,7 +102,7 @@ def split(source, dest, shards: int, *, progress=None, processes: int | None = N
             for c, group in enumerate(groups):
                 job = {"source": source, "dest": dest, "shards": shards, "mine": group,
                        "state": state, "count": c == 0, "window": window}
-                child = children.start("from annodb.split import main; main()",
+                child = children.start("from annodb.shards.split import main; main()",
                                        [json.dumps(job)], stdin=subprocess.DEVNULL,
                                        stdout=subprocess.PIPE, text=True)
                 procs.append(child)

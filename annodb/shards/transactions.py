@@ -14,12 +14,12 @@ import heapq
 
 import numpy as np
 
-from . import batch, bm25, kernels, ranking, records, statistics, transaction
-from .errors import AnnodbError, NotFoundError, StorageError
-from .gcl import Budget, prepare
-from .lists import Intervals
+from .. import batch, bm25, kernels, ranking, records, statistics, transaction
+from ..errors import AnnodbError, NotFoundError, StorageError
+from ..gcl import Budget, prepare
+from ..lists import Intervals
+from ..transaction import DOCUMENT, Stats
 from .routing import route, shard_name
-from .transaction import DOCUMENT, Stats
 
 
 def _merge_intervals(found: list[Intervals]) -> Intervals:
@@ -39,6 +39,13 @@ def _merge_intervals(found: list[Intervals]) -> Intervals:
 
 
 ALL = 1 << 62  # a depth past every container (a fused ranking fuses whole rankings)
+
+
+def load_merge_kernels() -> None:
+    """Load the kernel merge_rankings runs (the one a sharded collection's reads add to a
+    database's), as database.load_write_kernels loads a write's: before a sharded write
+    takes the collection's lock, whose searches merge."""
+    kernels.merge_ranked(np.zeros(2), np.arange(2, dtype=np.int64), [1, 1], 2)
 
 
 def merge_rankings(snapshot, rankings: list, depth: int) -> ranking.Ranking:
@@ -377,8 +384,7 @@ class ShardedWriter(ShardedSnapshot):
         if self._done:
             raise StorageError("this transaction has ended")
         if self._writing is None:
-            w = self.db.shards[i].write(self._timeout)
-            w.allocate = self.db.allocate
+            w = self.db.shards[i].write(self._timeout, allocate=self.db.allocate)
             self.parts[i].close()
             self.parts[i] = w
             self._writing = i
@@ -519,11 +525,19 @@ class ShardedWriter(ShardedSnapshot):
 
     def note(self, docno: str, text: str, *, features=(),
              note_docno: str | None = None) -> transaction.Added:
-        """As Writer.note: the note lives in its target's shard."""
+        """As Writer.note: the note lives in its target's shard (a `note_docno` held in
+        another shard, by anything, is an AnnodbError: one docno, one document)."""
         part, doc = self._holding(docno)
         if doc is None:
             raise NotFoundError(f"no document with docno {docno!r}")
         w = self._writer(self.parts.index(part), f"the document {docno!r}")
+        if note_docno is not None:
+            transaction.check_note_docno(self, note_docno)
+            holder = self._holding(note_docno)[0]
+            if holder is not None and holder is not w:
+                raise AnnodbError(f"cannot write the note {note_docno!r} about {docno!r}: "
+                                  "a note of that docno lives in another shard than its "
+                                  "target's; nothing was written")
         return w.note(docno, text, features=features, note_docno=note_docno)
 
     def address_space(self) -> int:

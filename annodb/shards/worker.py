@@ -1,7 +1,7 @@
 """One shard served to another process: snapshots by id and the read methods on them.
 
-Two hosts run it: a Ray actor per shard (ray_shards.py) and a worker process per shard of a
-sharded collection opened with `fan_out="processes"` (shards.py), which talks to it over a
+Two hosts run it: a Ray actor per shard (ray.py) and a worker process per shard of a
+sharded collection opened with `fan_out="processes"` (collection.py), which talks to it over a
 pipe (`serve` below; `Connection` and `RemotePart` are the parent's side). A part has
 `send(method, args, kwargs)` and `receive(ticket)`, so the collection asks every remote
 shard at once, works on its own shard meanwhile, then collects the answers
@@ -36,8 +36,8 @@ import threading
 import time
 from multiprocessing.connection import Connection as _Pipe
 
-from . import children
-from .errors import AnnodbError, NotFoundError, ShardLostError, StorageError
+from .. import children
+from ..errors import AnnodbError, NotFoundError, ShardLostError, StorageError
 from .routing import IDENTITY, identity_problem
 
 CLOSED = "the collection is closed"
@@ -57,7 +57,7 @@ class ShardHost:
                  expect: dict | None = None):
         """`expect`: the identity the shard must record (routing.identity; a Ray actor's
         node may hold shard folders the collection's open never saw)."""
-        from . import database
+        from .. import database
         self.db = database.Database(path, readonly=True, cache_bytes=cache_bytes)
         if expect is not None:
             with self.db.read() as r:
@@ -156,7 +156,7 @@ def serve(conn, path: str, cache_bytes: int | None, spin: float = 0.0,
     request before it sleeps. Loads the kernels (ranking.load_kernels) after it says it
     is ready, or, `warm_first`, before (a worker replacing one: its shard is ranked in
     the parent until then)."""
-    from .ranking import load_kernels
+    from ..ranking import load_kernels
     try:
         host = ShardHost(path, cache_bytes)
         if warm_first:
@@ -213,7 +213,7 @@ def _send(conn, answer: tuple, name: str) -> bool:
 
 
 def main() -> None:
-    """The worker process: `python -c "from annodb.shard_worker import main; main()" FD
+    """The worker process: `python -c "from annodb.shards.worker import main; main()" FD
     PATH CACHE_BYTES SPIN`, FD its end of the socket pair (start below)."""
     import signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: its close ends us
@@ -232,7 +232,7 @@ def start(path: str, cache_bytes: int | None, name: str, spin: float = 0.0,
     ours, theirs = socket.socketpair()
     try:
         process = subprocess.Popen(
-            children.command("from annodb.shard_worker import main; main()") +
+            children.command("from annodb.shards.worker import main; main()") +
             [str(theirs.fileno()), path, "-" if cache_bytes is None else str(cache_bytes),
              repr(float(spin))] + (["warm-first"] if warm_first else []),
             pass_fds=(theirs.fileno(),), env=children.environment(),

@@ -25,19 +25,19 @@ IngestError before anything is written. Ctrl-C stops the ingest between two reco
 batches, never inside a commit or a kernel, raising Interrupted, a KeyboardInterrupt
 carrying the Summary of what was committed.
 
-One database is written by database_ingest.py, a sharded collection (a directory holding a
-manifest, see shards.py) by sharded_ingest.py, in parallel processes.
+One database is written by database.py, a sharded collection (a directory holding a
+manifest, see annodb.shards) by sharded.py, in parallel processes.
 """
 from __future__ import annotations
 
 import os
 
-from . import database_ingest, sharded_ingest
-from .database_ingest import (DEFAULT_BATCH_BYTES, MAX_MESSAGES, PARALLEL_OVER, Interrupted,
-                              Progress, Summary)
+from ..paths import is_collection
+from . import database, sharded
+from .database import (DEFAULT_BATCH_BYTES, MAX_MESSAGES, PARALLEL_OVER, Interrupted, Progress,
+                       Summary)
 from .formats import FORMATS
 from .inputs import check_inputs
-from .routing import is_collection
 
 __all__ = ["ingest", "Summary", "Interrupted", "Progress", "check_inputs", "FORMATS",
            "DEFAULT_BATCH_BYTES", "MAX_MESSAGES", "PARALLEL_OVER"]
@@ -45,7 +45,7 @@ __all__ = ["ingest", "Summary", "Interrupted", "Progress", "check_inputs", "FORM
 
 def ingest(db, paths, **options) -> Summary:
     """Ingest the files `paths` into `db`: a database or a sharded collection, open or a
-    path (see database_ingest.ingest for the options, and sharded_ingest.ingest)."""
+    path (see database.ingest for the options, and sharded.ingest)."""
     if hasattr(db, "shards") or (isinstance(db, (str, os.PathLike)) and is_collection(db)):
-        return sharded_ingest.ingest(db, paths, **options)
-    return database_ingest.ingest(db, paths, **options)
+        return sharded.ingest(db, paths, **options)
+    return database.ingest(db, paths, **options)

@@ -38,10 +38,10 @@ import os
 import zlib
 from dataclasses import dataclass
 
-from .errors import IngestError
+from ..errors import IngestError
 from .formats import (FILE_SHIFT, FORMATS, RECORD_FORMATS, JsonValues, Table, json_lines,
                       open_binary, strip_gz, table_id)
-from .records import ID_FIELDS
+from ..records import ID_FIELDS
 
 RECORDS_CHECKED = 1000           # records whose fields --text-field / --id-field must name
 CHECKED_BYTES = 1 << 20

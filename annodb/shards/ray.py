@@ -1,6 +1,6 @@
 """A sharded collection served by Ray actors, one per shard (`pip install 'annodb[ray]'`).
 
-    db = annodb.ray_shards.open("web.shards")            # a local cluster unless connected
+    db = annodb.shards.ray.open("web.shards")            # a local cluster unless connected
     with db.read() as r:
         r.search("(^ goth rock)", k=10)                   # a fan-out of actor calls
 
@@ -24,10 +24,10 @@ from __future__ import annotations
 import os
 import time
 
-from . import shards as _shards
-from .errors import AnnodbError, NotFoundError, ShardLostError, StorageError
+from ..errors import AnnodbError, NotFoundError, ShardLostError, StorageError
+from . import collection as _shards
 from .routing import Homes, identity
-from .shard_worker import Remote, ShardHost
+from .worker import Remote, ShardHost
 
 ray = None  # the module, imported by _ray()
 LOOPBACK = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's processes on 127.0.0.1 only
@@ -73,7 +73,7 @@ def _get(refs, name: str):
 
 
 class _Part(Remote):
-    """One actor's snapshot (shard_worker.Remote: a request is an actor call)."""
+    """One actor's snapshot (worker.Remote: a request is an actor call)."""
 
     def __init__(self, actor, sid: int, name: str):
         self.actor, self.sid, self.name = actor, sid, name

@@ -2,7 +2,7 @@
 
     summary = ingest("web.shards", ["corpus.jsonl"], shards=4)   # created if missing
 
-Three kinds of process, all plain `python -c` children joined by pipes (as database_ingest.py's
+Three kinds of process, all plain `python -c` children joined by pipes (as database.py's
 reading process; not multiprocessing: spawn re-runs an unguarded caller script, fork copies
 an open LMDB environment):
 
@@ -18,7 +18,7 @@ an open LMDB environment):
   one database would place them. It reports malformed records with their file:line, and
   hands each shard's part to that shard's writer. It does no parsing: only pipes.
 - **Writers** (one per shard) add their parts at those addresses, each part one
-  transaction, with ingest.py's rules (idempotent by docno, duplicates reported, a document
+  transaction, with one database's rules (idempotent by docno, duplicates reported, a document
   the database refuses reported and the rest of its batch written).
 
 So an interrupted ingest leaves whole batches in every shard, and a rerun completes it:
@@ -38,16 +38,18 @@ import time
 
 import numpy as np
 
-from . import children, database_ingest as _ingest, formats, inputs, records, \
-    shards as _shards
-from .errors import AnnodbError, IngestError
-from .routing import route
+from .. import children, records
+from ..errors import AnnodbError, IngestError
+from ..shards import collection as _shards
+from ..shards.routing import route, shard_name
+from . import database as _ingest, formats, inputs, process, stages
+from .formats import Problem
 
 QUEUED = 2          # chunks waiting in the router per reader and per writer
 
 
 def _child(main: str) -> subprocess.Popen:
-    return children.start(f"from annodb.sharded_ingest import {main}; {main}()",
+    return children.start(f"from annodb.ingest.sharded import {main}; {main}()",
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
 
@@ -74,12 +76,12 @@ def _chunk_bytes(path: str, k: int, size: int) -> tuple[bytes, int]:
 def _split(chunk, n_shards: int) -> tuple:
     """A made chunk as the router needs it: problems (relative lines), each document's
     span and shard, and each shard's part pickled for its writer (lines, batch)."""
-    problems = [item for item in chunk.items if isinstance(item, _ingest._Problem)]
+    problems = [item for item in chunk.items if isinstance(item, Problem)]
     made = chunk.batch
     if made is None:
         return problems, np.zeros(0, np.int64), np.zeros(0, np.int64), [None] * n_shards
     lines = np.fromiter((item[0] for item in chunk.items
-                         if not isinstance(item, _ingest._Problem)), dtype=np.int64)
+                         if not isinstance(item, Problem)), dtype=np.int64)
     home = np.fromiter((route(d, n_shards) for d in made.docnos), dtype=np.int64,
                        count=len(made))
     parts = []
@@ -89,7 +91,7 @@ def _split(chunk, n_shards: int) -> tuple:
             parts.append(None)
             continue
         part = made if len(idx) == len(made) else made.subset(idx)
-        part = _ingest._encoded(_ingest._Chunk([], part, 0)).batch
+        part = stages.encode(stages.Chunk([], part, 0)).batch
         parts.append(pickle.dumps((lines[idx], part), protocol=pickle.HIGHEST_PROTOCOL))
     return problems, made.spans(), home, parts
 
@@ -97,7 +99,7 @@ def _split(chunk, n_shards: int) -> tuple:
 def _reader_main() -> None:
     """A reader: its job from stdin; ("part", k, last, lines, problems, spans, shards,
     parts) messages to stdout, then ("end",), or ("error", message)."""
-    _ingest._set_malloc(_ingest._INGEST_MALLOC)
+    process.set_malloc(process.INGEST_MALLOC)
     import gc
     gc.disable()
     out = sys.stdout.buffer
@@ -106,15 +108,15 @@ def _reader_main() -> None:
             size = pickle.load(sys.stdin.buffer)
 
         def send(k, last, lines, pending, tell):
-            chunk = _ingest._made(*_ingest._prepared(pending, sparse=sparse), tell, sparse)
+            chunk = stages.make(*stages.prepare(pending, sparse=sparse), tell, sparse)
             pickle.dump(("part", k, last, lines) + _split(chunk, n_shards), out,
                         protocol=pickle.HIGHEST_PROTOCOL)
             out.flush()
 
         if chunks is None:  # the whole file, in batches (the last one says so)
             held = None
-            for batch in _ingest._read_chunks(source, id_field, text_fields, batch_bytes,
-                                              batch_size):
+            for batch in stages.read(source, id_field, text_fields, batch_bytes,
+                                     batch_size):
                 if held is not None:
                     send(0, False, 0, *held)
                 held = batch
@@ -151,22 +153,23 @@ def _reader_main() -> None:
 
 class _Placed:
     """A shard database whose write transactions place each document at the start the
-    router gave it (Writer.allocate), for ingest._Run. When another writer committed to
-    the shard after the router handed out those addresses (past them), the batch takes
-    new ones from the collection's counter: after that writer's documents, as one database
-    would have committed them."""
+    router gave it (Database.write's `allocate`), for the commit stage (database.Run). When
+    another writer committed to the shard after the router handed out those addresses
+    (past them), the batch takes new ones from the collection's counter: after that
+    writer's documents, as one database would have committed them."""
 
     def __init__(self, collection, i: int):
         self.collection = collection
         self.db = collection.shards[i]
-        self._env = self.db._env
+        self.path = self.db.path
         self.starts: dict[str, list[int]] = {}
         self.moved = 0
 
     def write(self, timeout=None):
-        w = self.db.write(timeout)
-        w.allocate = self._allocate
-        return w
+        return self.db.write(timeout, allocate=self._allocate)
+
+    def release_mapped_pages(self) -> None:
+        self.db.release_mapped_pages()
 
     def _allocate(self, b, at_least: int) -> np.ndarray:
         out, last = [], at_least - 1
@@ -191,10 +194,10 @@ def _writer_main() -> None:
     try:
         path, i, options = pickle.load(inp)
         with _shards.open(path, timeout=options["timeout"] or 30.0) as collection, \
-                _ingest._keep_freed_memory():
+                process.keep_freed_memory():
             placed = _Placed(collection, i)
-            run = _ingest._Run(placed, progress=None, on_problem=None, total_bytes=0,
-                               batch_size=None, batch_bytes=0, **options)
+            run = _ingest.Run(placed, progress=None, on_problem=None, total_bytes=0,
+                              batch_size=None, batch_bytes=0, **options)
             while True:
                 message = pickle.load(inp)
                 if message[0] == "end":
@@ -208,7 +211,7 @@ def _writer_main() -> None:
                 run.write(docs, made, source)
             if placed.moved:
                 run.warn(f"{placed.moved} documents were placed after documents another "
-                         f"writer committed to {_shards.shard_name(i)} during the ingest")
+                         f"writer committed to {shard_name(i)} during the ingest")
         reply = ("done", run.summary)
     except BaseException as err:  # noqa: BLE001 - handed to the router, which raises it
         reply = ("error", str(err) if isinstance(err, AnnodbError) else

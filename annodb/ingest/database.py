@@ -1,5 +1,5 @@
-"""One database's ingest (ingest.py, which picks this or sharded_ingest.py, says what an
-ingest guarantees): each batch of documents is one write transaction; an input of
+"""One database's ingest (the package's __init__.py, which picks this or sharded.py, says
+what an ingest guarantees): each batch of documents is one write transaction; an input of
 PARALLEL_OVER bytes or more is read, parsed and tokenized in a second process (a plain
 `python -c` child joined by a pipe) while this one writes."""
 
@@ -9,8 +9,6 @@ import bisect
 import contextlib
 import errno
 import gc
-import gzip
-import itertools
 import os
 import pickle
 import resource
@@ -19,16 +17,15 @@ import subprocess
 import sys
 import threading
 import time
-import zlib
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator, NamedTuple
+from typing import Callable, Iterator
 
 import msgspec
-import numpy as np
 
-from . import batch, children, database, formats, inputs, records, storage, transaction
-from .errors import AnnodbError, IngestError, WriterBusyError
-from .formats import Problem as _Problem
+from .. import batch, children, database, records, storage, transaction
+from ..errors import AnnodbError, IngestError, WriterBusyError
+from . import inputs, process, stages
+from .formats import Problem
 from .inputs import Source, check_inputs, where
 
 DEFAULT_BATCH_BYTES = 8 << 20   # a batch ends after this much input (and at batch_size docs)
@@ -92,17 +89,6 @@ class Interrupted(KeyboardInterrupt):
         self.summary = summary
 
 
-class _Chunk(NamedTuple):
-    """One batch of a file as the reading side hands it to the writing side: the problems
-    and documents in file order, the documents prepared and tokenized, and how many bytes
-    of the file were consumed after it."""
-
-    items: list                  # _Problem, and (line, docno) of each document (a plain
-    #                              tuple: a named one pickles several times slower)
-    batch: batch.Batch | None    # the documents, in order (None when there is none)
-    tell: int
-
-
 class _Rejected(Exception):
     """add() refused one document of a batch (the batch is redone without it)."""
 
@@ -112,147 +98,14 @@ class _Rejected(Exception):
         self.err = err
 
 
-# ---------------------------------------------------------------- the reading side
-# Reading, parsing, preparing and tokenizing need no database: for a big input they run in
-# a second process (both cores busy), chunk by chunk ahead of the writer.
-
-
-def _chunks(source: Source, id_field, text_fields, batch_bytes: int,
-            batch_size: int | None, stop: threading.Event | None = None,
-            sparse: tuple = ()) -> Iterator[_Chunk]:
-    """The file's batches, made ready to add (`sparse`: the sparse fields)."""
-    for pending, tell in _read_chunks(source, id_field, text_fields, batch_bytes, batch_size,
-                                      stop):
-        yield _made(*_prepared(pending, stop, sparse), tell, sparse)
-
-
-def _read_chunks(source: Source, id_field, text_fields, batch_bytes: int,
-                 batch_size: int | None, stop: threading.Event | None = None
-                 ) -> Iterator[tuple[list, int]]:
-    """The file's batches as read: (Doc and _Problem items, bytes consumed after them).
-    KeyboardInterrupt between two records once `stop` is set (see _ctrl_c_noted)."""
-    with contextlib.ExitStack() as stack:
-        if source.format == "text":   # one file or a group: TextFiles opens each
-            files = formats.TextFiles(source)
-            items, tell = iter(files), files.tell
-        else:
-            try:
-                reader, raw = formats.open_binary(source.path, source.gzip)
-            except OSError as err:
-                raise IngestError(f"{source.path}: cannot read: {err.strerror or err}"
-                                  ) from None
-            stack.enter_context(raw)
-            stack.enter_context(reader)
-            items = formats.READERS[source.format](reader, source, id_field, text_fields)
-            tell = raw.tell
-        pending: list = []
-        docs, size = 0, 0
-        while True:
-            try:
-                item = next(items, None)
-            except (gzip.BadGzipFile, zlib.error, EOFError, OSError) as err:
-                # the file itself broke off (a truncated download): keep what came before
-                pending.append(_Problem(0, f"cannot read further: {err}"))
-                break
-            if item is None:
-                break
-            pending.append(item)
-            if type(item) is tuple:  # a Doc (else a _Problem)
-                docs += 1
-                size += item[5]
-                if stop is not None and not docs & 63 and stop.is_set():
-                    raise KeyboardInterrupt
-                if size >= batch_bytes or (batch_size and docs >= batch_size):
-                    yield pending, tell()
-                    pending, docs, size = [], 0, 0
-        yield pending, tell()
-
-
-def _prepared(pending: list, stop: threading.Event | None = None, sparse: tuple = ()
-              ) -> tuple[list, list]:
-    """(items, prepared): the _Problems and (line, docno) of the documents, in order, and
-    the documents prepared (batch.prepare_item); one that cannot be is a problem.
-    KeyboardInterrupt between two documents once `stop` is set (see _ctrl_c_noted)."""
-    items, prepared = [], []
-    prepare = batch.prepare_item
-    for item in pending:
-        if type(item) is not tuple:  # a _Problem
-            items.append(item)
-            continue
-        if stop is not None and not len(items) & 63 and stop.is_set():
-            raise KeyboardInterrupt
-        line, docno, content, id_field, text_fields, _ = item
-        try:
-            p = prepare(content, docno, id_field, text_fields, sparse)
-        except Exception as err:  # noqa: BLE001 - reported against its line, not raised
-            items.append(_Problem(line, f"not stored: {err}"))
-            continue
-        items.append((line, docno))
-        prepared.append(p)
-    return items, prepared
-
-
-def _made(items: list, prepared: list, tell: int, sparse: tuple = ()) -> _Chunk:
-    """The chunk of these prepared documents, tokenized (see _prepared)."""
-    if not prepared:
-        return _Chunk(items, None, tell)
-    try:
-        made = batch.make(prepared, sparse=sparse)
-    except UnicodeError:
-        bad = set(batch.bad_documents(prepared))
-        message = "not stored: document text is not valid Unicode (a lone surrogate)"
-        k, kept_items, kept = 0, [], []
-        for item in items:
-            if not isinstance(item, _Problem):
-                if k in bad:
-                    item = _Problem(item[0], message)
-                else:
-                    kept.append(prepared[k])
-                k += 1
-            kept_items.append(item)
-        items, prepared = kept_items, kept
-        made = batch.make(prepared, sparse=sparse) if prepared else None
-    return _Chunk(items, made, tell)
-
-
-def _encoded(chunk: _Chunk) -> _Chunk:
-    """The chunk with its documents encoded for the writer (see batch.with_raws)."""
-    if chunk.batch is None or any(d is None for d in chunk.batch.docnos):
-        return chunk
-    try:
-        return chunk._replace(batch=batch.with_raws(chunk.batch))
-    except UnicodeError:  # the writer finds which document (see _Run._culprit)
-        return chunk
-
-
-def _packed(chunk: _Chunk) -> tuple:
-    """The chunk as it crosses the pipe: its documents' lines as an array (their docnos
-    are the batch's), its problems with their places: not a tuple per document, which
-    took the reading process (the busier one) ~2 s to pickle on the scale corpus."""
-    problems = [(i, item) for i, item in enumerate(chunk.items) if isinstance(item, _Problem)]
-    lines = np.fromiter((item[0] for item in chunk.items if not isinstance(item, _Problem)),
-                        dtype=np.int64)
-    return problems, lines, chunk.batch, chunk.tell
-
-
-def _unpacked(packed: tuple) -> _Chunk:
-    problems, lines, made, tell = packed
-    docs = zip(lines.tolist(), made.docnos) if made is not None else iter(())
-    items: list = []
-    for i, problem in problems:  # each back where it was
-        items.extend(itertools.islice(docs, i - len(items)))
-        items.append(problem)
-    items.extend(docs)
-    return _Chunk(items, made, tell)
-
-
 def _reader_main() -> None:
     """The second process (`python -c` of this, see _chunks_from_process): read the
-    arguments from stdin, write ("chunk", _Chunk) pickles to stdout, then ("end", None), or
-    ("error", message) if reading fails. The pipe's buffer keeps it about one chunk ahead."""
+    arguments from stdin, write ("chunk", stages.packed(chunk)) pickles to stdout, then
+    ("end", None), or ("error", message) if reading fails. The pipe's buffer keeps it about
+    one chunk ahead."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the writer's to handle
-    gc.disable()  # see _no_cyclic_gc
-    _set_malloc(_INGEST_MALLOC)  # see _keep_freed_memory (for the life of this process)
+    gc.disable()  # see process.no_cyclic_gc
+    process.set_malloc(process.INGEST_MALLOC)  # see keep_freed_memory (for this process's life)
     out = sys.stdout.buffer
     source = None
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="annodb-make")
@@ -263,8 +116,8 @@ def _reader_main() -> None:
         if failed.is_set():
             return
         try:
-            chunk = _encoded(_made(items, prepared, tell, sparse))
-            pickle.dump(("chunk", _packed(chunk)), out, protocol=pickle.HIGHEST_PROTOCOL)
+            chunk = stages.encode(stages.make(items, prepared, tell, sparse))
+            pickle.dump(("chunk", stages.packed(chunk)), out, protocol=pickle.HIGHEST_PROTOCOL)
             out.flush()
         except BaseException:
             failed.set()
@@ -275,10 +128,11 @@ def _reader_main() -> None:
             pickle.load(sys.stdin.buffer)
         # this thread reads, parses and prepares; a second one tokenizes (the kernel
         # releases the GIL), encodes and sends, in order, at most a chunk behind
-        for pending, tell in _read_chunks(source, id_field, text_fields, batch_bytes,
-                                          batch_size):
-            in_flight.append(worker.submit(make_and_send, *_prepared(pending, sparse=sparse),
-                                           tell, sparse))
+        for pending, tell in stages.read(source, id_field, text_fields, batch_bytes,
+                                         batch_size):
+            in_flight.append(worker.submit(make_and_send,
+                                           *stages.prepare(pending, sparse=sparse), tell,
+                                           sparse))
             if len(in_flight) > 1:
                 in_flight.pop(0).result()
         while in_flight:
@@ -303,11 +157,11 @@ def _reader_main() -> None:
 
 
 def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
-                         batch_size, sparse: tuple = ()) -> Iterator[_Chunk]:
-    """_chunks, made in a second Python process. A plain child process, not
+                         batch_size, sparse: tuple = ()) -> Iterator[stages.Chunk]:
+    """stages.chunks, made in a second Python process. A plain child process, not
     multiprocessing: that would re-run the caller's main script, and fork would copy this
     process's open LMDB environment."""
-    child = children.start("from annodb.database_ingest import _reader_main; _reader_main()",
+    child = children.start("from annodb.ingest.database import _reader_main; _reader_main()",
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         while True:
@@ -325,7 +179,7 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
                 return
             if kind == "error":
                 raise IngestError(value)
-            yield _unpacked(value)
+            yield stages.unpacked(value)
     finally:
         if child.poll() is None:
             child.kill()
@@ -334,10 +188,16 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
         child.errors.close()
 
 
-# ---------------------------------------------------------------- the driver
+# ---------------------------------------------------------------- the commit stage
 
 
-class _Run:
+class Run:
+    """An ingest's writing side: each batch (a Chunk's documents) committed as one write
+    transaction (`write`: idempotent by docno, repeats reported, a document the database
+    refuses reported and the rest of its batch written), its problems reported, its
+    Summary kept. `file` drives one input through it. `db`: a Database, or what a sharded
+    ingest's writer gives for its shard (write(timeout), release_mapped_pages(), path)."""
+
     def __init__(self, db, *, replace, strict, timeout, batch_size, batch_bytes, progress,
                  on_problem, total_bytes, parallel=None, stop=None):
         self.db = db
@@ -396,14 +256,14 @@ class _Run:
         notes = self.summary.notes
         notes.extend(source.notes[:MAX_MESSAGES - len(notes)])
         chunks = _chunks_from_process(*args) if parallel else \
-            _chunks(*args[:5], stop=self.stop, sparse=sparse)
+            stages.chunks(*args[:5], stop=self.stop, sparse=sparse)
         with contextlib.closing(chunks):
             for chunk in chunks:
                 if self.stop is not None and self.stop.is_set():
                     raise KeyboardInterrupt
                 docs = []
                 for item in chunk.items:
-                    if isinstance(item, _Problem):
+                    if isinstance(item, Problem):
                         self.problem(source, item.line, item.message, len(docs))
                     else:
                         docs.append(item)
@@ -445,7 +305,7 @@ class _Run:
             s.batches += 1
             for text in warnings:
                 self.warn(text)
-            storage.release_mapped_pages(self.db._env)  # (resident memory stays flat)
+            self.db.release_mapped_pages()  # (resident memory stays flat)
             return
 
     @staticmethod
@@ -529,88 +389,6 @@ def _commit_failure(db, err: AnnodbError) -> str:
     return str(err)
 
 
-_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3  # glibc's mallopt options
-_GLIBC_DEFAULTS = {_M_TRIM_THRESHOLD: 128 << 10, _M_TOP_PAD: 128 << 10,
-                   _M_MMAP_THRESHOLD: 128 << 10}
-_INGEST_MALLOC = {_M_TRIM_THRESHOLD: (1 << 31) - 1, _M_TOP_PAD: 32 << 20,
-                  _M_MMAP_THRESHOLD: 32 << 20}  # (C ints: ctypes wraps a larger one silently)
-
-
-def _libc():
-    """glibc's handle, or None elsewhere (musl, macOS, Windows)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None)
-        return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
-    except (OSError, AttributeError):
-        return None
-
-
-def _set_malloc(options: dict) -> bool:
-    libc = _libc()
-    if libc is None:
-        return False
-    return all(libc.mallopt(k, v) == 1 for k, v in options.items())
-
-
-@contextlib.contextmanager
-def _keep_freed_memory():
-    """glibc's malloc told to keep freed memory for reuse for the duration: arrays up to 32
-    MB from the heap instead of fresh mmaps, and no trimming. Every flush allocates and
-    frees hundreds of MB of arrays; by default each big one is a fresh mapping whose pages
-    the kernel faults in and zeroes, and frees unmap them again. On the scale corpus this
-    took the writer's system time from 7.2 to 3.7 s (wall 36.9 -> 31.5 s). Afterwards the
-    defaults are back and the heap is trimmed, so the memory returns to the system."""
-    tuned = _set_malloc(_INGEST_MALLOC)
-    try:
-        yield
-    finally:
-        if tuned:
-            _set_malloc(_GLIBC_DEFAULTS)
-            _libc().malloc_trim(0)
-
-
-@contextlib.contextmanager
-def _ctrl_c_noted():
-    """Ctrl-C (SIGINT) noted for the duration, not raised wherever it lands: raised inside a
-    numba kernel or a commit, KeyboardInterrupt came out as another error (a SystemError, a
-    "commit failed"). The ingest stops between two records or batches instead (the Event
-    yielded is set); a second Ctrl-C raises at once. Only where Python's default handler is
-    in place (the main thread, no handler of the caller's own); else yields None."""
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
-        yield None
-        return
-    stop = threading.Event()
-
-    def noted(signum, frame):
-        stop.set()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    signal.signal(signal.SIGINT, noted)
-    try:
-        yield stop
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-@contextlib.contextmanager
-def _no_cyclic_gc():
-    """Python's cyclic garbage collector off for the duration: an ingest allocates millions
-    of small containers (records, fields, documents) and makes no reference cycles, and the
-    collections those allocations trigger cost more than the work (unpickling a batch's
-    documents took 8x longer with it on)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
            text_fields: list[str] | None = None, batch_size: int | None = None,
            batch_bytes: int = DEFAULT_BATCH_BYTES, replace: bool = False,
@@ -621,13 +399,14 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
     """Ingest the files `paths` into `db` (an open Database, or a path: then the inputs are
     checked before the database is opened or created). Returns a Summary.
 
-    Each batch is one transaction: it ends after `batch_bytes` of input (32 MiB: about five
-    million tokens) or, when given, `batch_size` documents. Fewer, larger commits leave a
-    smaller file (every commit rewrites the last block of each feature it touches, and
-    LMDB keeps the replaced pages as free space: on the 62M-token scale corpus, in format 2,
-    793 MB with 16 MiB batches, 767 MB with 64 MiB) but hold more memory (peak RSS 1.8 and
-    2.7 GB), and were not faster (39.5 and 38.0 s against 37.1 with 32 MiB);
-    smaller ones lose less work to a crash.
+    Each batch is one transaction: it ends after `batch_bytes` of input (DEFAULT_BATCH_BYTES,
+    8 MiB: about 1.3 million tokens) or, when given, `batch_size` documents. Fewer, larger
+    commits leave a smaller file (every commit rewrites the last block of each feature it
+    touches, and LMDB keeps the replaced pages as free space: on the 62M-token scale corpus,
+    in format 2, 793 MB with 16 MiB batches, 767 MB with 64 MiB) but hold more memory (peak
+    RSS 1.8 and 2.7 GB), and were not faster (39.5 and 38.0 s against 37.1 with 32 MiB);
+    the reading process holds two batches (32 MiB ones took ~1 GB there), hence 8 MiB.
+    Smaller ones lose less work to a crash.
 
     A file of PARALLEL_OVER bytes or more is read, parsed and tokenized in a second process
     while this one writes (`parallel` True or False forces the choice).
@@ -649,8 +428,9 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
     if own:
         db = database.open(db)
     try:
-        with _ctrl_c_noted() as stop, _no_cyclic_gc(), _keep_freed_memory():
-            run = _Run(db, replace=replace, strict=strict, timeout=timeout,
+        with process.ctrl_c_noted() as stop, process.no_cyclic_gc(), \
+                process.keep_freed_memory():
+            run = Run(db, replace=replace, strict=strict, timeout=timeout,
                        batch_size=batch_size, batch_bytes=batch_bytes, progress=progress,
                        on_problem=on_problem, total_bytes=sum(s.size for s in sources),
                        parallel=parallel, stop=stop)

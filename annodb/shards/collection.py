@@ -1,4 +1,5 @@
-"""A sharded collection: one collection over many annodb databases (DESIGN §8).
+"""A sharded collection: one collection over many annodb databases
+(ARCHITECTURE.md "Shards").
 
     db = annodb.open("web.shards", shards=4)        # created with 4 shards if missing
     with db.write() as w:                           # one shard per transaction
@@ -82,14 +83,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import batch, database, shard_worker, storage, tokenizer
-from .errors import StorageError, WriterBusyError
-from .routing import (CREATING, IDENTITY, MANIFEST, Homes, identity, identity_problem,
-                      is_collection, shard_index, shard_name)
+from .. import batch, database, storage, tokenizer
+from ..errors import StorageError, WriterBusyError
+from ..paths import CREATING, MANIFEST, is_collection
+from ..transaction import NOTES, Stats
+from . import worker as shard_worker
+from .routing import IDENTITY, Homes, identity, identity_problem, shard_index, shard_name
 from .routing import route as route_of
-from .transaction import NOTES
-from .shard_transactions import ShardedSnapshot, ShardedWriter
-from .transaction import Stats
+from .transactions import ShardedSnapshot, ShardedWriter, load_merge_kernels
 
 FORMAT = "annodb-shards"
 VERSION = 1
@@ -413,7 +414,7 @@ class ShardedDatabase:
     "threads", on a thread per shard (only the kernels release the GIL: the evaluator's
     Python work per shard holds it, and the threads wait for each other); "processes",
     the first shard in this process and each other one in a worker process of its own
-    (annodb.shard_worker, started at open, ended at close): the workers are asked at once,
+    (annodb.shards.worker, started at open, ended at close): the workers are asked at once,
     the first shard is ranked meanwhile, then their answers are merged (a query's budget
     of postings then counts per shard, as on Ray; its time limit is the same clock's).
     A worker found ended (killed, crashed) or cut off (a request interrupted by Ctrl-C) is
@@ -635,6 +636,8 @@ class ShardedDatabase:
         if self.readonly:
             raise StorageError(f"{self.path}: opened read-only")
         wait = self.timeout if timeout is None else timeout
+        database.load_write_kernels()  # before the lock, as Database.write (numba loads)
+        load_merge_kernels()
         lock = _FileLock(os.path.join(self.path, "writer.lock"), wait,
                          "the collection's writer lock").acquire()
         try:
@@ -734,7 +737,8 @@ class ShardedDatabase:
         return base
 
     def allocate(self, b: batch.Batch, at_least: int) -> np.ndarray:
-        """Global starts for a batch's documents, one after another (Writer.allocate)."""
+        """Global starts for a batch's documents, one after another (the `allocate` its
+        shards' write transactions are given: Database.write)."""
         spans = b.spans()
         base = self.reserve(int(spans.sum()), at_least)
         return base + np.cumsum(spans) - spans

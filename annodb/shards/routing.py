@@ -1,29 +1,18 @@
 """Where a document of a sharded collection lives: the shard its docno routes to (its
-annotations, notes and judgments go with it; see shards.py), the shards' names, the
-manifest that makes a directory a sharded collection, and a shard's identity (which
-collection it belongs to, its index and the shard count, recorded in the shard)."""
+annotations, notes and judgments go with it; see collection.py), the shards' names, and a
+shard's identity (which collection it belongs to, its index and the shard count, recorded
+in the shard). What makes a directory a collection (its manifest) is in paths.py."""
 
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from collections import deque
 
 import numpy as np
 
-MANIFEST = "manifest.json"
-CREATING = "creating.json"   # a collection being made: its manifest-to-be (shards.create)
 IDENTITY = "collection"      # a shard's meta key: {"id": the collection's, "shard", "shards"}
 RANKINGS = 64   # rankings a Homes keeps at most (a lookup that misses searches each)
-
-
-def is_collection(path) -> bool:
-    """Whether `path` is a sharded collection (a directory holding a manifest), or one
-    being made (its making interrupted: shards.open says so)."""
-    path = os.fspath(path)
-    return os.path.isfile(os.path.join(path, MANIFEST)) or \
-        os.path.isfile(os.path.join(path, CREATING))
 
 
 def route(docno: str, shards: int) -> int:

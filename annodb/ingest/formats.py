@@ -51,8 +51,8 @@ from typing import Iterator, NamedTuple
 
 import msgspec
 
-from .errors import IngestError
-from .records import ID_FIELDS, _docno
+from ..errors import IngestError
+from ..records import ID_FIELDS, record_docno
 
 FORMATS = ("jsonl", "json", "msmarco", "csv", "tsv", "trec", "text")
 RECORD_FORMATS = ("jsonl", "json", "msmarco", "csv", "tsv")   # (tsv: with a header row)
@@ -111,7 +111,7 @@ def check_docno(docno: str) -> str | None:
 def _read_jsonl(reader, source, id_field, text_fields) -> Iterator:
     decode = msgspec.json.Decoder().decode
     msmarco = source.format == "msmarco"
-    resolve = _docno
+    resolve = record_docno
     for lineno, line in enumerate(reader, 1):
         if lineno == 1 and line.startswith(b"\xef\xbb\xbf"):
             line = line[3:]
@@ -182,7 +182,7 @@ def _record_docs(records, source, id_field, text_fields) -> Iterator:
         if text_fields is None and "segment" in record and "docid" in record:
             fields, key = list(MSMARCO_TEXT_FIELDS), id_field or "docid"   # (as in JSONL)
         try:
-            key, docno = _docno(record, key)
+            key, docno = record_docno(record, key)
         except IngestError as err:
             yield Problem(line, str(err))
             continue

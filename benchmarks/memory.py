@@ -1,0 +1,345 @@
+"""Agent-memory recall on LoCoMo (Maharana et al., ACL 2024; ../shared/data/locomo, see its
+SOURCE.md): evidence recall at k = 5, 10, 25, 50 on all 1,986 questions, and recall
+latency with a filter, for annodb's Memory and SQLite FTS5 side by side.
+
+    python benchmarks/memory.py               # the table and latencies, into RESULTS.md
+    python benchmarks/memory.py --no-record   # print only
+    python benchmarks/memory.py --quick       # the default and the peers only
+
+The memory: every turn remembered in conversation order with `conv`, `session`, `speaker`
+and `time` (its session's date_time, as UTC) as metadata; its text is corpus.jsonl's
+`text` (the paper's indexed string). The 5,882 turns are remembered in one transaction:
+by `Memory.remember_many` where it exists, else through the lower-level API exactly as
+`Memory.remember` adds each (the record, then a label per string value). Each question runs `recall(question, k=50, where={"conv": ...})`; the
+metric is eval_recall.py's (the paper's, on the raw evidence ids; a question without
+evidence scores 1), ported here and checked against that script on the default's run.
+
+Rows: annodb's default (annodb/recall.py), the variants of it that were tried (its
+settings, recall.Context), the engine's other free-text rankers through Memory.recall,
+the Anserini BM25 run shipped in runs/, and FTS5's bm25 (porter tokenizer; the question's
+words OR-ed, `MATCH` with `WHERE conv = ?`). Columns per half: the conversations the
+settings were tuned on (conv-26, -30, -41, -42, -43), the five held out, and all ten.
+The variants that are not settings (RM3 on top, expansion, diversity, fusions) were
+measured with the prototype in benchmarks/memory_prototype.py; RESULTS.md lists them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import gzip
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+SHARED = os.environ.get("ANNODB_SHARED", os.path.join(ROOT, "..", "shared"))
+DATA = os.path.join(SHARED, "data", "locomo")
+WORK = os.path.join(HERE, "work", "memory")
+TUNE = ("conv-26", "conv-30", "conv-41", "conv-42", "conv-43")
+KS = (5, 10, 25, 50)
+DEPTH = 50
+DRAGON = {5: 56.7, 10: 66.2, 25: 76.7, 50: 82.7}   # the paper's Table 3, Dialog rows
+TARGET = {5: 66, 10: 77, 25: 86, 50: 91}           # issue 37's
+
+
+def when(date_time: str) -> float:
+    """LoCoMo's "1:56 pm on 8 May, 2023" as seconds since the epoch, read as UTC (as Memory
+    reads a naive datetime)."""
+    return datetime.datetime.strptime(date_time, "%I:%M %p on %d %B, %Y").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+
+
+def turns() -> list[dict]:
+    with open(os.path.join(DATA, "corpus.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def questions() -> list[dict]:
+    with open(os.path.join(DATA, "queries.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+# the metric (eval_recall.py's) ---------------------------------------------------------
+
+def recall_at(run: dict, qs: list[dict], k: int) -> float:
+    """The mean over the questions of the share of their raw evidence ids among the first
+    k dialog ids retrieved (1 without evidence), in percent, as eval_recall.py rounds."""
+    total = 0.0
+    for q in qs:
+        evidence = q["evidence_raw"]
+        got = [d.split(":", 1)[1] for d in run.get(q["qid"], [])[:k]]
+        total += 1.0 if not evidence else sum(e in got for e in evidence) / len(evidence)
+    return round(100 * total / len(qs), 1)
+
+
+def halves(run: dict, qs: list[dict]) -> dict:
+    parts = {"tune": [q for q in qs if q["conv"] in TUNE],
+             "held out": [q for q in qs if q["conv"] not in TUNE], "all": qs}
+    return {name: {k: recall_at(run, part, k) for k in KS} for name, part in parts.items()}
+
+
+def write_run(run: dict, path: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for qid, docids in run.items():
+            for rank, docid in enumerate(docids, 1):
+                f.write(f"{qid} Q0 {docid} {rank} {DEPTH + 1 - rank} annodb\n")
+
+
+def read_run(path: str) -> dict:
+    run = collections.defaultdict(list)
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        for line in f:
+            qid, _, docid, rank, _, _ = line.split()
+            run[qid].append((int(rank), docid))
+    return {q: [d for _, d in sorted(v)] for q, v in run.items()}
+
+
+def check_port(run_path: str, mine: dict) -> str:
+    """eval_recall.py's overall figures for a run file against this port's."""
+    out = subprocess.run([sys.executable, os.path.join(DATA, "eval_recall.py"),
+                          os.path.join(DATA, "queries.jsonl"), run_path],
+                         capture_output=True, text=True, check=True).stdout
+    theirs = {}
+    for line in out.splitlines():
+        k, rest = line.split(" ", 1)
+        theirs[int(k)] = eval(rest)["overall"]  # noqa: S307 - the script prints a dict
+    same = all(theirs[k] == mine[k] for k in KS)
+    return (f"eval_recall.py on the default's run: {theirs} — "
+            f"{'the same as this port' if same else 'DIFFERS from this port: ' + str(mine)}")
+
+
+# the memories --------------------------------------------------------------------------
+
+def build_annodb(path: str, rows: list[dict]) -> tuple[float, str]:
+    """The LoCoMo memory at `path` in one transaction: Memory.remember_many where this
+    annodb has it, else the lower-level API as remember adds each memory (see the module
+    docstring); (seconds taken, how)."""
+    import annodb
+    from annodb import memory as M
+    shutil.rmtree(path, ignore_errors=True)
+    mem = annodb.Memory(path)
+    memories = [{"text": d["text"], "docno": d["docid"], "conv": d["conv"],
+                 "session": d["session"], "speaker": d["speaker"],
+                 "time": when(d["date_time"])} for d in rows]
+    t = time.perf_counter()
+    if hasattr(mem, "remember_many"):
+        mem.remember_many(memories)
+        how = "Memory.remember_many"
+    else:
+        how = "one write transaction of the lower-level API (no remember_many here)"
+        with mem.db.write() as w:
+            for m in memories:
+                record = {k: v for k, v in m.items() if k not in ("text", "docno")}
+                added = w.add({M.TEXT: m["text"], **record}, docno=m["docno"],
+                              text_fields=[M.TEXT])
+                for key, value in record.items():
+                    if isinstance(value, str):
+                        w.annotate(M.label(key, value), added.start, added.end)
+    took = time.perf_counter() - t
+    mem.close()
+    return took, how
+
+
+def build_fts5(path: str, rows: list[dict]) -> tuple[sqlite3.Connection, float]:
+    if os.path.exists(path):
+        os.remove(path)
+    con = sqlite3.connect(path)
+    t = time.perf_counter()
+    con.execute("CREATE VIRTUAL TABLE turns USING fts5(docid UNINDEXED, conv UNINDEXED, "
+                "text, tokenize = 'porter unicode61')")
+    with con:
+        con.executemany("INSERT INTO turns VALUES (?, ?, ?)",
+                        [(d["docid"], d["conv"], d["text"]) for d in rows])
+    return con, time.perf_counter() - t
+
+
+def fts5_match(question: str) -> str | None:
+    from annodb.tokenizer import tokens
+    words = list(dict.fromkeys(tokens(question)))
+    return " OR ".join(f'"{w}"' for w in words) if words else None
+
+
+def fts5_recall(con, question: str, conv: str, k: int) -> list[str]:
+    match = fts5_match(question)
+    if match is None:
+        return []
+    return [r[0] for r in con.execute(
+        "SELECT docid FROM turns WHERE turns MATCH ? AND conv = ? ORDER BY bm25(turns) "
+        "LIMIT ?", (match, conv, k))]
+
+
+# runs ----------------------------------------------------------------------------------
+
+def variants() -> list[tuple[str, dict]]:
+    """(name, Memory.recall arguments or recall.Context changes) of every row run."""
+    return [
+        ("no context (BM25 k1 0.9 b 0.4, sessions and dates)", {"before": 0.0, "after": 0.0}),
+        ("context only (no session score, no dates)", {"session": 0.0, "dates": 0.0}),
+        ("without the session score", {"session": 0.0}),
+        ("without dates", {"dates": 0.0}),
+        ("every word lent (common = 1)", {"common": 1.0}),
+        ("common = 0.1", {"common": 0.1}),
+        ("common = 0.3", {"common": 0.3}),
+        ("symmetric decay 0.5 / 0.5", {"after": 0.5}),
+        ("symmetric decay 0.3 / 0.3", {"before": 0.3}),
+        ("after lends more: 0.3 / 0.5", {"before": 0.3, "after": 0.5}),
+        ("decay 0.7 / 0.5", {"before": 0.7, "after": 0.5}),
+        ("session weight 1.0", {"session": 1.0}),
+        ("session weight 0.25", {"session": 0.25}),
+        ("dates weight 0.5", {"dates": 0.5}),
+        ("dates weight 3", {"dates": 3.0}),
+        ("k1 0.6", {"k1": 0.6}),
+        ("k1 1.2", {"k1": 1.2}),
+        ("b 0.7", {"b": 0.7}),
+        ("b 0.9", {"b": 0.9}),
+        ("session_b 0.4", {"session_b": 0.4}),
+        ("session_b 0.8", {"session_b": 0.8}),
+        ("sessions across the conversation (gap = inf)", {"gap": float("inf")}),
+    ]
+
+
+def run_annodb(path: str, qs: list[dict], rank=None, settings=None) -> dict:
+    import annodb
+    from annodb import memory as M, recall
+    mem = annodb.Memory(path)
+    run = {}
+    try:
+        for q in qs:
+            where = {"conv": q["conv"]}
+            if settings is None:
+                got = mem.recall(q["question"], k=DEPTH, where=where, gcl=False, rank=rank)
+                run[q["qid"]] = [e.docno for e in got]
+            else:
+                with mem.db.read() as r:
+                    got = recall.search(r, q["question"], k=DEPTH,
+                                        container=M.where_node(where), settings=settings,
+                                        snippets=False)
+                    run[q["qid"]] = [h.docno for h in got]
+    finally:
+        mem.close()
+    return run
+
+
+def latency(path: str, con, qs: list[dict], k: int) -> dict:
+    """p50 / p99 ms of a recall with a `where`, annodb's Memory.recall, its ranking alone
+    (recall.search with snippets, no Entry made) and FTS5, interleaved question by
+    question in one process after a warm-up pass."""
+    import annodb
+    from annodb import memory as M, recall
+    mem = annodb.Memory(path)
+    times = {"annodb Memory.recall": [], "annodb recall.search (ranking, snippets)": [],
+             "SQLite FTS5 bm25": []}
+    for q in qs[:200]:  # warm-up
+        mem.recall(q["question"], k=k, where={"conv": q["conv"]})
+        fts5_recall(con, q["question"], q["conv"], k)
+    for q in qs:
+        where = {"conv": q["conv"]}
+        t0 = time.perf_counter()
+        mem.recall(q["question"], k=k, where=where)
+        t1 = time.perf_counter()
+        with mem.db.read() as r:
+            recall.search(r, q["question"], k=k, container=M.where_node(where))
+        t2 = time.perf_counter()
+        fts5_recall(con, q["question"], q["conv"], k)
+        t3 = time.perf_counter()
+        for name, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2)):
+            times[name].append(dt * 1000)
+    mem.close()
+    out = {}
+    for name, v in times.items():
+        v.sort()
+        out[name] = (v[len(v) // 2], v[min(len(v) - 1, int(len(v) * 0.99))])
+    return out
+
+
+def row(name: str, figures: dict) -> str:
+    cells = [" / ".join(f"{figures[h][k]:.1f}" for k in KS) for h in ("tune", "held out",
+                                                                       "all")]
+    return f"| {name} | " + " | ".join(cells) + " |"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog="example: python benchmarks/memory.py --no-record")
+    ap.add_argument("--no-record", action="store_true", help="print only")
+    ap.add_argument("--quick", action="store_true",
+                    help="the default and the peers only (no variants)")
+    args = ap.parse_args(argv)
+    if not os.path.isfile(os.path.join(DATA, "corpus.jsonl")):
+        print(f"benchmarks/memory.py needs LoCoMo in {DATA} (not found); set "
+              "ANNODB_SHARED to the folder holding data/locomo", file=sys.stderr)
+        return 1
+    from annodb import recall
+    from benchmarks.common.results import machine, record
+    os.makedirs(WORK, exist_ok=True)
+    rows, qs = turns(), questions()
+    db_path = os.path.join(WORK, "locomo.db")
+    built, how = build_annodb(db_path, rows)
+    con, fts_built = build_fts5(os.path.join(WORK, "fts5.db"), rows)
+    print(f"built: annodb {built:.2f} s ({how}), FTS5 {fts_built:.2f} s", flush=True)
+
+    lines = ["| recall | tune: @5 / @10 / @25 / @50 | held out | all ten |", "|---|---|---|---|"]
+
+    def show(name, run):
+        figures = halves(run, qs)
+        lines.append(row(name, figures))
+        print(lines[-1], flush=True)
+        return figures
+
+    default = run_annodb(db_path, qs)
+    default_path = os.path.join(WORK, "annodb-default.run")
+    write_run(default, default_path)
+    figures = show("**annodb Memory.recall default (context)**", default)
+    port = check_port(default_path, figures["all"])
+    print(port, flush=True)
+    if not args.quick:
+        for name, change in variants():
+            show(f"context: {name}", run_annodb(db_path, qs,
+                                                settings=replace(recall.CONTEXT, **change)))
+    for rank in (("bm25+rm3", "bm25") if args.quick else ("bm25+rm3", "bm25", "fused", "ssr")):
+        show(f"Memory.recall rank={rank!r}" + (" (the default before)" if rank == "bm25+rm3"
+                                               else ""),
+             run_annodb(db_path, qs, rank=rank))
+    show("Anserini 0.21.0 BM25 (runs/)", read_run(os.path.join(
+        DATA, "runs", "anserini-0.21.0.locomo-turns.bm25.top50.run.gz")))
+    show("SQLite FTS5 bm25 (porter, words OR-ed, WHERE conv)",
+         {q["qid"]: fts5_recall(con, q["question"], q["conv"], DEPTH) for q in qs})
+    lines.append("| DRAGON dense retriever (paper, Table 3; all ten) | | | "
+                 + " / ".join(f"{DRAGON[k]}" for k in KS) + " |")
+    lines.append("| target (issue 37; all ten) | | | "
+                 + " / ".join(f"{TARGET[k]}" for k in KS) + " |")
+
+    lat = ["| recall with `where={\"conv\": ...}`, ms | k=10 p50 | p99 | k=50 p50 | p99 |",
+           "|---|---:|---:|---:|---:|"]
+    at10, at50 = latency(db_path, con, qs, 10), latency(db_path, con, qs, 50)
+    for name in at10:
+        lat.append(f"| {name} | {at10[name][0]:.2f} | {at10[name][1]:.2f} | "
+                   f"{at50[name][0]:.2f} | {at50[name][1]:.2f} |")
+    print("\n".join(lat), flush=True)
+    n_tune = sum(q["conv"] in TUNE for q in qs)
+    if not args.no_record:
+        now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+        record("memory", "## Agent memory on LoCoMo (`python benchmarks/memory.py`)\n\n"
+               f"Run {now} on {machine()}, under the shared CPU lock. Evidence recall (%) "
+               "at k = 5 / 10 / 25 / 50, the paper's metric on the raw evidence; "
+               f"{len(qs):,} questions (tune: conv-26, -30, -41, -42, -43, {n_tune} "
+               f"questions; held out: the other five, {len(qs) - n_tune}). {port}.\n\n" + "\n".join(lines) + "\n\n"
+               f"Built in one transaction: annodb {built:.2f} s ({how}), FTS5 "
+               f"{fts_built:.2f} s. "
+               "Latency over the 1,986 questions (after 200 warm-up), each engine in turn "
+               "per question:\n\n" + "\n".join(lat))
+    con.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

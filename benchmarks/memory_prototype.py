@@ -1,0 +1,309 @@
+"""The in-memory prototype the LoCoMo recall variants were tried with before
+annodb/recall.py was written (issue 37, item 5): every turn tokenized by annodb's
+tokenizer and conflated by its Snowball stem, scores computed in numpy, the same metric
+as benchmarks/memory.py. It prints one row per variant: the ones recall.py settled on and
+the ones that lost (RESULTS.md, "Agent memory on LoCoMo", lists them all).
+
+    python benchmarks/memory_prototype.py
+
+Its figures differ from annodb's by a few tenths: it conflates every word with its stem
+(annodb: the words of the database sharing the stem, at most 32), and it lends context
+over 8 neighbours on either side (recall.py: the whole session, decayed).
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import math
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from benchmarks.memory import DATA, TUNE, halves, questions, turns, when  # noqa: E402
+
+
+def idf(df, n):
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+
+class Corpus:
+    """Per conversation: docids, sessions, stemmed tokens, lengths, postings as dense tf
+    vectors; the collection's df (turns and sessions) and average lengths."""
+
+    def __init__(self):
+        from annodb.ranking import stem
+        from annodb.tokenizer import tokens
+        self.stem, self.tokens = stem, tokens
+        self.convs = {}
+        self.df, self.sdf = collections.Counter(), collections.Counter()
+        rows = turns()
+        for d in rows:
+            c = self.convs.setdefault(d["conv"], {"ids": [], "sess": [], "toks": [],
+                                                  "time": []})
+            toks = [stem(w) for w in tokens(d["text"])]
+            c["ids"].append(d["docid"])
+            c["sess"].append(d["session"])
+            c["toks"].append(toks)
+            c["time"].append(when(d["date_time"]))
+            self.df.update(set(toks))
+        self.n = len(rows)
+        self.avg = sum(len(t) for c in self.convs.values() for t in c["toks"]) / self.n
+        self.n_sessions = 0
+        for c in self.convs.values():
+            c["sess"] = np.array(c["sess"])
+            c["time"] = np.array(c["time"])
+            c["len"] = np.array([len(t) for t in c["toks"]], float)
+            inv = collections.defaultdict(lambda: np.zeros(len(c["toks"])))
+            for i, toks in enumerate(c["toks"]):
+                for w in toks:
+                    inv[w][i] += 1
+            c["inv"] = dict(inv)
+            c["uniq"] = np.unique(c["sess"])
+            c["sidx"] = np.searchsorted(c["uniq"], c["sess"])
+            c["slen"] = np.bincount(c["sidx"], weights=c["len"])
+            for s in c["uniq"]:
+                self.sdf.update({w for t, x in zip(c["toks"], c["sess"]) if x == s for w in t})
+            self.n_sessions += len(c["uniq"])
+        self.savg = sum(c["slen"].sum() for c in self.convs.values()) / self.n_sessions
+
+    def words(self, text, stop=False):
+        from annodb.feedback import STOP_WORDS
+        ws = self.tokens(text)
+        if stop:
+            ws = [w for w in ws if w not in STOP_WORDS] or ws
+        return collections.Counter(self.stem(w) for w in ws)
+
+
+def shift(x, j, sess):
+    """y[i] = x[i + j] where that is in the same session, else 0."""
+    n = len(x)
+    y, ok = np.zeros(n), np.zeros(n, bool)
+    if j > 0:
+        y[:n - j], ok[:n - j] = x[j:], sess[j:] == sess[:n - j]
+    else:
+        j = -j
+        y[j:], ok[j:] = x[:n - j], sess[:n - j] == sess[j:]
+    return y * ok
+
+
+def lend(x, sess, before, after, window):
+    return sum(before ** j * shift(x, -j, sess) + after ** j * shift(x, j, sess)
+               for j in range(1, window + 1))
+
+
+def date_hits(text, times):
+    from annodb.recall import date_ranges
+    return [(times >= lo) & (times < hi) for lo, hi in date_ranges(text)]
+
+
+def scorer(corpus, k1=0.9, b=0.7, before=0.5, after=0.3, window=8, own=1.0, common=0.2,
+           session=0.5, sk1=0.9, sb=0.6, session_idf="local", dates=1.5, stop=False,
+           doc_idf="turn", vdf=None, context="bm25f", lam=0.8):
+    """A function (conversation, question, query words) -> scores of its turns."""
+    def f(c, text, qt=None):
+        qt = qt if qt is not None else corpus.words(text, stop)
+        n = len(c["len"])
+        turn, sess = np.zeros(n), np.zeros(len(c["uniq"]))
+        L = c["len"]
+        LL = own * L + lend(L, c["sess"], before, after, window)
+        avg = LL.mean()
+        for t, q in qt.items():
+            tf = c["inv"].get(t)
+            if tf is None:
+                continue
+            i = idf(corpus.df[t], corpus.n) if doc_idf == "turn" else (
+                idf(min(vdf[t], corpus.n), corpus.n) if doc_idf == "context" else
+                idf(int((tf > 0).sum()), n))
+            lent = lend(tf, c["sess"], before, after, window) \
+                if common is None or (tf > 0).sum() <= max(common * n, 1) else 0.0
+            if context == "bm25f":
+                x = own * tf + lent
+                turn += q * i * x / (x + k1 * (1 - b + b * LL / avg))
+            else:  # BM25 of the turn plus lam x BM25 of its context, two sums
+                turn += q * i * tf / (tf + k1 * (1 - 0.4 + 0.4 * L / L.mean()))
+                lc = LL - own * L
+                turn += lam * q * i * lent / (lent + k1 * (1 - b + b * lc / lc.mean()))
+            if session:
+                stf = np.bincount(c["sidx"], weights=tf, minlength=len(c["uniq"]))
+                si = idf(int((stf > 0).sum()), len(c["uniq"])) if session_idf == "local" \
+                    else (idf(corpus.sdf[t], corpus.n_sessions) if session_idf == "global"
+                          else i)
+                slen, savg = c["slen"], (c["slen"].mean() if session_idf == "local"
+                                         else corpus.savg)
+                sess += q * si * stf / (stf + sk1 * (1 - sb + sb * slen / savg))
+        dated = np.zeros(n)
+        for hit in (date_hits(text, c["time"]) if dates else []):
+            if hit.sum():
+                dated += idf(int(hit.sum()), n) * hit
+        return turn + (turn > 0) * (session * sess[c["sidx"]] + dates * dated)
+    return f
+
+
+def rm3(corpus, base, docs=10, terms=20, original=0.9):
+    def f(c, text):
+        qt = corpus.words(text)
+        s = base(c, text, qt)
+        weight = collections.Counter()
+        for i in np.argsort(-s, kind="stable")[:docs]:
+            if s[i] > 0:
+                for w, tf in collections.Counter(c["toks"][i]).items():
+                    if corpus.df[w] / corpus.n <= 0.1 and 2 <= len(w) <= 20 and w.isalnum():
+                        weight[w] += tf / len(c["toks"][i]) * s[i]
+        kept = weight.most_common(terms)
+        total, qsum = sum(v for _, v in kept) or 1.0, sum(qt.values())
+        expanded = collections.Counter({t: original * v / qsum for t, v in qt.items()})
+        for w, v in kept:
+            expanded[w] += (1 - original) * v / total
+        return base(c, text, expanded)
+    return f
+
+
+def association(corpus, base, terms=10, original=0.9, max_df=0.02):
+    """Expansion by the words that share a memory with the query's rarer words (in the
+    filtered memories), weighed by their idf."""
+    def f(c, text):
+        qt = corpus.words(text)
+        weight = collections.Counter()
+        for t in qt:
+            if corpus.df[t] / corpus.n > max_df or t not in c["inv"]:
+                continue
+            rows = np.nonzero(c["inv"][t])[0]
+            for i in rows:
+                for w, tf in collections.Counter(c["toks"][i]).items():
+                    if w not in qt and corpus.df[w] / corpus.n <= 0.1 and w.isalnum():
+                        weight[w] += idf(corpus.df[t], corpus.n) * tf / len(c["toks"][i]) \
+                            / len(rows)
+        for w in weight:
+            weight[w] *= idf(corpus.df[w], corpus.n)
+        kept = weight.most_common(terms)
+        total, qsum = sum(v for _, v in kept) or 1.0, sum(qt.values())
+        expanded = collections.Counter({t: original * v / qsum for t, v in qt.items()})
+        for w, v in kept:
+            expanded[w] += (1 - original) * v / total
+        return base(c, text, expanded)
+    return f
+
+
+def diverse(base, delta=0.9, dist=1, depth=50):
+    """Greedy: each turn taken damps its session neighbours' scores by delta."""
+    def f(c, text):
+        s = base(c, text)
+        sc, out, taken = s.copy(), np.zeros(len(s)), np.zeros(len(s), bool)
+        for r in range(min(depth, len(s))):
+            i = int(np.argmax(np.where(taken, -np.inf, sc)))
+            if sc[i] <= 0:
+                break
+            taken[i], out[i] = True, 1e6 - r
+            for j in range(max(0, i - dist), min(len(s), i + dist + 1)):
+                if not taken[j] and c["sess"][j] == c["sess"][i]:
+                    sc[j] *= delta
+        out[~taken] = np.where(s[~taken] > 0, s[~taken] / (s.max() + 1), 0)
+        return out
+    return f
+
+
+def fused(fs, weights, k=60):
+    """Reciprocal rank fusion of the rankings of fs (each's first 200)."""
+    def f(c, text):
+        total = np.zeros(len(c["len"]))
+        for fn, w in zip(fs, weights):
+            s = fn(c, text)
+            o = np.argsort(-s, kind="stable")
+            o = o[s[o] > 0][:200]
+            total[o] += w / (k + 1 + np.arange(len(o)))
+        return total
+    return f
+
+
+def pooled(base, beta=0.2):
+    """Each turn plus beta x the best turn score of its session."""
+    def f(c, text):
+        s = base(c, text)
+        best = np.zeros(len(c["uniq"]))
+        np.maximum.at(best, c["sidx"], s)
+        return s + beta * best[c["sidx"]] * (s > 0)
+    return f
+
+
+def context_df(corpus, radius=2):
+    """df over turns widened by their neighbours within `radius` (same session)."""
+    df = collections.Counter()
+    for c in corpus.convs.values():
+        for w, tf in c["inv"].items():
+            held = tf > 0
+            wide = held.copy()
+            for j in range(1, radius + 1):
+                wide |= shift(held.astype(float), j, c["sess"]) > 0
+                wide |= shift(held.astype(float), -j, c["sess"]) > 0
+            df[w] += int(wide.sum())
+    return df
+
+
+def run(corpus, fn, qs):
+    out = {}
+    for q in qs:
+        c = corpus.convs[q["conv"]]
+        s = fn(c, q["question"])
+        o = np.argsort(-s, kind="stable")
+        out[q["qid"]] = [c["ids"][i] for i in o[s[o] > 0][:50]]
+    return out
+
+
+def main() -> int:
+    if not os.path.isfile(os.path.join(DATA, "corpus.jsonl")):
+        print(f"needs LoCoMo in {DATA} (not found); set ANNODB_SHARED", file=sys.stderr)
+        return 1
+    corpus, qs = Corpus(), questions()
+    S = lambda **kw: scorer(corpus, **kw)  # noqa: E731
+    plain = S(b=0.4, before=0, after=0, session=0, dates=0, common=None)
+    best = S()
+    rows = [
+        ("BM25 k1 0.9 b 0.4 (plain)", plain),
+        ("BM25, Lucene stop words dropped", S(b=0.4, before=0, after=0, session=0, dates=0,
+                                             common=None, stop=True)),
+        ("two turns either side, undecayed, one field", S(b=0.4, before=1, after=1,
+                                                         window=2, session=0, dates=0,
+                                                         common=None)),
+        ("context decayed 0.5 / 0.5, b 0.7", S(after=0.5, session=0, dates=0, common=None)),
+        ("context 0.5 / 0.3 (earlier lends more)", S(session=0, dates=0, common=None)),
+        ("+ common words not lent (common 0.2)", S(session=0, dates=0)),
+        ("+ session score (local statistics)", S(dates=0)),
+        ("+ dates: recall.py's formula (with b 0.7; annodb settled on 0.4)", best),
+        ("session score with the collection's session statistics", S(session_idf="global",
+                                                                     sb=0.8)),
+        ("session score with the turn's idf", S(session_idf="turn", sb=0.8)),
+        ("idf from the conversation (the filtered memories)", S(doc_idf="local")),
+        ("idf from turns widened by 2 neighbours", S(doc_idf="context",
+                                                     vdf=context_df(corpus, 2))),
+        ("turn BM25 + 0.8 x context BM25 (two sums, not BM25F)", S(context="sum")),
+        ("own turn weighted 2", S(own=2.0)),
+        ("query stop words dropped", S(stop=True)),
+        ("RM3 over the context ranking (10 docs, 20 terms, 0.9)", rm3(corpus, best)),
+        ("RM3 (5 docs, 10 terms, 0.9)", rm3(corpus, best, 5, 10, 0.9)),
+        ("RM3 (10 docs, 10 terms, 0.5; Anserini's)", rm3(corpus, best, 10, 10, 0.5)),
+        ("association expansion (10 terms, 0.9)", association(corpus, best)),
+        ("association expansion (10 terms, 0.95)", association(corpus, best, 10, 0.95)),
+        ("diversity: a taken turn damps neighbours x0.9", diverse(best, 0.9, 1)),
+        ("diversity: x0.8, two either side", diverse(best, 0.8, 2)),
+        ("RRF with plain BM25 (weights 1, 1)", fused([best, plain], [1, 1])),
+        ("RRF with plain BM25 (weights 1, 0.3; k 20)", fused([best, plain], [1, 0.3], 20)),
+        ("+ 0.2 x the session's best turn", pooled(best, 0.2)),
+    ]
+    print("| prototype variant | tune: @5 / @10 / @25 / @50 | held out | all ten |")
+    print("|---|---|---|---|")
+    for name, fn in rows:
+        figures = halves(run(corpus, fn, qs), qs)
+        cells = [" / ".join(f"{figures[h][k]:.1f}" for k in (5, 10, 25, 50))
+                 for h in ("tune", "held out", "all")]
+        print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    assert TUNE
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Annotation lists as a query reads them (annodb/lists.py): a list too long to read whole
+is probed by its blocks (inside, containing, near), and each probe gives exactly what the
+whole list gives for it, erased content dropped alike."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import annodb
+
+N = 6000          # documents: `:` and `title:` are longer than lists.SMALL_LIST
+
+
+@pytest.fixture(scope="module")
+def path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("lists") / "l.db"
+    rng = random.Random(5)
+    with annodb.open(path) as db:
+        with db.write() as w:
+            w.add_many([({"id": f"d{i}", "title": rng.choice(["word", "other x"]),
+                          "text": " ".join(rng.choice(["word", "other", "x"])
+                                           for _ in range(rng.randrange(1, 6)))}, None)
+                        for i in range(N)])
+        with db.write() as w:
+            w.erase(1000, 1400)
+    return path
+
+
+def brute(whole, keep) -> list:
+    return [(p, q) for p, q in zip(whole.starts.tolist(), whole.ends.tolist()) if keep(p, q)]
+
+
+def pairs(found) -> list:
+    return list(zip(found.starts.tolist(), found.ends.tolist()))
+
+
+@pytest.mark.parametrize("feature", [":", "title:"])
+def test_probing_by_blocks_gives_what_the_whole_list_gives(path, feature):
+    rng = np.random.default_rng(11)
+    with annodb.open(path, readonly=True, cache_bytes=0) as db:
+        with db.read() as r:
+            whole = r.lists.whole(feature)
+            space = r.address_space()
+        assert len(whole) > 4096
+        for n in (1, 3, 10):     # (probes in under half its blocks: read by blocks)
+            ps = np.sort(rng.integers(0, space, n))
+            qs = ps + rng.integers(0, 3, n)
+            with db.read() as r:                     # (a snapshot that decoded nothing)
+                read_before = r.lists.read
+                got = pairs(r.lists.containing(feature, ps, qs))
+                assert r.lists.read - read_before < len(whole)   # (blocks, not the list)
+            assert got == brute(whole, lambda p, q: any(
+                p <= a and b <= q for a, b in zip(ps.tolist(), qs.tolist())))
+            los = np.sort(rng.integers(0, space, n))
+            his = los + rng.integers(0, 200, n)
+            with db.read() as r:
+                got = pairs(r.lists.inside(feature, los, his))
+            assert got == brute(whole, lambda p, q: any(
+                a <= p and q <= b for a, b in zip(los.tolist(), his.tolist())))
+
+
+def test_near_gives_the_points_at_or_around_each_position(path):
+    with annodb.open(path, readonly=True, cache_bytes=0) as db:
+        with db.read() as r:
+            points = r.lists.whole("word").starts.tolist()
+            space = r.address_space()
+        xs = np.array(sorted({0, 999, 1000, 1200, 1401, space // 2, space + 5}))
+        with db.read() as r:
+            got = r.lists.near("word", xs).tolist()
+    want = set()
+    for x in xs.tolist():
+        want.update(p for p in [max((p for p in points if p <= x), default=None),
+                                min((p for p in points if p >= x), default=None)]
+                    if p is not None)
+    assert got == sorted(want)
+    assert not any(1000 <= p <= 1400 for p in got)     # (erased: as from the whole list)

@@ -1,0 +1,215 @@
+"""Context recall (annodb/recall.py), Memory.recall's default for free text: a memory
+borrows the words of its neighbours in its session, on real LMDB files; its kernel and the
+whole score against their brute-force twins in tests/naive.py."""
+
+import datetime
+import math
+import tempfile
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import annodb
+import naive
+from annodb import kernels, recall
+from annodb.errors import RankingError
+from annodb.memory import label, where_node
+
+HOUR = 3600.0
+UTC = datetime.timezone.utc
+
+
+@pytest.fixture
+def mem(tmp_path):
+    with annodb.Memory(tmp_path / "memory.db") as m:
+        yield m
+
+
+def texts(entries):
+    return [e.text for e in entries]
+
+
+def test_the_turn_before_lends_its_words(mem):
+    """An answer that does not repeat the question's words is found through the memory
+    before it in the same session, above a memory that shares as many of the question's
+    words (and is shorter) but whose neighbours are about something else."""
+    mem.remember("We finally went camping at the lake", time=0.0)
+    mem.remember("Oh nice, how was it?", time=60.0)
+    mem.remember("The kids loved it so much", time=120.0)
+    mem.remember("Kids at the dentist", time=10 * 24 * HOUR)
+    mem.remember("That must have been stressful", time=10 * 24 * HOUR + 60.0)
+    got = texts(mem.recall("camping kids", k=5))
+    assert "We finally went camping at the lake" in got[:2]
+    assert got.index("The kids loved it so much") < got.index("Kids at the dentist")
+    # plain BM25 puts the dentist above the answer: it is shorter
+    assert texts(mem.recall("camping kids", k=5, rank="bm25")) == [
+        "We finally went camping at the lake", "Kids at the dentist",
+        "The kids loved it so much"]
+
+
+def test_neighbours_across_a_silence_lend_nothing(mem):
+    """Memories more than half an hour apart are different sessions: the later one
+    borrows nothing from the earlier, however close their addresses."""
+    a = mem.remember("Planning the hiking trip to the Alps", time=0.0)
+    b = mem.remember("It went really well", time=60.0)
+    c = mem.remember("It went really badly", time=2 * HOUR)
+    got = mem.recall("hiking trip", k=5)
+    assert [e.docno for e in got] == [a, b]
+    assert c not in [e.docno for e in got]
+
+
+def test_neighbours_are_the_memories_that_pass_the_filter(mem):
+    """With a filter, a memory's neighbours are the nearest memories that pass it, so
+    another user's memories written in between neither lend nor break the context."""
+    a1 = mem.remember("Alice: my sister moved to Lisbon", user="alice", time=0.0)
+    mem.remember("Bob: Lisbon is great for surfing", user="bob", time=10.0)
+    a2 = mem.remember("Alice: she loves it there", user="alice", time=20.0)
+    b2 = mem.remember("Bob: I love it there too", user="bob", time=30.0)
+    got = mem.recall("where did the sister move to Lisbon", k=5, where={"user": "alice"})
+    assert [e.docno for e in got] == [a1, a2]
+    bob = mem.recall("love it there Lisbon", k=5, where={"user": "bob"})
+    assert b2 in [e.docno for e in bob]
+    assert all(e.metadata["user"] == "bob" for e in bob)
+
+
+def test_a_word_most_memories_hold_is_not_lent(mem):
+    """A word held by more than a fifth of the memories (a speaker's name on every turn)
+    scores where it is, and is not lent to its neighbours."""
+    for i in range(5):
+        mem.remember(f"Dana said, note {i} about the weather", time=60.0 * i)
+        mem.remember(f"Eli said, reply {i}", time=60.0 * i + 30)
+    got = mem.recall("dana", k=20)
+    assert len(got) == 5 and all(e.text.startswith("Dana said") for e in got)
+
+
+def test_a_date_in_the_question_prefers_memories_of_that_day(mem):
+    """A day, month or year the question names is matched by the memories' times:
+    between two memories equal in words, the one of that day ranks first."""
+    may = datetime.datetime(2023, 5, 8, 23, 30, tzinfo=UTC).timestamp()
+    june = datetime.datetime(2023, 6, 20, 9, 0, tzinfo=UTC).timestamp()
+    a = mem.remember("We talked about the new garden", time=june)
+    b = mem.remember("We talked about the new garden", time=may)
+    assert [e.docno for e in mem.recall("garden", k=2)] == [a, b]   # ties: by address
+    for asked in ("What about the garden on 8 May, 2023?", "the garden, May 8th 2023",
+                  "the garden in May 2023", "garden 2023-05-08"):
+        assert [e.docno for e in mem.recall(asked, k=2)] == [b, a], asked
+
+
+def utc(*date) -> float:
+    return datetime.datetime(*date, tzinfo=UTC).timestamp()
+
+
+def test_date_ranges():
+    """The dates a text names, in UTC (as Memory reads a naive datetime); ambiguous or
+    impossible ones name nothing."""
+    one = (utc(2023, 12, 11), utc(2023, 12, 12))
+    assert recall.date_ranges("on 11 December, 2023") == [one]
+    assert recall.date_ranges("December 11th, 2023 and 11 Dec 2023") == [one]
+    assert recall.date_ranges("in Sept. 2023") == [(utc(2023, 9, 1), utc(2023, 10, 1))]
+    assert recall.date_ranges("back in 1999") == [(utc(1999, 1, 1), utc(2000, 1, 1))]
+    assert recall.date_ranges("in May") == recall.date_ranges("31 February 2023") == []
+    assert recall.date_ranges("error 12345, port 8080") == []
+
+
+def test_rank_names_are_checked(mem):
+    """recall's `rank` takes "context" or the engine's rankers; "context" is for free
+    text only."""
+    mem.remember("tea and coffee")
+    assert texts(mem.recall("tea", rank="context")) == ["tea and coffee"]
+    assert texts(mem.recall("tea", rank="bm25+rm3")) == ["tea and coffee"]
+    with pytest.raises(RankingError, match="choose one of ssr, bm25"):
+        mem.recall("(^ tea coffee)", rank="context")
+    with pytest.raises(RankingError, match="choose one of ssr, .*, context"):
+        mem.recall("tea", rank="nope")
+
+
+# the kernel and the whole score against their definitions -------------------------------
+
+@settings(max_examples=200)
+@given(st.lists(st.integers(0, 3), min_size=0, max_size=12).flatmap(
+    lambda sizes: st.tuples(
+        st.just(sizes),
+        st.lists(st.lists(st.floats(0, 100), min_size=len(sizes), max_size=len(sizes)),
+                 min_size=1, max_size=3))),
+       st.floats(0, 1), st.floats(0, 1))
+def test_context_sums_is_its_definition(shape, before, after):
+    """kernels.context_sums equals the term-by-term sum of tests/naive.py (up to
+    floating-point rounding: it sums by a recurrence)."""
+    steps, rows = shape
+    runs = np.cumsum(steps).astype(np.int64)
+    got = kernels.context_sums(np.array(rows, dtype=np.float64).reshape(len(rows), len(runs)),
+                               runs, before, after)
+    want = naive.context_sums(rows, runs.tolist(), before, after)
+    assert np.allclose(got, np.array(want).reshape(got.shape), rtol=1e-9, atol=1e-9)
+
+
+WORDS = ["w1", "w2", "w3", "w4", "w5"]
+BASE = datetime.datetime(2023, 5, 1, tzinfo=UTC).timestamp()
+
+
+@st.composite
+def memories(draw):
+    n = draw(st.integers(1, 9))
+    out = []
+    t = BASE
+    for _ in range(n):
+        toks = draw(st.lists(st.sampled_from(WORDS), min_size=0, max_size=6))
+        t += draw(st.sampled_from([0.0, 60.0, 1800.0, 1801.0, 3 * 24 * HOUR, 40 * 24 * HOUR]))
+        timed = draw(st.sampled_from([True, True, True, False]))
+        out.append((toks, t if timed else None, draw(st.sampled_from(["a", "b"]))))
+    return out
+
+
+@settings(max_examples=40)
+@given(memories(), st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
+       st.sampled_from(["", " 2023", " May 2023", " 2023-05-04", " 2024"]),
+       st.booleans(), st.sampled_from([recall.CONTEXT,
+                                       recall.Context(common=1.0, before=0.8, after=0.0),
+                                       recall.Context(session=2.0, dates=0.0, b=0.0)]))
+def test_context_recall_is_its_definition(mems, query, date, filtered, context):
+    """recall.search over a real database gives the scores and order of the brute-force
+    computation of the same formula (tests/naive.py), with and without a filter, memories
+    with and without a time, over sessions cut at the gap."""
+    with tempfile.TemporaryDirectory() as tmp, annodb.Memory(f"{tmp}/m.db") as mem:
+        stored = []
+        for i, (toks, t, user) in enumerate(mems):
+            if t is not None:
+                docno = mem.remember(" ".join(toks), user=user, time=t)
+            else:  # (remember stamps every memory with a time: one without, written below)
+                with mem.db.write() as w:
+                    docno = w.add({"text": " ".join(toks), "user": user}, docno=f"x{i}",
+                                  text_fields=["text"]).docno
+                    doc = w.document(docno)
+                    w.annotate(label("user", user), doc.start, doc.end)
+            stored.append((docno, toks, t, user))
+        with mem.db.read() as r:
+            times = r.query(":time:")
+            at = dict(zip(times.starts.tolist(), times.values.tolist()))
+            model = [(d, toks, at.get(r.document(d).start)) for d, toks, _, _ in stored]
+        where = {"user": "a"} if filtered else None
+        selected = {d for d, _, _, u in stored if not filtered or u == "a"}
+        text = " ".join(query) + date
+        counts = {}
+        for w in query:
+            counts[w] = counts.get(w, 0) + 1
+        want = naive.context_recall(model, selected, list(counts.items()),
+                                    recall.date_ranges(text), 100, context)
+        with mem.db.read() as r:
+            got = recall.search(r, text, k=100, container=where_node(where),
+                                settings=context, snippets=False)
+        assert [h.docno for h in got] == [d for d, _ in want] or _same_up_to_ties(got, want)
+        for h, (d, score) in zip(sorted(got, key=lambda h: h.docno), sorted(want)):
+            assert h.docno == d and math.isclose(h.score, score, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def _same_up_to_ties(got, want) -> bool:
+    """The same docnos and scores, the order differing only between scores equal up to
+    rounding."""
+    g = {h.docno: h.score for h in got}
+    w = dict(want)
+    if set(g) != set(w):
+        return False
+    order = [h.docno for h in got]
+    return all(w[a] >= w[b] - 1e-9 * max(1.0, abs(w[a])) for a, b in zip(order, order[1:]))
