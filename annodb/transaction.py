@@ -227,11 +227,14 @@ class Snapshot:
 
     def _pieces(self, p: int, q: int, es, ee) -> list[tuple[int, str]]:
         pieces = []
-        for doc in self._txn.docs_overlapping(p, q):
+        for doc in self._overlapping(p, q):
             starts, ends = token_offsets(doc.text)
             lo, hi = max(p, doc.start) - doc.start, min(q, doc.end) - doc.start
             hi = min(hi, len(starts) - 1)
             if lo > hi:
+                continue
+            if not len(es):  # (nothing erased: one run)
+                pieces.append((doc.start, doc.text[starts[lo]:ends[hi]]))
                 continue
             addrs = np.arange(lo, hi + 1, dtype=np.int64) + doc.start
             if len(es):
@@ -246,6 +249,14 @@ class Snapshot:
             pieces.append((doc.start, " ".join(doc.text[starts[r[0]]:ends[r[-1]]]
                                                for r in runs)))
         return pieces
+
+    def _overlapping(self, p: int, q: int):
+        """The documents overlapping p..q: the one holding p alone when it reaches q (a
+        container's range, as rankings ask; from the cached documents), else read."""
+        found = self._holding([p])[0] if p <= q else None
+        if found is not None and found[0].ends[found[1]] >= q:
+            return [found[0].doc(found[1])]
+        return self._txn.docs_overlapping(p, q)
 
     def address_space(self) -> int:
         """The first unused address: content lives in [0, address_space())."""
