@@ -49,6 +49,7 @@ final k-th best too, and often ends the reading of whole lists (a question's "th
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -72,6 +73,12 @@ SLACK = 1e-9  # relative margin of the pruning comparisons (sums added in anothe
 def idf(df, n):
     """Lucene's idf of a term held by df of n documents (always > 0)."""
     return np.log(1.0 + (n - df + 0.5) / (df + 0.5))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _idf(df: int, n: int) -> float:
+    """idf(df, n) of two integers, as a float (each query's words come again)."""
+    return float(idf(df, n))
 
 
 def saturation(tf, length, avglen, k1: float, b: float):
@@ -423,7 +430,7 @@ def word_terms(ev, cnode, settings: Scoring, words, known) -> list[_Term]:
         if held:  # (the forms this database holds; df: the collection's)
             df = min(sum(dfs.get(f, 0) for f in forms), n)
             out.append(_Words(ev, boxes, [f for f, _ in held], float(weight),
-                              float(idf(df, n)), stats, [x for _, x in held]))
+                              _idf(int(df), int(n)), stats, [x for _, x in held]))
     return out
 
 

@@ -346,20 +346,24 @@ class Lists:
             out.append(found)
         return out
 
+    def meta(self, name: str, default=None):
+        """The committed state's meta value `name` (storage's meta), kept for the process's
+        snapshots of that state (a write transaction reads its own)."""
+        if self._shared is None:
+            return self._txn.meta(name, default)
+        found = self._fact(("meta", name), lambda: (self._txn.meta(name),))[0]
+        return default if found is None else found
+
     def _state(self, fid: int) -> tuple:
         return self._fact(("state", fid), lambda: self._txn.list_state(fid))
 
     def _erased_version(self):
         """What the erased ranges' state is known by: 0 when there are none, the id of the
         transaction that last changed them, or None when not recorded (format 3)."""
-        key = ("erased-version",)
-        if key not in self._local:
+        def look():
             version = self._txn.meta("erased_version")
-            if version is None and self._txn.has_erased():
-                self._local[key] = None
-            else:
-                self._local[key] = version or 0
-        return self._local[key]
+            return (None if version is None and self._txn.has_erased() else version or 0,)
+        return self._fact(("erased-version",), look)[0]
 
     def _key(self, kind: str, fid: int) -> tuple:
         """The shared cache's key for something decoded of list `fid`: its version (and the

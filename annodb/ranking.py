@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 
+import msgspec
 import numpy as np
 
 from . import bm25, feedback, kernels, records, snippets, tokenizer
@@ -50,8 +51,10 @@ def score(p: int, q: int) -> float:
     return 1.0 / (K + q - p)
 
 
-@dataclass(frozen=True)
-class Hit:
+class Hit(msgspec.Struct, frozen=True):
+    """One ranked container (a msgspec Struct: a top 1000 makes a thousand; a frozen
+    dataclass took 1.4 us each, a Struct 0.2)."""
+
     rank: int
     docno: str
     score: float

@@ -64,12 +64,12 @@ class Snapshot:
         self.lists = Lists(txn, shared)  # the annotation lists, whole or by blocks
         self._done = False
         try:  # (a newer annodb may have written it since this process opened it)
-            storage.check_format(db.path, txn.meta("format"))
+            storage.check_format(db.path, self.lists.meta("format"))
         except BaseException:
             Snapshot.close(self)  # (a Writer's close needs what its __init__ sets next)
             raise
         # words are stored without diacritics (an option set when the database was made)
-        self.fold_diacritics = bool(txn.meta(FOLD_DIACRITICS, False))
+        self.fold_diacritics = bool(self.lists.meta(FOLD_DIACRITICS, False))
 
     # context manager
     def __enter__(self):
@@ -271,14 +271,14 @@ class Snapshot:
         self._before_read()
         if isinstance(self, Writer):
             return self._documents
-        return self._txn.meta("documents", 0)
+        return self.lists.meta("documents", 0)
 
     def token_count(self) -> int:
         """The tokens of the live documents."""
         self._before_read()
         if isinstance(self, Writer):
             return self._tokens
-        return self._txn.meta("tokens", 0)
+        return self.lists.meta("tokens", 0)
 
     def sparse_fields(self) -> list[str]:
         """The record fields ingested as sparse vectors (features `field:term`)."""
@@ -292,7 +292,7 @@ class Snapshot:
         when the database does not keep them (written before they were)."""
         self._before_read()
         found = self._fields if isinstance(self, Writer) and self._fields is not False \
-            else self._txn.meta("fields")
+            else self.lists.meta("fields")
         return None if found is None else {k: tuple(v) for k, v in found.items()}
 
     def stats(self) -> Stats:
