@@ -347,7 +347,7 @@ MAX_SUBSETS = 12
 _stemmer = None
 
 
-@functools.lru_cache(maxsize=1 << 18)
+@functools.lru_cache(maxsize=1 << 16)
 def _stem_word(word: str) -> str:
     global _stemmer
     if _stemmer is None:
@@ -356,7 +356,7 @@ def _stem_word(word: str) -> str:
     return _stemmer.stemWord(word)
 
 
-@functools.lru_cache(maxsize=1 << 18)  # (RM3 stems every word of the best containers)
+@functools.lru_cache(maxsize=1 << 16)  # (RM3 stems every word of the best containers)
 def stem(word: str) -> str:
     """A word's English (Snowball) stem; a word of two letters or fewer, or not all
     letters, is its own."""
