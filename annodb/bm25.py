@@ -49,6 +49,7 @@ final k-th best too, and often ends the reading of whole lists (a question's "th
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -58,7 +59,7 @@ from . import kernels
 from .errors import RankingError
 from .feedback import Feedback
 from .gcl import Evaluator, Region, list_name
-from .lists import EMPTY_F, EMPTY_I, Intervals
+from .lists import EMPTY_F, EMPTY_I, SMALL_LIST, Intervals
 from .query import Combine, Compare, Link, Node, Term
 from .records import MAX_WEIGHT
 
@@ -72,6 +73,12 @@ SLACK = 1e-9  # relative margin of the pruning comparisons (sums added in anothe
 def idf(df, n):
     """Lucene's idf of a term held by df of n documents (always > 0)."""
     return np.log(1.0 + (n - df + 0.5) / (df + 0.5))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _idf(df: int, n: int) -> float:
+    """idf(df, n) of two integers, as a float (each query's words come again)."""
+    return float(idf(df, n))
 
 
 def saturation(tf, length, avglen, k1: float, b: float):
@@ -211,6 +218,17 @@ class _Boxes:
         self.name = list_name(cnode)
         self.node = cnode
 
+    def at_hand(self) -> tuple[Intervals, bool] | None:
+        """All the containers when they are at hand: the list decoded already or about a
+        block long, or the expression (evaluated whole, as holding does); and whether no
+        two of them overlap. Else None."""
+        if self.name is not None:
+            found = self.ev.lists._whole_if_cheap(self.name)
+            return None if found is None else (found, self.ev.lists.disjoint(self.name))
+        found = self.ev.eval(self.node)
+        s, e = found.starts, found.ends
+        return found, len(s) < 2 or bool((s[1:] > e[:-1]).all())
+
     def holding(self, s: np.ndarray, e: np.ndarray) -> Intervals:
         """The containers holding one of the sorted intervals (s, e)."""
         if self.name is not None:
@@ -262,14 +280,31 @@ class _Term:
 class _Words(_Term):
     """A word (or a word and its forms, conflated) scored by BM25, or BM25F over fields."""
 
-    def __init__(self, ev, boxes, forms, weight, term_idf, stats):
+    def __init__(self, ev, boxes, forms, weight, term_idf, stats, decoded=None):
         self.ev, self.boxes, self.forms = ev, boxes, forms
         self.factor = weight * term_idf
         self.bound = self.factor
         self.stats = stats
+        self.decoded = decoded  # each form's whole list if decoded when made, or None
 
     def size(self) -> int:
         return sum(self.ev.lists.count(f) for f in self.forms)
+
+    def at_hand(self) -> list[np.ndarray] | None:
+        """Each form's postings when every form's list is decoded already or about a block
+        long (read whole then, as everywhere() would), else None; in
+        kernels.FORMS_PER_CALL arrays at most."""
+        lists = self.ev.lists
+        out = []
+        for f, found in zip(self.forms, self.decoded or [None] * len(self.forms)):
+            if found is None:
+                found = lists.cached(f)
+            if found is None:
+                if lists.count(f) > SMALL_LIST:
+                    return None
+                found = self.ev._whole(f)
+            out.append(found.starts)
+        return _few(out, kernels.FORMS_PER_CALL)
 
     def _postings(self, region: Region | None) -> np.ndarray:
         parts = []
@@ -388,13 +423,14 @@ def word_terms(ev, cnode, settings: Scoring, words, known) -> list[_Term]:
     stats = Statistics(settings, known)
     boxes = _Boxes(ev, cnode)
     out = []
-    for forms, weight in words:
-        df = min(sum(stats.df(f) for f in forms), max(stats.n, 1))  # (the collection's)
-        forms = [f for f in forms if ev.lists.count(f)]  # (those this database holds)
-        if not forms or weight <= 0:
-            continue
-        out.append(_Words(ev, boxes, forms, float(weight),
-                          float(idf(df, max(stats.n, 1))), stats))
+    words = [(tuple(forms), weight) for forms, weight in words if weight > 0]
+    n = max(stats.n, 1)
+    dfs = known.df
+    for (forms, weight), held in zip(words, ev.lists.held([f for f, _ in words])):
+        if held:  # (the forms this database holds; df: the collection's)
+            df = min(sum(dfs.get(f, 0) for f in forms), n)
+            out.append(_Words(ev, boxes, [f for f, _ in held], float(weight),
+                              _idf(int(df), int(n)), stats, [x for _, x in held]))
     return out
 
 
@@ -418,15 +454,23 @@ def sparse_terms(ev, cnode, settings: Scoring, weights, known) -> list[_Term]:
 
 
 def top(terms: list[_Term], k: int, matches: Intervals | None = None, *,
-        prune: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        prune: bool = True, compiled: bool = True
+        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The best k containers by the sum of the terms' contributions (starts, ends,
     scores), by score descending, ties by start. Without `matches`, the containers
     holding a term with a positive score; with them (a GCL query's matching containers,
-    a GC-list), those containers only, every one a result (score 0 too)."""
+    a GC-list), those containers only, every one a result (score 0 too). BM25 words
+    (no fields) whose containers are at hand are ranked by the compiled steps
+    (_top_compiled; `compiled=False`: by the steps below, the same result)."""
     order = sorted(range(len(terms)), key=lambda i: -terms[i].bound)
     terms = [terms[i] for i in order]
     bounds = np.array([t.bound for t in terms], dtype=np.float64)
     rest = np.concatenate((np.cumsum(bounds[::-1])[::-1], [0.0]))  # bound of terms i..
+    if compiled and terms and all(type(t) is _Words and not t.stats.scoring.fields
+                                  for t in terms):
+        boxes = None if matches is not None else terms[0].boxes.at_hand()
+        if matches is not None or boxes is not None:
+            return _top_compiled(terms, k, matches, prune, rest, boxes)
     floor = 0.0  # the least of k containers' whole scores: the k-th best is no lower
     i = 0
     if matches is None:
@@ -462,6 +506,76 @@ def top(terms: list[_Term], k: int, matches: Intervals | None = None, *,
 
 
 LEADERS_OVER = 50_000  # a term with more postings than this is read whole only when needed
+
+
+def _top_compiled(terms: list[_Words], k: int, matches: Intervals | None, prune: bool,
+                  rest: np.ndarray, boxes: tuple[Intervals, bool] | None):
+    """top() of BM25 words (no fields) by the compiled MaxScore (kernels.bm25_steps): the
+    same steps, in the same order, with the same result, taken a batch of terms a call.
+    The terms whose lists are at hand (decoded already, or short) go in one call, their
+    decoded postings as they are (kernels.FORMS_PER_CALL lists at most); a term whose
+    list is not goes in a call of its own, its postings read as top() reads them: the
+    whole list while the terms are read whole (after the leaders' floor, for a long
+    one), else only inside the candidates left (the kernel drops the hopeless ones
+    before each term, so the region read is theirs)."""
+    ev = terms[0].ev
+    lists = ev.lists
+    st = terms[0].stats
+    k1, b, avglen = st.scoring.k1, st.scoring.b, float(st.avglen)
+    factors = np.array([t.factor for t in terms], dtype=np.float64)
+    if matches is None:
+        phase, cs, ce, sc = 1, EMPTY_I, EMPTY_I, EMPTY_F
+        (bs, be), disjoint = (boxes[0].starts, boxes[0].ends), boxes[1]
+    else:
+        phase, cs, ce, sc = 2, matches.starts, matches.ends, np.zeros(len(matches))
+        bs = be = EMPTY_I
+        disjoint = True
+    most = kernels.FORMS_PER_CALL
+    n_terms, t, floor, led = len(terms), 0, 0.0, -1
+    done = not n_terms
+    slack1 = 1 + SLACK
+    while not done:
+        forms: list[np.ndarray] = []
+        counts = [0]
+        end = t
+        while end < n_terms:  # the terms at hand from t on
+            got = terms[end].at_hand()
+            if got is None or len(forms) + len(got) > most:
+                break
+            forms += got
+            counts.append(len(forms))
+            end += 1
+        if end == t:  # term t alone: its whole list, or its postings inside the candidates
+            term = terms[t]
+            if phase == 1 and prune and led != t and len(sc) >= k > 0 and \
+                    term.size() > LEADERS_OVER:
+                led = t
+                floor = max(floor, _leaders(terms, t, cs, ce, sc, k))
+                # (the kernel takes the floor into account, reading nothing)
+            else:
+                if phase == 1:
+                    forms = [ev._whole(f).starts for f in term.forms]
+                else:
+                    region = _region(cs, ce)
+                    forms = [lists.inside(f, region.los, region.his).starts
+                             for f in term.forms]
+                forms = _few(forms, most)
+                end = t + 1
+                counts.append(len(forms))
+        t, phase, done, cs, ce, sc, read = kernels.bm25_steps(
+            t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, rest, forms,
+            np.array(counts, dtype=np.int64), bs, be, disjoint, cs, ce, sc)
+        ev.charge(int(read))
+    pick = kernels.bm25_pick(sc, k, matches is None)
+    return cs[pick], ce[pick], sc[pick]
+
+
+def _few(forms: list[np.ndarray], most: int) -> list[np.ndarray]:
+    """A word's postings, one array each form, in `most` arrays at most (the last ones
+    merged into one)."""
+    if len(forms) <= most:
+        return forms
+    return forms[:most - 1] + [np.sort(np.concatenate(forms[most - 1:]))]
 
 
 def _leaders(terms, i, cs, ce, sc, k) -> float:

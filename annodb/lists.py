@@ -52,6 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import kernels
+from .doc_cache import DocumentCache
 from .storage import MAX_ADDRESS, OVERLAPPING, UNKNOWN, zero_values
 
 EMPTY_I = np.empty(0, dtype=np.int64)
@@ -178,6 +179,7 @@ class ListCache:
         self._items: OrderedDict = OrderedDict()  # key -> (value, bytes, room, container)
         self._lock = threading.Lock()
         self.newest: dict[tuple, tuple] = {}  # (kind, fid) -> key of its newest version
+        self.documents = DocumentCache()  # decoded documents by start (doc_cache.py)
 
     def get(self, key):
         with self._lock:
@@ -186,6 +188,19 @@ class ListCache:
                 return None
             self._items.move_to_end(key)
             return found[0]
+
+    def get_many(self, keys: list) -> list:
+        """get of each key (None where absent), under one hold of the lock."""
+        out = []
+        with self._lock:
+            items = self._items
+            for key in keys:
+                found = items.get(key)
+                if found is not None:
+                    items.move_to_end(key)
+                    found = found[0]
+                out.append(found)
+        return out
 
     def admits(self, size: int, container: bool = False) -> bool:
         return size <= (self.max_bytes if container else self.max_bytes // 4)
@@ -254,6 +269,7 @@ class ListCache:
             self.bytes = 0
             self.newest.clear()
             self.facts = (-1, {})
+        self.documents.clear()
 
 
 class Lists:
@@ -291,6 +307,8 @@ class Lists:
         tid, facts = shared.facts
         if tid == self._txn.id:
             found = facts.get(key)
+            if found is not None:
+                return found
         elif tid < self._txn.id:  # a newer state: the older one's facts are dropped
             facts = {}
             shared.facts = (self._txn.id, facts)
@@ -303,25 +321,57 @@ class Lists:
         self._local[key] = found
         return found
 
+    def remembered(self, key: tuple, look):
+        """look() for this snapshot's committed state, kept for the process's snapshots of
+        that state (see _fact): what rankers work out again at every query of the same
+        words (their forms, their statistics). look() must depend on that state only."""
+        return self._fact(key, look)
+
+    def remembered_many(self, keys: list, look) -> list:
+        """remembered(key, lambda: look(key)) of each key, in one pass."""
+        local = self._local
+        shared = self._shared
+        facts = {}
+        if shared is not None:
+            tid, found = shared.facts
+            if tid == self._txn.id:
+                facts = found
+        out = []
+        for key in keys:
+            found = local.get(key)
+            if found is None:
+                found = facts.get(key)
+                if found is None:
+                    found = self._fact(key, lambda key=key: look(key))
+            out.append(found)
+        return out
+
+    def meta(self, name: str, default=None):
+        """The committed state's meta value `name` (storage's meta), kept for the process's
+        snapshots of that state (a write transaction reads its own)."""
+        if self._shared is None:
+            return self._txn.meta(name, default)
+        found = self._fact(("meta", name), lambda: (self._txn.meta(name),))[0]
+        return default if found is None else found
+
     def _state(self, fid: int) -> tuple:
         return self._fact(("state", fid), lambda: self._txn.list_state(fid))
 
     def _erased_version(self):
         """What the erased ranges' state is known by: 0 when there are none, the id of the
         transaction that last changed them, or None when not recorded (format 3)."""
-        key = ("erased-version",)
-        if key not in self._local:
+        def look():
             version = self._txn.meta("erased_version")
-            if version is None and self._txn.has_erased():
-                self._local[key] = None
-            else:
-                self._local[key] = version or 0
-        return self._local[key]
+            return (None if version is None and self._txn.has_erased() else version or 0,)
+        return self._fact(("erased-version",), look)[0]
 
     def _key(self, kind: str, fid: int) -> tuple:
         """The shared cache's key for something decoded of list `fid`: its version (and the
         erased ranges'), so it outlives commits that touch neither; the snapshot's own
         state where a version is not recorded."""
+        return self._fact(("key", kind, fid), lambda: self._made_key(kind, fid))
+
+    def _made_key(self, kind: str, fid: int) -> tuple:
         version = self._state(fid)[1]
         erased = self._erased_version()
         if version is None or erased is None:
@@ -340,6 +390,16 @@ class Lists:
         self._local[(kind, fid)] = value
         if self._shared is not None:
             self._shared.put(self._key(kind, fid), value, size, container)
+
+    def documents(self):
+        """(the process's DocumentCache, this snapshot's token for it), or (None, None)
+        for a write transaction or a snapshot older than the cache's (doc_cache.py)."""
+        if self._shared is None:
+            return None, None
+        version = self._erased_version()
+        token = (0, version) if version is not None else (1, self._txn.id)
+        cache = self._shared.documents
+        return (cache, token) if cache.usable(token) else (None, None)
 
     def erased(self) -> tuple[np.ndarray, np.ndarray]:
         """The erased ranges: sorted, disjoint."""
@@ -455,6 +515,36 @@ class Lists:
             return Intervals.empty()
         found = self._get("list", fid)
         return self._patched(fid) if found is None else found
+
+    def held(self, groups: list[tuple[str, ...]]
+             ) -> list[list[tuple[str, Intervals | None]]]:
+        """For each group of features, those whose stored list holds an interval
+        (stored_count > 0), each with its whole list if decoded already (see cached), else
+        None. Which they are is kept for the committed state (a query asks for the same
+        words again)."""
+        def look(key):
+            return tuple((f, self.fid(f), self._key("list", self.fid(f))) for f in key[1]
+                         if self.stored_count(f))
+        records = self.remembered_many([("held", g) for g in groups], look)
+        local = self._local
+        keys = [key for record in records for _, fid, key in record
+                if ("list", fid) not in local]
+        found = dict(zip(keys, self._shared.get_many(keys))) if self._shared and keys \
+            else {}
+        out = []
+        for record in records:
+            got = []
+            for f, fid, key in record:
+                have = local.get(("list", fid))
+                if have is None:
+                    have = found.get(key)
+                    if have is None:
+                        have = self._patched(fid)
+                    if have is not None:
+                        local[("list", fid)] = have
+                got.append((f, have))
+            out.append(got)
+        return out
 
     def stored_count(self, feature: str) -> int:
         """How many intervals the stored list holds, erased ones included, whether or not

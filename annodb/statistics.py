@@ -35,16 +35,11 @@ def gather(snapshot, features=(), fields=()) -> Statistics:
     before it did)."""
     lists = snapshot.lists
     postings, df, high = {}, {}, {}
-    for f in features:
-        postings[f] = lists.stored_count(f)
-        d, h = lists.statistics(f)
-        if d is None or h is None:
-            whole = lists.whole(f)
-            if d is None:  # the documents holding a posting
-                d = len(lists.containing(":", whole.starts, whole.starts))
-            if h is None:
-                h = max(float(whole.values.max()), 0.0) if len(whole) else 0.0
-        df[f], high[f] = int(d), float(h)
+    features = list(features)  # (kept for the committed state: the same words come again)
+    known = lists.remembered_many([("statistics", f) for f in features],
+                                  lambda key: _feature(lists, key[1]))
+    for f, (count, d, h) in zip(features, known):
+        postings[f], df[f], high[f] = count, d, h
     kept = {name: tuple(v) for name, v in (snapshot.field_statistics() or {}).items()}
     for name in fields:
         if not kept.get(name, (0, 0))[0]:  # not kept: the field's documents and tokens
@@ -53,6 +48,18 @@ def gather(snapshot, features=(), fields=()) -> Statistics:
             kept[name] = (len(held), int((iv.ends - iv.starts + 1).sum()))
     return Statistics(snapshot.document_count(), snapshot.token_count(), postings, df,
                       high, kept)
+
+
+def _feature(lists, f: str) -> tuple[int, int, float]:
+    """(postings as stored, df, high) of feature f: as stored, or counted from its list."""
+    d, h = lists.statistics(f)
+    if d is None or h is None:
+        whole = lists.whole(f)
+        if d is None:  # the documents holding a posting
+            d = len(lists.containing(":", whole.starts, whole.starts))
+        if h is None:
+            h = max(float(whole.values.max()), 0.0) if len(whole) else 0.0
+    return lists.stored_count(f), int(d), float(h)
 
 
 def combine(parts: list[Statistics]) -> Statistics:

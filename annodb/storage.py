@@ -2089,6 +2089,17 @@ class Txn:
         i = entry.find(address)
         return entry.doc(i) if i >= 0 else None
 
+    def doc_entries(self, addresses) -> list[tuple[int | None, "_Entry | None"]]:
+        """For each address, the decoded docs entry that would hold its document (the last
+        keyed at or before it, see docs) and its key: (None, None) when there is none."""
+        self._flush_deletions()
+        out = []
+        with self.txn.cursor(db=self.dbs["docs"]) as cur:
+            for a in addresses:
+                key, entry = self._entry_at(cur, int(a))
+                out.append((None, None) if key is None else (from_u64(key), entry))
+        return out
+
     def docs_overlapping(self, p: int, q: int):
         """Documents whose range overlaps [p, q], in address order."""
         self._flush_deletions()

@@ -64,12 +64,12 @@ class Snapshot:
         self.lists = Lists(txn, shared)  # the annotation lists, whole or by blocks
         self._done = False
         try:  # (a newer annodb may have written it since this process opened it)
-            storage.check_format(db.path, txn.meta("format"))
+            storage.check_format(db.path, self.lists.meta("format"))
         except BaseException:
             Snapshot.close(self)  # (a Writer's close needs what its __init__ sets next)
             raise
         # words are stored without diacritics (an option set when the database was made)
-        self.fold_diacritics = bool(txn.meta(FOLD_DIACRITICS, False))
+        self.fold_diacritics = bool(self.lists.meta(FOLD_DIACRITICS, False))
 
     # context manager
     def __enter__(self):
@@ -157,15 +157,39 @@ class Snapshot:
 
     def document_at(self, address: int) -> Document | None:
         """The document whose address range holds `address`, or None."""
-        self._before_read()
-        address = int(address)
-        if not 0 <= address < storage.MAX_ADDRESS:
-            return None
-        return self._txn.doc_containing(address)
+        return self.documents_at([address])[0]
 
     def documents_at(self, addresses) -> list[Document | None]:
         """document_at of each address, in order."""
-        return [self.document_at(a) for a in addresses]
+        return [None if found is None else found[0].doc(found[1])
+                for found in self._holding(addresses)]
+
+    def docnos_at(self, addresses) -> list[str | None]:
+        """The docno of document_at of each address (None where there is none), in order:
+        what a ranking's hits are named by, without decoding their documents."""
+        return [None if found is None else found[0].docnos[found[1]]
+                for found in self._holding(addresses)]
+
+    def _holding(self, addresses) -> list:
+        """For each address, (the decoded docs entry holding its document, the document's
+        index in it), or None: from the documents cached by start (doc_cache.py), else
+        read (and cached)."""
+        self._before_read()
+        cache, token = self.lists.documents()
+        addresses = [int(a) for a in addresses]
+        out = [None] * len(addresses) if cache is None else \
+            [cache.get(token, a) for a in addresses]
+        missing = [i for i, a in enumerate(addresses)
+                   if out[i] is None and 0 <= a < storage.MAX_ADDRESS]
+        if missing:
+            found = self._txn.doc_entries([addresses[i] for i in missing])
+            for i, (key, entry) in zip(missing, found):
+                j = -1 if entry is None else entry.find(addresses[i])
+                if j >= 0:
+                    out[i] = (entry, j)
+                    if cache is not None:
+                        cache.add(token, key, entry)
+        return out
 
     def documents(self):
         """Every document, in address order."""
@@ -203,11 +227,14 @@ class Snapshot:
 
     def _pieces(self, p: int, q: int, es, ee) -> list[tuple[int, str]]:
         pieces = []
-        for doc in self._txn.docs_overlapping(p, q):
+        for doc in self._overlapping(p, q):
             starts, ends = token_offsets(doc.text)
             lo, hi = max(p, doc.start) - doc.start, min(q, doc.end) - doc.start
             hi = min(hi, len(starts) - 1)
             if lo > hi:
+                continue
+            if not len(es):  # (nothing erased: one run)
+                pieces.append((doc.start, doc.text[starts[lo]:ends[hi]]))
                 continue
             addrs = np.arange(lo, hi + 1, dtype=np.int64) + doc.start
             if len(es):
@@ -223,6 +250,14 @@ class Snapshot:
                                                for r in runs)))
         return pieces
 
+    def _overlapping(self, p: int, q: int):
+        """The documents overlapping p..q: the one holding p alone when it reaches q (a
+        container's range, as rankings ask; from the cached documents), else read."""
+        found = self._holding([p])[0] if p <= q else None
+        if found is not None and found[0].ends[found[1]] >= q:
+            return [found[0].doc(found[1])]
+        return self._txn.docs_overlapping(p, q)
+
     def address_space(self) -> int:
         """The first unused address: content lives in [0, address_space())."""
         self._before_read()
@@ -236,14 +271,14 @@ class Snapshot:
         self._before_read()
         if isinstance(self, Writer):
             return self._documents
-        return self._txn.meta("documents", 0)
+        return self.lists.meta("documents", 0)
 
     def token_count(self) -> int:
         """The tokens of the live documents."""
         self._before_read()
         if isinstance(self, Writer):
             return self._tokens
-        return self._txn.meta("tokens", 0)
+        return self.lists.meta("tokens", 0)
 
     def sparse_fields(self) -> list[str]:
         """The record fields ingested as sparse vectors (features `field:term`)."""
@@ -257,7 +292,7 @@ class Snapshot:
         when the database does not keep them (written before they were)."""
         self._before_read()
         found = self._fields if isinstance(self, Writer) and self._fields is not False \
-            else self._txn.meta("fields")
+            else self.lists.meta("fields")
         return None if found is None else {k: tuple(v) for k, v in found.items()}
 
     def stats(self) -> Stats:

@@ -44,6 +44,8 @@ hold the two equal.
     bm25f                  bm25.py (fields)                    test_bm25: test_bm25f_equals_...
     sparse                 bm25.py (rank="sparse")             test_bm25: test_sparse_vectors_...
     merge_scores           K.merge_scores                      test_bm25: test_merge_scores_kernel
+    bm25_top               K.bm25_steps, bm25_pick (bm25.top's test_bm25: test_bm25_steps_kernel
+                           compiled MaxScore)
     rm3                    feedback.py (rank="bm25+rm3")       test_feedback: test_rm3_equals_its_
                                                                definition
 """
@@ -588,6 +590,26 @@ def bm25(model, query, k, k1=0.9, b=0.4):
     ranked = sorted((i for i in range(n) if scores[i] > 0), key=lambda i: (-scores[i],
                                                                         docs[i][1]))
     return [(docs[i][0], scores[i]) for i in ranked[:k]]
+
+
+def bm25_top(terms, factors, boxes, k, k1, b, avglen, matches=None):
+    """The twin of kernels.bm25_steps run to the end: the k best boxes [(start, end,
+    score)] by the sum over the terms, in order from 0.0, of factors[u] x tf / (tf + k1
+    (1 - b + b (end - start + 1) / avglen)) where the box holds tf > 0 of term u's points
+    (terms: a list of forms each, a form a list of points); by score descending, then
+    start. Without `matches`, the boxes (a GC-list) holding a point, score > 0; with them
+    (a GC-list), every one of them."""
+    found = []
+    for s, e in (boxes if matches is None else matches):
+        score = 0.0
+        for forms, factor in zip(terms, factors):
+            tf = sum(1 for pts in forms for p in pts if s <= p <= e)
+            if tf:
+                score += factor * (tf / (tf + k1 * (1.0 - b + b * (e - s + 1) / avglen)))
+        if matches is not None or score > 0:
+            found.append((s, e, score))
+    found.sort(key=lambda x: (-x[2], x[0]))
+    return found[:max(k, 0)]
 
 
 def bm25f(docs, fields, query, k, k1=0.9):

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import annodb
 from annodb import bm25, kernels
+from annodb import lists as lists_module
 from annodb.check import check
 from annodb.gcl import Evaluator
 from annodb.query import Feature
@@ -64,11 +65,11 @@ def build(path, docs, erased, deleted):
     return db, model
 
 
-def engine_top(r, query, k, prune=True, k1=0.9, b=0.4):
+def engine_top(r, query, k, prune=True, k1=0.9, b=0.4, compiled=True):
     ev = Evaluator(r)
     terms = bm25.word_terms(ev, DOC, bm25.Scoring(k1, b), [((w,), n) for w, n in query],
                             r.statistics([w for w, _ in query]))
-    s, _, sc = bm25.top(terms, k, prune=prune)
+    s, _, sc = bm25.top(terms, k, prune=prune, compiled=compiled)
     return s, sc
 
 
@@ -99,6 +100,9 @@ def test_bm25_equals_its_definition_and_pruning_changes_nothing(tmp_path_factory
         pruned = engine_top(r, query, k, True, k1, b)
         full = engine_top(r, query, k, False, k1, b)
         assert np.array_equal(pruned[0], full[0]) and np.array_equal(pruned[1], full[1])
+        for prune in (True, False):  # the compiled steps and the Python ones: one result
+            steps = engine_top(r, query, k, prune, k1, b, compiled=False)
+            assert np.array_equal(steps[0], full[0]) and np.array_equal(steps[1], full[1])
         same_ranking(named(r, *pruned),
                      naive.bm25(model, [((w,), n) for w, n in query], k, k1, b))
     db.close()
@@ -115,11 +119,124 @@ def test_pruning_on_larger_collections(tmp_path_factory, docs, query, k):
         for leaders in (bm25.LEADERS_OVER, 0):  # 0: the leaders' scores before every term
             old, bm25.LEADERS_OVER = bm25.LEADERS_OVER, leaders
             try:
-                pruned = engine_top(r, query, k, True)
+                for compiled in (True, False):
+                    pruned = engine_top(r, query, k, True, compiled=compiled)
+                    assert np.array_equal(pruned[0], full[0]) and \
+                        np.array_equal(pruned[1], full[1])
             finally:
                 bm25.LEADERS_OVER = old
-            assert np.array_equal(pruned[0], full[0]) and np.array_equal(pruned[1], full[1])
     db.close()
+
+
+@SETTINGS
+@given(st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=30), min_size=20,
+                max_size=60), queries, st.integers(1, 4))
+def test_compiled_steps_read_lists_as_the_python_ones_do(tmp_path_factory, docs, query, k):
+    """With no list decoded beforehand, the compiled top k reads a list not at hand
+    whole while the terms are read whole (after the leaders' floor) and else only inside
+    the candidates left, as the Python steps do: the same result from a fresh snapshot,
+    the documents' list `:` decoded first (the compiled steps need their containers at
+    hand), every other list read as the steps choose."""
+    db, _ = build(str(tmp_path_factory.mktemp("c") / "db"), docs, [], [])
+    with db.read() as r:
+        full = engine_top(r, query, k, False, compiled=False)
+    for leaders in (bm25.LEADERS_OVER, 0):
+        old, bm25.LEADERS_OVER = bm25.LEADERS_OVER, leaders
+        old_small = lists_module.SMALL_LIST
+        lists_module.SMALL_LIST = bm25.SMALL_LIST = 0  # no list is cheap to read whole
+        try:
+            db.close()
+            db = annodb.open(db.path)
+            with db.read() as r:
+                r.lists.whole(":", container=True)
+                got = engine_top(r, query, k, True)
+                assert np.array_equal(got[0], full[0]) and np.array_equal(got[1], full[1])
+        finally:
+            bm25.LEADERS_OVER = old
+            lists_module.SMALL_LIST = bm25.SMALL_LIST = old_small
+    db.close()
+
+
+@st.composite
+def scored_boxes(draw):
+    """(boxes, disjoint, terms: forms of points each, factors, matches or None)."""
+    disjoint = draw(st.booleans())
+    starts = sorted(draw(st.sets(st.integers(0, 60), max_size=12)))
+    boxes, last_end = [], -1
+    for i, s in enumerate(starts):
+        reach = (starts[i + 1] - 1) if disjoint and i + 1 < len(starts) else s + 8
+        e = max(draw(st.integers(s, max(s, reach))), last_end + 1)
+        if disjoint and i + 1 < len(starts) and e >= starts[i + 1]:
+            continue
+        boxes.append((s, e))
+        last_end = e
+    forms = st.lists(st.sets(st.integers(0, 70), max_size=10).map(sorted), min_size=1,
+                     max_size=3)
+    terms = draw(st.lists(forms, max_size=6))
+    factors = sorted(draw(st.lists(st.floats(0.01, 5.0), min_size=len(terms),
+                                   max_size=len(terms))), reverse=True)
+    matches = None
+    if boxes and draw(st.booleans()):
+        matches = [x for x in boxes if draw(st.booleans())]
+    return boxes, disjoint, terms, factors, matches
+
+
+def kernel_top(boxes, disjoint, terms, factors, k, k1, b, avglen, matches, cuts, prune):
+    """kernels.bm25_steps run from the start, its terms given a call per run between cuts."""
+    pair = lambda xs: (np.array([x[0] for x in xs], dtype=np.int64),
+                       np.array([x[1] for x in xs], dtype=np.int64))
+    bs, be = pair(boxes)
+    factors = np.array(factors, dtype=np.float64)
+    rest = np.concatenate((np.cumsum(factors[::-1])[::-1], [0.0]))
+    if matches is None:
+        phase, (cs, ce), sc = 1, pair([]), np.zeros(0)
+    else:
+        phase, (cs, ce), sc = 2, pair(matches), np.zeros(len(matches))
+    t, done, n = 0, not terms, len(terms)
+    while not done:
+        end = min([c for c in cuts if c > t] + [n])
+        forms = [np.array(f, dtype=np.int64) for u in range(t, end) for f in terms[u]]
+        counts = np.cumsum([0] + [len(terms[u]) for u in range(t, end)])
+        t, phase, done, cs, ce, sc, _ = kernels.bm25_steps(
+            t, end, phase, 0.0, k, prune, 1 + bm25.SLACK, k1, b, avglen, factors, rest,
+            forms, counts, bs, be, disjoint, cs, ce, sc)
+    pick = kernels.bm25_pick(sc, k, matches is None)
+    return list(zip(cs[pick].tolist(), ce[pick].tolist(), sc[pick].tolist()))
+
+
+@SETTINGS
+@given(scored_boxes(), st.integers(0, 8), st.sampled_from([(0.9, 0.4), (1.2, 0.75),
+                                                           (0.0, 0.0), (2.0, 1.0)]),
+       st.floats(1.0, 20.0), st.sets(st.integers(1, 5)), st.booleans())
+def test_bm25_steps_kernel(case, k, params, avglen, cuts, prune):
+    """The compiled MaxScore, its terms in any runs of calls, pruning or not, equals the
+    exhaustive top k (the same floats: scores are added in the same order)."""
+    boxes, disjoint, terms, factors, matches = case
+    k1, b = params
+    got = kernel_top(boxes, disjoint, terms, factors, k, k1, b, avglen, matches,
+                     sorted(cuts), prune)
+    assert got == naive.bm25_top(terms, factors, boxes, k, k1, b, avglen, matches)
+
+
+def test_bm25_steps_kernel_past_every_container():
+    """A depth past every container (a sharded collection asks for 2**62 to fuse whole
+    rankings) is every container, not an allocation of that many scores."""
+    boxes = [(0, 3), (5, 9), (12, 12)]
+    terms = [[[1, 6]], [[2, 12]]]
+    for matches in (None, boxes[1:]):
+        got = kernel_top(boxes, True, terms, [2.0, 1.0], 1 << 62, 0.9, 0.4, 4.0, matches,
+                         [], True)
+        assert got == naive.bm25_top(terms, [2.0, 1.0], boxes, 1 << 62, 0.9, 0.4, 4.0,
+                                     matches)
+
+
+@SETTINGS
+@given(st.lists(st.floats(0, 5), max_size=12), st.integers(0, 14), st.booleans())
+def test_bm25_pick_kernel(scores, k, positive):
+    order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+    if positive:
+        order = [i for i in order if scores[i] > 0]
+    assert kernels.bm25_pick(np.array(scores), k, positive).tolist() == order[:k]
 
 
 @SETTINGS

@@ -23,7 +23,8 @@ _MODULES = {
     "codec": ("encode_block", "block_bytes", "decode_block", "decode_blocks",
               "encode_point_groups", "append_point_groups", "block_bounds", "group_order",
               "group_postings", "BadBlock"),
-    "scoring": ("document_frequencies", "merge_scores", "best_windows", "context_sums"),
+    "scoring": ("document_frequencies", "merge_scores", "best_windows", "context_sums",
+                "bm25_steps", "bm25_pick", "FORMS_PER_CALL"),
     "checking": ("BlockChecker",),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}

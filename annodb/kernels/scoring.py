@@ -6,6 +6,8 @@
                                                  every distinct term found in it
     context_sums(values, runs, before, after)    per item, its neighbours' values decayed
                                                  by distance within its run (recall.py)
+    bm25_steps(...)                              BM25's exact top k by MaxScore, resumable
+    bm25_pick(scores, k, positive)               the k best, ties in order
 
 Each public function is a thin validating wrapper of a private jitted one; the brute-force
 twins of the same names are in tests/naive.py.
@@ -18,7 +20,8 @@ from numba import njit
 
 from .algebra import _floats, _ge, _gt, _ints, _pair
 
-__all__ = ["document_frequencies", "merge_scores", "best_windows", "context_sums"]
+__all__ = ["document_frequencies", "merge_scores", "best_windows", "context_sums",
+           "bm25_steps", "bm25_pick", "FORMS_PER_CALL"]
 
 
 @njit(cache=True, nogil=True)
@@ -182,3 +185,403 @@ def context_sums(values, runs, before: float, after: float) -> np.ndarray:
     if not (0.0 <= before <= 1.0 and 0.0 <= after <= 1.0):
         raise ValueError("the decays must lie in [0, 1]")
     return _context_sums(np.ascontiguousarray(v), g, before, after)
+
+
+# BM25's exact top k (bm25.py's MaxScore), a batch of terms a call --------------------------
+
+FORMS_PER_CALL = 32  # the postings arrays one call of bm25_steps takes (a tuple this long)
+
+
+@njit(cache=True, nogil=True)
+def _threshold(sc, n, k, floor):
+    """The k-th largest of sc[:n] (1 <= k <= n), or floor when that is higher."""
+    kth = np.partition(sc[:n], n - k)[n - k]
+    return kth if kth > floor else floor
+
+
+@njit(cache=True, nogil=True)
+def _contribution(factor, tf, length, avglen, k1, b):
+    """factor x bm25.saturation, operation for operation (so the same float64)."""
+    x = float(tf)
+    return factor * (x / (x + k1 * (1.0 - b + b * length / avglen)))
+
+
+@njit(cache=True, nogil=True)
+def _tf(forms, f0, f1, lo, hi, at):
+    """How many points of forms[f0:f1] lie in [lo, hi]; at[f]: where the search in form
+    f's points starts (calls come with lo nondecreasing), moved on."""
+    tf = 0
+    for f in range(f0, f1):
+        pts = forms[f]
+        z = pts.shape[0]
+        a = _ge(pts, at[f], z, lo)
+        at[f] = a
+        y = a  # (a box holds few of a word's points: count them, then gallop)
+        while y < z and y < a + 8 and pts[y] <= hi:
+            y += 1
+        if y == a + 8:
+            y = _gt(pts, y, z, hi)
+        tf += y - a
+    return tf
+
+
+@njit(cache=True, nogil=True)
+def _held_by(pts, box_s, box_e):
+    """The boxes (disjoint) holding one of the points and how many each: (indices,
+    counts). A box's points are skipped in one gallop."""
+    nb = box_s.shape[0]
+    end = pts.shape[0]
+    idx = np.empty(end, np.int64)
+    cnt = np.empty(end, np.int64)
+    m = 0
+    x = 0
+    hi_at = 0
+    while x < end:
+        p = pts[x]
+        hi_at = _gt(box_s, hi_at, nb, p)   # the box that can hold p: hi_at - 1
+        j = hi_at - 1
+        if j < 0 or box_e[j] < p:          # none: on to the next box's first point
+            if hi_at >= nb:
+                break
+            x = _ge(pts, x + 1, end, box_s[hi_at])
+            continue
+        y = _gt(pts, x + 1, end, box_e[j])
+        idx[m] = j
+        cnt[m] = y - x
+        m += 1
+        x = y
+    return idx[:m], cnt[:m]
+
+
+@njit(cache=True, nogil=True)
+def _added(ai, ac, bi, bc):
+    """The union of two (box, count) lists sorted by box, counts of a box in both added."""
+    na, nb = ai.shape[0], bi.shape[0]
+    oi = np.empty(na + nb, np.int64)
+    oc = np.empty(na + nb, np.int64)
+    i = j = m = 0
+    while i < na or j < nb:
+        if j == nb or (i < na and ai[i] < bi[j]):
+            oi[m], oc[m] = ai[i], ac[i]
+            i += 1
+        elif i == na or bi[j] < ai[i]:
+            oi[m], oc[m] = bi[j], bc[j]
+            j += 1
+        else:
+            oi[m], oc[m] = ai[i], ac[i] + bc[j]
+            i += 1
+            j += 1
+        m += 1
+    return oi[:m], oc[:m]
+
+
+@njit(cache=True, nogil=True)
+def _holding(forms, f0, f1, box_s, box_e, disjoint):
+    """The boxes (a GC-list) holding a point of forms[f0:f1], ascending, and how many of
+    the points each holds: (indices, counts)."""
+    if disjoint:
+        idx, cnt = _held_by(forms[f0], box_s, box_e) if f1 > f0 else \
+            (np.empty(0, np.int64), np.empty(0, np.int64))
+        for f in range(f0 + 1, f1):
+            bi, bc = _held_by(forms[f], box_s, box_e)
+            idx, cnt = _added(idx, cnt, bi, bc)
+        return idx, cnt
+    # boxes may overlap: a point may lie in several (those from the first ending at or
+    # after it to the last starting at or before it), counted by a search each
+    nb = box_s.shape[0]
+    total = 0
+    for f in range(f0, f1):
+        total += forms[f].shape[0]
+    out = np.empty(total + 1, np.int64)
+    m = 0
+    for f in range(f0, f1):
+        pts = forms[f]
+        hi_at = 0
+        lo_at = 0
+        last = -1
+        for x in range(pts.shape[0]):
+            p = pts[x]
+            hi_at = _gt(box_s, hi_at, nb, p)
+            lo_at = _ge(box_e, lo_at, nb, p)
+            j = lo_at if lo_at > last + 1 else last + 1
+            while j < hi_at:
+                if m == out.shape[0]:
+                    grown = np.empty(out.shape[0] * 2, np.int64)
+                    grown[:m] = out[:m]
+                    out = grown
+                out[m] = j
+                m += 1
+                last = j
+                j += 1
+    idx = np.sort(out[:m])
+    d = 0
+    for x in range(m):
+        if d == 0 or idx[x] != idx[d - 1]:
+            idx[d] = idx[x]
+            d += 1
+    idx = idx[:d]
+    cnt = np.empty(d, np.int64)
+    at = np.zeros(len(forms), np.int64)
+    for y in range(d):
+        cnt[y] = _tf(forms, f0, f1, box_s[idx[y]], box_e[idx[y]], at)
+    return idx, cnt
+
+
+@njit(cache=True, nogil=True)
+def _bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, rest,
+                forms, term_forms, box_s, box_e, disjoint, acc_s, acc_e, acc_sc):
+    for u in range(term_forms.shape[0] - 1):
+        if term_forms[u] > term_forms[u + 1]:
+            raise ValueError("term forms must not decrease")
+    t0 = t
+    n_terms = factors.shape[0]
+    n = acc_s.shape[0]
+    acc_s, acc_e, acc_sc = acc_s.copy(), acc_e.copy(), acc_sc.copy()
+    read = 0
+    done = False
+    high = 0.0  # the best score so far (the k-th best is no higher)
+    for x in range(n):
+        if acc_sc[x] > high:
+            high = acc_sc[x]
+    while True:
+        # before term t: end the reading of whole lists, or drop the hopeless candidates
+        if t >= n_terms:
+            done = True
+            break
+        if phase == 1 and prune and k > 0 and n >= k:
+            bar = rest[t] * slack1
+            if (bar < high or bar < floor) and bar < _threshold(acc_sc, n, k, floor):
+                phase = 2
+        if phase == 2:
+            if prune and n > k:
+                m = 0
+                if k > 0:
+                    th = _threshold(acc_sc, n, k, floor)
+                    for x in range(n):
+                        if (acc_sc[x] + rest[t]) * slack1 >= th:
+                            acc_s[m], acc_e[m], acc_sc[m] = acc_s[x], acc_e[x], acc_sc[x]
+                            m += 1
+                n = m
+            if n == 0:
+                done = True
+                break
+        if t >= end:
+            break
+        if phase == 2:  # the batch's terms inside the candidates, a candidate at a time
+            n, got = _candidates(t, end, t0, k, prune, slack1, k1, b, avglen, factors, rest,
+                                 forms, term_forms, acc_s, acc_e, acc_sc, n,
+                                 _threshold(acc_sc, n, k, floor) if k > 0 and n >= k
+                                 else floor)
+            read += got
+            t = end
+            continue
+        # phase 1: the term everywhere, merged into the candidates by start
+        f0, f1 = term_forms[t - t0], term_forms[t - t0 + 1]
+        idx, cnt = _holding(forms, f0, f1, box_s, box_e, disjoint)
+        for f in range(f0, f1):
+            read += forms[f].shape[0]
+        factor = factors[t]
+        ms = np.empty(n + idx.shape[0], np.int64)
+        me = np.empty(n + idx.shape[0], np.int64)
+        mv = np.empty(n + idx.shape[0], np.float64)
+        i = 0
+        m = 0
+        for y in range(idx.shape[0]):
+            s, e = box_s[idx[y]], box_e[idx[y]]
+            c = _contribution(factor, cnt[y], float(e - s + 1), avglen, k1, b) \
+                if cnt[y] > 0 else 0.0
+            if not c > 0:
+                continue
+            while i < n and acc_s[i] < s:
+                ms[m], me[m], mv[m] = acc_s[i], acc_e[i], acc_sc[i]
+                i += 1
+                m += 1
+            if i < n and acc_s[i] == s:
+                ms[m], me[m], mv[m] = s, e, acc_sc[i] + c
+                i += 1
+            else:
+                ms[m], me[m], mv[m] = s, e, 0.0 + c
+            if mv[m] > high:
+                high = mv[m]
+            m += 1
+        while i < n:
+            ms[m], me[m], mv[m] = acc_s[i], acc_e[i], acc_sc[i]
+            i += 1
+            m += 1
+        acc_s, acc_e, acc_sc, n = ms, me, mv, m
+        t += 1
+    return t, phase, done, acc_s[:n], acc_e[:n], acc_sc[:n], read
+
+
+CHUNK = 64  # candidates taken through the terms together (each form's array got once)
+
+
+@njit(cache=True, nogil=True)
+def _candidates(t, end, t0, k, prune, slack1, k1, b, avglen, factors, rest, forms,
+                term_forms, acc_s, acc_e, acc_sc, n, th):
+    """Terms t..end-1 added to the candidates (in place, the first n; in address order),
+    CHUNK candidates at a time through them all before the next: one whose score so far
+    + the bounds left (x slack1) falls below th is dropped, and th rises to the k-th best
+    of the scores the candidates kept reach (each a lower bound of a final score, as th
+    is of the k-th best one). Returns (the candidates kept, the points counted)."""
+    at = np.zeros(len(forms), np.int64)
+    heap = np.empty(max(min(k, n), 1), np.float64)  # the k best kept: a min-heap
+    held = 0
+    read = 0
+    m = 0
+    alive = np.empty(CHUNK, np.bool_)
+    score = np.empty(CHUNK, np.float64)
+    tfs = np.empty(CHUNK, np.int64)
+    for c0 in range(0, n, CHUNK):
+        c1 = min(n, c0 + CHUNK)
+        for x in range(c0, c1):
+            alive[x - c0] = True
+            score[x - c0] = acc_sc[x]
+        for u in range(t, end):
+            left = 0
+            for x in range(c0, c1):
+                if alive[x - c0]:
+                    if prune and (score[x - c0] + rest[u]) * slack1 < th:
+                        alive[x - c0] = False
+                    else:
+                        left += 1
+                        tfs[x - c0] = 0
+            if left == 0:
+                break
+            for f in range(term_forms[u - t0], term_forms[u - t0 + 1]):
+                pts = forms[f]
+                z = pts.shape[0]
+                a = at[f]
+                for x in range(c0, c1):
+                    if not alive[x - c0]:
+                        continue
+                    a = _ge(pts, a, z, acc_s[x])
+                    hi = acc_e[x]
+                    y = a  # (a box holds few of a word's points: count them, then gallop)
+                    while y < z and y < a + 8 and pts[y] <= hi:
+                        y += 1
+                    if y == a + 8:
+                        y = _gt(pts, y, z, hi)
+                    tfs[x - c0] += y - a
+                at[f] = a
+            factor = factors[u]
+            for x in range(c0, c1):
+                if alive[x - c0]:
+                    tf = tfs[x - c0]
+                    read += tf
+                    if tf > 0:
+                        score[x - c0] = score[x - c0] + _contribution(
+                            factor, tf, float(acc_e[x] - acc_s[x] + 1), avglen, k1, b)
+        for x in range(c0, c1):
+            if not alive[x - c0]:
+                continue
+            sc = score[x - c0]
+            acc_s[m], acc_e[m], acc_sc[m] = acc_s[x], acc_e[x], sc
+            m += 1
+            if prune and k > 0:
+                if held < k:
+                    _heap_push(heap, held, sc)
+                    held += 1
+                elif sc > heap[0]:
+                    _heap_replace(heap, held, sc)
+        if prune and k > 0 and held == k and heap[0] > th:
+            th = heap[0]
+    return m, read
+
+
+@njit(cache=True, nogil=True)
+def _heap_push(heap, n, x):
+    i = n
+    heap[i] = x
+    while i > 0:
+        p = (i - 1) >> 1
+        if heap[p] <= heap[i]:
+            break
+        heap[p], heap[i] = heap[i], heap[p]
+        i = p
+
+
+@njit(cache=True, nogil=True)
+def _heap_replace(heap, n, x):
+    heap[0] = x
+    i = 0
+    while True:
+        a = 2 * i + 1
+        if a >= n:
+            break
+        if a + 1 < n and heap[a + 1] < heap[a]:
+            a += 1
+        if heap[i] <= heap[a]:
+            break
+        heap[i], heap[a] = heap[a], heap[i]
+        i = a
+
+
+_NO_POINTS = np.empty(0, np.int64)
+
+
+def bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, rest, forms,
+               term_forms, box_s, box_e, disjoint, acc_s, acc_e, acc_sc):
+    """BM25's exact top k by MaxScore (bm25.top's), resumable: terms t..end-1 of the query
+    (ordered by their bounds, highest first) taken in turn from the state (phase, floor,
+    the candidates acc_s, acc_e and their scores acc_sc, sorted by start). Term u's
+    contribution to a box [s, e] holding tf > 0 of its points is
+    factors[u] x tf / (tf + k1 (1 - b + b (e - s + 1) / avglen)); its points are those of
+    the forms (each an ascending array of points; at most FORMS_PER_CALL)
+    forms[term_forms[u - t]:term_forms[u - t + 1]].
+
+    Before each term u (and once more before `end`, when the query has more terms): in
+    phase 1, once there are k candidates and rest[u] (the bounds of terms u.. summed)
+    x slack1 falls below the larger of their k-th best score and `floor`, phase 2 begins;
+    in phase 2, a candidate whose score + rest[u] (x slack1) falls below that is dropped
+    (prune false: neither). In phase 1 a term's scores (where positive) are merged into
+    the candidates by start, the boxes (box_s, box_e: a GC-list holding every box that
+    holds one of its points) holding its points found; in phase 2 the terms are added to
+    the candidates, each candidate through every term of the call, dropped as soon as it
+    cannot reach the k-th best of the scores the candidates kept reach (its points
+    inside the candidates are enough). `disjoint`: no two boxes overlap. Scores are
+    added in term order (0.0 + the first), as bm25.top adds them.
+
+    Returns (the next term, phase, done: no term or no candidate left, acc_s, acc_e,
+    acc_sc, points read)."""
+    factors, rest = _floats(factors, "factors"), _floats(rest, "rest")
+    term_forms = _ints(term_forms, "term forms")
+    box_s, box_e = _pair(box_s, box_e, "boxes")
+    acc_s, acc_e = _pair(acc_s, acc_e, "candidates")
+    acc_sc = _floats(acc_sc, "candidate scores")
+    t, end = int(t), int(end)
+    if not 0 <= t <= end <= factors.shape[0] or rest.shape[0] < factors.shape[0]:
+        raise ValueError(f"terms {t}..{end} of {factors.shape[0]}")
+    if len(forms) > FORMS_PER_CALL:
+        raise ValueError(f"{len(forms)} postings arrays, more than {FORMS_PER_CALL}")
+    if term_forms.shape[0] != end - t + 1 or term_forms[0] < 0 or \
+            term_forms[-1] > len(forms):
+        raise ValueError("term_forms must give each term's forms, ascending")
+    if acc_sc.shape[0] != acc_s.shape[0]:
+        raise ValueError("a score per candidate is needed")
+    forms = tuple(_ints(a, "points") for a in forms) + \
+        (_NO_POINTS,) * (FORMS_PER_CALL - len(forms))
+    return _bm25_steps(t, end, int(phase), float(floor), int(k), bool(prune), float(slack1),
+                       float(k1), float(b), float(avglen), factors, rest, forms,
+                       term_forms, box_s, box_e, bool(disjoint), acc_s, acc_e, acc_sc)
+
+
+@njit(cache=True, nogil=True)
+def _bm25_pick(scores, k, positive):
+    order = np.argsort(-scores, kind="mergesort")
+    out = np.empty(min(k, scores.shape[0]), np.int64)
+    m = 0
+    for x in range(order.shape[0]):
+        if m == out.shape[0]:
+            break
+        if positive and not scores[order[x]] > 0:
+            break
+        out[m] = order[x]
+        m += 1
+    return out[:m]
+
+
+def bm25_pick(scores, k, positive):
+    """The indices of the k best scores (descending; ties in index order), only positive
+    ones if `positive`."""
+    return _bm25_pick(_floats(scores, "scores"), max(int(k), 0), bool(positive))

@@ -193,6 +193,10 @@ class ShardedSnapshot:
                 found[i] = self.document_at(a)
         return found
 
+    def docnos_at(self, addresses) -> list:
+        """The docno of documents_at of each address (None where there is none)."""
+        return [None if d is None else d.docno for d in self.documents_at(addresses)]
+
     def documents(self):
         return heapq.merge(*(p.documents() for p in self.parts), key=lambda d: d.start)
 

@@ -7,7 +7,7 @@ import os
 import platform
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RESULTS = os.path.join(HERE, "RESULTS.md")
+RESULTS = os.path.join(os.path.dirname(HERE), "RESULTS.md")  # benchmarks/RESULTS.md
 
 
 def machine() -> str:
