@@ -42,10 +42,10 @@ import numpy as np
 
 from . import kernels
 from .errors import QueryCostError, QueryError
-from .lists import SMALL_LIST, Intervals
+from .lists import Intervals
 from .query import (Combine, Compare, Feature, Link, Node, Parsed, Term, Window, map_leaves,
                     parse, resolve)
-from .storage import MAX_ADDRESS, zero_values
+from .storage import MAX_ADDRESS
 from .tokenizer import strip_diacritics
 
 MAX_WINDOWS = 20_000_000
@@ -56,10 +56,6 @@ PARTIAL_OVER = 200_000
 PARTIAL_RATIO = 500  # ... and only when it holds PARTIAL_RATIO x more points than positions
 MAX_LEAVES = 10_000  # distinct terms, phrases and features in one query
 _REGION_KEYS = itertools.count()
-_EMPTY_I = np.empty(0, dtype=np.int64)
-import os
-_X_EVAL = os.environ.get("X_EVAL", "whole")
-_X_DRIVERS = os.environ.get("X_DRIVERS", "1")
 
 _COMPARE = {
     "=": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
@@ -207,7 +203,6 @@ class Evaluator:
         # query's (the parser cannot know; see folded)
         self._fold = getattr(snapshot, "fold_diacritics", False)
         self._folded: dict[Node, Node] = {}
-        self._trees: dict = {}   # node -> what kernels/tree.py takes of it (see _tree)
 
     def folded(self, node: Node) -> Node:
         """The node with its words as this database stores them: without diacritics in a
@@ -465,9 +460,7 @@ class Evaluator:
 
     def eval_in(self, node: Node, region: Region) -> Intervals:
         """The node's intervals lying inside one of the region's ranges: exactly
-        `region.select(self.eval(node))`, reading only what lies in the region. A tree of
-        all-of, one-of and followed-by over words and phrases is evaluated in one kernel
-        call (see compiled)."""
+        `region.select(self.eval(node))`, reading only what lies in the region."""
         if self._fold:
             node = self.folded(node)
         found = self.memo.get(node)
@@ -476,60 +469,7 @@ class Evaluator:
         key = (node, region.key)
         found = self.memo_in.get(key)
         if found is None:
-            found = self.compiled(node, region) if isinstance(node, Combine) else None
-            if found is None:
-                found = self._spent(self._eval_in(node, region))
-            self.memo_in[key] = found
-        return found
-
-    def compiled(self, node: Node, region: Region) -> Intervals | None:
-        """`eval_in` of a tree of ^, + and ... over words and phrases in one kernel call
-        (kernels/tree.py: the same plan as _eval_in's, without a Python call per node and
-        per word), or None for any other tree. Each word is read once, in the region's
-        ranges (Lists.part: its whole list when decoded or short, else the blocks
-        there); the budget is charged for what was read and bounds what the kernel
-        produces."""
-        if _X_EVAL == "0":
-            return None
-        tree = self._tree(node)
-        if tree is None or (_X_EVAL == "whole" and any(w is None for w in tree[3])):
-            return None
-        if not len(region):
-            return Intervals.empty()
-        tables, names, counts, whole = tree
-        ws, we = [], []
-        for name, found in zip(names, whole):
-            if found is None:
-                found = self.lists.part(name, region.los, region.his)
-            ws.append(found.starts)
-            we.append(found.ends)
-        self.charge(0)
-        budget = self.budget
-        room = -1 if budget.postings is None else max(budget.postings - budget.spent, 0)
-        s, e, produced, _ = kernels.eval_tree(*tables, counts, ws, we, region.los,
-                                              region.his, room)
-        self.charge(produced)  # (QueryCostError when it stopped at its bound)
-        return Intervals(s, e, zero_values(len(s)))
-
-    def _tree(self, node: Node) -> tuple | None:
-        """(the tables of _plan, its words, their lists' counts, the lists of those that
-        are decoded or short: None for the others) of a tree kernels/tree.py evaluates,
-        once per node; None for another tree."""
-        found = self._trees.get(node, self)
-        if found is self:
-            found = _plan(node)
-            if found is not None:
-                tables, names = found
-                lists = self.lists
-                counts = np.array([lists.count(name) for name in names], dtype=np.int64)
-                whole = []
-                for name, count in zip(names, counts.tolist()):
-                    have = lists.cached(name)
-                    if have is None and count <= SMALL_LIST:
-                        have = self._whole(name)
-                    whole.append(have)
-                found = (tables, names, counts, whole)
-            self._trees[node] = found
+            found = self.memo_in[key] = self._spent(self._eval_in(node, region))
         return found
 
     def _eval_in(self, node: Node, region: Region) -> Intervals:
@@ -581,16 +521,6 @@ class Evaluator:
         its left operand's; else the node's own intervals."""
         if self._fold:
             node = self.folded(node)
-        tree = self._tree(node) if isinstance(node, Combine) and _X_DRIVERS == "1" else None
-        if tree is not None:  # in one kernel call when every word it needs is at hand
-            tables, names, counts, whole = tree
-            s, e, produced, ok = kernels.tree_drivers(
-                *tables, counts, [_EMPTY_I if w is None else w.starts for w in whole],
-                [_EMPTY_I if w is None else w.ends for w in whole],
-                [w is not None for w in whole])
-            self.charge(produced)
-            if ok:
-                return Intervals(s, e, zero_values(len(s)))
         if isinstance(node, Combine) and node.op in ("^", "..."):
             return self.drivers(min(node.args, key=self.estimate))
         if isinstance(node, Combine) and node.op == "+":
@@ -600,77 +530,6 @@ class Evaluator:
         if isinstance(node, Compare):
             return self.eval(node)
         return self.eval(node)
-
-
-class _NotPlain(Exception):
-    """A node the compiled evaluator does not take."""
-
-
-_TREE_KINDS = {"^": 1, "+": 2, "...": 3}   # kernels/tree.py's ALL, ONE, FOLLOW; TERM 0
-MAX_TREE_WORDS = 128                       # distinct words in one compiled tree
-
-
-def _plan(root: Node) -> tuple[tuple, list[str]] | None:
-    """The flat tables of a tree of ^, + and ... over terms (kernels/tree.py: kind, arg_lo,
-    arg_hi, args, word_lo, word_hi, words; one row per distinct node, children first, the
-    root last) and its distinct words, or None for a tree holding anything else (a
-    feature, a containment, a value filter, a link, a window; an all-of of one distinct
-    operand, which keeps its operand's values) or more than MAX_TREE_WORDS words."""
-    plan = _Plan()
-    try:
-        plan.visit(root)
-    except _NotPlain:
-        return None
-    if len(plan.slots) > MAX_TREE_WORDS:
-        return None
-    tables = tuple(np.array(x, dtype=np.int64) for x in
-                   (plan.kind, plan.arg_lo, plan.arg_hi, plan.args, plan.word_lo,
-                    plan.word_hi, plan.words))
-    return tables, list(plan.slots)
-
-
-class _Plan:
-    """_plan's tables as they are built (a class, not a closure calling itself: that
-    would be a reference cycle per query)."""
-
-    def __init__(self):
-        self.kind: list[int] = []
-        self.arg_lo: list[int] = []
-        self.arg_hi: list[int] = []
-        self.args: list[int] = []
-        self.word_lo: list[int] = []
-        self.word_hi: list[int] = []
-        self.words: list[int] = []
-        self.slots: dict[str, int] = {}
-        self.index: dict = {}
-
-    def visit(self, n: Node) -> int:   # (depth is bounded by the parser's MAX_DEPTH)
-        found = self.index.get(n)
-        if found is not None:
-            return found
-        if isinstance(n, Term):
-            slots = self.slots
-            self.word_lo.append(len(self.words))
-            self.words.extend(slots.setdefault(t, len(slots)) for t in n.tokens)
-            self.word_hi.append(len(self.words))
-            self.kind.append(0)
-            self.arg_lo.append(0)
-            self.arg_hi.append(0)
-        elif isinstance(n, Combine) and n.op in _TREE_KINDS:
-            ops = list(n.args) if n.op == "..." else _distinct(n.args)
-            if n.op == "^" and len(ops) < 2:
-                raise _NotPlain
-            kids = [self.visit(a) for a in ops]
-            self.kind.append(_TREE_KINDS[n.op])
-            self.arg_lo.append(len(self.args))
-            self.args.extend(kids)
-            self.arg_hi.append(len(self.args))
-            self.word_lo.append(0)
-            self.word_hi.append(0)
-        else:
-            raise _NotPlain
-        self.index[n] = len(self.kind) - 1
-        return self.index[n]
 
 
 def _strip_term(node: Term | Feature) -> Node:

@@ -60,7 +60,6 @@ CACHE_BYTES = 256 << 20
 FACTS = 200_000  # lookups kept per committed state (ListCache.facts), ~100 bytes each
 WHOLE_FRACTION = 0.5  # probes in this share of a list's blocks or more: decode it whole
 SMALL_LIST = 4096     # a list this short is decoded whole rather than probed (about a block)
-_UNASKED = object()
 
 
 @dataclass(frozen=True)
@@ -330,12 +329,11 @@ class Lists:
         return (kind, fid, version, erased)
 
     def _get(self, kind: str, fid: int):
-        found = self._local.get((kind, fid), _UNASKED)
-        if found is _UNASKED:
-            if self._shared is None:
-                return None
-            # (a miss is kept too: a query asks the count of a list read by blocks often)
-            found = self._local[(kind, fid)] = self._shared.get(self._key(kind, fid))
+        found = self._local.get((kind, fid))
+        if found is None and self._shared is not None:
+            found = self._shared.get(self._key(kind, fid))
+            if found is not None:
+                self._local[(kind, fid)] = found
         return found
 
     def _put(self, kind: str, fid: int, value, size: int, container: bool = False) -> None:

@@ -1,7 +1,6 @@
 """The numba kernels (the only package that imports numba): the region algebra over
-GC-lists (algebra.py) and a whole operator tree of it in one call (tree.py), the storage
-block codec (codec.py), tokenizing (text.py), BM25's counting (scoring.py) and check's
-look at each block (checking.py).
+GC-lists (algebra.py), the storage block codec (codec.py), tokenizing (text.py), BM25's
+counting (scoring.py) and check's look at each block (checking.py).
 
 The modules are imported on first use of one of their names (`kernels.both_of`), not when
 annodb is: numba takes a fifth of a second to import, and `annodb --help` or a command that
@@ -26,7 +25,6 @@ _MODULES = {
               "group_postings", "BadBlock"),
     "scoring": ("document_frequencies", "merge_scores", "best_windows", "context_sums"),
     "checking": ("BlockChecker",),
-    "tree": ("eval_tree", "tree_drivers"),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
 
