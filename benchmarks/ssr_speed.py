@@ -3,6 +3,7 @@ scale corpus, in one process, interleaved query by query.
 
     python benchmarks/ssr_speed.py                    # build what is missing, 3 rounds
     python benchmarks/ssr_speed.py --rounds 5 --sizes 1,4
+    python benchmarks/ssr_speed.py --engines Annodb        # annodb alone in the process
     PYTHONPATH=/tmp/before python benchmarks/ssr_speed.py   # another checkout's annodb
 
 The databases are the growth benchmark's (benchmarks/work/growth-1x/, growth-4x/: annodb.db,
@@ -58,12 +59,12 @@ def _build_child(engine_name: str, workdir: str, corpus: str) -> None:
           f"{eng.size() / 1e6:,.0f} MB", flush=True)
 
 
-def build(times: int) -> None:
+def build(times: int, names: tuple[str, ...] = ENGINES) -> None:
     """Each engine's database for `times` x the corpus, when it is not built yet."""
     from benchmarks.growth import corpus_times
     os.makedirs(place(times), exist_ok=True)
     corpus = None
-    for name in ENGINES:
+    for name in names:
         eng = getattr(engines, name)(place(times))
         marker = eng.path + ".built"
         if os.path.exists(marker):
@@ -84,11 +85,12 @@ def percentiles(ms: np.ndarray) -> dict[str, float]:
             "p99": float(np.percentile(ms, 99)), "max": float(ms.max())}
 
 
-def replay(sizes: list[int], queries: list[str], rounds: int, seed: int) -> dict:
+def replay(sizes: list[int], queries: list[str], rounds: int, seed: int,
+           names: tuple[str, ...] = ENGINES) -> dict:
     """{(engine name, times): (every time in ms, each query's fastest in ms)}."""
     opened = []
     for times in sizes:
-        for name in ENGINES:
+        for name in names:
             eng = getattr(engines, name)(place(times))
             eng.open()
             opened.append((eng, times))
@@ -130,7 +132,7 @@ def tables(got: dict, sizes: list[int]) -> str:
                 out.append(f"| {name} | growth 1x -> {t}x | " + " | ".join(
                     f"x{stats[(name, t)][p] / stats[(name, sizes[0])][p]:.2f}" for p in PCT) +
                     " |")
-        for peer in names[1:]:
+        for peer in names[1:] if names[0] == engines.Annodb.name else ():
             for t in sizes:
                 out.append(f"| annodb / {peer} | {t}x | " + " | ".join(
                     f"{stats[(names[0], t)][p] / stats[(peer, t)][p]:.2f}x" for p in PCT) + " |")
@@ -139,26 +141,40 @@ def tables(got: dict, sizes: list[int]) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog="examples:\n" + __doc__.split("\n\n")[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1,4", help="corpus multiples (default 1,4)")
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds (default 3)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--build-only", action="store_true", help="build what is missing, stop")
+    ap.add_argument("--engines", default=",".join(ENGINES),
+                    help=f"which to replay, in this order (default {','.join(ENGINES)}; "
+                    "annodb's ratios to the others when it is first)")
     args = ap.parse_args(argv)
     if not os.path.exists(os.path.join(WORK, "corpus.jsonl")):
         print(f"ssr_speed: no scale corpus at {WORK}/corpus.jsonl "
               "(python -m benchmarks.run builds it)", file=sys.stderr)
         return 1
+    names = tuple(args.engines.split(","))
+    if not names or not set(names) <= set(ENGINES):
+        print(f"ssr_speed: --engines names some of {', '.join(ENGINES)}", file=sys.stderr)
+        return 2
+    have = {cls.__name__ for cls in engines.available()}
+    if not set(names) <= have:
+        print(f"ssr_speed: {', '.join(sorted(set(names) - have))} not installed "
+              "(pip install tantivy); left out", file=sys.stderr)
+        names = tuple(n for n in names if n in have)
     sizes = [int(s) for s in args.sizes.split(",")]
     for t in sizes:
-        build(t)
+        build(t, names)
     if args.build_only:
         return 0
     import annodb
     from benchmarks.results import machine
     print(f"annodb from {os.path.dirname(os.path.dirname(annodb.__file__))}; {machine()}; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
-    got, n = replay(sizes, load_queries(), args.rounds, args.seed)
+    got, n = replay(sizes, load_queries(), args.rounds, args.seed, names)
     print(f"{n:,} queries every engine runs, {args.rounds} rounds after a warm-up round\n")
     print(tables(got, sizes))
     return 0
