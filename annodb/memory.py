@@ -577,11 +577,30 @@ def _value_over(snap, name: str, start: int, end: int) -> float | None:
     return None if v != v else v
 
 
+_NAMES: dict = {}      # (database path, committed state) -> its value features' names
+
+
+def value_names(snap) -> list[str]:
+    """The names of the value features (`:name:`) of the snapshot's database: looked up
+    once per committed state (the state a read sees) and kept for the reads after it."""
+    state = getattr(getattr(snap, "_txn", None), "id", None)   # (None: a sharded one's)
+    key = (getattr(getattr(snap, "db", None), "path", None), state)
+    found = _NAMES.get(key) if state is not None else None
+    if found is None:
+        found = [n for n in snap.features_with_prefix(":", sys.maxsize)
+                 if _VALUE_FEATURE.fullmatch(n)]
+        if state is not None and not isinstance(snap, Writer):
+            if len(_NAMES) >= 64:
+                _NAMES.clear()
+            _NAMES[key] = found
+    return found
+
+
 def _entries(snap, docs, scores=None, snippets=None) -> list[Entry]:
     """The Entry of each document (None ones left out): its record's metadata, with the
     values that `:name:` features hold over it (what annotate() set after remember(),
-    and `:superseded:`) put over it. Every such feature is looked at (the first 1,000
-    names only, once: the values of the rest were dropped)."""
+    and `:superseded:`) put over it. Only the value features that some of the records
+    do not hold are read (their names: value_names, once per committed state)."""
     keep = [i for i, d in enumerate(docs) if d is not None]
     docs = [docs[i] for i in keep]
     scores = [None] * len(docs) if scores is None else [scores[i] for i in keep]
@@ -591,8 +610,8 @@ def _entries(snap, docs, scores=None, snippets=None) -> list[Entry]:
         starts = [d.start for d in docs]
         ends = [d.end for d in docs]
         own = [{f.path for f in d.fields} for d in docs]
-        for name in snap.features_with_prefix(":", sys.maxsize):
-            if not _VALUE_FEATURE.fullmatch(name) or all(name in o for o in own):
+        for name in value_names(snap):
+            if all(name in o for o in own):
                 continue
             key = name[1:-1]
             for j, value in enumerate(values_over(snap, name, starts, ends).tolist()):

@@ -61,7 +61,13 @@ taken so far (those passing the filter, found by evaluating it only around them)
 scored exactly, from their neighbours' lengths, times and postings; a memory further away
 holds none of those words nearby, so it scores less than the sum over the words left of
 qtf x (idf + passage x pidf), plus the dates' weights. Once the k-th best score reaches
-that bound, no other memory can enter the k best; otherwise the next word is taken.
+that bound, no other memory can enter the k best; otherwise twice as many words are
+taken. When the memories to read around the holders of the words taken would be as many
+as the filter holds (a question of common words, "what did she say"), the filter is read
+whole instead. Either way the scores are the formula's: only the work differs. With
+LoCoMo's questions (eight or so words, several of them common) the k-th score seldom
+passes the bound before the common words are taken, so a recall without a `where` still
+reads about as much as the memory holds (benchmarks/RESULTS.md, "as it grows").
 """
 
 from __future__ import annotations
@@ -295,17 +301,19 @@ def search(snapshot, text: str, *, k: int = 10, container=":", settings: Context
     if not terms:
         return empty
     dates = [(lo, hi, date_weight(lo, hi, settings)) for lo, hi in date_ranges(text)]
+    size = _documents_in(ev, cnode, stats.documents)
     if scan is None:
-        size = _documents_in(ev, cnode, stats.documents)
         scan = size is None or size <= FILTER_SCAN
-    if scan:
+    found = None if scan else _followed(ev, cnode, terms, dates, avglen, settings,
+                                        time_feature, max(k, 0), snapshot.address_space(),
+                                        stats.documents, None if scan is False else size)
+    if found is None:
         boxes = ev.eval(cnode)
         cuts = np.zeros(len(boxes), dtype=bool)
         s, e, scores = _scored(ev, boxes, Region.around(boxes), cuts, terms, dates, avglen,
                                settings, time_feature)[:3]
     else:
-        s, e, scores = _followed(ev, cnode, terms, dates, avglen, settings, time_feature,
-                                 max(k, 0), snapshot.address_space(), stats.documents)
+        s, e, scores = found
     pick = kernels.top(scores, max(k, 0))
     rs, re_, rsc = s[pick], e[pick], scores[pick]
     cs, ce = snapshot.word_covers([f for f, _ in words], rs, re_) if snippets else (rs, rs)
@@ -358,17 +366,19 @@ def _scored(ev: Evaluator, docs: Intervals, region: Region, cuts: np.ndarray, te
 
 
 def _followed(ev: Evaluator, cnode, terms: list, dates: list, avglen: float,
-              settings: Context, time_feature: str, k: int, space: int, documents: int
-              ) -> tuple:
+              settings: Context, time_feature: str, k: int, space: int, documents: int,
+              size: int | None) -> tuple | None:
     """(starts, ends, scores) of the memories that may be among the k best, following
-    the postings (the module docstring's "What a recall reads"): the others scored 0."""
+    the postings (the module docstring's "What a recall reads"): the others scored 0.
+    None when the memories to read around the words' would be as many as the filter's
+    `size` (reading the filter whole is cheaper then)."""
     order = sorted(range(len(terms)), key=lambda w: (terms[w].df, w))
     zone = settings.zone()
     radius = zone + max(settings.window, settings.reach)
     holders: dict[int, Intervals] = {}
     taken = 0
     while True:
-        taken += 1
+        taken = min(max(2 * taken, 1), len(order))    # 1, 2, 4, ... words
         rest = order[taken:]
         bound = sum(terms[w].bound(settings) for w in rest)
         if rest and dates:
@@ -377,6 +387,8 @@ def _followed(ev: Evaluator, cnode, terms: list, dates: list, avglen: float,
             if w not in holders:
                 holders[w] = _holders(ev, cnode, terms[w].forms)
         held = _union([holders[w] for w in order[:taken]])
+        if size is not None and len(held) * (2 * radius + 1) >= size:
+            return None
         if not len(held):
             if not rest:
                 return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)

@@ -5,6 +5,7 @@ latency with a filter, for annodb's Memory and SQLite FTS5 side by side.
     python benchmarks/memory.py               # the table and latencies, into RESULTS.md
     python benchmarks/memory.py --no-record   # print only
     python benchmarks/memory.py --quick       # the default and the peers only
+    python benchmarks/memory.py --growth      # recall latency over 1x, 4x, 16x LoCoMo
 
 The memory: every turn remembered in conversation order with `conv`, `session`, `speaker`
 and `time` (its session's date_time, as UTC) as metadata; its text is corpus.jsonl's
@@ -262,6 +263,60 @@ def latency(path: str, con, qs: list[dict], k: int) -> dict:
     return out
 
 
+def growth(sizes=(1, 4, 16), n_questions: int = 400, k: int = 10) -> str:
+    """Recall latency as the memory grows: LoCoMo's turns remembered `size` times (each
+    copy a conversation of its own: new conv ids and docnos, the same text and times),
+    the first `n_questions` questions asked with no `where` and with `where={"conv":
+    ...}`; the default (following the postings) and the whole filter read and scored
+    (recall.search(scan=True), what every recall did before). p50 / p99 ms of
+    Memory.recall, after a warm-up pass."""
+    import annodb
+    from annodb import memory as M, recall
+    rows = turns()
+    qs = questions()[:n_questions]
+    lines = [f"| memories | no `where`: Memory.recall p50 / p99 | recall.search, postings "
+             f"followed | whole memory scored (scan) | `where` conv: Memory.recall | "
+             f"recall.search, postings followed | whole filter scored (scan) |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for size in sizes:
+        path = os.path.join(WORK, f"growth-{size}x.db")
+        shutil.rmtree(path, ignore_errors=True)
+        mem = annodb.Memory(path)
+        for copy in range(size):
+            tag = "" if copy == 0 else f"-r{copy}"
+            mem.remember_many([{"text": d["text"], "docno": d["docid"] + tag,
+                                "conv": d["conv"] + tag, "session": d["session"],
+                                "speaker": d["speaker"], "time": when(d["date_time"])}
+                               for d in rows])
+        cells = []
+        for where in (None, "conv"):
+            times = {"recall": [], "follow": [], "scan": []}
+            for rep in range(2):
+                for q in qs:
+                    w = None if where is None else {"conv": q["conv"]}
+                    node = M.where_node(w)
+                    t0 = time.perf_counter()
+                    mem.recall(q["question"], k=k, where=w)
+                    t1 = time.perf_counter()
+                    with mem.db.read() as r:
+                        recall.search(r, q["question"], k=k, container=node)
+                    t2 = time.perf_counter()
+                    with mem.db.read() as r:
+                        recall.search(r, q["question"], k=k, container=node, scan=True)
+                    t3 = time.perf_counter()
+                    if rep:
+                        for name, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2)):
+                            times[name].append(dt * 1000)
+            for name in times:
+                v = sorted(times[name])
+                cells.append(f"{v[len(v) // 2]:.2f} / {v[int(len(v) * 0.99)]:.2f}")
+        mem.close()
+        lines.append(f"| {size * len(rows):,} ({size}x) | " + " | ".join(cells) + " |")
+        print(lines[-1], flush=True)
+        shutil.rmtree(path, ignore_errors=True)
+    return "\n".join(lines)
+
+
 def row(name: str, figures: dict) -> str:
     cells = [" / ".join(f"{figures[h][k]:.1f}" for k in KS) for h in ("tune", "held out",
                                                                        "all")]
@@ -274,6 +329,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-record", action="store_true", help="print only")
     ap.add_argument("--quick", action="store_true",
                     help="the default and the peers only (no variants)")
+    ap.add_argument("--growth", action="store_true",
+                    help="only recall latency over 1x, 4x and 16x LoCoMo")
     args = ap.parse_args(argv)
     if not os.path.isfile(os.path.join(DATA, "corpus.jsonl")):
         print(f"benchmarks/memory.py needs LoCoMo in {DATA} (not found); set "
@@ -282,6 +339,15 @@ def main(argv=None) -> int:
     from annodb import recall
     from benchmarks.results import machine, record
     os.makedirs(WORK, exist_ok=True)
+    if args.growth:
+        table = growth()
+        if not args.no_record:
+            now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+            record("memory-growth", "## Agent memory as it grows (`python benchmarks/memory.py "
+                   f"--growth`)\n\nRun {now} on {machine()}, under the shared CPU lock. "
+                   + growth.__doc__.split("\n\n")[0].replace("\n    ", " ") + " k = 10; "
+                   "p50 / p99 ms over 400 questions (the second of two passes).\n\n" + table)
+        return 0
     rows, qs = turns(), questions()
     db_path = os.path.join(WORK, "locomo.db")
     built, how = build_annodb(db_path, rows)

@@ -156,24 +156,40 @@ def best_windows(addrs, terms, n_terms, los, his):
 def _context_sums(values, runs, before, after, reach):
     rows, n = values.shape
     out = np.zeros((rows, n), np.float64)
+    # the first and last item of each item's run
+    first = np.zeros(n, np.int64)
+    last = np.zeros(n, np.int64)
+    for i in range(1, n):
+        first[i] = first[i - 1] if runs[i] == runs[i - 1] else i
+    if n:
+        last[n - 1] = n - 1
+    for i in range(n - 2, -1, -1):
+        last[i] = last[i + 1] if runs[i] == runs[i + 1] else i
+    if before == 1.0 and after == 1.0:
+        # plain window sums, from prefix sums (exact for whole numbers, as counts are)
+        total = np.zeros(n + 1, np.float64)
+        for r in range(rows):
+            for i in range(n):
+                total[i + 1] = total[i] + values[r, i]
+            for i in range(n):
+                lo = max(i - reach, first[i])
+                hi = min(i + reach, last[i])
+                out[r, i] = (total[hi + 1] - total[lo]) - values[r, i]
+        return out
+    down = np.ones(reach + 1, np.float64)
+    up = np.ones(reach + 1, np.float64)
+    for d in range(1, reach + 1):
+        down[d] = down[d - 1] * before
+        up[d] = up[d - 1] * after
     for i in range(n):
-        # the items of i's run within `reach` on either side
-        lo = i
-        while lo > 0 and i - lo < reach and runs[lo - 1] == runs[i]:
-            lo -= 1
-        hi = i
-        while hi < n - 1 and hi - i < reach and runs[hi + 1] == runs[i]:
-            hi += 1
+        lo = max(i - reach, first[i])
+        hi = min(i + reach, last[i])
         for r in range(rows):
             acc = 0.0
-            w = 1.0
             for j in range(i - 1, lo - 1, -1):
-                w *= before
-                acc += w * values[r, j]
-            w = 1.0
+                acc += down[i - j] * values[r, j]
             for j in range(i + 1, hi + 1):
-                w *= after
-                acc += w * values[r, j]
+                acc += up[j - i] * values[r, j]
             out[r, i] = acc
     return out
 
@@ -183,7 +199,8 @@ def context_sums(values, runs, before: float, after: float, reach: int) -> np.nd
     the items j != i of its run (the stretch of consecutive items with the same `runs`
     id) at most `reach` items away of before ** (i - j) * values[j] for those before it
     and after ** (j - i) * values[j] for those after it (before = after = 1: the plain sum
-    of the window)."""
+    of the window, from prefix sums: exact where the values are whole numbers, else up to
+    floating-point rounding)."""
     v = np.asarray(values, dtype=np.float64)
     if v.ndim != 2:
         raise ValueError(f"values must be two-dimensional (rows x items), got shape {v.shape}")
