@@ -62,8 +62,8 @@ scored exactly, from their neighbours' lengths, times and postings; a memory fur
 holds none of those words nearby, so it scores less than the sum over the words left of
 qtf x (idf + passage x pidf), plus the dates' weights. Once the k-th best score reaches
 that bound, no other memory can enter the k best; otherwise twice as many words are
-taken. When the memories to read around the holders of the words taken would be as many
-as the filter holds (a question of common words, "what did she say"), the filter is read
+taken. When the memories to read around the holders of the words taken could be as many
+as the filter holds (by the words' df, before anything is read) (a question of common words, "what did she say"), the filter is read
 whole instead. Either way the scores are the formula's: only the work differs. With
 LoCoMo's questions (eight or so words, several of them common) the k-th score seldom
 passes the bound before the common words are taken, so a recall without a `where` still
@@ -370,8 +370,8 @@ def _followed(ev: Evaluator, cnode, terms: list, dates: list, avglen: float,
               size: int | None) -> tuple | None:
     """(starts, ends, scores) of the memories that may be among the k best, following
     the postings (the module docstring's "What a recall reads"): the others scored 0.
-    None when the memories to read around the words' would be as many as the filter's
-    `size` (reading the filter whole is cheaper then)."""
+    None when the memories to read around the holders of the words taken could be as many
+    as the filter's `size` (by the words' df: reading the filter whole is cheaper then)."""
     order = sorted(range(len(terms)), key=lambda w: (terms[w].df, w))
     zone = settings.zone()
     radius = zone + max(settings.window, settings.reach)
@@ -380,6 +380,9 @@ def _followed(ev: Evaluator, cnode, terms: list, dates: list, avglen: float,
     while True:
         taken = min(max(2 * taken, 1), len(order))    # 1, 2, 4, ... words
         rest = order[taken:]
+        if size is not None and \
+                sum(terms[w].df for w in order[:taken]) * (2 * radius + 1) >= size:
+            return None   # (df: the holders anywhere, an upper bound of those in the filter)
         bound = sum(terms[w].bound(settings) for w in rest)
         if rest and dates:
             bound += settings.dates * sum(weight for _, _, weight in dates)
@@ -387,8 +390,6 @@ def _followed(ev: Evaluator, cnode, terms: list, dates: list, avglen: float,
             if w not in holders:
                 holders[w] = _holders(ev, cnode, terms[w].forms)
         held = _union([holders[w] for w in order[:taken]])
-        if size is not None and len(held) * (2 * radius + 1) >= size:
-            return None
         if not len(held):
             if not rest:
                 return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
