@@ -62,7 +62,7 @@ scored exactly, from their neighbours' lengths, times and postings; a memory fur
 holds none of those words nearby, so it scores less than the sum over the words left of
 qtf x (idf + passage x pidf), plus the dates' weights. Once the k-th best score reaches
 that bound, no other memory can enter the k best; otherwise twice as many words are
-taken. When the memories to read around the holders of the words taken could be as many
+taken (a round is run only when the words taken could outscore those left). When the memories to read around the holders of the words taken could be as many
 as the filter holds (by the words' df, before anything is read) (a question of common words, "what did she say"), the filter is read
 whole instead. Either way the scores are the formula's: only the work differs. With
 LoCoMo's questions (eight or so words, several of them common) the k-th score seldom
@@ -386,6 +386,8 @@ def _followed(ev: Evaluator, cnode, terms: list, dates: list, avglen: float,
         bound = sum(terms[w].bound(settings) for w in rest)
         if rest and dates:
             bound += settings.dates * sum(weight for _, _, weight in dates)
+        if bound > sum(terms[w].bound(settings) for w in order[:taken]):
+            continue      # (the words taken could not outscore the rest: take more first)
         for w in order[:taken]:
             if w not in holders:
                 holders[w] = _holders(ev, cnode, terms[w].forms)
