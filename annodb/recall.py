@@ -62,12 +62,14 @@ scored exactly, from their neighbours' lengths, times and postings; a memory fur
 holds none of those words nearby, so it scores less than the sum over the words left of
 qtf x (idf + passage x pidf), plus the dates' weights. Once the k-th best score reaches
 that bound, no other memory can enter the k best; otherwise twice as many words are
-taken (a round is run only when the words taken could outscore those left). When the memories to read around the holders of the words taken could be as many
-as the filter holds (by the words' df, before anything is read) (a question of common words, "what did she say"), the filter is read
-whole instead. Either way the scores are the formula's: only the work differs. With
-LoCoMo's questions (eight or so words, several of them common) the k-th score seldom
-passes the bound before the common words are taken, so a recall without a `where` still
-reads about as much as the memory holds (benchmarks/RESULTS.md, "as it grows").
+taken. A round is run only when the words taken could outscore those left, and only
+while the memories to read around their holders are at most a quarter of what the filter
+holds (by the words' df, before anything is read); else the filter is read whole (a
+question of common words, "what did she say"). Either way the scores are the formula's:
+only the work differs. With LoCoMo's questions (eight or so words, several of them
+common) the k-th score seldom passes the bound before the common words are taken, so a
+recall without a `where` still reads about as much as the memory holds
+(benchmarks/RESULTS.md, "as it grows").
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ TIME = ":time:"   # the feature whose value over a memory is its time (seconds)
 RANK = "context"  # this ranking's name where rankers are named (Memory.recall's `rank`)
 DAY = 86400.0
 FILTER_SCAN = 2048  # a filter of at most this many memories (an upper bound) is read whole
+ROUND = 4           # a round following the postings reads at most 1 / ROUND of the filter
 
 
 @dataclass(frozen=True)
@@ -304,7 +307,7 @@ def search(snapshot, text: str, *, k: int = 10, container=":", settings: Context
     size = _documents_in(ev, cnode, stats.documents)
     if scan is None:
         scan = size is None or size <= FILTER_SCAN
-    found = None if scan else _followed(ev, cnode, terms, dates, avglen, settings,
+    found = None if scan or size is None else _followed(ev, cnode, terms, dates, avglen, settings,
                                         time_feature, max(k, 0), snapshot.address_space(),
                                         stats.documents, None if scan is False else size)
     if found is None:
@@ -370,8 +373,9 @@ def _followed(ev: Evaluator, cnode, terms: list, dates: list, avglen: float,
               size: int | None) -> tuple | None:
     """(starts, ends, scores) of the memories that may be among the k best, following
     the postings (the module docstring's "What a recall reads"): the others scored 0.
-    None when the memories to read around the holders of the words taken could be as many
-    as the filter's `size` (by the words' df: reading the filter whole is cheaper then)."""
+    None when the memories to read around the holders of the words taken could be more
+    than 1 / ROUND of the filter's `size` (by the words' df: a round that may not end it
+    costs too much then, and reading the filter whole is cheaper)."""
     order = sorted(range(len(terms)), key=lambda w: (terms[w].df, w))
     zone = settings.zone()
     radius = zone + max(settings.window, settings.reach)
@@ -381,7 +385,7 @@ def _followed(ev: Evaluator, cnode, terms: list, dates: list, avglen: float,
         taken = min(max(2 * taken, 1), len(order))    # 1, 2, 4, ... words
         rest = order[taken:]
         if size is not None and \
-                sum(terms[w].df for w in order[:taken]) * (2 * radius + 1) >= size:
+                sum(terms[w].df for w in order[:taken]) * (2 * radius + 1) * ROUND >= size:
             return None   # (df: the holders anywhere, an upper bound of those in the filter)
         bound = sum(terms[w].bound(settings) for w in rest)
         if rest and dates:
