@@ -305,11 +305,10 @@ def search(snapshot, text: str, *, k: int = 10, container=":", settings: Context
         return empty
     dates = [(lo, hi, date_weight(lo, hi, settings)) for lo, hi in date_ranges(text)]
     size = _documents_in(ev, cnode, stats.documents)
-    if scan is None:
-        scan = size is None or size <= FILTER_SCAN
-    found = None if scan or size is None else _followed(ev, cnode, terms, dates, avglen, settings,
-                                        time_feature, max(k, 0), snapshot.address_space(),
-                                        stats.documents, None if scan is False else size)
+    follow = scan is False or (scan is None and size is not None and size > FILTER_SCAN)
+    found = None if not follow or size is None else _followed(
+        ev, cnode, terms, dates, avglen, settings, time_feature, max(k, 0),
+        snapshot.address_space(), stats.documents, None if scan is False else size)
     if found is None:
         boxes = ev.eval(cnode)
         cuts = np.zeros(len(boxes), dtype=bool)
