@@ -267,16 +267,17 @@ def growth(sizes=(1, 4, 16), n_questions: int = 400, k: int = 10) -> str:
     """Recall latency as the memory grows: LoCoMo's turns remembered `size` times (each
     copy a conversation of its own: new conv ids and docnos, the same text and times),
     the first `n_questions` questions asked with no `where` and with `where={"conv":
-    ...}`; the default (following the postings) and the whole filter read and scored
-    (recall.search(scan=True), what every recall did before). p50 / p99 ms of
+    ...}`; the default (recall.search: following the postings where that reads less) and
+    the whole filter read and scored (recall.search(scan=True), what every recall did
+    before). p50 / p99 ms of
     Memory.recall, after a warm-up pass."""
     import annodb
     from annodb import memory as M, recall
     rows = turns()
     qs = questions()[:n_questions]
-    lines = [f"| memories | no `where`: Memory.recall p50 / p99 | recall.search, postings "
-             f"followed | whole memory scored (scan) | `where` conv: Memory.recall | "
-             f"recall.search, postings followed | whole filter scored (scan) |",
+    lines = ["| memories | no `where`: Memory.recall p50 / p99 | recall.search (default) | "
+             "whole memory scored (scan) | `where` conv: Memory.recall | recall.search "
+             "(default) | whole filter scored (scan) |",
              "|---:|---:|---:|---:|---:|---:|---:|"]
     for size in sizes:
         path = os.path.join(WORK, f"growth-{size}x.db")
