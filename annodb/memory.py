@@ -52,6 +52,7 @@ from .metadata import (DOCUMENT, KEY, RESERVED, SUPERSEDED, TEXT, TIME, check_ow
                        stored, value_feature, where_node as _where_node)
 from .query import Combine, Feature
 from .ranking import text_words
+from .routing import route, shard_name
 from .transaction import Writer
 
 __all__ = ["Memory", "Entry", "Recalled", "History", "label", "where_node", "is_gcl",
@@ -252,8 +253,10 @@ class Memory:
                 record[KEY] = theirs
         if isinstance(w, Writer):
             added = self._add(w, records, given)
-        else:          # a sharded collection's: one at a time, each routed by its docno
-            added = [self._add_one(w, record, docno) for record, docno in zip(records, given)]
+        else:          # a sharded collection's: one shard, one memory at a time
+            shard = self._shard_for(w, items)
+            added = [self._add_one(w, record, docno, shard)
+                     for record, docno in zip(records, given)]
         for a, record in zip(added, records):
             for name, value in record.items():
                 if isinstance(value, str) and name != TEXT:
@@ -278,16 +281,48 @@ class Memory:
                         documents=[(d,) + doc[1:] for d, doc in zip(docnos, made.documents)])
         return w.add_batch(made, replace=any(d is not None for d in given))
 
+    def _shard_for(self, w, items: list[tuple]) -> int:
+        """The one shard of a sharded memory that a remember writes (a transaction of a
+        sharded collection writes one): the shard of the docnos given, of the memories
+        superseded and of those with the keys given (so that a key's memories live in one
+        shard and supersede each other atomically); else the one the transaction writes
+        already, or the first memory's. AnnodbError when they are in several."""
+        n = len(self.db.shards)
+        needs: dict[int, str] = {}
+        for record, docno, key, target in items:
+            if docno is not None:
+                needs.setdefault(route(docno, n), f"the docno {docno!r}")
+            if target is not None:
+                needs.setdefault(route(str(target), n), f"the memory {target!r} superseded")
+            if KEY in record:
+                held = w.query(Combine(">>", (DOCUMENT, Feature(label(KEY, record[KEY])))))
+                for doc in w.documents_at(held.starts.tolist()[:1]):
+                    if doc is not None:
+                        needs.setdefault(route(doc.docno, n), f"the key {record[KEY]!r}")
+        if len(needs) > 1:
+            (a, why_a), (b, why_b) = sorted(needs.items())[:2]
+            raise AnnodbError(
+                f"these memories belong in {shard_name(a)} ({why_a}) and {shard_name(b)} "
+                f"({why_b}) of this sharded memory, and one transaction writes one shard: "
+                "nothing was remembered; remember them in separate calls")
+        if needs:
+            return next(iter(needs))
+        writing = getattr(w, "_writing", None)
+        return route(f"m{w.address_space()}", n) if writing is None else writing
+
     @staticmethod
-    def _add_one(w, record: dict, docno: str | None):
-        """Add one memory's record (the writer places it: a sharded collection's)."""
+    def _add_one(w, record: dict, docno: str | None, shard: int):
+        """Add one memory's record to a sharded collection's shard `shard`: one without
+        a docno is named `m<address>`, `.1`, `.2` ... appended until the name is free and
+        routes to that shard."""
         replace = docno is not None
         if docno is None:
-            base, n = f"m{w.address_space()}", 0
+            n = len(w.db.shards)
+            base, i = f"m{w.address_space()}", 0
             docno = base
-            while w.has(docno):
-                n += 1
-                docno = f"{base}.{n}"
+            while route(docno, n) != shard or w.has(docno):
+                i += 1
+                docno = f"{base}.{i}"
         return w.add(record, docno=docno, text_fields=[TEXT], replace=replace)
 
     @staticmethod
@@ -376,8 +411,26 @@ class Memory:
                 box = self._filter(w, where, DOCUMENT, None, True)
                 names += [d.docno for d in w.documents_at(w.query(box).starts.tolist())
                           if d is not None]
-            gone = [d for d in dict.fromkeys(names) if w.delete(d)]
+            names = list(dict.fromkeys(names))
+            if not isinstance(w, Writer):
+                self._one_shard(w, names)
+            gone = [d for d in names if w.delete(d)]
         return bool(gone) if one else gone
+
+    def _one_shard(self, w, names: list) -> None:
+        """AnnodbError unless the memories `names` (those present) live in one shard of
+        this sharded memory (a transaction writes one): before anything is forgotten."""
+        n = len(self.db.shards)
+        held: dict[int, list] = {}
+        for name in (str(x) for x in names if w.has(str(x))):
+            held.setdefault(route(name, n), []).append(name)
+        if len(held) > 1:
+            parts = ", ".join(f"{len(v)} in {shard_name(i)}" for i, v in sorted(held.items()))
+            raise AnnodbError(
+                f"forget: the memories to forget live in several shards of this sharded "
+                f"memory ({parts}), and one transaction writes one shard: nothing was "
+                "forgotten; forget the docnos of one shard at a time (all or nothing per "
+                "shard), or keep memories forgotten together in one database")
 
     # reading
     def recall(self, query_or_text: str | None, k: int = 10, where: dict | None = None, *,
@@ -524,11 +577,30 @@ def _value_over(snap, name: str, start: int, end: int) -> float | None:
     return None if v != v else v
 
 
+_NAMES: dict = {}      # (database path, committed state) -> its value features' names
+
+
+def value_names(snap) -> list[str]:
+    """The names of the value features (`:name:`) of the snapshot's database: looked up
+    once per committed state (the state a read sees) and kept for the reads after it."""
+    state = getattr(getattr(snap, "_txn", None), "id", None)   # (None: a sharded one's)
+    key = (getattr(getattr(snap, "db", None), "path", None), state)
+    found = _NAMES.get(key) if state is not None else None
+    if found is None:
+        found = [n for n in snap.features_with_prefix(":", sys.maxsize)
+                 if _VALUE_FEATURE.fullmatch(n)]
+        if state is not None and not isinstance(snap, Writer):
+            if len(_NAMES) >= 64:
+                _NAMES.clear()
+            _NAMES[key] = found
+    return found
+
+
 def _entries(snap, docs, scores=None, snippets=None) -> list[Entry]:
     """The Entry of each document (None ones left out): its record's metadata, with the
     values that `:name:` features hold over it (what annotate() set after remember(),
-    and `:superseded:`) put over it. Every such feature is looked at (the first 1,000
-    names only, once: the values of the rest were dropped)."""
+    and `:superseded:`) put over it. Only the value features that some of the records
+    do not hold are read (their names: value_names, once per committed state)."""
     keep = [i for i, d in enumerate(docs) if d is not None]
     docs = [docs[i] for i in keep]
     scores = [None] * len(docs) if scores is None else [scores[i] for i in keep]
@@ -538,8 +610,8 @@ def _entries(snap, docs, scores=None, snippets=None) -> list[Entry]:
         starts = [d.start for d in docs]
         ends = [d.end for d in docs]
         own = [{f.path for f in d.fields} for d in docs]
-        for name in snap.features_with_prefix(":", sys.maxsize):
-            if not _VALUE_FEATURE.fullmatch(name) or all(name in o for o in own):
+        for name in value_names(snap):
+            if all(name in o for o in own):
                 continue
             key = name[1:-1]
             for j, value in enumerate(values_over(snap, name, starts, ends).tolist()):

@@ -11,44 +11,72 @@ address order, m_1 .. m_n, with lengths L_i (tokens) and times t_i (the `:time:`
 over each memory). A **session** is a maximal run of consecutive memories whose
 neighbouring times are at most `gap` seconds apart (a memory without a time is a session
 of its own), as web logs are cut into sessions at a silence. Within its session, memory i
-is lent its neighbours' counts, decayed by distance (kernels.context_sums):
+is lent the counts of its neighbours at most `window` (W) memories away, decayed by
+distance (kernels.context_sums):
 
-    lent(x)_i = sum over j < i of before^(i-j) x_j  +  sum over j > i of after^(j-i) x_j
+    lent(x)_i = sum over j of its session, 0 < i - j <= W, of before^(i-j) x_j
+              + sum over j of its session, 0 < j - i <= W, of after^(j-i) x_j
 
-(earlier memories lend more: an answer follows its question). For each word w of the
-query (with the words sharing its stem, as ranking.text_words conflates them; qtf its
-count in the query, idf Lucene's from the collection's N and df, as bm25.py), with tf_i
-its count in m_i:
+(earlier memories lend more: an answer follows its question; at W = 8 what a memory
+further away would lend, 0.5^9 of its count, is negligible, and the window keeps the work
+bounded). Every statistic is the collection's (N, its documents; avglen, their mean
+length; df, a word's documents: Snapshot.statistics) or lies in a memory's window, so
+that a recall reads only the postings of its words and the memories around them (below),
+however many memories the filter selects. For each word w of the query (with the words
+sharing its stem, as ranking.text_words conflates them; qtf its count in the query, idf
+Lucene's from N and df, as bm25.py), with tf_i its count in m_i, h_i the memories of i's
+session at most W away (i included) that hold w, and c_i how many memories that is:
 
-    T_i    = tf_i + lent(tf)_i      (lent nothing if more than `common` of the n memories,
-                                     and more than one, hold w: a word many memories hold,
-                                     such as the name of one side of the conversation,
-                                     says nothing of where a memory is)
-    A_i    = L_i + lent(L)_i,  avg = the mean of A over the n memories
+    T_i    = tf_i + lent(tf)_i   (lent nothing where h_i > max(common x c_i, 1): a word most
+                                  of a memory's neighbours hold, such as the name of one
+                                  side of a conversation, says nothing of where it is)
+    A_i    = L_i + lent(L)_i,  avg = avglen x (1 + sum for d = 1..W of before^d + after^d)
     turn_i = sum over w of qtf x idf x T_i / (T_i + k1 x (1 - b + b x A_i / avg))
 
-which is BM25F over a memory and its context as two fields. Each session s is scored as
-one document by BM25 over the same words, with its own statistics (the sessions of the
-n memories: sdf of them holding w, S in all, slen_s its tokens, savg their mean):
+which is BM25F over a memory and its context as two fields (avg: the mean of A in an
+endless session). A memory's **passage** is its session's memories at most `reach` (R)
+away, i included, scored as one document by BM25 with their summed counts and lengths,
+ptf_i and P_i, and the idf a passage of 2R + 1 memories would have if the word's memories
+were spread evenly, pidf = idf(N x (1 - (1 - df / N)^(2R + 1)), N) (a word most passages
+hold, like a question word, weighs little):
 
-    sess_s = sum over w of qtf x idf(sdf, S) x stf_s / (stf_s + session_k1 x (1 -
-             session_b + session_b x slen_s / savg))
+    pass_i = sum over w of qtf x pidf x ptf_i / (ptf_i + passage_k1 x (1 - passage_b +
+             passage_b x P_i / (avglen x (2R + 1))))
 
 and dates the query names ("12 May 2023", "May 12, 2023", "May 2023", "2023-05-12",
-"2023"; UTC, as Memory reads a naive datetime) are a term matched by the memories whose time falls in that day,
-month or year (m of the n): date_i = sum over the dates of idf(m, n) where it falls. Then
+"2023"; UTC, as Memory reads a naive datetime) are a term matched by the memories whose
+time falls in that day, month or year, weighing ln(1 + date_span / its length) (a day
+names more than a year): date_i = the sum over the dates it falls in. Then
 
-    score_i = turn_i + [turn_i > 0] x (session x sess_s(i) + dates x date_i)
+    score_i = turn_i + [turn_i > 0] x (passage x pass_i + dates x date_i)
 
 and the k best memories with a score > 0 are returned, ties by address. The settings
 (`Context`) were chosen on half of LoCoMo's conversations and measured on the other half
 (benchmarks/memory.py, benchmarks/RESULTS.md, where every variant tried is listed).
+
+**What a recall reads.** A filter of at most FILTER_SCAN memories (by the lists' counts)
+is read whole, with the postings inside it. Otherwise the work follows the postings: the
+words are taken rarest first, and the memories within max(W, R) of one holding a word
+taken so far (those passing the filter, found by evaluating it only around them) are
+scored exactly, from their neighbours' lengths, times and postings; a memory further away
+holds none of those words nearby, so it scores less than the sum over the words left of
+qtf x (idf + passage x pidf), plus the dates' weights. Once the k-th best score reaches
+that bound, no other memory can enter the k best; otherwise twice as many words are
+taken. A round is run only when the words taken could outscore those left, and only
+while the memories to read around their holders are at most a quarter of what the filter
+holds (by the words' df, before anything is read); else the filter is read whole (a
+question of common words, "what did she say"). Either way the scores are the formula's:
+only the work differs. With LoCoMo's questions (eight or so words, several of them
+common) the k-th score seldom passes the bound before the common words are taken, so a
+recall without a `where` still reads about as much as the memory holds
+(benchmarks/RESULTS.md, "as it grows").
 """
 
 from __future__ import annotations
 
 import calendar
 import datetime
+import math
 import re
 from dataclasses import dataclass
 
@@ -59,10 +87,13 @@ from .bm25 import idf
 from .errors import RankingError
 from .gcl import Evaluator, Region, as_node
 from .lists import Intervals
-from .query import Combine, Term, format as format_query
+from .query import Combine, Feature, Term, format as format_query
 
 TIME = ":time:"   # the feature whose value over a memory is its time (seconds)
 RANK = "context"  # this ranking's name where rankers are named (Memory.recall's `rank`)
+DAY = 86400.0
+FILTER_SCAN = 2048  # a filter of at most this many memories (an upper bound) is read whole
+ROUND = 4           # a round following the postings reads at most 1 / ROUND of the filter
 
 
 @dataclass(frozen=True)
@@ -70,15 +101,28 @@ class Context:
     """Context recall's settings (see the module docstring)."""
 
     k1: float = 0.9          # BM25's over a memory and its context
-    b: float = 0.4          # (Anserini's; 0.7 was second on the tuning half)
+    b: float = 0.4           # (Anserini's; 0.7 was second on the tuning half)
     before: float = 0.5      # the decay of what earlier memories lend, per step
     after: float = 0.3       # of what later ones lend
+    window: int = 8          # memories further away lend nothing
     gap: float = 1800.0      # a longer silence between two memories (seconds) ends a session
-    common: float = 0.2      # a word more of the memories hold (and more than one) is not lent
-    session: float = 0.5     # the weight of the session's score
-    session_k1: float = 0.9
-    session_b: float = 0.6
+    common: float = 0.4      # a word more of a memory's window holds (and more than one)
+    #                          is not lent to it
+    passage: float = 0.5     # the weight of the passage's score
+    reach: int = 10          # a passage: the memories of the session at most this far away
+    passage_k1: float = 0.9
+    passage_b: float = 0.6
     dates: float = 1.5       # the weight of a date the query names
+    date_span: float = 365 * DAY   # a date of length D weighs ln(1 + date_span / D)
+
+    def spread(self) -> float:
+        """A memory's context length over its own in an endless session."""
+        return 1.0 + sum(self.before ** d + self.after ** d for d in range(1, self.window + 1))
+
+    def zone(self) -> int:
+        """How far a word's holder reaches: the memories it lends to or shares a passage
+        with are at most this many away."""
+        return max(self.window, self.reach)
 
 
 CONTEXT = Context()
@@ -96,43 +140,53 @@ def sessions(times: np.ndarray, gap: float) -> np.ndarray:
     return np.concatenate(([0], np.cumsum(new))).astype(np.int64)
 
 
-def score(tf: np.ndarray, counts: np.ndarray, idfs: np.ndarray, lengths: np.ndarray,
-          runs: np.ndarray, hits: np.ndarray, settings: Context = CONTEXT) -> np.ndarray:
-    """Each memory's score (module docstring): tf[w, i] the count of the query's word w in
-    memory i, counts[w] its count in the query, idfs[w] its idf, lengths[i] the
-    memory's tokens, runs[i] its session (ids 0, 1, ... in order), hits[d, i] whether its
-    time falls in the d-th date the query names."""
-    tf = np.asarray(tf, dtype=np.float64).reshape(len(counts), len(lengths))
+def passage_idf(df, n: int, reach: int) -> float:
+    """The idf of a word held by df of n memories, for a passage of 2 reach + 1 of them:
+    the share of passages that would hold it were its memories spread evenly."""
+    share = 1.0 - (1.0 - min(df, n) / n) ** (2 * reach + 1)
+    return float(idf(n * share, n))
+
+
+def date_weight(lo: float, hi: float, settings: "Context" = None) -> float:
+    """The weight of a date [lo, hi) (seconds) the query names: ln(1 + date_span / length)."""
+    s = settings or CONTEXT
+    return math.log1p(s.date_span / max(hi - lo, 1.0))
+
+
+def score(tf: np.ndarray, counts: np.ndarray, idfs: np.ndarray, pidfs: np.ndarray,
+          lengths: np.ndarray, runs: np.ndarray, dated: np.ndarray, avglen: float,
+          settings: Context = CONTEXT) -> np.ndarray:
+    """Each memory's score (module docstring), over consecutive memories: tf[w, i] the
+    count of the query's word w in memory i, counts[w] its count in the query, idfs[w]
+    and pidfs[w] its idf and passage idf, lengths[i] the memory's tokens, runs[i] its
+    session (ids nondecreasing; a new one also where the memories are not consecutive),
+    dated[i] the weights of the dates its time falls in, avglen the collection's mean
+    length."""
     lengths = np.asarray(lengths, dtype=np.float64)
     n = len(lengths)
     if not n:
         return np.zeros(0)
+    tf = np.asarray(tf, dtype=np.float64).reshape(len(counts), n)
     s = settings
-    lent = kernels.context_sums(np.vstack((lengths[None, :], tf)), runs, s.before, s.after)
-    wide_length = lengths + lent[0]
-    norm = s.k1 * (1.0 - s.b + s.b * wide_length / wide_length.mean())
+    held = (tf > 0).astype(np.float64)
+    lent = kernels.context_sums(np.vstack((lengths[None, :], tf)), runs, s.before,
+                                s.after, s.window)
+    near = kernels.context_sums(np.vstack((np.ones((1, n)), held)), runs, 1.0, 1.0,
+                                s.window)
+    flat = kernels.context_sums(np.vstack((lengths[None, :], tf)), runs, 1.0, 1.0, s.reach)
+    norm = s.k1 * (1.0 - s.b + s.b * (lengths + lent[0]) / (avglen * s.spread()))
+    passage_norm = s.passage_k1 * (1.0 - s.passage_b + s.passage_b * (lengths + flat[0]) /
+                                   (avglen * (2 * s.reach + 1)))
+    limit = np.maximum(s.common * (1.0 + near[0]), 1.0)
     turn = np.zeros(n)
-    n_sessions = int(runs[-1]) + 1
-    session_length = np.bincount(runs, weights=lengths, minlength=n_sessions)
-    session_norm = s.session_k1 * (1.0 - s.session_b + s.session_b * session_length /
-                                   session_length.mean())
-    session = np.zeros(n_sessions)
+    passage = np.zeros(n)
     for w in range(len(counts)):
         x = tf[w]
-        held = np.count_nonzero(x)
-        if not held:
-            continue
-        wide = x + lent[w + 1] if held <= max(s.common * n, 1) else x
+        wide = x + np.where(held[w] + near[w + 1] <= limit, lent[w + 1], 0.0)
         turn += counts[w] * idfs[w] * wide / (wide + norm)
-        stf = np.bincount(runs, weights=x, minlength=n_sessions)
-        session += counts[w] * idf(np.count_nonzero(stf), n_sessions) * stf / (
-            stf + session_norm)
-    dated = np.zeros(n)
-    for hit in np.asarray(hits, dtype=bool).reshape(-1, n):
-        m = np.count_nonzero(hit)
-        if m:
-            dated += idf(m, n) * hit
-    return turn + (turn > 0) * (s.session * session[runs] + s.dates * dated)
+        p = x + flat[w + 1]
+        passage += counts[w] * pidfs[w] * p / (p + passage_norm)
+    return turn + (turn > 0) * (s.passage * passage + s.dates * np.asarray(dated, float))
 
 
 # dates ----------------------------------------------------------------------------------
@@ -205,48 +259,207 @@ def rank_text(snapshot, text: str, k: int, container, rank: str | None = None
     return snapshot.search_text(text, k=k, container=container, rank=rank)
 
 
+@dataclass
+class _Word:
+    forms: tuple        # the word and the database's words sharing its stem
+    count: int          # in the query
+    df: int
+    idf: float
+    pidf: float
+
+    def bound(self, settings: Context) -> float:
+        """More than this word adds to a memory's score."""
+        return self.count * (self.idf + settings.passage * self.pidf)
+
+
 def search(snapshot, text: str, *, k: int = 10, container=":", settings: Context = CONTEXT,
-           time_feature: str = TIME, snippets: bool = True) -> ranking.Results:
+           time_feature: str = TIME, snippets: bool = True, scan: bool | None = None
+           ) -> ranking.Results:
     """The k best of the memories `container` selects (a GCL query or node; default every
     document) for free text, by the module docstring's score; their times are the values
     of `time_feature` over them. One database's snapshot (a sharded collection has no
-    single address space to find neighbours in)."""
+    single address space to find neighbours in). `scan`: True reads the filter whole,
+    False follows the postings, None chooses by the filter's size (the same results
+    either way); `total` counts the memories scored above 0 (following the postings, the
+    ones looked at)."""
     words = ranking.text_words(snapshot, text)
     shown = [Term(f) if len(f) == 1 else Combine("+", tuple(Term((x,)) for x in f))
              for f, _ in words]
     query = "" if not shown else format_query(shown[0] if len(shown) == 1 else
                                              Combine("+", tuple(shown)))
+    empty = ranking.Results([], query, [], 0)
+    if not words:
+        return empty
     ev = Evaluator(snapshot)
-    boxes = ev.eval(ev.folded(as_node(container)[0])) if words else Intervals.empty()
-    if not len(boxes):
-        return ranking.Results([], query, [], 0)
-    s, e = boxes.starts, boxes.ends
-    region = Region.around(boxes)
-    times = np.full(len(s), np.nan)
-    found = ev.lists.inside(time_feature, region.los, region.his)
-    at = np.minimum(np.searchsorted(s, found.starts), len(s) - 1)
-    own = (s[at] == found.starts) & (e[at] == found.ends)
-    times[at[own]] = found.values[own]
+    cnode = ev.folded(as_node(container)[0])
     stats = snapshot.statistics(sorted({f for forms, _ in words for f in forms}))
     n_docs = max(stats.documents, 1)
-    tf, counts, idfs = [], [], []
+    avglen = stats.tokens / n_docs if stats.tokens else 1.0
+    terms = []
     for forms, count in words:
         df = min(sum(stats.df.get(f, 0) for f in forms), n_docs)
-        if not df:
-            continue
-        parts = [ev.lists.inside(f, region.los, region.his).starts for f in forms]
-        points = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
-        tf.append((np.searchsorted(points, e, "right") -
-                   np.searchsorted(points, s, "left")).astype(np.float64))
-        counts.append(float(count))
-        idfs.append(float(idf(df, n_docs)))
-    ranges = date_ranges(text)
-    hits = np.array([(times >= lo) & (times < hi) for lo, hi in ranges], dtype=bool)
-    scores = score(np.array(tf), np.array(counts), np.array(idfs),
-                   (e - s + 1).astype(np.float64), sessions(times, settings.gap), hits,
-                   settings)
+        if df:
+            terms.append(_Word(forms, count, df, float(idf(df, n_docs)),
+                               passage_idf(df, n_docs, settings.reach)))
+    if not terms:
+        return empty
+    dates = [(lo, hi, date_weight(lo, hi, settings)) for lo, hi in date_ranges(text)]
+    size = _documents_in(ev, cnode, stats.documents)
+    follow = scan is False or (scan is None and size is not None and size > FILTER_SCAN)
+    found = None if not follow or size is None else _followed(
+        ev, cnode, terms, dates, avglen, settings, time_feature, max(k, 0),
+        snapshot.address_space(), stats.documents, None if scan is False else size)
+    if found is None:
+        boxes = ev.eval(cnode)
+        cuts = np.zeros(len(boxes), dtype=bool)
+        s, e, scores = _scored(ev, boxes, Region.around(boxes), cuts, terms, dates, avglen,
+                               settings, time_feature)[:3]
+    else:
+        s, e, scores = found
     pick = kernels.top(scores, max(k, 0))
     rs, re_, rsc = s[pick], e[pick], scores[pick]
     cs, ce = snapshot.word_covers([f for f, _ in words], rs, re_) if snippets else (rs, rs)
-    hits_ = ranking.Ranking(snapshot, query, [], rs, re_, rsc, cs, ce).hits(k, snippets)
-    return ranking.Results(hits_, query, [], int(np.count_nonzero(scores > 0)))
+    hits = ranking.Ranking(snapshot, query, [], rs, re_, rsc, cs, ce).hits(k, snippets)
+    return ranking.Results(hits, query, [], int(np.count_nonzero(scores > 0)))
+
+
+def _documents_in(ev: Evaluator, node, documents: int) -> int | None:
+    """An upper bound of the documents a filter selects (from the lists' counts), or None
+    when it is not documents narrowed by containment (`:`, `(>> : a)`, `(!> : a)`)."""
+    if node == Feature(":"):
+        return documents
+    if isinstance(node, Combine) and node.op in (">>", "!>"):
+        base = _documents_in(ev, node.args[0], documents)
+        if base is None or node.op == "!>":
+            return base
+        # (each document holds its own intervals of the others: disjoint ones)
+        return min([base] + [ev.estimate(a) for a in node.args[1:]])
+    return None
+
+
+def _scored(ev: Evaluator, docs: Intervals, region: Region, cuts: np.ndarray, terms: list,
+            dates: list, avglen: float, settings: Context, time_feature: str) -> tuple:
+    """(starts, ends, scores, runs, tf) of consecutive stretches of the filter's memories
+    `docs` (inside `region`; `cuts[i]`: memory i does not follow memory i - 1 in the
+    filter)."""
+    s, e = docs.starts, docs.ends
+    n = len(s)
+    times = np.full(n, np.nan)
+    if n:
+        found = ev.lists.inside(time_feature, region.los, region.his)
+        at = np.minimum(np.searchsorted(s, found.starts), n - 1)
+        own = (s[at] == found.starts) & (e[at] == found.ends)
+        times[at[own]] = found.values[own]
+    runs = sessions(times, settings.gap)
+    if n and cuts.any():
+        runs = runs + np.cumsum(cuts)
+    tf = np.zeros((len(terms), n))
+    for w, term in enumerate(terms):
+        parts = [ev.lists.inside(f, region.los, region.his).starts for f in term.forms]
+        points = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
+        tf[w] = np.searchsorted(points, e, "right") - np.searchsorted(points, s, "left")
+    dated = np.zeros(n)
+    for lo, hi, weight in dates:
+        dated += weight * ((times >= lo) & (times < hi))
+    scores = score(tf, np.array([t.count for t in terms], float),
+                   np.array([t.idf for t in terms]), np.array([t.pidf for t in terms]),
+                   (e - s + 1).astype(np.float64), runs, dated, avglen, settings)
+    return s, e, scores, runs, tf
+
+
+def _followed(ev: Evaluator, cnode, terms: list, dates: list, avglen: float,
+              settings: Context, time_feature: str, k: int, space: int, documents: int,
+              size: int | None) -> tuple | None:
+    """(starts, ends, scores) of the memories that may be among the k best, following
+    the postings (the module docstring's "What a recall reads"): the others scored 0.
+    None when the memories to read around the holders of the words taken could be more
+    than 1 / ROUND of the filter's `size` (by the words' df: a round that may not end it
+    costs too much then, and reading the filter whole is cheaper)."""
+    order = sorted(range(len(terms)), key=lambda w: (terms[w].df, w))
+    zone = settings.zone()
+    radius = zone + max(settings.window, settings.reach)
+    holders: dict[int, Intervals] = {}
+    taken = 0
+    while True:
+        taken = min(max(2 * taken, 1), len(order))    # 1, 2, 4, ... words
+        rest = order[taken:]
+        if size is not None and \
+                sum(terms[w].df for w in order[:taken]) * (2 * radius + 1) * ROUND >= size:
+            return None   # (df: the holders anywhere, an upper bound of those in the filter)
+        bound = sum(terms[w].bound(settings) for w in rest)
+        if rest and dates:
+            bound += settings.dates * sum(weight for _, _, weight in dates)
+        if bound > sum(terms[w].bound(settings) for w in order[:taken]):
+            continue      # (the words taken could not outscore the rest: take more first)
+        for w in order[:taken]:
+            if w not in holders:
+                holders[w] = _holders(ev, cnode, terms[w].forms)
+        held = _union([holders[w] for w in order[:taken]])
+        if not len(held):
+            if not rest:
+                return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+            continue
+        docs, region, cuts = _stretches(ev, cnode, held, radius, space, documents)
+        s, e, scores, runs, tf = _scored(ev, docs, region, cuts, terms, dates, avglen,
+                                         settings, time_feature)
+        mine = (tf[order[:taken]] > 0).any(axis=0).astype(np.float64)[None, :]
+        near = mine[0] + kernels.context_sums(mine, runs, 1.0, 1.0, zone)[0]
+        scores = np.where(near > 0, scores, 0.0)
+        positive = scores[scores > 0]
+        kth = np.partition(positive, len(positive) - k)[len(positive) - k] \
+            if k and len(positive) >= k else 0.0
+        if not rest or (k and kth > 0 and kth >= bound):
+            return s, e, scores
+
+
+def _holders(ev: Evaluator, cnode, forms: tuple) -> Intervals:
+    """The memories the filter selects that hold one of the forms."""
+    parts = [ev.lists.whole(f).starts for f in forms]
+    points = parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts))
+    docs = ev.lists.containing(":", points, points)
+    if not len(docs):
+        return docs
+    return ev.eval_in(cnode, Region(docs.starts, docs.ends))
+
+
+def _union(parts: list) -> Intervals:
+    """The union of GC-lists of documents (disjoint intervals)."""
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return Intervals.empty()
+    s = np.concatenate([p.starts for p in parts])
+    e = np.concatenate([p.ends for p in parts])
+    s, first = np.unique(s, return_index=True)
+    e = e[first]
+    return Intervals(s, e, np.zeros(len(s)))
+
+
+def _stretches(ev: Evaluator, cnode, held: Intervals, radius: int, space: int,
+               documents: int) -> tuple:
+    """(docs, region, cuts): the filter's memories from the `radius`-th before each of
+    `held` (memories the filter selects) to the `radius`-th after it, or to the ends; the
+    region they were found in; where a memory does not follow the one before in the
+    filter. The filter is evaluated only around them, in ranges widened until they hold
+    as many."""
+    hs, he = held.starts, held.ends
+    pad = (radius + 1) * max(space // max(documents, 1), 1)
+    below = np.full(len(hs), pad, dtype=np.int64)
+    above = below.copy()
+    while True:
+        los = np.maximum(hs - below, 0)
+        his = np.minimum(he + above, space - 1)
+        ms, me = kernels.merge_ranges(los, his)
+        region = Region(ms, me)
+        docs = ev.eval_in(cnode, region)
+        at = np.searchsorted(docs.starts, hs)
+        fewer = at - np.searchsorted(docs.starts, los) < radius
+        after = np.searchsorted(docs.starts, his, "right") - at - 1 < radius
+        wider_below = fewer & (los > 0)
+        wider_above = after & (his < space - 1)
+        if not wider_below.any() and not wider_above.any():
+            part = np.searchsorted(ms, docs.starts, "right")
+            cuts = np.concatenate(([False], part[1:] != part[:-1])) if len(part) else \
+                np.zeros(0, dtype=bool)
+            return docs, region, cuts
+        below[wider_below] *= 4
+        above[wider_above] *= 4

@@ -5,6 +5,7 @@ latency with a filter, for annodb's Memory and SQLite FTS5 side by side.
     python benchmarks/memory.py               # the table and latencies, into RESULTS.md
     python benchmarks/memory.py --no-record   # print only
     python benchmarks/memory.py --quick       # the default and the peers only
+    python benchmarks/memory.py --growth      # recall latency over 1x, 4x, 16x LoCoMo
 
 The memory: every turn remembered in conversation order with `conv`, `session`, `speaker`
 and `time` (its session's date_time, as UTC) as metadata; its text is corpus.jsonl's
@@ -182,27 +183,28 @@ def fts5_recall(con, question: str, conv: str, k: int) -> list[str]:
 def variants() -> list[tuple[str, dict]]:
     """(name, Memory.recall arguments or recall.Context changes) of every row run."""
     return [
-        ("no context (BM25 k1 0.9 b 0.4, sessions and dates)", {"before": 0.0, "after": 0.0}),
-        ("context only (no session score, no dates)", {"session": 0.0, "dates": 0.0}),
-        ("without the session score", {"session": 0.0}),
+        ("no context (BM25 k1 0.9 b 0.4, passages and dates)", {"before": 0.0, "after": 0.0}),
+        ("context only (no passage score, no dates)", {"passage": 0.0, "dates": 0.0}),
+        ("without the passage score", {"passage": 0.0}),
         ("without dates", {"dates": 0.0}),
         ("every word lent (common = 1)", {"common": 1.0}),
-        ("common = 0.1", {"common": 0.1}),
         ("common = 0.3", {"common": 0.3}),
+        ("common = 0.5", {"common": 0.5}),
         ("symmetric decay 0.5 / 0.5", {"after": 0.5}),
-        ("symmetric decay 0.3 / 0.3", {"before": 0.3}),
-        ("after lends more: 0.3 / 0.5", {"before": 0.3, "after": 0.5}),
         ("decay 0.7 / 0.5", {"before": 0.7, "after": 0.5}),
-        ("session weight 1.0", {"session": 1.0}),
-        ("session weight 0.25", {"session": 0.25}),
-        ("dates weight 0.5", {"dates": 0.5}),
+        ("window 4", {"window": 4}),
+        ("window 12", {"window": 12}),
+        ("passage weight 1.0", {"passage": 1.0}),
+        ("passage weight 0.25", {"passage": 0.25}),
+        ("reach 6", {"reach": 6}),
+        ("reach 15", {"reach": 15}),
+        ("dates weight 0.75", {"dates": 0.75}),
         ("dates weight 3", {"dates": 3.0}),
         ("k1 0.6", {"k1": 0.6}),
         ("k1 1.2", {"k1": 1.2}),
         ("b 0.7", {"b": 0.7}),
-        ("b 0.9", {"b": 0.9}),
-        ("session_b 0.4", {"session_b": 0.4}),
-        ("session_b 0.8", {"session_b": 0.8}),
+        ("passage_b 0.4", {"passage_b": 0.4}),
+        ("passage_b 0.8", {"passage_b": 0.8}),
         ("sessions across the conversation (gap = inf)", {"gap": float("inf")}),
     ]
 
@@ -261,6 +263,61 @@ def latency(path: str, con, qs: list[dict], k: int) -> dict:
     return out
 
 
+def growth(sizes=(1, 4, 16), n_questions: int = 400, k: int = 10) -> str:
+    """Recall latency as the memory grows: LoCoMo's turns remembered `size` times (each
+    copy a conversation of its own: new conv ids and docnos, the same text and times),
+    the first `n_questions` questions asked with no `where` and with `where={"conv":
+    ...}`; the default (recall.search: following the postings where that reads less) and
+    the whole filter read and scored (recall.search(scan=True), what every recall did
+    before). p50 / p99 ms of
+    Memory.recall, after a warm-up pass."""
+    import annodb
+    from annodb import memory as M, recall
+    rows = turns()
+    qs = questions()[:n_questions]
+    lines = ["| memories | no `where`: Memory.recall p50 / p99 | recall.search (default) | "
+             "whole memory scored (scan) | `where` conv: Memory.recall | recall.search "
+             "(default) | whole filter scored (scan) |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for size in sizes:
+        path = os.path.join(WORK, f"growth-{size}x.db")
+        shutil.rmtree(path, ignore_errors=True)
+        mem = annodb.Memory(path)
+        for copy in range(size):
+            tag = "" if copy == 0 else f"-r{copy}"
+            mem.remember_many([{"text": d["text"], "docno": d["docid"] + tag,
+                                "conv": d["conv"] + tag, "session": d["session"],
+                                "speaker": d["speaker"], "time": when(d["date_time"])}
+                               for d in rows])
+        cells = []
+        for where in (None, "conv"):
+            times = {"recall": [], "follow": [], "scan": []}
+            for rep in range(2):
+                for q in qs:
+                    w = None if where is None else {"conv": q["conv"]}
+                    node = M.where_node(w)
+                    t0 = time.perf_counter()
+                    mem.recall(q["question"], k=k, where=w)
+                    t1 = time.perf_counter()
+                    with mem.db.read() as r:
+                        recall.search(r, q["question"], k=k, container=node)
+                    t2 = time.perf_counter()
+                    with mem.db.read() as r:
+                        recall.search(r, q["question"], k=k, container=node, scan=True)
+                    t3 = time.perf_counter()
+                    if rep:
+                        for name, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2)):
+                            times[name].append(dt * 1000)
+            for name in times:
+                v = sorted(times[name])
+                cells.append(f"{v[len(v) // 2]:.2f} / {v[int(len(v) * 0.99)]:.2f}")
+        mem.close()
+        lines.append(f"| {size * len(rows):,} ({size}x) | " + " | ".join(cells) + " |")
+        print(lines[-1], flush=True)
+        shutil.rmtree(path, ignore_errors=True)
+    return "\n".join(lines)
+
+
 def row(name: str, figures: dict) -> str:
     cells = [" / ".join(f"{figures[h][k]:.1f}" for k in KS) for h in ("tune", "held out",
                                                                        "all")]
@@ -273,6 +330,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-record", action="store_true", help="print only")
     ap.add_argument("--quick", action="store_true",
                     help="the default and the peers only (no variants)")
+    ap.add_argument("--growth", action="store_true",
+                    help="only recall latency over 1x, 4x and 16x LoCoMo")
     args = ap.parse_args(argv)
     if not os.path.isfile(os.path.join(DATA, "corpus.jsonl")):
         print(f"benchmarks/memory.py needs LoCoMo in {DATA} (not found); set "
@@ -281,6 +340,15 @@ def main(argv=None) -> int:
     from annodb import recall
     from benchmarks.common.results import machine, record
     os.makedirs(WORK, exist_ok=True)
+    if args.growth:
+        table = growth()
+        if not args.no_record:
+            now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+            record("memory-growth", "## Agent memory as it grows (`python benchmarks/memory.py "
+                   f"--growth`)\n\nRun {now} on {machine()}, under the shared CPU lock. "
+                   + growth.__doc__.split("\n\n")[0].replace("\n    ", " ") + " k = 10; "
+                   "p50 / p99 ms over 400 questions (the second of two passes).\n\n" + table)
+        return 0
     rows, qs = turns(), questions()
     db_path = os.path.join(WORK, "locomo.db")
     built, how = build_annodb(db_path, rows)

@@ -4,7 +4,8 @@ tokenizer and conflated by its Snowball stem, scores computed in numpy, the same
 as benchmarks/memory.py. It prints one row per variant: the ones recall.py settled on and
 the ones that lost (RESULTS.md, "Agent memory on LoCoMo", lists them all).
 
-    python benchmarks/memory_prototype.py
+    python benchmarks/memory_prototype.py              # the first round
+    python benchmarks/memory_prototype.py --windowed   # the second: bounded statistics
 
 Its figures differ from annodb's by a few tenths: it conflates every word with its stem
 (annodb: the words of the database sharing the stem, at most 32), and it lends context
@@ -244,6 +245,185 @@ def context_df(corpus, radius=2):
     return df
 
 
+# the second round (recall2): every statistic the collection's or a window's -----------
+
+def flat(x, sess, w):
+    """sum over j within w of i (same session), i included."""
+    return x + sum(shift(x, -j, sess) + shift(x, j, sess) for j in range(1, w + 1))
+
+
+def scorer2(corpus, k1=0.9, b=0.4, before=0.5, after=0.3, window=8, common=0.2,
+            common_mode="filter", avg_mode="filter", session=0.5, sk1=0.9, sb=0.6,
+            sess_mode="session", ws=10, sidf="filter", dates=1.5, date_mode="filter",
+            qweight=None, local_c=0.4, date_R=365.0, lw=None, pull=0.0):
+    """A function (conversation, question, query words) -> scores of its turns, with the
+    statistics taken from the conversation (the filter), the collection or a window."""
+    from annodb.recall import date_ranges
+    N = corpus.n
+    decay = sum(before ** d + after ** d for d in range(1, window + 1))
+    def f(c, text, qt=None):
+        qt = qt if qt is not None else corpus.words(text)
+        n = len(c["len"])
+        L = c["len"]
+        sess_ids = c["sess"]
+        LL = L + lend(L, sess_ids, before, after, window)
+        avg = LL.mean() if avg_mode == "filter" else corpus.avg * (1 + decay)
+        turn = np.zeros(n)
+        if sess_mode == "session":
+            nS = len(c["uniq"])
+            sessv = np.zeros(nS)
+            slen = c["slen"]
+            savg = slen.mean()
+        else:
+            wsum = np.zeros(n)
+            wlen = flat(L, sess_ids, ws)
+            wavg = wlen.mean() if sidf == "filter" else corpus.avg * (2 * ws + 1)
+        for t, q in qt.items():
+            tf = c["inv"].get(t)
+            if tf is None:
+                continue
+            if qweight is not None:
+                q = q * qweight(t)
+            i = idf(corpus.df[t], N)
+            held = (tf > 0)
+            if common_mode == "filter":
+                lendit = held.sum() <= max(common * n, 1)
+            elif common_mode == "global":
+                lendit = corpus.df[t] <= max(common * N, 1)
+            elif common_mode == "none":
+                lendit = True
+            if common_mode == "local":
+                # lent to i only where the share of i's window holding w is <= local_c
+                share = flat(held.astype(float), sess_ids, lw or window) / flat(np.ones(n), sess_ids, lw or window)
+                lent = lend(tf, sess_ids, before, after, window) * (share <= local_c)
+            else:
+                lent = lend(tf, sess_ids, before, after, window) if lendit else 0.0
+            x = tf + lent
+            turn += q * i * x / (x + k1 * (1 - b + b * LL / avg))
+            if session:
+                if sess_mode == "session":
+                    stf = np.bincount(c["sidx"], weights=tf, minlength=nS)
+                    si = idf(int((stf > 0).sum()), nS)
+                    sessv += q * si * stf / (stf + sk1 * (1 - sb + sb * slen / savg))
+                else:
+                    wtf = flat(tf, sess_ids, ws)
+                    if sidf == "filter":
+                        si = idf(int((wtf > 0).sum()), n)
+                    elif sidf == "indep":
+                        p = corpus.df[t] / N
+                        m = 2 * ws + 1
+                        si = idf(N * (1 - (1 - p) ** m), N)
+                    elif sidf == "turn":
+                        si = i
+                    wsum += q * si * wtf / (wtf + sk1 * (1 - sb + sb * wlen / wavg))
+        dated = np.zeros(n)
+        for (lo, hi) in (date_ranges(text) if dates else []):
+            hit = (c["time"] >= lo) & (c["time"] < hi)
+            dur = (hi - lo) / 86400.0
+            if hit.sum():
+                if date_mode == "filter":
+                    wgt = idf(int(hit.sum()), n)
+                elif date_mode == "span":
+                    wgt = math.log(1 + date_R / dur)
+                else:
+                    wgt = 1.0
+                dated += wgt * hit
+        extra = (sessv[c["sidx"]] if sess_mode == "session" else wsum) if session else 0.0
+        out = turn + (turn > 0) * (session * extra + dates * dated)
+        if pull:
+            out = out + (turn <= 0) * pull * session * extra
+        return out
+    return f
+
+
+def diverse2(base, m=3, delta=0.9):
+    """a session's turns beyond its best m get delta ** (r - m + 1)."""
+    def f(c, text):
+        s = base(c, text)
+        o = np.argsort(-s, kind="stable")
+        seen = collections.Counter()
+        out = s.copy()
+        for i in o:
+            if s[i] <= 0:
+                break
+            r = seen[c["sess"][i]]
+            seen[c["sess"][i]] += 1
+            if r >= m:
+                out[i] = s[i] * delta ** (r - m + 1)
+        return out
+    return f
+
+
+def sprf(corpus, base, sessions=3, terms=10, original=0.9, max_share=0.01):
+    """expansion by rare words of the best sessions (by their best turn)."""
+    def f(c, text):
+        qt = corpus.words(text)
+        s = base(c, text, qt)
+        best = np.zeros(len(c["uniq"]))
+        np.maximum.at(best, c["sidx"], s)
+        weight = collections.Counter()
+        for g in np.argsort(-best, kind="stable")[:sessions]:
+            if best[g] <= 0:
+                continue
+            idx = np.nonzero(c["sidx"] == g)[0]
+            cnt = collections.Counter(w for i in idx for w in c["toks"][i])
+            tot = sum(cnt.values())
+            for w, tf in cnt.items():
+                if w not in qt and corpus.df[w] / corpus.n <= max_share and w.isalnum():
+                    weight[w] += tf / tot * best[g] * idf(corpus.df[w], corpus.n)
+        kept = weight.most_common(terms)
+        total, qsum = sum(v for _, v in kept) or 1.0, sum(qt.values())
+        expanded = collections.Counter({t: original * v / qsum for t, v in qt.items()})
+        for w, v in kept:
+            expanded[w] += (1 - original) * v / total
+        return base(c, text, expanded)
+    return f
+
+
+
+def rows_windowed(corpus):
+    """The statistics choices of the bounded recall (annodb/recall.py today) and the
+    ideas tried on top of it: (name, scorer)."""
+    S = lambda **kw: scorer2(corpus, **kw)  # noqa: E731
+    base = dict(avg_mode="const", common_mode="local", sess_mode="window", ws=10,
+                sidf="indep", date_mode="span")
+
+    def V(**kw):
+        return S(**dict(base, **kw))
+    A = V()
+    return [
+        ("filter statistics, window 8 (the first default)", S()),
+        ("avg: the collection's mean length x the window's spread", S(avg_mode="const")),
+        ("common rule: the collection's share (df / N > 0.2)", S(common_mode="global")),
+        ("common rule: the share of the memory's window (0.4)", S(common_mode="local")),
+        ("common rule: the share of the memory's window (0.3)", S(common_mode="local",
+                                                                  local_c=0.3)),
+        ("dates: a fixed weight 1 (no idf)", S(date_mode="const")),
+        ("session -> passage of +-10, idf of its memories in the filter",
+         S(sess_mode="window", ws=10)),
+        ("session -> passage of +-10, idf of spread-out passages (collection)",
+         S(sess_mode="window", ws=10, sidf="indep")),
+        ("session -> passage of +-10, the turn's idf", S(sess_mode="window", ws=10,
+                                                         sidf="turn")),
+        ("A: all of the collection's or a window's (annodb/recall.py)", A),
+        ("A, dates 0.75", V(dates=0.75)),
+        ("A, dates 0.5", V(dates=0.5)),
+        ("A, date_span 90 days, dates 0.75", V(date_R=90.0, dates=0.75)),
+        ("A, common 0.5", V(local_c=0.5)),
+        ("A, common over +-10", V(lw=10)),
+        ("A, reach 6", V(ws=6)),
+        ("A, reach 15", V(ws=15)),
+        ("A, window 5", V(window=5)),
+        ("A, memories with no word pull 0.3 x their passage", V(pull=0.3)),
+        ("A, a session's turns past its best 3 x0.9 per rank", diverse2(A, 3, 0.9)),
+        ("A, past its best 5 x0.8", diverse2(A, 5, 0.8)),
+        ("A, past its best 2 x0.95", diverse2(A, 2, 0.95)),
+        ("A, expanded by the best 3 sessions' rare words (10, 0.9)", sprf(corpus, A)),
+        ("A, expanded by the best 2 sessions' rare words (5, 0.95)", sprf(corpus, A, 2, 5,
+                                                                           0.95)),
+    ]
+
+
 def run(corpus, fn, qs):
     out = {}
     for q in qs:
@@ -259,6 +439,15 @@ def main() -> int:
         print(f"needs LoCoMo in {DATA} (not found); set ANNODB_SHARED", file=sys.stderr)
         return 1
     corpus, qs = Corpus(), questions()
+    if "--windowed" in sys.argv:
+        print("| prototype variant | tune: @5 / @10 / @25 / @50 | held out | all ten |")
+        print("|---|---|---|---|")
+        for name, fn in rows_windowed(corpus):
+            figures = halves(run(corpus, fn, qs), qs)
+            cells = [" / ".join(f"{figures[h][k]:.1f}" for k in (5, 10, 25, 50))
+                     for h in ("tune", "held out", "all")]
+            print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+        return 0
     S = lambda **kw: scorer(corpus, **kw)  # noqa: E731
     plain = S(b=0.4, before=0, after=0, session=0, dates=0, common=None)
     best = S()

@@ -716,10 +716,11 @@ def rm3(model, query, k, only=None, fb_docs=10, fb_terms=10, original=0.5, max_d
     return ranked[:k]
 
 
-def context_sums(values, runs, before, after):
+def context_sums(values, runs, before, after, reach):
     """For each row of values and each item i: the sum over the other items j of i's run
-    (the consecutive items with the same id as i) of before ** (i - j) * values[j] for j
-    before i, after ** (j - i) * values[j] for j after it."""
+    (the consecutive items with the same id as i) at most `reach` away of
+    before ** (i - j) * values[j] for j before i, after ** (j - i) * values[j] for j
+    after it."""
     out = []
     for row in values:
         sums = []
@@ -727,7 +728,8 @@ def context_sums(values, runs, before, after):
             total = 0.0
             for j in range(len(row)):
                 lo, hi = min(i, j), max(i, j)
-                if j != i and all(runs[x] == runs[i] for x in range(lo, hi + 1)):
+                if j != i and hi - lo <= reach and \
+                        all(runs[x] == runs[i] for x in range(lo, hi + 1)):
                     total += (before ** (i - j) if j < i else after ** (j - i)) * row[j]
             sums.append(total)
         out.append(sums)
@@ -736,10 +738,10 @@ def context_sums(values, runs, before, after):
 
 def context_recall(memories, selected, words, dates, k, settings):
     """annodb/recall.py's context recall by its definition. memories: [(docno, tokens,
-    time or None)], every document of the collection in address order (N and df are
-    theirs); selected: the docnos ranked; words: [(word, count in the query)]; dates:
-    [(lo, hi)] the query names; settings: a recall.Context. The top k [(docno, score)],
-    score > 0, by score, ties by address."""
+    time or None)], every document of the collection in address order (N, df and the mean
+    length are theirs); selected: the docnos ranked; words: [(word, count in the query)];
+    dates: [(lo, hi)] the query names; settings: a recall.Context. The top k [(docno,
+    score)], score > 0, by score, ties by address."""
     import math
 
     def idf(df, n):
@@ -747,6 +749,7 @@ def context_recall(memories, selected, words, dates, k, settings):
 
     s = settings
     n_docs = len(memories)
+    avglen = sum(len(toks) for _, toks, _ in memories) / n_docs or 1.0
     mine = [m for m in memories if m[0] in selected]
     n = len(mine)
     if not n:
@@ -759,43 +762,41 @@ def context_recall(memories, selected, words, dates, k, settings):
         same = a is not None and b is not None and abs(b - a) <= s.gap
         session.append(session[-1] + (0 if same else 1))
 
-    def lent(x, i):
-        total = 0.0
-        for j in range(n):
-            if j != i and session[j] == session[i]:
-                total += (s.before ** (i - j) if j < i else s.after ** (j - i)) * x[j]
-        return total
+    def near(i, reach):  # i's session's memories at most `reach` away, i included
+        return [j for j in range(n) if abs(j - i) <= reach and session[j] == session[i]]
 
-    wide_length = [length[i] + lent(length, i) for i in range(n)]
-    avg = sum(wide_length) / n
-    sessions = sorted(set(session))
-    slen = {g: sum(length[i] for i in range(n) if session[i] == g) for g in sessions}
-    savg = sum(slen.values()) / len(sessions)
+    def lent(x, i):
+        return sum((s.before ** (i - j) if j < i else s.after ** (j - i)) * x[j]
+                   for j in near(i, s.window) if j != i)
+
+    spread = 1 + sum(s.before ** d + s.after ** d for d in range(1, s.window + 1))
     turn = [0.0] * n
-    sess = {g: 0.0 for g in sessions}
+    passage = [0.0] * n
     for word, count in words:
         df = sum(1 for _, toks, _ in memories if word in toks)
-        tf = [toks.count(word) for _, toks, _ in mine]
-        held = sum(1 for x in tf if x)
-        if not df or not held:
+        if not df:
             continue
+        tf = [toks.count(word) for _, toks, _ in mine]
+        share = 1 - (1 - df / n_docs) ** (2 * s.reach + 1)
+        pidf = idf(n_docs * share, n_docs)
         for i in range(n):
-            wide = tf[i] + (lent(tf, i) if held <= max(s.common * n, 1) else 0.0)
-            norm = s.k1 * (1 - s.b + s.b * wide_length[i] / avg)
+            around = near(i, s.window)
+            holding = sum(1 for j in around if tf[j])
+            wide = tf[i] + (lent(tf, i) if holding <= max(s.common * len(around), 1) else 0.0)
+            norm = s.k1 * (1 - s.b + s.b * (length[i] + lent(length, i)) / (avglen * spread))
             turn[i] += count * idf(df, n_docs) * wide / (wide + norm)
-        stf = {g: sum(tf[i] for i in range(n) if session[i] == g) for g in sessions}
-        sdf = sum(1 for g in sessions if stf[g])
-        for g in sessions:
-            norm = s.session_k1 * (1 - s.session_b + s.session_b * slen[g] / savg)
-            sess[g] += count * idf(sdf, len(sessions)) * stf[g] / (stf[g] + norm)
+            pas = near(i, s.reach)
+            ptf = sum(tf[j] for j in pas)
+            plen = sum(length[j] for j in pas)
+            pnorm = s.passage_k1 * (1 - s.passage_b + s.passage_b * plen /
+                                    (avglen * (2 * s.reach + 1)))
+            passage[i] += count * pidf * ptf / (ptf + pnorm)
     dated = [0.0] * n
     for lo, hi in dates:
-        hit = [t is not None and lo <= t < hi for t in times]
-        m = sum(hit)
         for i in range(n):
-            if m and hit[i]:
-                dated[i] += idf(m, n)
-    scores = [turn[i] + ((s.session * sess[session[i]] + s.dates * dated[i])
+            if times[i] is not None and lo <= times[i] < hi:
+                dated[i] += math.log(1 + s.date_span / (hi - lo))
+    scores = [turn[i] + ((s.passage * passage[i] + s.dates * dated[i])
                          if turn[i] > 0 else 0.0) for i in range(n)]
     ranked = sorted((i for i in range(n) if scores[i] > 0), key=lambda i: -scores[i])
     return [(mine[i][0], scores[i]) for i in ranked[:k]]

@@ -191,3 +191,37 @@ def test_two_processes_racing_on_one_key_leave_exactly_one_current(tmp_path):
             assert before.metadata["superseded"] == after.metadata["time"]
         assert chain[-1].docno == current[0].docno
         assert "superseded" not in chain[-1].metadata
+
+
+def test_a_sharded_memory_keeps_a_key_in_one_shard_and_refuses_a_split_forget(tmp_path):
+    """On a sharded collection, a key's memories are written to one shard, so a key
+    supersedes the earlier memories with it (as_of reads the old one) and remember_many
+    writes its memories in one transaction; forget(where=) forgets the matching memories
+    of one shard, and when they live in several it refuses with a clear error, forgetting
+    nothing (a transaction of a sharded collection writes one shard)."""
+    from annodb import shards
+    from annodb.routing import route
+    shards.open(tmp_path / "c", shards=2).close()
+    with annodb.Memory(tmp_path / "c") as mem:
+        docnos = [mem.remember(f"Alice lives in city{i}", key="alice/city", user="alice",
+                               time=T + i * D) for i in range(6)]
+        assert len({route(d, 2) for d in docnos}) == 1
+        other = 1 - route(docnos[0], 2)
+        bob = [f"b{i}" for i in range(40) if route(f"b{i}", 2) == other][:3]
+        assert mem.remember_many([{"text": f"Bob note {i}", "docno": d, "user": "bob",
+                                   "time": T} for i, d in enumerate(bob)]) == bob
+        many = mem.remember_many([{"text": f"Carol note {i}", "user": "carol", "time": T}
+                                  for i in range(8)])
+        assert len(many) == 8
+        assert [e.docno for e in mem.history(10, where={"user": "alice"})] == [docnos[-1]]
+        assert texts(mem.recall("where does alice live", k=5, where={"user": "alice"})) \
+            == ["Alice lives in city5"]
+        assert texts(mem.recall("alice", k=5, as_of=T + 2.5 * D)) == ["Alice lives in city2"]
+        with pytest.raises(AnnodbError, match="several shards.*nothing was forgotten"):
+            mem.forget(where={"user": ["alice", "bob"]})
+        assert len(mem.history(20, include_superseded=True)) == 6 + 3 + 8
+        assert sorted(mem.forget(where={"user": "alice"})) == sorted(docnos)
+        assert sorted(mem.forget(where={"user": "bob"})) == sorted(bob)
+        with pytest.raises(AnnodbError, match="nothing was remembered"):
+            mem.remember_many([{"text": "x", "docno": bob[0]},
+                               {"text": "y", "docno": docnos[0]}])

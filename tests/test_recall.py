@@ -133,15 +133,15 @@ def test_rank_names_are_checked(mem):
         st.just(sizes),
         st.lists(st.lists(st.floats(0, 100), min_size=len(sizes), max_size=len(sizes)),
                  min_size=1, max_size=3))),
-       st.floats(0, 1), st.floats(0, 1))
-def test_context_sums_is_its_definition(shape, before, after):
+       st.floats(0, 1), st.floats(0, 1), st.integers(0, 4))
+def test_context_sums_is_its_definition(shape, before, after, reach):
     """kernels.context_sums equals the term-by-term sum of tests/naive.py (up to
     floating-point rounding: it sums by a recurrence)."""
     steps, rows = shape
     runs = np.cumsum(steps).astype(np.int64)
     got = kernels.context_sums(np.array(rows, dtype=np.float64).reshape(len(rows), len(runs)),
-                               runs, before, after)
-    want = naive.context_sums(rows, runs.tolist(), before, after)
+                               runs, before, after, reach)
+    want = naive.context_sums(rows, runs.tolist(), before, after, reach)
     assert np.allclose(got, np.array(want).reshape(got.shape), rtol=1e-9, atol=1e-9)
 
 
@@ -167,8 +167,10 @@ def memories(draw):
        st.sampled_from(["", " 2023", " May 2023", " 2023-05-04", " 2024"]),
        st.booleans(), st.sampled_from([recall.CONTEXT,
                                        recall.Context(common=1.0, before=0.8, after=0.0),
-                                       recall.Context(session=2.0, dates=0.0, b=0.0)]))
-def test_context_recall_is_its_definition(mems, query, date, filtered, context):
+                                       recall.Context(passage=2.0, dates=0.0, b=0.0),
+                                       recall.Context(window=1, reach=2, common=0.0)]),
+       st.sampled_from([None, True, False]), st.integers(1, 12))
+def test_context_recall_is_its_definition(mems, query, date, filtered, context, scan, k):
     """recall.search over a real database gives the scores and order of the brute-force
     computation of the same formula (tests/naive.py), with and without a filter, memories
     with and without a time, over sessions cut at the gap."""
@@ -194,22 +196,59 @@ def test_context_recall_is_its_definition(mems, query, date, filtered, context):
         counts = {}
         for w in query:
             counts[w] = counts.get(w, 0) + 1
-        want = naive.context_recall(model, selected, list(counts.items()),
-                                    recall.date_ranges(text), 100, context)
+        every = dict(naive.context_recall(model, selected, list(counts.items()),
+                                          recall.date_ranges(text), 100, context))
         with mem.db.read() as r:
-            got = recall.search(r, text, k=100, container=where_node(where),
-                                settings=context, snippets=False)
-        assert [h.docno for h in got] == [d for d, _ in want] or _same_up_to_ties(got, want)
-        for h, (d, score) in zip(sorted(got, key=lambda h: h.docno), sorted(want)):
-            assert h.docno == d and math.isclose(h.score, score, rel_tol=1e-9, abs_tol=1e-12)
+            got = recall.search(r, text, k=k, container=where_node(where),
+                                settings=context, snippets=False, scan=scan)
+        assert len(got) == min(k, len(every))
+        for h in got:
+            assert math.isclose(h.score, every[h.docno], rel_tol=1e-9, abs_tol=1e-12)
+        order = [h.score for h in got]
+        assert all(a >= b - 1e-9 * abs(a) for a, b in zip(order, order[1:]))
+        left = [v for d, v in every.items() if d not in {h.docno for h in got}]
+        assert not got or all(v <= got[-1].score * (1 + 1e-9) for v in left)
 
 
-def _same_up_to_ties(got, want) -> bool:
-    """The same docnos and scores, the order differing only between scores equal up to
-    rounding."""
-    g = {h.docno: h.score for h in got}
-    w = dict(want)
-    if set(g) != set(w):
-        return False
-    order = [h.docno for h in got]
-    return all(w[a] >= w[b] - 1e-9 * max(1.0, abs(w[a])) for a, b in zip(order, order[1:]))
+SKEWED = ["w1"] * 6 + ["w2"] * 3 + ["w3"] * 2 + ["w4", "w5", "w6", "w7"]
+
+
+@settings(max_examples=100)
+@given(st.lists(st.tuples(st.lists(st.sampled_from(SKEWED), max_size=4),
+                          st.sampled_from([0.0, 60.0, 60.0, 60.0, 4000.0]),
+                          st.sampled_from(["a", "a", "b", "c"])), min_size=1, max_size=45),
+       st.lists(st.sampled_from(["w1", "w2", "w3", "w4", "w5", "w6", "w7"]), min_size=1,
+                max_size=4),
+       st.sampled_from([None, "a", "b"]), st.integers(1, 8),
+       st.sampled_from([recall.Context(window=1, reach=2), recall.Context(window=2, reach=1),
+                        recall.Context(window=3, reach=3, dates=0.0)]))
+def test_following_the_postings_is_exact(mems, query, user, k, context):
+    """Following the postings (the filter evaluated only around the memories holding the
+    words taken so far, stopped once the k-th best score beats what any other memory could
+    score) gives the k best of the brute-force definition, over many memories of several
+    users interleaved, with words of very different frequencies and small windows."""
+    with tempfile.TemporaryDirectory() as tmp, annodb.Memory(f"{tmp}/m.db") as mem:
+        t = BASE
+        rows = []
+        for toks, step, who in mems:
+            t += step
+            rows.append({"text": " ".join(toks), "user": who, "time": t})
+        docnos = mem.remember_many(rows)
+        model = [(d, r["text"].split(), r["time"]) for d, r in zip(docnos, rows)]
+        where = None if user is None else {"user": user}
+        selected = {d for d, r in zip(docnos, rows) if user is None or r["user"] == user}
+        counts = {}
+        for w in query:
+            counts[w] = counts.get(w, 0) + 1
+        every = dict(naive.context_recall(model, selected, list(counts.items()), [], 100,
+                                          context))
+        with mem.db.read() as r:
+            for scan in (False, True):
+                got = recall.search(r, " ".join(query), k=k, container=where_node(where),
+                                    settings=context, snippets=False, scan=scan)
+                assert len(got) == min(k, len(every))
+                for h in got:
+                    assert math.isclose(h.score, every[h.docno], rel_tol=1e-9, abs_tol=1e-12)
+                kept = {h.docno for h in got}
+                assert not got or all(v <= got[-1].score * (1 + 1e-9)
+                                      for d, v in every.items() if d not in kept)

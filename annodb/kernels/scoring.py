@@ -4,8 +4,10 @@
     merge_scores(as, ae, av, bs, be, bv)         the union of two score lists by start
     best_windows(addrs, terms, n, los, his)      per range, the shortest window holding
                                                  every distinct term found in it
-    context_sums(values, runs, before, after)    per item, its neighbours' values decayed
-                                                 by distance within its run (recall.py)
+    context_sums(values, runs, before, after, reach)
+                                                 per item, its neighbours' values (at most
+                                                 reach away) decayed by distance within its
+                                                 run (recall.py)
     bm25_steps(...)                              BM25's exact top k by MaxScore, resumable
     bm25_pick(scores, k, positive)               the k best, ties in order
 
@@ -154,27 +156,54 @@ def best_windows(addrs, terms, n_terms, los, his):
 
 
 @njit(cache=True, nogil=True)
-def _context_sums(values, runs, before, after):
+def _context_sums(values, runs, before, after, reach):
     rows, n = values.shape
     out = np.zeros((rows, n), np.float64)
-    for r in range(rows):
-        acc = 0.0
-        for i in range(1, n):
-            acc = before * (values[r, i - 1] + acc) if runs[i] == runs[i - 1] else 0.0
+    # the first and last item of each item's run
+    first = np.zeros(n, np.int64)
+    last = np.zeros(n, np.int64)
+    for i in range(1, n):
+        first[i] = first[i - 1] if runs[i] == runs[i - 1] else i
+    if n:
+        last[n - 1] = n - 1
+    for i in range(n - 2, -1, -1):
+        last[i] = last[i + 1] if runs[i] == runs[i + 1] else i
+    if before == 1.0 and after == 1.0:
+        # plain window sums, from prefix sums (exact for whole numbers, as counts are)
+        total = np.zeros(n + 1, np.float64)
+        for r in range(rows):
+            for i in range(n):
+                total[i + 1] = total[i] + values[r, i]
+            for i in range(n):
+                lo = max(i - reach, first[i])
+                hi = min(i + reach, last[i])
+                out[r, i] = (total[hi + 1] - total[lo]) - values[r, i]
+        return out
+    down = np.ones(reach + 1, np.float64)
+    up = np.ones(reach + 1, np.float64)
+    for d in range(1, reach + 1):
+        down[d] = down[d - 1] * before
+        up[d] = up[d - 1] * after
+    for i in range(n):
+        lo = max(i - reach, first[i])
+        hi = min(i + reach, last[i])
+        for r in range(rows):
+            acc = 0.0
+            for j in range(i - 1, lo - 1, -1):
+                acc += down[i - j] * values[r, j]
+            for j in range(i + 1, hi + 1):
+                acc += up[j - i] * values[r, j]
             out[r, i] = acc
-        acc = 0.0
-        for i in range(n - 2, -1, -1):
-            acc = after * (values[r, i + 1] + acc) if runs[i] == runs[i + 1] else 0.0
-            out[r, i] += acc
     return out
 
 
-def context_sums(values, runs, before: float, after: float) -> np.ndarray:
+def context_sums(values, runs, before: float, after: float, reach: int) -> np.ndarray:
     """For each row of `values` (rows x n items in order) and each item i: the sum over
     the items j != i of its run (the stretch of consecutive items with the same `runs`
-    id) of before ** (i - j) * values[j] for those before it and after ** (j - i) *
-    values[j] for those after it. Computed in two passes (each item's sum from its
-    neighbour's), so it equals the sum term by term up to floating-point rounding."""
+    id) at most `reach` items away of before ** (i - j) * values[j] for those before it
+    and after ** (j - i) * values[j] for those after it (before = after = 1: the plain sum
+    of the window, from prefix sums: exact where the values are whole numbers, else up to
+    floating-point rounding)."""
     v = np.asarray(values, dtype=np.float64)
     if v.ndim != 2:
         raise ValueError(f"values must be two-dimensional (rows x items), got shape {v.shape}")
@@ -184,7 +213,9 @@ def context_sums(values, runs, before: float, after: float) -> np.ndarray:
     before, after = float(before), float(after)
     if not (0.0 <= before <= 1.0 and 0.0 <= after <= 1.0):
         raise ValueError("the decays must lie in [0, 1]")
-    return _context_sums(np.ascontiguousarray(v), g, before, after)
+    if int(reach) != reach or reach < 0:
+        raise ValueError(f"reach must be a whole number >= 0, not {reach!r}")
+    return _context_sums(np.ascontiguousarray(v), g, before, after, int(reach))
 
 
 # BM25's exact top k (bm25.py's MaxScore), a batch of terms a call --------------------------
