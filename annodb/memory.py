@@ -52,7 +52,7 @@ from .metadata import (DOCUMENT, KEY, RESERVED, SUPERSEDED, TEXT, TIME, check_ow
                        stored, value_feature, where_node as _where_node)
 from .query import Combine, Feature
 from .ranking import text_words
-from .routing import route, shard_name
+from .shards.routing import route, shard_name
 from .transaction import Writer
 
 __all__ = ["Memory", "Entry", "Recalled", "History", "label", "where_node", "is_gcl",

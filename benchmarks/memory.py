@@ -2,10 +2,10 @@
 SOURCE.md): evidence recall at k = 5, 10, 25, 50 on all 1,986 questions, and recall
 latency with a filter, for annodb's Memory and SQLite FTS5 side by side.
 
-    python benchmarks/memory.py               # the table and latencies, into RESULTS.md
-    python benchmarks/memory.py --no-record   # print only
-    python benchmarks/memory.py --quick       # the default and the peers only
-    python benchmarks/memory.py --growth      # recall latency over 1x, 4x, 16x LoCoMo
+    python -m benchmarks.memory               # the table and latencies, into RESULTS.md
+    python -m benchmarks.memory --no-record   # print only
+    python -m benchmarks.memory --quick       # the default and the peers only
+    python -m benchmarks.memory --growth      # recall latency over 1x, 4x, 16x LoCoMo
 
 The memory: every turn remembered in conversation order with `conv`, `session`, `speaker`
 and `time` (its session's date_time, as UTC) as metadata; its text is corpus.jsonl's
@@ -326,7 +326,7 @@ def row(name: str, figures: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 epilog="example: python benchmarks/memory.py --no-record")
+                                 epilog="example: python -m benchmarks.memory --no-record")
     ap.add_argument("--no-record", action="store_true", help="print only")
     ap.add_argument("--quick", action="store_true",
                     help="the default and the peers only (no variants)")
@@ -334,7 +334,7 @@ def main(argv=None) -> int:
                     help="only recall latency over 1x, 4x and 16x LoCoMo")
     args = ap.parse_args(argv)
     if not os.path.isfile(os.path.join(DATA, "corpus.jsonl")):
-        print(f"benchmarks/memory.py needs LoCoMo in {DATA} (not found); set "
+        print(f"benchmarks.memory needs LoCoMo in {DATA} (not found); set "
               "ANNODB_SHARED to the folder holding data/locomo", file=sys.stderr)
         return 1
     from annodb import recall
@@ -344,7 +344,7 @@ def main(argv=None) -> int:
         table = growth()
         if not args.no_record:
             now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-            record("memory-growth", "## Agent memory as it grows (`python benchmarks/memory.py "
+            record("memory-growth", "## Agent memory as it grows (`python -m benchmarks.memory "
                    f"--growth`)\n\nRun {now} on {machine()}, under the shared CPU lock. "
                    + growth.__doc__.split("\n\n")[0].replace("\n    ", " ") + " k = 10; "
                    "p50 / p99 ms over 400 questions (the second of two passes).\n\n" + table)
@@ -396,7 +396,7 @@ def main(argv=None) -> int:
     n_tune = sum(q["conv"] in TUNE for q in qs)
     if not args.no_record:
         now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-        record("memory", "## Agent memory on LoCoMo (`python benchmarks/memory.py`)\n\n"
+        record("memory", "## Agent memory on LoCoMo (`python -m benchmarks.memory`)\n\n"
                f"Run {now} on {machine()}, under the shared CPU lock. Evidence recall (%) "
                "at k = 5 / 10 / 25 / 50, the paper's metric on the raw evidence; "
                f"{len(qs):,} questions (tune: conv-26, -30, -41, -42, -43, {n_tune} "

@@ -200,7 +200,7 @@ def test_a_sharded_memory_keeps_a_key_in_one_shard_and_refuses_a_split_forget(tm
     of one shard, and when they live in several it refuses with a clear error, forgetting
     nothing (a transaction of a sharded collection writes one shard)."""
     from annodb import shards
-    from annodb.routing import route
+    from annodb.shards.routing import route
     shards.open(tmp_path / "c", shards=2).close()
     with annodb.Memory(tmp_path / "c") as mem:
         docnos = [mem.remember(f"Alice lives in city{i}", key="alice/city", user="alice",
