@@ -184,7 +184,8 @@ def _begin(source: str, dest: str, shards: int, fold: bool, state: int) -> None:
             raise StorageError(f"{dest}: cannot create the collection: {err.strerror}"
                                ) from None
     if not os.path.exists(os.path.join(dest, MANIFEST)):
-        _shards.create_collection(dest, shards, fold, new=False)   # the shards, made (and their options)
+        # the shards, made (and their options)
+        _shards.create_collection(dest, shards, fold, new=False)
 
 
 # ---------------------------------------------------------------- a splitting process
