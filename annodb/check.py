@@ -47,12 +47,12 @@ import os
 import numpy as np
 
 from . import kernels, storage, tokenizer
-from .storage import layout
 from .collection import open as open_database
 from .errors import StorageError
 from .paths import is_collection
 from .shards.routing import route, shard_name
 from .shards.collection import COUNTER, ShardError, folder_problems, read_manifest
+from .storage import layout
 from .transaction import DOCUMENT, NOTES
 
 MAX_PROBLEMS = 1000  # stop collecting details after this many

@@ -49,7 +49,6 @@ class Postings(Counts):
 
     _append_cursor: Any  # the cursor append_to_list keeps on blocks
 
-    # annotation lists
     def read_list(self, fid: int, low: int | None = None
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The whole annotation list of a feature (empty arrays when it has none), or its
