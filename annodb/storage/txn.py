@@ -21,7 +21,8 @@ class Txn(Postings, Documents):
     Documents (documents.py: docs, docnos, erased ranges), both on Features (features.py:
     meta and feature names, and the state they share). damage_is_an_error makes every
     method but those it names turn damage met while reading into a DamagedError and mark
-    the environment damaged (verify.py)."""
+    the environment damaged (verify.py); _commit_counts is part of commit's own work, left
+    unchecked as commit is."""
 
     _guard: int | None  # read without lock.mdb: the shared flock held (see Environment.guard)
 
