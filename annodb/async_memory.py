@@ -25,7 +25,7 @@ class AsyncMemory:
     """An agent's memory (see annodb.Memory, which takes the same arguments) whose
     methods are coroutines that do not block the event loop."""
 
-    def __init__(self, path, **options):
+    def __init__(self, path, **options) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="annodb-memory")
         try:
             # opened on the worker thread too: every use of the database is from that thread

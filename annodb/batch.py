@@ -60,6 +60,7 @@ class Batch:
             return storage.split_raws(self.raws)
         if self.raws is not None:
             return self.raws
+        assert self.documents is not None   # (a batch keeps its documents or their raws)
         encode = storage.encode_relative
         return [encode(d) for d in self.documents]
 
@@ -179,7 +180,7 @@ def make(docs: list, container: str = DOCUMENT, sparse: tuple = ()) -> Batch:
     field_rows = list(zip(shorts, paths, field_char.tolist(),
                           (field_char + lengths).tolist(), field_at.tolist(),
                           (field_at + field_tokens - 1).tolist()))
-    documents = []
+    documents: list[tuple] = []
     add = documents.append
     for d, f, end, tokens in zip(docs, first_field.tolist(), ends.tolist(),
                                  doc_tokens.tolist()):

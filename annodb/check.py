@@ -294,7 +294,7 @@ def _check_blocks(txn, names, problems, docs, erased) -> None:
             if fid in overlapping and not flags & (storage.OVERLAPPING | storage.UNKNOWN):
                 problems.add(f"counts: feature {names.get(fid, fid)!r} is marked as holding "
                              "no overlapping intervals, but two of them overlap")
-            if stored_df is None:
+            if stored_df is None or high is None:   # (unknown: both None together)
                 continue
             name = names.get(fid, "")
             want = df.get(fid, 0) if tokenizer.tokens(name) == [name] else 0
@@ -425,11 +425,11 @@ def _check_documents(txn, next_address, problems) -> list[tuple[int, int, str, s
             names = set()
             for f in doc.fields:
                 if f.name and f.start <= f.end:
-                    entry = fields.setdefault(f.name + ":", [0, 0])
-                    entry[1] += f.end - f.start + 1
+                    counted = fields.setdefault(f.name + ":", [0, 0])
+                    counted[1] += f.end - f.start + 1
                     if f.name not in names:
                         names.add(f.name)
-                        entry[0] += 1
+                        counted[0] += 1
     by_docno = {}
     for docno, start in txn.docnos():
         by_docno[docno] = start

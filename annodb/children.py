@@ -17,6 +17,8 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
+from typing import IO, cast
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # holds this annodb
 
@@ -33,13 +35,20 @@ def environment(env: dict | None = None) -> dict:
     return env
 
 
-def start(code: str, args: list[str] = (), **popen) -> subprocess.Popen:
+class Child(subprocess.Popen):
+    """A child of start(): a subprocess.Popen whose stderr goes to the temporary file
+    `errors` (replacing Popen's own `errors`, the text-mode error handler, which Popen reads
+    only while it starts the child)."""
+
+    errors: IO[bytes]
+
+
+def start(code: str, args: Sequence[str] = (), **popen) -> Child:
     """A child running `code` with this annodb, its stderr kept in a temporary file for
     said() (the child's `errors`); `popen`, more of subprocess.Popen's arguments."""
     errors = tempfile.TemporaryFile()
     try:
-        child = subprocess.Popen(command(code) + list(args), stderr=errors,
-                                 env=environment(), **popen)
+        child = Child(command(code) + list(args), stderr=errors, env=environment(), **popen)
     except BaseException:
         errors.close()
         raise
@@ -50,9 +59,10 @@ def start(code: str, args: list[str] = (), **popen) -> subprocess.Popen:
 def said(child: subprocess.Popen) -> str:
     """": " and the last line a child of start() wrote on stderr (its death's message),
     or "" when it wrote none."""
+    errors = cast(Child, child).errors   # (callers may hold it as a plain Popen)
     try:
-        child.errors.seek(0)
-        lines = child.errors.read().decode("utf-8", "replace").strip().splitlines()
+        errors.seek(0)
+        lines = errors.read().decode("utf-8", "replace").strip().splitlines()
         return f": {lines[-1]}" if lines else ""
     except (OSError, ValueError):
         return ""

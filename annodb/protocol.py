@@ -84,6 +84,7 @@ import threading
 import time
 import traceback
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import replace
 
 import msgspec
@@ -275,7 +276,8 @@ class Protocol:
         self.max_line = int(max_line)
         self.strict = bool(strict)
         self._log = log
-        self._info = info or (lambda: {})  # what the transport adds to stats' "server"
+        # what the transport adds to stats' "server"
+        self._info: Callable[[], dict] = info or (lambda: {})
         self._states = _States(max_queries, max_query_bytes)
         self._ops = {"query": self._query, "next": self._next, "document": self._document,
                      "count": self._count, "stats": self._stats, "annotate": self._annotate,

@@ -51,6 +51,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from . import children
 from .shards import collection as _shards, worker as shard_worker
@@ -80,7 +81,7 @@ def is_loopback(host: str) -> bool:
     except socket.gaierror as err:
         raise ServerError(f"cannot resolve host {host!r}: {err.strerror}") from None
     return bool(infos) and all(
-        ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+        ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
 
 
 # ---------------------------------------------------------------- the serving core
@@ -151,7 +152,7 @@ class _Core:
         reference does)."""
         buf = bytearray()
         discarding = False
-        started = None  # when the pending partial line began to arrive
+        started = 0.0  # when the pending partial line began to arrive (set by the first read)
         max_line = self.protocol.max_line
         while True:
             if self.stopping:  # stop's cancel can be lost (3.11's wait_for swallows one
@@ -255,7 +256,7 @@ def _worker_main(fd: int, config: str) -> None:
             except OSError:
                 pass
 
-    cores = []
+    cores: list[_Core] = []
 
     def info():
         return {"clients": cores[0].clients if cores else 0, "process": os.getpid()}
@@ -306,8 +307,8 @@ class _Worker:
         self.index = index
         self.config = config
         self.connections = 0
-        self.proc = None
-        self.channel = None
+        self.proc: subprocess.Popen | None = None      # both set by start()
+        self.channel: socket.socket | None = None
 
     def start(self) -> None:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -324,21 +325,29 @@ class _Worker:
         self.connections = 0
 
     def wait_ready(self, timeout: float) -> bool:
-        self.channel.settimeout(timeout)
+        channel = self.channel
+        assert channel is not None      # (started)
+        channel.settimeout(timeout)
         try:
-            return self.channel.recv(1) == READY
+            return channel.recv(1) == READY
         except OSError:
             return False
         finally:
-            self.channel.settimeout(None)
+            channel.settimeout(None)
 
     def hand(self, conn: socket.socket) -> bool:
+        assert self.channel is not None     # (started)
         try:
             socket.send_fds(self.channel, [b"c"], [conn.fileno()])
         except OSError:
             return False
         self.connections += 1
         return True
+
+    def poll(self) -> int | None:
+        """The started worker process's exit code, or None while it runs."""
+        assert self.proc is not None        # (started)
+        return self.proc.poll()
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -395,14 +404,15 @@ class Server:
         if fan_out == "processes" and is_collection(self.path):
             spin = shard_worker.spin_for(
                 self.processes * _shards.read_manifest(self.path)["shards"])
-        self._options = dict(
+        self._options: dict[str, Any] = dict(
             container=container, fields=fields, depth=depth, token=token,
             query_timeout=query_timeout, max_postings=max_postings, max_line=max_line,
             max_queries=max(int(max_queries) // self.processes, 1),
             max_query_bytes=int(max_query_bytes) // self.processes, cache_bytes=per_process,
             readonly=readonly, strict=strict, ray=ray, fan_out=fan_out, spin=spin)
-        self._core_options = dict(threads=workers or THREADS, idle_timeout=idle_timeout,
-                                  line_timeout=line_timeout, max_clients=self.max_clients)
+        self._core_options: dict[str, Any] = dict(
+            threads=workers or THREADS, idle_timeout=idle_timeout, line_timeout=line_timeout,
+            max_clients=self.max_clients)
         # checks the options and opens the database here (in every mode): a missing
         # database or a bad container is an error now, not in a worker
         self._protocol = Protocol(self.path, log=log or sys.stderr, info=self._info,
@@ -440,8 +450,8 @@ class Server:
             self.shutdown()
             raise
         self._listener = listener
-        self._acceptor = threading.Thread(target=self._accept_loop, name="annodb-accept",
-                                          daemon=True)
+        self._acceptor = threading.Thread(target=self._accept_loop, args=(listener,),
+                                          name="annodb-accept", daemon=True)
         self._acceptor.start()
         self._say(f"listening on port {self.port}")
         return self
@@ -565,11 +575,11 @@ class Server:
 
     # connections --------------------------------------------------------------
 
-    def _accept_loop(self) -> None:
+    def _accept_loop(self, listener: socket.socket) -> None:
         selector = selectors.DefaultSelector()
-        selector.register(self._listener, selectors.EVENT_READ)
+        selector.register(listener, selectors.EVENT_READ)
         selector.register(self._wake[0], selectors.EVENT_READ)
-        channels = {}
+        channels: dict[int, socket.socket] = {}
         try:
             while not self._stop.is_set():
                 self._listen_to_workers(selector, channels)
@@ -586,7 +596,7 @@ class Server:
                         self._heard(selector, key.data)
                         continue
                     try:
-                        conn, _ = self._listener.accept()
+                        conn, _ = listener.accept()
                     except (BlockingIOError, InterruptedError):
                         continue
                     except OSError:
@@ -603,7 +613,7 @@ class Server:
             self._core.loop.call_soon_threadsafe(self._core.admit, conn)
             return
         with self._lock:
-            live = [w for w in self._workers if w.proc.poll() is None]
+            live = [w for w in self._workers if w.poll() is None]
             busy = sum(w.connections for w in self._workers)
         if busy >= self.max_clients or not live:
             message = f"too many clients ({self.max_clients}); retry later" if live else \
@@ -639,6 +649,7 @@ class Server:
     def _heard(self, selector, worker: _Worker) -> None:
         """Messages from a worker: one CLOSED per connection it closed; nothing when it
         died (the watcher restarts it)."""
+        assert worker.channel is not None   # (started)
         try:
             data = worker.channel.recv(4096)
         except OSError:
@@ -656,10 +667,11 @@ class Server:
         """Start a worker again when one dies."""
         while not self._stop.wait(0.5):
             for worker in self._workers:
-                if worker.proc.poll() is None or self._stop.is_set():
+                code = worker.poll()
+                if code is None or self._stop.is_set():
                     continue
                 self._say(f"annodb serve: worker process {worker.index} ended (exit "
-                          f"{worker.proc.returncode}); starting it again")
+                          f"{code}); starting it again")
                 with self._lock:
                     worker.start()
                 if worker.wait_ready(300):

@@ -70,11 +70,11 @@ def combine(parts: list[Statistics]) -> Statistics:
             for k, v in getattr(p, attr).items():
                 out[k] = out.get(k, 0) + v
         return out
-    high = {}
+    high: dict[str, float] = {}
     for p in parts:
         for k, v in p.high.items():
             high[k] = max(high.get(k, 0.0), v)
-    fields = {}
+    fields: dict[str, tuple[int, int]] = {}
     for p in parts:
         for k, (d, t) in p.fields.items():
             d0, t0 = fields.get(k, (0, 0))

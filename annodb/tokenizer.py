@@ -36,7 +36,8 @@ NAME = f"annodb-{VERSION} (unicode {UNICODE_VERSION}, simple case folding)"
 def _char_class(ranges) -> str:
     parts = []
     for lo, hi in ranges:
-        parts.append(re.escape(chr(lo)) if lo == hi else f"{re.escape(chr(lo))}-{re.escape(chr(hi))}")
+        parts.append(re.escape(chr(lo)) if lo == hi
+                     else f"{re.escape(chr(lo))}-{re.escape(chr(hi))}")
     return "[" + "".join(parts) + "]"
 
 

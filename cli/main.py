@@ -31,10 +31,14 @@ from __future__ import annotations
 import importlib
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import click
 import msgspec
 from click.core import ParameterSource
+
+if TYPE_CHECKING:
+    from click._termui_impl import ProgressBar   # (what click.progressbar returns)
 
 from . import errors as _errors
 
@@ -178,20 +182,21 @@ class _Bar:
     def __init__(self, enabled: bool, label: str = "ingesting"):
         self.enabled = enabled
         self.label = label
-        self.bar = None
+        self.bar: ProgressBar[int] | None = None
         self.docs = 0
         self.started = time.monotonic()
 
     def __call__(self, docs: int, done: int, total: int) -> None:
         if not self.enabled:
             return
-        if self.bar is None:
-            self.bar = click.progressbar(length=max(total, 1), label=self.label, file=sys.stderr,
-                                         item_show_func=self._show, show_percent=True,
-                                         show_eta=True)
-            self.bar.__enter__()
+        bar = self.bar
+        if bar is None:
+            bar = self.bar = click.progressbar(length=max(total, 1), label=self.label,
+                                               file=sys.stderr, item_show_func=self._show,
+                                               show_percent=True, show_eta=True)
+            bar.__enter__()
         self.docs = docs
-        self.bar.update(max(done - self.bar.pos, 0), docs)
+        bar.update(max(done - bar.pos, 0), docs)
 
     def _show(self, _item) -> str:
         elapsed = max(time.monotonic() - self.started, 1e-9)

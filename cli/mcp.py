@@ -1,7 +1,7 @@
 """`annodb mcp`: the memory (annodb.Memory) as a Model Context Protocol server over stdio.
 
-The tools are thin wrappers of Memory's methods; `make_server(path)` builds the server (the
-`mcp` package is imported only when it runs, so other commands start fast).
+The tools are thin wrappers of Memory's methods; `make_server(memory)` builds the server
+(the `mcp` package is imported only when it runs, so other commands start fast).
 """
 
 from __future__ import annotations
@@ -69,12 +69,12 @@ def _shown(e) -> dict[str, Any]:
     return {"docno": e.docno, "score": e.score, "metadata": e.metadata, "snippet": snippet}
 
 
-def make_server(path: str):
-    """The MCP server (an mcp.server.mcpserver.MCPServer) over the memory at `path`."""
+def make_server(memory: Memory):
+    """The MCP server (an mcp.server.mcpserver.MCPServer) over `memory` (the caller closes
+    it)."""
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
-    memory = Memory(path)
     lock = threading.Lock()          # tools run in worker threads: one call at a time here;
     server = MCPServer("annodb", instructions=INSTRUCTIONS, log_level="WARNING")
 
@@ -159,7 +159,6 @@ def make_server(path: str):
             return {"docno": docno, "forgotten": call(memory.forget, docno)}
         return {"forgotten": call(memory.forget, docnos, where=where)}
 
-    server.memory = memory
     return server
 
 
@@ -182,10 +181,10 @@ def mcp(db):
                                  "args": ["mcp", "--db", "/home/me/memory.db"]}}}
     or: claude mcp add memory -- annodb mcp --db /home/me/memory.db
     """
-    server = make_server(db)
+    memory = Memory(db)
     try:
-        server.run("stdio")
+        make_server(memory).run("stdio")
     except KeyboardInterrupt:
         pass
     finally:
-        server.memory.close()
+        memory.close()

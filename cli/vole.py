@@ -121,7 +121,7 @@ def _model(model_name, base_url, api, no_schema, audit=None) -> Model:
               help="Give topics that stopped at --max-calls in an earlier run that many "
                    "more calls (a rerun skips them otherwise).")
 def run(topics_path, db, server, token, model_name, base_url, api, no_schema, out, max_calls,
-        max_judgments, instructions_path, protocol, continue_topics):
+        max_judgments, instructions_path, protocol, continue_topics) -> None:
     """Search for each topic, judging documents 0-3 and recording the judgments.
 
     Each judgment is committed to the database at once as the annotation

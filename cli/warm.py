@@ -66,6 +66,8 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Sequence
+from typing import Any, Literal
 
 FORWARDED = frozenset({"query", "search", "count", "show", "stats"})
 IDLE_SECONDS = 900.0
@@ -254,7 +256,7 @@ def _connect(folder: int, name: str, timeout: float | None) -> tuple[socket.sock
     return s, pid
 
 
-def _send(s: socket.socket, message: dict, fds: list[int] = ()) -> None:
+def _send(s: socket.socket, message: dict, fds: Sequence[int] = ()) -> None:
     body = json.dumps(message).encode()
     socket.send_fds(s, [_HEADER.pack(len(body))], list(fds))
     s.sendall(body)
@@ -282,9 +284,10 @@ def _receive(s: socket.socket, with_fds: int = 0) -> tuple[dict | None, list[int
                 return None, []
             head += rest
     else:
-        head, fds = _receive_exactly(s, _HEADER.size), []
-        if head is None:
+        got = _receive_exactly(s, _HEADER.size)
+        if got is None:
             return None, []
+        head, fds = got, []
     body = _receive_exactly(s, _HEADER.unpack(head)[0])
     if body is None:
         for fd in fds:
@@ -407,7 +410,7 @@ def _context() -> dict:
                    if line.split(":")[0] in ("Uid", "Gid", "Groups", "CapInh", "CapPrm",
                                              "CapEff", "CapBnd", "CapAmb", "NoNewPrivs",
                                              "Seccomp", "Seccomp_filters")]
-    namespaces = {}
+    namespaces: dict[str, str | None] = {}
     for ns in ("cgroup", "ipc", "mnt", "net", "pid", "user", "uts"):
         try:
             namespaces[ns] = os.readlink(f"/proc/self/ns/{ns}")
@@ -654,7 +657,7 @@ def status() -> dict:
     """What `annodb warm` reports: the socket, and the process's own answer if it runs
     ("answering": False when it is there but did not answer within a second)."""
     shown, pid, reply = _ask("status")
-    out = {"socket": shown, "enabled": enabled(), "running": pid is not None}
+    out: dict[str, Any] = {"socket": shown, "enabled": enabled(), "running": pid is not None}
     if reply is not None:
         out.update(reply, running=True, answering=True)
     elif pid is not None:
@@ -772,7 +775,7 @@ class _Watch:
     """poll(), for the events a selector cannot ask for: a command's connection is watched
     for its hang-up alone (POLLRDHUP), not for the data its child is about to read."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._poll = select.poll()
         self._data: dict[int, tuple] = {}
 
@@ -835,8 +838,8 @@ def _take(conn, selector, listener, keep, children, began, count, run) -> str:
         return op
     if op != "run" or not _well_formed(message) \
             or command_of(message["argv"]) not in FORWARDED:
-        why = ("the warm process runs only the read-only commands "
-               + ", ".join(sorted(FORWARDED)))
+        why: str | None = ("the warm process runs only the read-only commands "
+                           + ", ".join(sorted(FORWARDED)))
     else:
         why = _differs(message.get("context"))
     if why is not None:
@@ -917,9 +920,12 @@ def _child(conn, message: dict, run) -> None:
         os.environ.clear()
         os.environ.update(message["env"])
         streams = message.get("streams") or {}
-        sys.stdin = sys.__stdin__ = _stream(0, "r", streams.get("stdin"))
-        sys.stdout = sys.__stdout__ = _stream(1, "w", streams.get("stdout"))
-        sys.stderr = sys.__stderr__ = _stream(2, "w", streams.get("stderr"), stderr=True)
+        # (typeshed declares sys.__stdin__ and the others Final; this child is the
+        # command's process now, and its streams are the command's)
+        sys.stdin = sys.__stdin__ = _stream(0, "r", streams.get("stdin"))  # type: ignore[misc]
+        sys.stdout = sys.__stdout__ = _stream(1, "w", streams.get("stdout"))  # type: ignore[misc]
+        sys.stderr = sys.__stderr__ = _stream(  # type: ignore[misc]
+            2, "w", streams.get("stderr"), stderr=True)
         sys.argv = ["annodb"] + list(message["argv"])
         code = run(list(message["argv"]))
     except BaseException as err:                  # noqa: BLE001 - the child must exit
@@ -946,7 +952,7 @@ def _child(conn, message: dict, run) -> None:
         os._exit(code)
 
 
-def _stream(fd: int, mode: str, how, stderr: bool = False):
+def _stream(fd: int, mode: Literal["r", "w"], how, stderr: bool = False):
     encoding, errors = (how or [None, None])
     tty = os.isatty(fd)
     stream = open(fd, mode, encoding=encoding or "utf-8",

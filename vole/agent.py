@@ -240,7 +240,8 @@ class Agent:
         elif system.get("content") != self.instructions or \
                 system.get("protocol") != self.protocol:
             why = "its instructions or protocol differ from this run's"
-        messages, shown, cursors, recorded = [], set(), {}, set()
+        messages: list[dict] = []
+        shown, cursors, recorded = set(), {}, set()
         calls, pending, step = system.get("calls_before", 0), None, system.get("step", 0)
         for e in session[1:]:
             if why is not None:
@@ -430,6 +431,7 @@ class Agent:
                 if refused is not None:
                     return refused
             session = self.backend.session
+            assert cursor.backend is not None   # (issued in this session, above)
             reply = self.backend.next(cursor.backend)
             if reply.get("ok") or self.backend.session == session:
                 break
@@ -468,7 +470,7 @@ class Agent:
               state: dict) -> list[str]:
         """A result for the model, after passing over those already judged (and notes)."""
         first = reply
-        passed = []
+        passed: list[tuple[str, int, int | None]] = []   # (docno, rank, grade; None: a note)
         while reply.get("ok") and not reply.get("done") and cursor is not None:
             docno = reply["docno"]
             if docno in self.judged:

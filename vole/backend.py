@@ -35,6 +35,7 @@ the grade and the note and keeps the discovery order.
 
 from __future__ import annotations
 
+import io
 import os
 import socket
 import time
@@ -192,7 +193,7 @@ class Remote(Backend):
         self.timeout = timeout
         self.audit = audit
         self._sock: socket.socket | None = None
-        self._reader = None
+        self._reader: io.BufferedReader | None = None
         self._connect()
 
     def _connect(self) -> None:
@@ -219,6 +220,7 @@ class Remote(Backend):
             try:
                 if self._sock is None:
                     self._connect()
+                assert self._sock is not None and self._reader is not None   # (connected)
                 self._sock.sendall(line)
                 reply = self._reader.readline(MAX_REPLY)
                 if not reply.endswith(b"\n"):

@@ -119,7 +119,7 @@ def _ours(value) -> dict[str, str]:
     """Rename the published runner's keys in `value` (a decoded decision) to ours, in place;
     {our name: theirs} of the renames made. Both names at once are left for validation
     to refuse (an unknown field)."""
-    renamed = {}
+    renamed: dict[str, str] = {}
     if not isinstance(value, dict):
         return renamed
     for where, theirs, ours in SYNONYMS:

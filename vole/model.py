@@ -14,8 +14,9 @@ generator so a rerun waits the same. An endpoint that cannot be reached (refused
 host: a wrong --base-url) is tried CONNECT_RETRIES more times only, and connecting is
 given CONNECT_TIMEOUT seconds (the SDK's own timeout), so it is one clear error within
 seconds; anything else (an unknown model, or no Responses API at the endpoint: 404, whose
-message suggests --api chat), or running out of retries, raises ModelError at once. Every attempt is reported to `audit` (a callable taking one dict) with
-its latency and token usage.
+message suggests --api chat), or running out of retries, raises ModelError at once. Every
+attempt is reported to `audit` (a callable taking one dict) with its latency and token
+usage.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime
 import os
+from typing import IO
 
 import msgspec
 
@@ -47,7 +48,7 @@ class Outputs:
         self.run_id = now()
         self.current: str | None = None     # the topic being run
         os.makedirs(directory, exist_ok=True)
-        self._files = []
+        self._files: list[IO[str]] = []
         self._history: dict[str, list[dict]] | None = None
         self._run = self._open(RUN, "w")
         _end_line(self.path(CONVERSATION))

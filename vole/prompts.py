@@ -4,6 +4,8 @@ runner's form (`Reference`)."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import msgspec
 
 _encode = msgspec.json.Encoder().encode
@@ -194,6 +196,33 @@ def judge_request(query: str, passage: str) -> str:
 # (grade None: a judgment note), in rank order. qids are the topic's own (see agent.py).
 
 
+class Observations(Protocol):
+    """What a protocol (Ours, Reference) writes for each event; None: nothing."""
+
+    name: str
+
+    def query_text(self, gcl: str) -> str: ...
+
+    def opening(self, qid: str, text: str, max_calls: int, max_judgments: int,
+                earlier: dict[str, int]) -> str: ...
+
+    def invalid(self, error: str) -> str: ...
+
+    def judged(self, docno: str, grade: int, regraded: bool) -> str | None: ...
+
+    def not_judged(self, docno: str, why: str) -> str: ...
+
+    def shown(self, request: dict, first: dict, reply: dict,
+              passed: list[tuple[str, int, int | None]]) -> list[str]: ...
+
+    def document(self, request: dict, reply: dict, limit: int) -> str: ...
+
+    def status(self, calls: int, max_calls: int, judgments: int, max_judgments: int,
+               grade3: int) -> str: ...
+
+    def stopped(self, reason: str) -> str: ...
+
+
 class Ours:
     """Observations in our words (the functions above), with a status line each turn."""
 
@@ -291,4 +320,4 @@ class Reference:
         return self._line({"stopped": reason})
 
 
-PROTOCOLS = {"ours": Ours, "reference": Reference}
+PROTOCOLS: dict[str, type[Observations]] = {"ours": Ours, "reference": Reference}

@@ -16,6 +16,7 @@ import bisect
 import html
 import math
 import os
+from collections.abc import Sequence
 
 import msgspec
 
@@ -243,6 +244,7 @@ def render(report: Report) -> str:
     overview = (f"{len(topics)} topics, {calls} model calls, {tokens:,} tokens, "
                 f"{judged} documents judged, {len(q)} queries")
     if report.ndcg10 is not None:
+        assert report.qrels is not None     # (build sets both)
         overview += (f"; mean nDCG@10 {report.ndcg10:.4f} over the "
                      f"{report.qrels_topics} topics of {e(os.path.basename(report.qrels))}")
     parts = [_HEAD.replace("TITLE", e(f"Vole run report: {report.directory}")),
@@ -277,7 +279,7 @@ def _figure(ident: str, caption: str, svg: str) -> str:
             f'{html.escape(caption)}</figcaption></figure>')
 
 
-def bars(values: list[tuple[str, float]], unit: str, labels: bool = False,
+def bars(values: Sequence[tuple[str, float]], unit: str, labels: bool = False,
          width: int = 900, height: int = 220) -> str:
     """A bar chart as inline SVG: one bar per (label, value), a <title> on each (shown on
     hover), the axis scaled to the largest value; `labels` writes the labels under the

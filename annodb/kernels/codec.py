@@ -664,7 +664,7 @@ def _stream_sum(buf, pos, width, count):
         mask = (np.uint64(1) << np.uint64(bits)) - np.uint64(1)
         total = np.uint64(0)
         bit = 0
-        for i in range(count):
+        for _ in range(count):
             word = _load_word(buf, pos + (bit >> 3), end)
             total += (word >> np.uint64(bit & 7)) & mask
             bit += bits

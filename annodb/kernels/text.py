@@ -1,6 +1,6 @@
 """Numba kernels for text: token offsets (the tokenizer's regex, as one pass over code
-points) and the same pass numbering the distinct tokens of a batch (so Python looks up each word once, not once
-per occurrence).
+points) and the same pass numbering the distinct tokens of a batch (so Python looks up each
+word once, not once per occurrence).
 
 `tokenizer.tokens` uses `re.findall` (fast, returns the token strings); snippets need only
 where each token starts and ends, which a Python loop over match objects makes slow for

@@ -23,13 +23,17 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
 
 from ..errors import AnnodbError, NotFoundError, ShardLostError, StorageError
 from . import collection as _shards
 from .routing import Homes, identity
 from .worker import Remote, ShardHost
 
-ray = None  # the module, imported by _ray()
+if TYPE_CHECKING:
+    import ray
+else:
+    ray = None  # the module, imported by _ray() (Ray is an optional extra)
 LOOPBACK = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's processes on 127.0.0.1 only
 
 

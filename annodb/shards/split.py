@@ -76,9 +76,10 @@ def split(source, dest, shards: int, *, progress=None, processes: int | None = N
     groups = [[s for s in range(shards) if s % k == c] for c in range(k)]
     done = [0] * k
     summaries: list = [None] * k
-    failures: list[str] = []
+    failures: list[tuple[str, bool]] = []   # (message, resumable)
 
-    def follow(c: int, child: subprocess.Popen) -> None:
+    def follow(c: int, child: children.Child) -> None:
+        assert child.stdout is not None     # (stdout=PIPE)
         for line in child.stdout:
             try:
                 said = json.loads(line)
@@ -95,7 +96,7 @@ def split(source, dest, shards: int, *, progress=None, processes: int | None = N
             elif "error" in said:
                 failures.append((said["error"], said.get("again", True)))
 
-    procs: list[subprocess.Popen] = []
+    procs: list[children.Child] = []
     threads = []
     try:
         try:
@@ -130,6 +131,7 @@ def split(source, dest, shards: int, *, progress=None, processes: int | None = N
                                    f"{child.returncode}){children.said(child)}; {again}")
     finally:
         for child in procs:
+            assert child.stdout is not None     # (stdout=PIPE)
             child.stdout.close()
             child.errors.close()
     _shards.open(dest).close()     # (the address counter raised to the shards' highest)
@@ -184,7 +186,8 @@ def _begin(source: str, dest: str, shards: int, fold: bool, state: int) -> None:
             raise StorageError(f"{dest}: cannot create the collection: {err.strerror}"
                                ) from None
     if not os.path.exists(os.path.join(dest, MANIFEST)):
-        _shards.create_collection(dest, shards, fold, new=False)   # the shards, made (and their options)
+        # the shards, made (and their options)
+        _shards.create_collection(dest, shards, fold, new=False)
 
 
 # ---------------------------------------------------------------- a splitting process
@@ -254,7 +257,8 @@ def _split_windows(r, n: int, outs: dict, summary: SplitSummary, count: bool, si
 
     names = _names(r)
     erased = r.erased()
-    window, lo = [], 0
+    window: list[storage.Document] = []
+    lo = 0
     for d in r.documents():
         if len(window) == size:
             _window(r, window, lo, d.start, names, n, outs, home, erased, summary, count)

@@ -34,11 +34,16 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection as _Pipe
+from typing import TYPE_CHECKING
 
 from .. import children
 from ..errors import AnnodbError, NotFoundError, ShardLostError, StorageError
 from .routing import IDENTITY, identity_problem
+
+if TYPE_CHECKING:
+    from ..transaction import Snapshot
 
 CLOSED = "the collection is closed"
 SPIN = 0.001  # seconds both ends poll before sleeping on the pipe, where they do (above)
@@ -65,9 +70,9 @@ class ShardHost:
             if problem:
                 self.db.close()
                 raise StorageError(f"{problem}; restore the shard's folder as it was")
-        self.snaps: dict[int, object] = {}
+        self.snaps: dict[int, Snapshot] = {}
         self.failed: dict[int, Exception] = {}   # snapshots that could not be taken
-        self.scorers: dict[tuple, object] = {}
+        self.scorers: dict[tuple[int, str], Callable[[list], list]] = {}
         self.ids = itertools.count()
 
     def open(self, sid: int | None = None) -> int:
@@ -157,15 +162,15 @@ def serve(conn, path: str, cache_bytes: int | None, spin: float = 0.0,
     is ready, or, `warm_first`, before (a worker replacing one: its shard is ranked in
     the parent until then)."""
     from ..ranking import load_kernels
+    failure: BaseException | None = None
+    host: ShardHost | None = None
     try:
-        host = ShardHost(path, cache_bytes)
+        opened = ShardHost(path, cache_bytes)
         if warm_first:
-            load_kernels(host.db)
+            load_kernels(opened.db)
+        host = opened
     except BaseException as err:  # noqa: BLE001 - the parent raises it at its first call
-        failure: BaseException = err
-        host = None
-    else:
-        failure = None
+        failure = err
     conn.send(("ready", failure is None, _picklable(failure)))
     if host is None:
         return
