@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace as _replace
 
 import numpy as np
 
-from . import batch as _batch, query as _query, recall as _recall
+from . import batch as _batch, query as _query, rankers as _rankers, ranking as _ranking
 from .collection import open as _open
 from .errors import AnnodbError, NotFoundError, StorageError
 from .metadata import (DOCUMENT, KEY, RESERVED, SUPERSEDED, TEXT, TIME, check_own_key,
@@ -122,7 +122,8 @@ def rank_memories(snapshot, text: str, k: int, box: _query.Node, gcl: bool,
     query that ran; warnings)."""
     if gcl:
         return snapshot.search(text, k=k, container=box, lenient=True, rank=rank or "ssr")
-    return _recall.rank_text(snapshot, text, k, box, rank)
+    ranker = _rankers.make(rank or _rankers.Context.name, names=_rankers.MEMORY_RANKS)
+    return _ranking.search_text(snapshot, text, ranker, k=k, container=box)
 
 
 def _check_path(path) -> str:
@@ -289,7 +290,7 @@ class Memory:
         already, or the first memory's. AnnodbError when they are in several."""
         n = len(self.db.shards)
         needs: dict[int, str] = {}
-        for record, docno, key, target in items:
+        for record, docno, _key, target in items:
             if docno is not None:
                 needs.setdefault(route(docno, n), f"the docno {docno!r}")
             if target is not None:
@@ -439,7 +440,7 @@ class Memory:
         """The k best memories for a GCL query or free text, among those matching `where`
         (see help(Memory)) and current (not superseded; `as_of=T`: current at T, a datetime
         or seconds; `include_superseded=True`: superseded ones too), ranked by `rank`
-        ("context" or one of ranking.RANKS; default: shortest-substring ranking for GCL,
+        ("context" or one of rankers.RANKS; default: shortest-substring ranking for GCL,
         "context" for free text: BM25 in which a memory borrows the words of its
         neighbours in its session, with the session's score and the dates the text names,
         annodb/recall.py; a sharded memory ranks free text by the engine's free-text
