@@ -41,6 +41,7 @@ import re
 import sys
 import time as _time
 from dataclasses import dataclass, field, replace as _replace
+from typing import Any
 
 import numpy as np
 
@@ -126,7 +127,7 @@ def rank_memories(snapshot, text: str, k: int, box: _query.Node, gcl: bool,
     return _ranking.search_text(snapshot, text, ranker, k=k, container=box)
 
 
-def _check_path(path) -> str:
+def _check_path(path) -> str | None:
     """The path of a memory, or StorageError for one that cannot be: empty, or a folder
     holding other files but no database."""
     if path is None:
@@ -227,7 +228,7 @@ class Memory:
         supersedes = memory.pop("supersedes", None)
         if key is not None and (not isinstance(key, str) or not key):
             raise AnnodbError(f"key {key!r}: need a non-empty string")
-        record = {TEXT: text}
+        record: dict[str, Any] = {TEXT: text}
         for name, value in memory.items():
             check_own_key(name)
             record[name] = stored(name, value)
@@ -279,7 +280,7 @@ class Memory:
             raise AnnodbError(f"memory text is not valid Unicode ({err})") from None
         docnos = self._docnos(w, made, given)
         made = _replace(made, docnos=docnos,
-                        documents=[(d,) + doc[1:] for d, doc in zip(docnos, made.documents)])
+                        documents=[(d,) + doc[1:] for d, doc in zip(docnos, made.documents or ())])
         return w.add_batch(made, replace=any(d is not None for d in given))
 
     def _shard_for(self, w, items: list[tuple]) -> int:

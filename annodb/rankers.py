@@ -35,6 +35,7 @@ from .feedback import Feedback
 
 if TYPE_CHECKING:
     from .gcl import Budget
+    from .query import Node
     from .reading import ReadView
     from .scoring import Ranking
 
@@ -62,7 +63,7 @@ class Ranker:
         """The containers matching `node` (a prepared GCL query) ranked to `depth`."""
         return view.ranked(node, self, depth=depth, container=container, budget=budget)
 
-    def search_text(self, view: ReadView, text, *, k: int, container: str,
+    def search_text(self, view: ReadView, text, *, k: int, container: str | Node,
                     snippets: bool) -> ranking.Results:
         """The k best containers for free text."""
         raise NotImplementedError

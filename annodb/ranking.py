@@ -23,7 +23,7 @@ import numpy as np
 from . import bm25, feedback, kernels, records, tokenizer
 from .errors import RankingError
 from .gcl import Budget, prepare
-from .query import Combine, Feature, Term, format as format_query
+from .query import Combine, Feature, Node, Term, format as format_query
 from .reading import ReadView
 from .scoring import DEPTH as DEPTH
 from .scoring import FORMS as FORMS
@@ -276,7 +276,7 @@ def _sparse_entry(term, weight) -> tuple[str, float]:
 
 
 def search_text(view: ReadView, text, ranker: Ranker, *, k: int = 10,
-                container: str = ":", snippets: bool = True) -> Results:
+                container: str | Node = ":", snippets: bool = True) -> Results:
     """Free-text search by `ranker` (its search_text): by SSR (search_text_ssr), by BM25
     over the words (each conflated with its forms), by BM25 over them expanded by RM3
     (pseudo-relevance feedback from their best containers, feedback.py), by the dot

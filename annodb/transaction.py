@@ -9,6 +9,7 @@ import os
 import threading
 import warnings
 from dataclasses import dataclass
+from typing import cast
 
 import msgspec
 import numpy as np
@@ -281,7 +282,8 @@ class Snapshot:
         """{short field name ("title:"): (live documents having it, tokens in it)}, or None
         when the database does not keep them (written before they were)."""
         self._before_read()
-        found = self._fields if isinstance(self, Writer) and self._fields is not False \
+        found = cast("dict | None", self._fields) \
+            if isinstance(self, Writer) and self._fields is not False \
             else self.lists.meta("fields")
         return None if found is None else {k: tuple(v) for k, v in found.items()}
 
@@ -575,7 +577,7 @@ class Writer(Snapshot):
             stored = self._txn.feature_ids([names[i] for i in missing])
             for i, fid in zip(missing, stored):
                 found[i] = self._intern_missing(names[i], fid)
-        return found
+        return cast("list[int]", found)   # (every one found or interned)
 
     def _intern_missing(self, name: str, stored=_LOOK_UP) -> int:
         """A name not in the process's cache: its stored id (`stored`, None when it has
@@ -733,9 +735,9 @@ class Writer(Snapshot):
             self._sparse = sorted(set(self.sparse_fields()) | set(b.sparse))
         # annotations
         self._ann_flush_list()
-        names = np.array(self._ids(b.ann_names), dtype=np.int64)
+        ann_fids = np.array(self._ids(b.ann_names), dtype=np.int64)
         at = starts[b.ann_doc]
-        self._ann_arrays.append((names[b.ann_name], at + b.ann_p, at + b.ann_q, b.ann_v))
+        self._ann_arrays.append((ann_fids[b.ann_name], at + b.ann_p, at + b.ann_q, b.ann_v))
         self._new_docnos.update(zip(docnos, starts_list))
         self._next_address = int(ends[-1]) + 1 if len(ends) else base
         if b.container == DOCUMENT:
@@ -758,7 +760,7 @@ class Writer(Snapshot):
             self._fields = found if found is not None else \
                 ({} if not self._txn.meta("documents", 0) else None)
         if self._fields is not None and counts:
-            statistics.add_fields(self._fields, counts, sign)
+            statistics.add_fields(cast(dict, self._fields), counts, sign)
 
     def _ann_flush_list(self) -> None:
         """Move annotate()'s buffered annotations to the arrays (keeping write order)."""
@@ -875,7 +877,7 @@ class Writer(Snapshot):
         start = self._txn.doc_start(docno)
         if start is None:
             return False
-        doc = self._txn.doc_at_start(start)
+        doc = cast(Document, self._txn.doc_at_start(start))   # (its docno is there)
         self.erase(doc.start, doc.end)
         return True
 
@@ -944,7 +946,8 @@ class Writer(Snapshot):
                 fid = int(fids[a])
                 lst = kernels.normalize(ps[a:b], qs[a:b], vs[a:b])
                 if fid >= fresh and fid not in token_fids:
-                    new_blocks.append(txn.encode_list(fid, *lst, storage.ANNOTATION_BLOCK))
+                    new_blocks.append(txn.encode_list(fid, lst[0], lst[1], lst[2],
+                                                      storage.ANNOTATION_BLOCK))
                 else:
                     later.append((fid, lst))
             self._ann_arrays = []
@@ -953,7 +956,7 @@ class Writer(Snapshot):
             txn.put_blocks(np.concatenate(fids), np.concatenate(firsts), bufs, offsets,
                            tails=token_fids)
         for fid, lst in later:  # old features, or new ones with tokens too: after the append
-            txn.add_to_list(fid, *lst, storage.ANNOTATION_BLOCK)
+            txn.add_to_list(fid, lst[0], lst[1], lst[2], storage.ANNOTATION_BLOCK)
         self._flush_docs()  # last: their compression ran meanwhile
         self._first_new_feature = self._next_feature
         self.lists.reset()

@@ -476,7 +476,7 @@ class ShardedWriter(ShardedSnapshot):
                 if self._writing is not None else 0
             starts = self.db.allocate(b, at_least)
             taken = set(docnos)
-            documents = list(b.documents)
+            documents = list(b.documents or ())
             for i, docno in enumerate(docnos):
                 if docno is None:
                     docno = f"d{int(starts[i])}"
