@@ -41,7 +41,7 @@ import re
 import sys
 import time as _time
 from dataclasses import dataclass, field, replace as _replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -124,7 +124,8 @@ def rank_memories(snapshot, text: str, k: int, box: _query.Node, gcl: bool,
     if gcl:
         return snapshot.search(text, k=k, container=box, lenient=True, rank=rank or "ssr")
     ranker = _rankers.make(rank or _rankers.Context.name, names=_rankers.MEMORY_RANKS)
-    return _ranking.search_text(snapshot, text, ranker, k=k, container=box)
+    # (a container is as_node'd: a node is one as its text is)
+    return _ranking.search_text(snapshot, text, ranker, k=k, container=cast(str, box))
 
 
 def _check_path(path) -> str | None:

@@ -35,7 +35,6 @@ from .feedback import Feedback
 
 if TYPE_CHECKING:
     from .gcl import Budget
-    from .query import Node
     from .reading import ReadView
     from .scoring import Ranking
 
@@ -63,7 +62,7 @@ class Ranker:
         """The containers matching `node` (a prepared GCL query) ranked to `depth`."""
         return view.ranked(node, self, depth=depth, container=container, budget=budget)
 
-    def search_text(self, view: ReadView, text, *, k: int, container: str | Node,
+    def search_text(self, view: ReadView, text, *, k: int, container: str,
                     snippets: bool) -> ranking.Results:
         """The k best containers for free text."""
         raise NotImplementedError
@@ -85,7 +84,8 @@ class SSR(Ranker):
 
     name: ClassVar[str] = "ssr"
 
-    def search_text(self, view, text, *, k, container, snippets):
+    def search_text(self, view: ReadView, text, *, k: int, container: str,
+                    snippets: bool) -> ranking.Results:
         return ranking.search_text_ssr(view, text, k=k, container=container,
                                        snippets=snippets)
 
@@ -99,7 +99,7 @@ class Scored(Ranker):
     def scored(self) -> Scored:
         return self
 
-    def resolved(self, view) -> Scored:
+    def resolved(self, view: ReadView) -> Scored:
         """This ranker completed from the database (Sparse: its field)."""
         return self
 
@@ -138,7 +138,8 @@ class BM25(Scored):
     def settings(self) -> Scoring:
         return self._settings
 
-    def search_text(self, view, text, *, k, container, snippets):
+    def search_text(self, view: ReadView, text, *, k: int, container: str,
+                    snippets: bool) -> ranking.Results:
         terms, words, shown = ranking.text_terms(view, text)
         return ranking.words_text(view, text, terms, words, shown, self, k=k,
                                   container=container, snippets=snippets)
@@ -188,7 +189,7 @@ class Sparse(Scored):
     def settings(self) -> Scoring:
         return Scoring(sparse=self.field)
 
-    def resolved(self, view) -> Sparse:
+    def resolved(self, view: ReadView) -> Sparse:
         """This ranker with its field: the one given, or the database's only one."""
         if self.field is not None:
             return self
@@ -209,7 +210,8 @@ class Sparse(Scored):
     def terms(self, ev, cnode, words, statistics) -> list:
         return sparse_terms(ev, cnode, self.settings, words, statistics)
 
-    def search_text(self, view, text, *, k, container, snippets):
+    def search_text(self, view: ReadView, text, *, k: int, container: str,
+                    snippets: bool) -> ranking.Results:
         scored = self.resolved(view)
         terms, words, shown = ranking.sparse_text_terms(text, scored.field)
         return ranking.words_text(view, text, terms, words, shown, scored, k=k,
@@ -236,7 +238,8 @@ class Fused(Ranker):
     def settings(self) -> Scoring:
         return self.bm25.settings
 
-    def search_text(self, view, text, *, k, container, snippets):
+    def search_text(self, view: ReadView, text, *, k: int, container: str,
+                    snippets: bool) -> ranking.Results:
         terms, words, shown = ranking.text_terms(view, text)
         return ranking.words_text(view, text, terms, words, shown, self.bm25, k=k,
                                   container=container, snippets=snippets, fused=True)
@@ -262,11 +265,13 @@ class BM25RM3(Ranker):
     def settings(self) -> Scoring:
         return self.bm25.settings
 
-    def ranked(self, view, node, *, depth, container, budget):
+    def ranked(self, view: ReadView, node, *, depth: int, container: str,
+               budget: Budget | None) -> Ranking:
         return ranking.rm3_rank(view, node, self, depth=depth, container=container,
                                 budget=budget)
 
-    def search_text(self, view, text, *, k, container, snippets):
+    def search_text(self, view: ReadView, text, *, k: int, container: str,
+                    snippets: bool) -> ranking.Results:
         terms, words, shown = ranking.text_terms(view, text, self.feedback.stop_words)
         terms = ranking.rm3_words(view, terms, container, self)
         return ranking.words_text(view, text, terms, words, shown, self.bm25, k=k,
@@ -287,10 +292,12 @@ class Context(Ranker):
     name: ClassVar[str] = recall.RANK
     params: recall.Context = recall.CONTEXT
 
-    def ranked(self, view, node, *, depth, container, budget):
+    def ranked(self, view: ReadView, node, *, depth: int, container: str,
+               budget: Budget | None) -> Ranking:
         raise RankingError(f"unknown ranker {self.name!r}: choose one of {', '.join(RANKS)}")
 
-    def search_text(self, view, text, *, k, container, snippets):
+    def search_text(self, view: ReadView, text, *, k: int, container: str,
+                    snippets: bool) -> ranking.Results:
         if getattr(view, "lists", None) is None:   # (not one database's snapshot)
             return TEXT_RANKER.search_text(view, text, k=k, container=container,
                                            snippets=snippets)

@@ -16,14 +16,15 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from . import bm25, feedback, kernels, records, tokenizer
 from .errors import RankingError
+from .feedback import Feedback
 from .gcl import Budget, prepare
-from .query import Combine, Feature, Node, Term, format as format_query
+from .query import Combine, Feature, Term, format as format_query
 from .reading import ReadView
 from .scoring import DEPTH as DEPTH
 from .scoring import FORMS as FORMS
@@ -38,12 +39,32 @@ from .scoring import score as score
 from .scoring import stem as stem
 from .scoring import word_candidates as word_candidates
 from .tokenizer import strip_diacritics, tokens
-
-if TYPE_CHECKING:
-    from .rankers import BM25RM3, Ranker, Scored
+from .scoring import WordScorer
 
 MAX_WORDS = 8
 MAX_SUBSETS = 12
+
+
+class TextRanker(Protocol):
+    """What the walk asks of a ranker (rankers.Ranker): its ranking of a GCL query's
+    matches, its free-text search, and whether free text may be {term: weight}."""
+
+    @property
+    def weighs_terms(self) -> bool: ...
+    def ranked(self, view: ReadView, node, *, depth: int, container: str,
+               budget: Budget | None) -> Ranking: ...
+    def search_text(self, view: ReadView, text, *, k: int, container: str,
+                    snippets: bool) -> Results: ...
+
+
+class Expanding(Protocol):
+    """What RM3 asks of its ranker (rankers.BM25RM3): its settings and the BM25 (or
+    BM25F) it ranks by."""
+
+    @property
+    def feedback(self) -> Feedback: ...
+    @property
+    def bm25(self) -> WordScorer: ...
 
 
 @dataclass
@@ -68,7 +89,7 @@ class Results:
 
 # GCL queries ---------------------------------------------------------------------------
 
-def rank(view: ReadView, gcl, ranker: Ranker | None = None, *, depth: int = DEPTH,
+def rank(view: ReadView, gcl, ranker: TextRanker | None = None, *, depth: int = DEPTH,
          container: str = ":", lenient: bool = False, budget: Budget | None = None
          ) -> Ranking:
     """Evaluate `gcl` and rank the containers that hold a match by `ranker` (a
@@ -82,7 +103,7 @@ def rank(view: ReadView, gcl, ranker: Ranker | None = None, *, depth: int = DEPT
     return out
 
 
-def search(view: ReadView, gcl, ranker: Ranker, *, k: int = 10, container: str = ":",
+def search(view: ReadView, gcl, ranker: TextRanker, *, k: int = 10, container: str = ":",
            lenient: bool = False, snippets: bool = True) -> Results:
     """The first k hits of `gcl` ranked by `ranker` (see rank)."""
     r = rank(view, gcl, ranker, depth=max(k, 0), container=container, lenient=lenient)
@@ -102,7 +123,7 @@ def load_kernels(db, container: str = ":") -> None:
 
 
 
-def rm3_rank(view: ReadView, node, ranker: BM25RM3, *, depth: int, container: str,
+def rm3_rank(view: ReadView, node, ranker: Expanding, *, depth: int, container: str,
              budget: Budget | None) -> Ranking:
     """A GCL query's matches ranked by BM25 over its words expanded by RM3: its best
     matches by BM25 (ranker.feedback.docs of them) give the relevance model (its words as
@@ -123,7 +144,7 @@ def rm3_rank(view: ReadView, node, ranker: BM25RM3, *, depth: int, container: st
                        words=expanded)
 
 
-def rm3_words(view: ReadView, words, container: str, ranker: BM25RM3
+def rm3_words(view: ReadView, words, container: str, ranker: Expanding
               ) -> list[tuple[tuple[str, ...], float]]:
     """Free text's words [(forms, count)] (text_words) expanded by RM3 (feedback.py):
     the relevance model of their best containers by BM25 (ranker.feedback.docs), a
@@ -236,7 +257,7 @@ def sparse_text_terms(text, field: str | None):
     return terms, [(t,) for t, _ in terms], shown
 
 
-def words_text(view: ReadView, text, terms, words, shown, scored: Scored, *, k: int,
+def words_text(view: ReadView, text, terms, words, shown, scored: WordScorer, *, k: int,
                container: str, snippets: bool, fused: bool = False) -> Results:
     """search_text by the scores of `scored` (rankers.BM25 or Sparse) of `terms`, or
     (`fused`) those fused with SSR's ranking of the text (see fuse). `words` are what a
@@ -275,8 +296,8 @@ def _sparse_entry(term, weight) -> tuple[str, float]:
     return tokenizer.fold(str(term)), weight
 
 
-def search_text(view: ReadView, text, ranker: Ranker, *, k: int = 10,
-                container: str | Node = ":", snippets: bool = True) -> Results:
+def search_text(view: ReadView, text, ranker: TextRanker, *, k: int = 10,
+                container: str = ":", snippets: bool = True) -> Results:
     """Free-text search by `ranker` (its search_text): by SSR (search_text_ssr), by BM25
     over the words (each conflated with its forms), by BM25 over them expanded by RM3
     (pseudo-relevance feedback from their best containers, feedback.py), by the dot

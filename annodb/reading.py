@@ -24,11 +24,9 @@ if TYPE_CHECKING:
 
     from .gcl import Budget
     from .lists import Intervals
-    from .rankers import Ranker, Scored
-    from .scoring import Ranking
+    from .scoring import Ranking, RankedBy, WordScorer
     from .statistics import Statistics
     from .storage import Document
-    from .transaction import Stats
 
 
 class ReadView(Protocol):
@@ -68,31 +66,31 @@ class ReadView(Protocol):
     def token_count(self) -> int: ...
     def sparse_fields(self) -> list[str]: ...
     def field_statistics(self) -> dict[str, tuple[int, int]] | None: ...
-    def stats(self) -> Stats: ...
+    def stats(self) -> Any: ...   # (transaction.Stats)
     def statistics(self, features: Iterable[str] = (), fields: Iterable[str] = ()
                    ) -> Statistics: ...
 
-    # the API: queries, a ranker named (rankers.make)
+    # the API: queries, a ranker named or given (rankers.make: a name or rankers.Ranker)
     def query(self, gcl, *, lenient: bool = False, budget: Budget | None = None
               ) -> Intervals: ...
     def count(self, gcl, *, lenient: bool = False) -> int: ...
     def search(self, gcl, k: int = 10, *, container: str = ..., lenient: bool = False,
-               snippets: bool = True, rank: str | Ranker = "ssr", k1: float | None = None,
+               snippets: bool = True, rank=..., k1: float | None = None,
                b: float | None = None, fields=None, sparse_field: str | None = None,
                feedback=None) -> Any: ...
     def search_text(self, text, k: int = 10, *, container: str = ...,
-                    snippets: bool = True, rank: str | Ranker = ...,
+                    snippets: bool = True, rank=...,
                     k1: float | None = None, b: float | None = None, fields=None,
                     sparse_field: str | None = None, feedback=None) -> Any: ...
     def rank(self, gcl, *, depth: int = ..., container: str = ..., lenient: bool = False,
-             budget: Budget | None = None, rank: str | Ranker = "ssr",
+             budget: Budget | None = None, rank=...,
              scoring=None) -> Ranking: ...
 
     # what rankers ask of it (one database's work: scoring.py)
-    def ranked(self, node, ranker: Ranker = ..., *, depth: int = ..., container: str = ...,
+    def ranked(self, node, ranker: RankedBy = ..., *, depth: int = ..., container: str = ...,
                budget: Budget | None = None, statistics: Statistics | None = None,
                words=None) -> Ranking: ...
-    def top_words(self, words, k: int, *, container: str = ..., scored: Scored,
+    def top_words(self, words, k: int, *, container: str = ..., scored: WordScorer,
                   statistics: Statistics | None = None
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
     def word_candidates(self, words: list[str], limit: int = ...

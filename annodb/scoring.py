@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 import numpy as np
@@ -28,8 +28,26 @@ from .gcl import Budget, Evaluator, Region, as_node, list_name
 from .lists import Intervals
 from .query import format as format_query
 
-if TYPE_CHECKING:
-    from .rankers import Ranker, Scored
+
+class RankedBy(Protocol):
+    """What one database's ranking asks of a ranker (rankers.Ranker): the word scorer it
+    ranks matching containers by (None: SSR), and whether SSR's order is fused with it."""
+
+    @property
+    def scored(self) -> WordScorer | None: ...
+    @property
+    def fuses(self) -> bool: ...
+
+
+class WordScorer(RankedBy, Protocol):
+    """What one database's ranking asks of a ranker scoring words (rankers.Scored: BM25,
+    BM25F, Sparse)."""
+
+    def resolved(self, snapshot) -> WordScorer: ...
+    def query_terms(self, node) -> list: ...
+    def statistics_needed(self, words) -> tuple[list[str], list[str]]: ...
+    def terms(self, ev: Evaluator, cnode, words, statistics) -> list: ...
+
 
 K = 42.0
 DEPTH = 1000
@@ -150,7 +168,7 @@ def fuse(a: np.ndarray, b: np.ndarray, depth: int, deep: int = FUSE_DEPTH
 
 # one database's rankings ----------------------------------------------------------------
 
-def ranked(snapshot, node, ranker: Ranker, *, depth: int = DEPTH, container: str = ":",
+def ranked(snapshot, node, ranker: RankedBy, *, depth: int = DEPTH, container: str = ":",
            evaluator: Evaluator | None = None, budget: Budget | None = None,
            statistics=None, words=None) -> Ranking:
     """The containers of one database that hold a match of `node` (a prepared query),
@@ -223,7 +241,7 @@ def _text(node) -> str:
         return repr(node)
 
 
-def _terms(snapshot, ev: Evaluator, cnode, words, scored: Scored, statistics) -> list:
+def _terms(snapshot, ev: Evaluator, cnode, words, scored: WordScorer, statistics) -> list:
     """The scored terms of `words` (see top_words), weighed by `statistics` (default: the
     snapshot's own, Snapshot.statistics; a shard of a collection is given the
     collection's)."""
@@ -232,7 +250,7 @@ def _terms(snapshot, ev: Evaluator, cnode, words, scored: Scored, statistics) ->
     return scored.terms(ev, cnode, words, statistics)
 
 
-def top_words(snapshot, words, k: int, *, container: str = ":", scored: Scored,
+def top_words(snapshot, words, k: int, *, container: str = ":", scored: WordScorer,
               statistics=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The best k containers (starts, ends, scores; by score, ties by address) by the
     scores of `scored` (rankers.BM25 over words [(forms, query count)], rankers.Sparse

@@ -347,7 +347,7 @@ class Snapshot:
 
     # what rankers ask (the read interface, reading.ReadView): one database's work,
     # scoring.py
-    def ranked(self, node, ranker: rankers.Ranker = rankers.BY_SSR, *,
+    def ranked(self, node, ranker: scoring.RankedBy = rankers.BY_SSR, *,
                depth: int = scoring.DEPTH,
                container: str = DOCUMENT, budget=None, statistics=None,
                words=None) -> scoring.Ranking:
@@ -359,7 +359,7 @@ class Snapshot:
                               budget=budget, statistics=statistics, words=words)
 
     def top_words(self, words, k: int, *, container: str = DOCUMENT,
-                  scored: rankers.Scored, statistics=None):
+                  scored: scoring.WordScorer, statistics=None):
         """The best k containers by BM25 or sparse scores of words (scoring.top_words)."""
         self._before_read()
         return scoring.top_words(self, words, k, container=container, scored=scored,

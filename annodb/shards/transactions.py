@@ -283,7 +283,7 @@ class ShardedSnapshot:
         return ranking.rank(self, gcl, rankers.make(rank, settings=scoring), depth=depth,
                             container=container, lenient=lenient, budget=budget)
 
-    def ranked(self, node, ranker: rankers.Ranker = rankers.BY_SSR, *,
+    def ranked(self, node, ranker: scoring.RankedBy = rankers.BY_SSR, *,
                depth: int = scoring.DEPTH,
                container: str = DOCUMENT, budget: Budget | None = None,
                statistics: Statistics | None = None,
@@ -336,7 +336,7 @@ class ShardedSnapshot:
                                    k=k, container=container, snippets=snippets)
 
     def top_words(self, words, k: int, *, container: str = DOCUMENT,
-                  scored: rankers.Scored, statistics: Statistics | None = None):
+                  scored: scoring.WordScorer, statistics: Statistics | None = None):
         """Each shard's best k by the collection's statistics, merged (score, address);
         where each lives is remembered, as merge_rankings does (their documents are read
         next)."""
