@@ -309,8 +309,8 @@ class Context(Ranker):
 
 RANKERS: dict[str, type[Ranker]] = {r.name: r for r in (SSR, BM25, Fused, Sparse, BM25RM3,
                                                          Context)}
-RANKS = ("ssr", "bm25", "fused", "sparse", "bm25+rm3")   # the engine's (GCL and free text)
-MEMORY_RANKS = RANKS + (Context.name,)                    # Memory.recall's
+RANKS = tuple(name for name in RANKERS if name != Context.name)   # the engine's (GCL, text)
+MEMORY_RANKS = tuple(RANKERS)                                       # Memory.recall's
 # Free text's default ranker (GCL's is SSR), by measurement (benchmarks/RESULTS.md):
 # bm25+rm3 with annodb's feedback settings (feedback.Feedback(): stop words dropped, 20
 # terms, the query weighing 0.9) beats SQLite FTS5's nDCG@10 on all three development sets
