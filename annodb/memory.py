@@ -41,10 +41,11 @@ import re
 import sys
 import time as _time
 from dataclasses import dataclass, field, replace as _replace
+from typing import Any, cast
 
 import numpy as np
 
-from . import batch as _batch, query as _query, recall as _recall
+from . import batch as _batch, query as _query, rankers as _rankers, ranking as _ranking
 from .collection import open as _open
 from .errors import AnnodbError, NotFoundError, StorageError
 from .metadata import (DOCUMENT, KEY, RESERVED, SUPERSEDED, TEXT, TIME, check_own_key,
@@ -122,10 +123,12 @@ def rank_memories(snapshot, text: str, k: int, box: _query.Node, gcl: bool,
     query that ran; warnings)."""
     if gcl:
         return snapshot.search(text, k=k, container=box, lenient=True, rank=rank or "ssr")
-    return _recall.rank_text(snapshot, text, k, box, rank)
+    ranker = _rankers.make(rank or _rankers.Context.name, names=_rankers.MEMORY_RANKS)
+    # (a container is as_node'd: a node is one as its text is)
+    return _ranking.search_text(snapshot, text, ranker, k=k, container=cast(str, box))
 
 
-def _check_path(path) -> str:
+def _check_path(path) -> str | None:
     """The path of a memory, or StorageError for one that cannot be: empty, or a folder
     holding other files but no database."""
     if path is None:
@@ -226,7 +229,7 @@ class Memory:
         supersedes = memory.pop("supersedes", None)
         if key is not None and (not isinstance(key, str) or not key):
             raise AnnodbError(f"key {key!r}: need a non-empty string")
-        record = {TEXT: text}
+        record: dict[str, Any] = {TEXT: text}
         for name, value in memory.items():
             check_own_key(name)
             record[name] = stored(name, value)
@@ -278,7 +281,7 @@ class Memory:
             raise AnnodbError(f"memory text is not valid Unicode ({err})") from None
         docnos = self._docnos(w, made, given)
         made = _replace(made, docnos=docnos,
-                        documents=[(d,) + doc[1:] for d, doc in zip(docnos, made.documents)])
+                        documents=[(d,) + doc[1:] for d, doc in zip(docnos, made.documents or ())])
         return w.add_batch(made, replace=any(d is not None for d in given))
 
     def _shard_for(self, w, items: list[tuple]) -> int:
@@ -289,7 +292,7 @@ class Memory:
         already, or the first memory's. AnnodbError when they are in several."""
         n = len(self.db.shards)
         needs: dict[int, str] = {}
-        for record, docno, key, target in items:
+        for record, docno, _key, target in items:
             if docno is not None:
                 needs.setdefault(route(docno, n), f"the docno {docno!r}")
             if target is not None:
@@ -439,7 +442,7 @@ class Memory:
         """The k best memories for a GCL query or free text, among those matching `where`
         (see help(Memory)) and current (not superseded; `as_of=T`: current at T, a datetime
         or seconds; `include_superseded=True`: superseded ones too), ranked by `rank`
-        ("context" or one of ranking.RANKS; default: shortest-substring ranking for GCL,
+        ("context" or one of rankers.RANKS; default: shortest-substring ranking for GCL,
         "context" for free text: BM25 in which a memory borrows the words of its
         neighbours in its session, with the session's score and the dates the text names,
         annodb/recall.py; a sharded memory ranks free text by the engine's free-text

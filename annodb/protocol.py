@@ -94,7 +94,8 @@ from . import judgments as _judgments
 from .errors import AnnodbError, QueryCostError, ShardLostError, StorageError
 from .gcl import Budget, as_node, prepare
 from .query import STRUCTURAL
-from .ranking import DEPTH, RANKS, load_kernels
+from .rankers import RANKS
+from .ranking import DEPTH, load_kernels
 
 MAX_LINE = 1 << 20                  # bytes in one request line
 QUERY_TIMEOUT = 30.0                # seconds a query may run

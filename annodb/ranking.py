@@ -1,12 +1,12 @@
-"""Shortest-substring ranking (SSR, ARCHITECTURE.md "Evaluation and ranking") and free-text
-search.
+"""Ranking: the walk from a query to its hits, one way (ARCHITECTURE.md "The walk of a
+query"): the API (Snapshot.search, search_text, rank) names a ranker; rankers.py makes the
+object, whose methods call the functions here; these read the database only through the
+read interface (reading.ReadView: one database's snapshot or a sharded collection's),
+handing it collection statistics as values; scoring.py does one database's work below it.
 
-A container (a document, by default the `:` list) scores the sum, over the query's covers
-(its minimal intervals) lying inside it, of 1 / (K + q - p), K = 42. Results are ordered by
-score descending, ties by address. A result's cover is its shortest (first on ties).
-
-`rank` does the work once and keeps the order to `depth`; hits (docno, snippet) are made
-only for the ranks someone looks at, so the server's `next` costs a lookup, not a query.
+Free text: SSR ranks Boolean tiers of the words (search_text_ssr); BM25, its RM3 expansion
+and sparse vectors rank the words themselves (words_text), conflated with the words of the
+database sharing their English stem (counted_forms); fused rankings fuse both (fuse).
 """
 
 from __future__ import annotations
@@ -14,126 +14,57 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import combinations
+from typing import Protocol
 
-import msgspec
 import numpy as np
 
-from . import bm25, feedback, kernels, records, snippets, tokenizer
+from . import bm25, feedback, kernels, records, tokenizer
 from .errors import RankingError
-from .gcl import Budget, Evaluator, Region, as_node, list_name, prepare
-from .lists import Intervals
+from .feedback import Feedback
+from .gcl import Budget, prepare
 from .query import Combine, Feature, Term, format as format_query
+from .reading import ReadView
+from .scoring import DEPTH as DEPTH
+from .scoring import FORMS as FORMS
+from .scoring import FUSE_DEPTH as FUSE_DEPTH
+from .scoring import K as K
+from .scoring import Hit as Hit
+from .scoring import Ranking as Ranking
+from .scoring import _forms
+from .scoring import _stemmed as _stemmed
+from .scoring import fuse as fuse
+from .scoring import score as score
+from .scoring import stem as stem
+from .scoring import word_candidates as word_candidates
 from .tokenizer import strip_diacritics, tokens
+from .scoring import WordScorer
 
-K = 42.0
-DEPTH = 1000
-RANKS = ("ssr", "bm25", "fused", "sparse", "bm25+rm3")
-RM3 = "bm25+rm3"  # BM25, then BM25 of the query expanded by RM3 (feedback.py)
-# Free text's default ranker (GCL's is SSR), by measurement (benchmarks/RESULTS.md):
-# bm25+rm3 with annodb's feedback settings (feedback.Feedback(): stop words dropped, 20
-# terms, the query weighing 0.9) beats SQLite FTS5's nDCG@10 on all three development sets
-# (0.550, 0.339, 0.553 against 0.539, 0.334, 0.545); plain BM25 is within 0.005 of FTS5
-# everywhere, and every fusion of SSR and BM25 tried fell between the two.
-TEXT_RANK = RM3
+MAX_WORDS = 8
+MAX_SUBSETS = 12
 
 
-def check_rank(rank) -> str:
-    """The ranker named, or RankingError listing the choices."""
-    if rank not in RANKS:
-        raise RankingError(f"unknown ranker {rank!r}: choose one of {', '.join(RANKS)}")
-    return rank
+class TextRanker(Protocol):
+    """What the walk asks of a ranker (rankers.Ranker): its ranking of a GCL query's
+    matches, its free-text search, and whether free text may be {term: weight}."""
+
+    @property
+    def weighs_terms(self) -> bool: ...
+    def ranked(self, view: ReadView, node, *, depth: int, container: str,
+               budget: Budget | None) -> Ranking: ...
+    def search_text(self, view: ReadView, text, *, k: int, container: str,
+                    snippets: bool) -> Results: ...
 
 
-def score(p: int, q: int) -> float:
-    """The score of one cover [p, q]."""
-    return 1.0 / (K + q - p)
+class Expanding(Protocol):
+    """What RM3 asks of its ranker (rankers.BM25RM3): its settings and the BM25 (or
+    BM25F) it ranks by."""
 
-
-class Hit(msgspec.Struct, frozen=True):
-    """One ranked container (a msgspec Struct: a top 1000 makes a thousand; a frozen
-    dataclass took 1.4 us each, a Struct 0.2)."""
-
-    rank: int
-    docno: str
-    score: float
-    start: int            # the container interval
-    end: int
-    cover: tuple[int, int]
-    snippet: str | None   # `<cover>`-marked text, or None when snippets were not asked for
-
-    def as_dict(self) -> dict:
-        return {"rank": self.rank, "docno": self.docno, "score": self.score,
-                "cover": list(self.cover), "snippet": self.snippet}
-
-
-@dataclass
-class Ranking:
-    """The ranked containers of one query: arrays to `depth`, hits made on demand."""
-
-    snapshot: object
-    query: str                      # canonical text of what was run
-    warnings: list[str]
-    starts: np.ndarray              # container intervals, in rank order
-    ends: np.ndarray
-    scores: np.ndarray
-    cover_starts: np.ndarray
-    cover_ends: np.ndarray
-    total: int = 0                  # containers holding a cover (all, not only to depth)
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def __reduce__(self):
-        """Pickled as one buffer holding its five arrays: a shard's worker sends a ranking
-        to depth 1000 for every query, and five arrays pickled one by one took 36 us to
-        write and 16 us to read here, one buffer 6 and 2 (benchmarks/RESULTS.md)."""
-        cols = np.empty((5, len(self.starts)), np.int64)
-        cols[0], cols[1], cols[3], cols[4] = (self.starts, self.ends, self.cover_starts,
-                                              self.cover_ends)
-        cols[2] = np.asarray(self.scores, np.float64).view(np.int64)
-        return _unpacked, (self.snapshot, self.query, self.warnings, self.total,
-                           len(self.starts), cols.tobytes())
-
-    def hit(self, i: int, snippet: bool = True, snapshot=None, doc=False) -> Hit:
-        """The hit at rank i + 1, its document read from `snapshot` (default: the one the
-        ranking was made in; a server passes a fresh one so no read stays open), unless
-        given (`doc`: a Document or None)."""
-        s, e = int(self.starts[i]), int(self.ends[i])
-        p, q = int(self.cover_starts[i]), int(self.cover_ends[i])
-        if doc is False:
-            doc = (snapshot or self.snapshot).document_at(s)
-        docno = doc.docno if doc is not None else f"@{s}"
-        text = None
-        if snippet and doc is not None:
-            text = snippets.make(doc, p, q).marked()
-        return Hit(i + 1, docno, float(self.scores[i]), s, e, (p, q), text)
-
-    def hits(self, k: int | None = None, snippet: bool = True) -> list[Hit]:
-        """The first k hits (all: None), their documents read at once (documents_at; only
-        their docnos without snippets, docnos_at)."""
-        n = len(self) if k is None else min(k, len(self))
-        if not n:
-            return []
-        starts = self.starts[:n].tolist()
-        if snippet:
-            docs = self.snapshot.documents_at(starts)
-            return [self.hit(i, snippet, doc=doc) for i, doc in zip(range(n), docs)]
-        docnos = self.snapshot.docnos_at(starts)
-        ends, scores = self.ends[:n].tolist(), self.scores[:n].tolist()
-        cps, cqs = self.cover_starts[:n].tolist(), self.cover_ends[:n].tolist()
-        return [Hit(i + 1, f"@{s}" if d is None else d, sc, s, e, (p, q), None)
-                for i, (d, s, e, sc, p, q) in enumerate(zip(docnos, starts, ends, scores,
-                                                            cps, cqs))]
-
-
-def _unpacked(snapshot, query: str, warnings: list, total: int, n: int,
-              buffer: bytes) -> Ranking:
-    """A Ranking from what its __reduce__ gave (its arrays writable, as made)."""
-    cols = np.frombuffer(buffer, np.int64).reshape(5, n).copy()
-    return Ranking(snapshot, query, warnings, cols[0], cols[1], cols[2].view(np.float64),
-                   cols[3], cols[4], total)
+    @property
+    def feedback(self) -> Feedback: ...
+    @property
+    def bm25(self) -> WordScorer: ...
 
 
 @dataclass
@@ -155,49 +86,28 @@ class Results:
         return self.hits[i]
 
 
-def rank(snapshot, gcl, *, depth: int = DEPTH, container: str = ":", lenient: bool = False,
-         evaluator: Evaluator | None = None, budget: Budget | None = None,
-         rank: str = "ssr", scoring: bm25.Scoring | None = None,
-         statistics=None, words=None) -> Ranking:
-    """Evaluate `gcl` and rank the containers that hold a match, keeping the best `depth`:
-    by SSR (`rank="ssr"`), by BM25 over the query's words (`"bm25"`, see bm25.py), by
-    BM25 over the words expanded by RM3 (`"bm25+rm3"`, see rm3_rank), by the
-    dot product of their sparse vectors with the words' (`"sparse"`), or by both SSR and
-    BM25 (`"fused"`, see fuse). Only the containers that can hold a cover are read (found
-    from the query's rarest operands, see Evaluator.drivers), and the query is evaluated
-    inside them. `statistics` (statistics.Statistics) are the collection's that BM25 and
-    sparse scores weigh words by (default: the snapshot's, see top_words); `words`
-    [(forms, weight)] the words BM25 scores (default: the query's, query_terms)."""
-    how = check_rank(rank)
-    node, warnings = prepare(snapshot, gcl, lenient=lenient)
-    if how == RM3:
-        return rm3_rank(snapshot, node, warnings, depth=depth, container=container,
-                        budget=budget, scoring=scoring)
-    ev = evaluator or Evaluator(snapshot, budget)
-    ev.check(node)
-    cnode = as_node(container)[0]
-    covers, boxes = _covers_and_boxes(ev, node, cnode)
-    idx, scores, best = kernels.ssr_touched(covers.starts, covers.ends, boxes.starts,
-                                            boxes.ends, K)
-    if how != "ssr":  # the containers holding a match, ranked by another score
-        settings = scoring or bm25.Scoring()
-        matched = Intervals(boxes.starts[idx], boxes.ends[idx], scores)
-        if how == "sparse":
-            settings = _sparse(snapshot, settings)
-        terms = _terms(snapshot, ev, cnode, query_terms(node, how) if words is None else
-                       words, how, settings, statistics)
-        s, _, sc = bm25.top(terms, depth if how != "fused" else len(matched), matched)
-        at = np.searchsorted(matched.starts, s)
-        if how == "fused":  # the whole rankings of the matches
-            at, sc = fuse(kernels.top(scores, len(matched)), at, depth, len(matched))
-        b, d = best[at], idx[at]
-        return Ranking(snapshot, _text(node), warnings, boxes.starts[d], boxes.ends[d], sc,
-                       covers.starts[b], covers.ends[b], len(idx))
-    order = kernels.top(scores, depth)  # ties: container order, i.e. by address
-    b = best[order]
-    d = idx[order]
-    return Ranking(snapshot, _text(node), warnings, boxes.starts[d], boxes.ends[d],
-                   scores[order], covers.starts[b], covers.ends[b], len(idx))
+
+# GCL queries ---------------------------------------------------------------------------
+
+def rank(view: ReadView, gcl, ranker: TextRanker | None = None, *, depth: int = DEPTH,
+         container: str = ":", lenient: bool = False, budget: Budget | None = None
+         ) -> Ranking:
+    """Evaluate `gcl` and rank the containers that hold a match by `ranker` (a
+    rankers.Ranker; None: SSR), keeping the best `depth` (ranker.ranked: one ranking
+    through the read interface, ReadView.ranked, or RM3's two, rm3_rank)."""
+    node, warnings = prepare(view, gcl, lenient=lenient)
+    out = view.ranked(node, depth=depth, container=container, budget=budget) \
+        if ranker is None else \
+        ranker.ranked(view, node, depth=depth, container=container, budget=budget)
+    out.warnings[:0] = warnings
+    return out
+
+
+def search(view: ReadView, gcl, ranker: TextRanker, *, k: int = 10, container: str = ":",
+           lenient: bool = False, snippets: bool = True) -> Results:
+    """The first k hits of `gcl` ranked by `ranker` (see rank)."""
+    r = rank(view, gcl, ranker, depth=max(k, 0), container=container, lenient=lenient)
+    return Results(r.hits(k, snippets), r.query, r.warnings, r.total)
 
 
 def load_kernels(db, container: str = ":") -> None:
@@ -212,197 +122,44 @@ def load_kernels(db, container: str = ":") -> None:
         pass
 
 
-def query_terms(node, how: str) -> list:
-    """The words a GCL query is scored by when ranked by BM25 (`how` "bm25" or "fused":
-    [((word,), count)]) or sparse vectors ([(term, count)]), see top_words."""
-    words = bm25.query_words(node)
-    return words if how == "sparse" else [((w,), n) for w, n in words]
 
-
-def rm3_rank(snapshot, node, warnings, *, depth: int, container: str, budget,
-             scoring: bm25.Scoring | None) -> Ranking:
+def rm3_rank(view: ReadView, node, ranker: Expanding, *, depth: int, container: str,
+             budget: Budget | None) -> Ranking:
     """A GCL query's matches ranked by BM25 over its words expanded by RM3: its best
-    matches by BM25 (scoring.feedback.docs of them) give the relevance model (its words as
+    matches by BM25 (ranker.feedback.docs of them) give the relevance model (its words as
     they are, as GCL's BM25 scores them; none dropped as a stop word), and the matches are
-    ranked again by the expanded words. Through `snapshot`'s own rank, so a sharded
-    collection expands once, from its merged ranking, as one database would."""
-    settings = scoring or bm25.Scoring()
-    fb = settings.feedback
-    words = query_terms(node, "bm25")
-    first = snapshot.rank(node, depth=fb.docs, container=container, budget=budget,
-                          rank="bm25", scoring=settings)
-    model = feedback.relevance_model(snapshot, first.starts, first.ends, first.scores,
+    ranked again by the expanded words. Both rankings through the read interface, so a
+    sharded collection expands once, from its merged ranking, as one database would."""
+    fb = ranker.feedback
+    scored = ranker.bm25
+    words = scored.query_terms(node)
+    first = view.ranked(node, scored, depth=fb.docs, container=container, budget=budget)
+    model = feedback.relevance_model(view, first.starts, first.ends, first.scores,
                                      key=lambda w: w,
                                      forms_of=lambda ws: {w: (w,) for w in ws},
                                      fb_terms=fb.terms)
-    expanded = feedback.expand(snapshot, [(f[0], f, n) for f, n in words], model,
+    expanded = feedback.expand(view, [(f[0], f, n) for f, n in words], model,
                                fb.original)
-    out = snapshot.rank(node, depth=depth, container=container, budget=budget, rank="bm25",
-                        scoring=settings, words=expanded)
-    out.warnings[:0] = warnings
-    return out
+    return view.ranked(node, scored, depth=depth, container=container, budget=budget,
+                       words=expanded)
 
 
-def rm3_words(snapshot, words, container: str, settings: bm25.Scoring
+def rm3_words(view: ReadView, words, container: str, ranker: Expanding
               ) -> list[tuple[tuple[str, ...], float]]:
     """Free text's words [(forms, count)] (text_words) expanded by RM3 (feedback.py):
-    the relevance model of their best containers by BM25 (settings.feedback.docs), a
+    the relevance model of their best containers by BM25 (ranker.feedback.docs), a
     term a word with the words sharing its stem (counted_forms)."""
-    fb = settings.feedback
-    s, e, sc = snapshot.top_words(words, fb.docs, container=container, rank="bm25",
-                                  scoring=settings)
+    fb = ranker.feedback
+    s, e, sc = view.top_words(words, fb.docs, container=container, scored=ranker.bm25)
 
-    model = feedback.relevance_model(snapshot, s, e, sc, key=stem,
-                                     forms_of=lambda ws: counted_forms(snapshot, ws),
+    model = feedback.relevance_model(view, s, e, sc, key=stem,
+                                     forms_of=lambda ws: counted_forms(view, ws),
                                      fb_terms=fb.terms)
-    return feedback.expand(snapshot, [(stem(f[0]), f, n) for f, n in words], model,
+    return feedback.expand(view, [(stem(f[0]), f, n) for f, n in words], model,
                            fb.original)
 
 
-FUSE_K = 60       # reciprocal rank fusion's constant
-FUSE_DEPTH = 100  # how deep each ranking is fused
-
-
-def fuse(a: np.ndarray, b: np.ndarray, depth: int, deep: int = FUSE_DEPTH
-         ) -> tuple[np.ndarray, np.ndarray]:
-    """Reciprocal rank fusion (Cormack, Clarke and Buettcher 2009) of two rankings of
-    items (arrays of ids, best first): score(x) = sum of 1 / (FUSE_K + rank) over the
-    rankings holding x in their first `deep`; (ids, scores) of the best `depth`, ties by
-    the rank in `a`, then in `b`."""
-    a, b = a[:deep], b[:deep]
-    ids = np.union1d(a, b)
-    score = np.zeros(len(ids))
-    ra = np.full(len(ids), len(a) + len(b), np.int64)
-    rb = np.full(len(ids), len(a) + len(b), np.int64)
-    for ranking, r in ((a, ra), (b, rb)):
-        at = np.searchsorted(ids, ranking)
-        r[at] = np.arange(len(ranking))
-        score[at] += 1.0 / (FUSE_K + 1 + np.arange(len(ranking)))
-    order = np.lexsort((rb, ra, -score))[:max(depth, 0)]
-    return ids[order], score[order]
-
-
-def _sparse(snapshot, settings: bm25.Scoring) -> bm25.Scoring:
-    """The settings with their sparse field: the one given, or the database's only one."""
-    if settings.sparse is not None:
-        return settings
-    known = snapshot.sparse_fields()
-    if len(known) != 1:
-        raise RankingError("no sparse field in this database: ingest records with "
-                           "--sparse-field NAME" if not known else
-                           f"several sparse fields ({', '.join(known)}): choose one with "
-                           "sparse_field=")
-    return replace(settings, sparse=known[0])
-
-
-def _covers_and_boxes(ev: Evaluator, node, cnode) -> tuple[Intervals, Intervals]:
-    """The query's covers inside containers (and maybe a few more), and the containers
-    that hold at least one of them (and maybe a few more).
-
-    A container list named by a feature (`:` or a field) is probed only where the query's
-    drivers are. When its intervals never overlap (documents), the query is evaluated
-    inside the address ranges of the list's blocks holding a driver — read from the
-    list's directory, nothing decoded — and only its covers' containers are looked up;
-    else the containers holding a driver are looked up first, and the query evaluated
-    inside them. Another container query is evaluated whole."""
-    cnode = ev.folded(cnode)
-    name = list_name(cnode)
-    if name is None:
-        boxes = ev.eval(cnode)
-    elif ev.lists.disjoint(name):
-        drivers = ev.drivers(node)
-        los, his = ev.lists.block_ranges(name, drivers.starts)
-        covers = ev.eval_in(node, Region(los, his))
-        return covers, ev.lists.containing(name, covers.starts, covers.ends)
-    else:
-        drivers = ev.drivers(node)
-        boxes = ev.lists.containing(name, drivers.starts, drivers.ends)
-    if not len(boxes):
-        return Intervals.empty(), boxes
-    return ev.eval_in(node, Region.around(boxes)), boxes
-
-
-def _text(node) -> str:
-    """Canonical query text, or a repr for a feature name no query text can spell."""
-    try:
-        return format_query(node)
-    except ValueError:
-        return repr(node)
-
-
-def search(snapshot, gcl, *, k: int = 10, container: str = ":", lenient: bool = False,
-           snippets: bool = True, rank: str = "ssr",
-           scoring: bm25.Scoring | None = None) -> Results:
-    r = snapshot.rank(gcl, depth=max(k, 0), container=container, lenient=lenient,
-                      rank=rank, scoring=scoring)
-    return Results(r.hits(k, snippets), r.query, r.warnings, r.total)
-
-
 # free text ---------------------------------------------------------------------------
-
-MAX_WORDS = 8
-MAX_SUBSETS = 12
-
-
-_stemmer = None
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _stem_word(word: str) -> str:
-    global _stemmer
-    if _stemmer is None:
-        import snowballstemmer
-        _stemmer = snowballstemmer.stemmer("english")
-    return _stemmer.stemWord(word)
-
-
-@functools.lru_cache(maxsize=1 << 16)  # (RM3 stems every word of the best containers)
-def stem(word: str) -> str:
-    """A word's English (Snowball) stem; a word of two letters or fewer, or not all
-    letters, is its own."""
-    return _stem_word(word) if _stemmed(word) else word
-
-
-FORMS = 32   # at most this many words of the database share one term
-
-
-def _shares_stem(f: str, word: str, root: str) -> bool:
-    return f != word and f.isalpha() and _stem_word(f) == root
-
-
-def _stemmed(word: str) -> bool:
-    return len(word) > 2 and word.isalpha()
-
-
-def _forms(word: str, names: list[str], limit: int) -> list[str]:
-    """The word, then the names (in name order) that share its stem, `limit` in all."""
-    forms = [word]
-    if names:
-        root = _stem_word(word)
-        for f in names:
-            if _shares_stem(f, word, root):
-                forms.append(f)
-                if len(forms) >= limit:
-                    break
-    return forms
-
-
-def word_candidates(snapshot, words: list[str], limit: int = FORMS
-                    ) -> list[tuple[list[str], dict[str, int]]]:
-    """What counted_forms needs of one database, for each word: the features that may
-    share its stem (the first 4 * limit its stem begins, in name order) and the list
-    counts (list_count) of the word and of those that do share it. A sharded collection
-    asks each shard once, and unites and adds up their answers."""
-    out = []
-    for w in words:
-        names, sharing = [], []
-        if _stemmed(w):
-            root = _stem_word(w)
-            names = snapshot.features_with_prefix(root, 4 * limit)
-            sharing = [f for f in names if _shares_stem(f, w, root)]
-        out.append((names, {f: snapshot.list_count(f) for f in [w] + sharing}))
-    return out
-
 
 def counted_forms(snapshot, words: list[str], limit: int = FORMS
                   ) -> dict[str, tuple[str, ...]]:
@@ -464,26 +221,6 @@ def text_tiers(snapshot, text: str) -> list[list[tuple[Combine | Term, float]]]:
     return tiers
 
 
-def scorer(snapshot, container: str = ":"):
-    """A function of a list of query nodes giving, for each, the containers its covers
-    touch and their SSR scores: (container starts, ends, scores, best cover starts,
-    ends), containers in address order. One Evaluator serves every call (subexpressions
-    shared by the tiers are solved once); a sharded collection concatenates its
-    shards'."""
-    ev = Evaluator(snapshot)
-    cnode = as_node(container)[0]
-
-    def score(nodes) -> list[tuple]:
-        out = []
-        for node in nodes:
-            covers, boxes = _covers_and_boxes(ev, node, cnode)
-            idx, scores, best = kernels.ssr_touched(covers.starts, covers.ends,
-                                                    boxes.starts, boxes.ends, K)
-            out.append((boxes.starts[idx], boxes.ends[idx], scores, covers.starts[best],
-                        covers.ends[best]))
-        return out
-    return score
-
 
 def text_words(snapshot, text: str, stop_words: bool = False
                ) -> list[tuple[tuple[str, ...], int]]:
@@ -500,79 +237,46 @@ def text_words(snapshot, text: str, stop_words: bool = False
     return [(forms[w], n) for w, n in counted.items() if forms[w]]
 
 
-def statistics_needed(words, how: str, settings: bm25.Scoring
-                      ) -> tuple[list[str], list[str]]:
-    """(features, fields) whose collection statistics score `words` (see top_words)."""
-    if how == "sparse":
-        return sorted({f"{settings.sparse}:{t}" for t, _ in words}), []
-    return sorted({f for forms, _ in words for f in forms}), [f.name for f in settings.fields]
+
+def text_terms(view: ReadView, text: str, stop_words: bool = False):
+    """Free text as BM25 scores it: (its words [(forms, count)], text_words; each word's
+    forms; each word as query text)."""
+    terms = text_words(view, text, stop_words)
+    words = [forms for forms, _ in terms]
+    return terms, words, [_shown(f) for f in words]
 
 
-def _terms(snapshot, ev: Evaluator, cnode, words, how: str, settings: bm25.Scoring,
-           statistics) -> list:
-    """The scored terms of `words` (see top_words), weighed by `statistics` (default: the
-    snapshot's own, Snapshot.statistics; a shard of a collection is given the
-    collection's)."""
-    if statistics is None:
-        statistics = snapshot.statistics(*statistics_needed(words, how, settings))
-    if how == "sparse":
-        return bm25.sparse_terms(ev, cnode, settings, words, statistics)
-    return bm25.word_terms(ev, cnode, settings, words, statistics)
-
-
-def top_words(snapshot, words, k: int, *, container: str = ":", rank: str = "bm25",
-              scoring: bm25.Scoring | None = None, statistics=None
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The best k containers (starts, ends, scores; by score, ties by address) by BM25
-    over words [(forms, query count)] (`rank="bm25"`), or by sparse vectors over
-    [(term, query weight)] (`"sparse"`, scoring.sparse named)."""
-    ev = Evaluator(snapshot)
-    terms = _terms(snapshot, ev, as_node(container)[0], words, rank,
-                   scoring or bm25.Scoring(), statistics)
-    return bm25.top(terms, k)
-
-
-def word_covers(snapshot, words, s: np.ndarray, e: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """What each container's hit shows (bm25.covers): words, a tuple of forms each."""
-    return bm25.covers(Evaluator(snapshot), words, s, e)
-
-
-def _ranked_text(snapshot, text, k: int, container: str, how: str,
-                 settings: bm25.Scoring, snippets: bool) -> Results:
-    """search_text by BM25 (with RM3 or not), by sparse vectors or fused (see
-    search_text)."""
-    if how == "sparse":
-        settings = _sparse(snapshot, settings)
-        if isinstance(text, dict):
-            terms = [_sparse_entry(t, w) for t, w in text.items()]
-        else:
-            terms = [(w, float(n)) for w, n in Counter(tokens(text)).items()]
-        shown = [format_query(Feature(f"{settings.sparse}:{t}")) for t, _ in terms]
-        words = [(t,) for t, _ in terms]
+def sparse_text_terms(text, field: str | None):
+    """Free text (or a {term: weight} dict) as sparse vectors score it: ([(term,
+    weight)], each term as a one-form word, each as query text)."""
+    if isinstance(text, dict):
+        terms = [_sparse_entry(t, w) for t, w in text.items()]
     else:
-        terms = text_words(snapshot, text, how == RM3 and settings.feedback.stop_words)
-        words = [forms for forms, _ in terms]
-        shown = [_shown(f) for f in words]
-        if how == RM3:
-            terms = rm3_words(snapshot, terms, container, settings)
-    s, e, sc = snapshot.top_words(terms, k if how != "fused" else FUSE_DEPTH,
-                                  container=container,
-                                  rank="sparse" if how == "sparse" else "bm25",
-                                  scoring=settings)
+        terms = [(w, float(n)) for w, n in Counter(tokens(text)).items()]
+    shown = [format_query(Feature(f"{field}:{t}")) for t, _ in terms]
+    return terms, [(t,) for t, _ in terms], shown
+
+
+def words_text(view: ReadView, text, terms, words, shown, scored: WordScorer, *, k: int,
+               container: str, snippets: bool, fused: bool = False) -> Results:
+    """search_text by the scores of `scored` (rankers.BM25 or Sparse) of `terms`, or
+    (`fused`) those fused with SSR's ranking of the text (see fuse). `words` are what a
+    hit's cover shows (word_covers), `shown` the query text of each."""
+    s, e, sc = view.top_words(terms, k if not fused else FUSE_DEPTH, container=container,
+                              scored=scored)
     # (the query: format_query of the words, or of `+` of them, printed word by word)
     query = "" if not shown else shown[0] if len(shown) == 1 else \
         "(+ " + " ".join(shown) + ")"
-    if how == "fused":
-        ssr = search_text(snapshot, text, k=FUSE_DEPTH, container=container, rank="ssr",
-                          snippets=False)
+    if fused:
+        ssr = search_text_ssr(view, text, k=FUSE_DEPTH, container=container,
+                              snippets=False)
         first = np.array([h.start for h in ssr], dtype=np.int64)
         ends = dict(zip(s.tolist(), e.tolist()))
         ends.update((h.start, h.end) for h in ssr)
         s, sc = fuse(first, s, k)
         e = np.array([ends[x] for x in s.tolist()], dtype=np.int64)
-    cs, ce = snapshot.word_covers(words, s, e) if snippets else (s, s)
-    hits = Ranking(snapshot, query, [], s, e, sc, cs, ce).hits(k, snippets)
+    cs, ce = view.word_covers(words, s, e) if snippets else (s, s)
+    hits = Ranking(view, query, [], s, e, sc, cs, ce).hits(k, snippets)
     return Results(hits, query, [], len(hits))
 
 
@@ -592,29 +296,30 @@ def _sparse_entry(term, weight) -> tuple[str, float]:
     return tokenizer.fold(str(term)), weight
 
 
-def search_text(snapshot, text: str, *, k: int = 10, container: str = ":",
-                rank: str = TEXT_RANK, scoring: bm25.Scoring | None = None,
-                snippets: bool = True) -> Results:
-    """Free-text search. By SSR (`rank="ssr"`): containers matching an earlier tier rank
-    above later ones; within a tier, by the sum s over its subsets of weight x SSR score (a
-    hit's score is n + s / (1 + s) for a tier of n words together, so scores fall with the
-    rank and the whole part says how many of the words matched together). By
-    BM25 over the words (each conflated with its forms), by BM25 over them expanded by
-    RM3 (pseudo-relevance feedback from their best containers, feedback.py), by the dot
-    product of the
-    containers' sparse vectors with the words' (1 each, or `text` a {term: weight} dict),
-    or both SSR and BM25 fused (see fuse)."""
-    if not isinstance(text, str) and check_rank(rank) != "sparse":
+def search_text(view: ReadView, text, ranker: TextRanker, *, k: int = 10,
+                container: str = ":", snippets: bool = True) -> Results:
+    """Free-text search by `ranker` (its search_text): by SSR (search_text_ssr), by BM25
+    over the words (each conflated with its forms), by BM25 over them expanded by RM3
+    (pseudo-relevance feedback from their best containers, feedback.py), by the dot
+    product of the containers' sparse vectors with the words' (1 each, or `text` a
+    {term: weight} dict), or both SSR and BM25 fused (see fuse)."""
+    if not isinstance(text, str) and not ranker.weighs_terms:
         raise RankingError(f"free text is a string (a {{term: weight}} dict is for "
                            f"rank='sparse'), not {type(text).__name__}")
-    if check_rank(rank) != "ssr":
-        return _ranked_text(snapshot, text, k, container, rank, scoring or bm25.Scoring(),
-                            snippets)
-    score = snapshot.text_scorer(container)
-    seen = set()  # containers ranked already (by start)
+    return ranker.search_text(view, text, k=k, container=container, snippets=snippets)
+
+
+def search_text_ssr(view: ReadView, text: str, *, k: int = 10, container: str = ":",
+                    snippets: bool = True) -> Results:
+    """Free text by SSR: containers matching an earlier tier (text_tiers) rank above later
+    ones; within a tier, by the sum s over its subsets of weight x SSR score (a hit's
+    score is n + s / (1 + s) for a tier of n words together, so scores fall with the rank
+    and the whole part says how many of the words matched together)."""
+    score = view.text_scorer(container)
+    seen: set[int] = set()  # containers ranked already (by start)
     hits: list[Hit] = []
-    ran = []
-    tiers = text_tiers(snapshot, text)
+    ran: list[str] = []
+    tiers = text_tiers(view, text)
     for level, tier in zip(range(len(tiers), 0, -1), tiers):
         if len(hits) >= k:
             break
@@ -638,7 +343,7 @@ def search_text(snapshot, text: str, *, k: int = 10, container: str = ":",
         for j in kernels.top(total, k - len(hits)).tolist():
             seen.add(int(boxes_hit[j]))
             f = first[j]
-            ranking = Ranking(snapshot, "", [], bs[[f]], be[[f]], total[[j]], cp[[f]],
+            ranking = Ranking(view, "", [], bs[[f]], be[[f]], total[[j]], cp[[f]],
                               cq[[f]])
             h = ranking.hit(0, snippets)
             hits.append(Hit(len(hits) + 1, h.docno, level + h.score / (1 + h.score),

@@ -84,7 +84,6 @@ import numpy as np
 
 from . import kernels, ranking
 from .bm25 import idf
-from .errors import RankingError
 from .gcl import Evaluator, Region, as_node
 from .lists import Intervals
 from .query import Combine, Feature, Term, format as format_query
@@ -242,22 +241,6 @@ def date_ranges(text: str) -> list[tuple[float, float]]:
 
 
 # ranking --------------------------------------------------------------------------------
-
-def rank_text(snapshot, text: str, k: int, container, rank: str | None = None
-              ) -> ranking.Results:
-    """Memory.recall's free text: the k best memories inside `container` by this module's
-    ranking (`rank` None or RANK) or by the engine's ranker `rank` (ranking.RANKS). A
-    sharded collection has no one address space to find neighbours in: there, RANK is
-    the engine's free-text default (ranking.TEXT_RANK)."""
-    if rank is not None and rank != RANK and rank not in ranking.RANKS:
-        raise RankingError(f"unknown ranker {rank!r}: choose one of "
-                           f"{', '.join(ranking.RANKS + (RANK,))}")
-    if rank in (None, RANK):
-        if getattr(snapshot, "lists", None) is not None:   # one database's snapshot
-            return search(snapshot, text, k=k, container=container)
-        rank = ranking.TEXT_RANK
-    return snapshot.search_text(text, k=k, container=container, rank=rank)
-
 
 @dataclass
 class _Word:

@@ -9,11 +9,13 @@ import os
 import threading
 import warnings
 from dataclasses import dataclass
+from typing import cast
 
 import msgspec
 import numpy as np
 
-from . import batch, bm25, kernels, ranking, records, statistics, storage, tokenizer
+from . import (batch, bm25, kernels, rankers, ranking, reading, records, scoring, statistics,
+               storage, tokenizer)
 from .errors import AbandonedWriteWarning, AnnodbError, NotFoundError, StorageError
 from .gcl import evaluate
 from .lists import Intervals, Lists
@@ -142,18 +144,7 @@ class Snapshot:
     def find(self, docno: str) -> Document | None:
         """The document a docno names as agents write it (surrounding whitespace and
         double quotes ignored), or None."""
-        tried = [docno]
-        bare = docno.strip()
-        if len(bare) >= 2 and bare[0] == bare[-1] == '"':
-            bare = bare[1:-1]
-        if bare and bare != docno:
-            tried.append(bare)
-        for candidate in tried:
-            try:
-                return self.document(candidate)
-            except (NotFoundError, UnicodeError):
-                continue
-        return None
+        return reading.find(self, docno)
 
     def document_at(self, address: int) -> Document | None:
         """The document whose address range holds `address`, or None."""
@@ -291,7 +282,8 @@ class Snapshot:
         """{short field name ("title:"): (live documents having it, tokens in it)}, or None
         when the database does not keep them (written before they were)."""
         self._before_read()
-        found = self._fields if isinstance(self, Writer) and self._fields is not False \
+        found = cast("dict | None", self._fields) \
+            if isinstance(self, Writer) and self._fields is not False \
             else self.lists.meta("fields")
         return None if found is None else {k: tuple(v) for k, v in found.items()}
 
@@ -316,64 +308,77 @@ class Snapshot:
         return len(self.query(gcl, lenient=lenient))
 
     def search(self, gcl, k: int = 10, *, container: str = DOCUMENT, lenient: bool = False,
-               snippets: bool = True, rank: str = "ssr", k1: float | None = None,
-               b: float | None = None, fields=None, sparse_field: str | None = None,
-               feedback=None):
+               snippets: bool = True, rank: str | rankers.Ranker = "ssr",
+               k1: float | None = None, b: float | None = None, fields=None,
+               sparse_field: str | None = None, feedback=None) -> ranking.Results:
         """Rank the containers (documents by default) that match a GCL query: by
         shortest-substring ranking (`rank="ssr"`), by BM25 over the query's words
         ("bm25"; k1, b, and `fields` for BM25F: names, or {name: weight or (weight, b)}),
         by sparse vectors ("sparse", the field `sparse_field`), both fused ("fused"), or by
         BM25 over the words expanded by RM3 pseudo-relevance feedback ("bm25+rm3";
         `feedback` its settings, an annodb.feedback.Feedback: feedback.ANSERINI for
-        Anserini's)."""
+        Anserini's). `rank` may be a rankers.Ranker (rankers.py) instead of a name."""
         self._before_read()
-        return ranking.search(self, gcl, k=k, container=container, lenient=lenient,
-                              snippets=snippets, rank=rank,
-                              scoring=bm25.scoring(k1, b, fields, sparse_field, feedback))
+        return ranking.search(self, gcl, rankers.make(rank, k1, b, fields, sparse_field,
+                                                      feedback),
+                              k=k, container=container, lenient=lenient, snippets=snippets)
 
     def search_text(self, text, k: int = 10, *, container: str = DOCUMENT,
-                    snippets: bool = True, rank: str = ranking.TEXT_RANK,
+                    snippets: bool = True, rank: str | rankers.Ranker = rankers.TEXT_RANK,
                     k1: float | None = None, b: float | None = None, fields=None,
-                    sparse_field: str | None = None, feedback=None):
+                    sparse_field: str | None = None, feedback=None) -> ranking.Results:
         """Free-text search: the words ranked by `rank` (see search; SSR ranks Boolean
         tiers built from the words). For rank="sparse", `text` may be a {term: weight}
         dict of the query's own weights."""
         self._before_read()
-        return ranking.search_text(self, text, k=k, container=container, rank=rank,
-                                   scoring=bm25.scoring(k1, b, fields, sparse_field, feedback),
-                                   snippets=snippets)
+        return ranking.search_text(self, text, rankers.make(rank, k1, b, fields,
+                                                            sparse_field, feedback),
+                                   k=k, container=container, snippets=snippets)
 
-    def rank(self, gcl, *, depth: int = ranking.DEPTH, container: str = DOCUMENT,
-             lenient: bool = False, budget=None, rank: str = "ssr", scoring=None,
-             statistics=None, words=None) -> "ranking.Ranking":
+    def rank(self, gcl, *, depth: int = scoring.DEPTH, container: str = DOCUMENT,
+             lenient: bool = False, budget=None, rank: str | rankers.Ranker = "ssr",
+             scoring: bm25.Scoring | None = None) -> scoring.Ranking:
         """The containers ranked to `depth`, as arrays (ranking.rank): what the server
-        keeps for a query's `next`, and what search() shows the first k of."""
+        keeps for a query's `next`, and what search() shows the first k of. `scoring`:
+        the ranker's parameters (bm25.scoring), or none (its defaults)."""
         self._before_read()
-        return ranking.rank(self, gcl, depth=depth, container=container, lenient=lenient,
-                            budget=budget, rank=rank, scoring=scoring, statistics=statistics,
-                            words=words)
+        return ranking.rank(self, gcl, rankers.make(rank, settings=scoring), depth=depth,
+                            container=container, lenient=lenient, budget=budget)
 
-    def top_words(self, words, k: int, *, container: str = DOCUMENT, rank: str = "bm25",
-                  scoring=None, statistics=None):
-        """The best k containers by BM25 or sparse scores of words (ranking.top_words)."""
+    # what rankers ask (the read interface, reading.ReadView): one database's work,
+    # scoring.py
+    def ranked(self, node, ranker: scoring.RankedBy = rankers.BY_SSR, *,
+               depth: int = scoring.DEPTH,
+               container: str = DOCUMENT, budget=None, statistics=None,
+               words=None) -> scoring.Ranking:
+        """The containers holding a match of `node` (a prepared query) ranked by `ranker`
+        (SSR, a word scorer or both fused; scoring.ranked), weighing words by
+        `statistics` (default: this database's)."""
         self._before_read()
-        return ranking.top_words(self, words, k, container=container, rank=rank,
-                                 scoring=scoring, statistics=statistics)
+        return scoring.ranked(self, node, ranker, depth=depth, container=container,
+                              budget=budget, statistics=statistics, words=words)
 
-    def word_candidates(self, words: list[str], limit: int = ranking.FORMS) -> list:
-        """What the words' forms sharing a stem are found from (ranking.word_candidates)."""
+    def top_words(self, words, k: int, *, container: str = DOCUMENT,
+                  scored: scoring.WordScorer, statistics=None):
+        """The best k containers by BM25 or sparse scores of words (scoring.top_words)."""
         self._before_read()
-        return ranking.word_candidates(self, words, limit)
+        return scoring.top_words(self, words, k, container=container, scored=scored,
+                                 statistics=statistics)
+
+    def word_candidates(self, words: list[str], limit: int = scoring.FORMS) -> list:
+        """What the words' forms sharing a stem are found from (scoring.word_candidates)."""
+        self._before_read()
+        return scoring.word_candidates(self, words, limit)
 
     def word_covers(self, words, s, e):
-        """What each container's BM25 hit shows (ranking.word_covers)."""
+        """What each container's BM25 hit shows (scoring.word_covers)."""
         self._before_read()
-        return ranking.word_covers(self, words, s, e)
+        return scoring.word_covers(self, words, s, e)
 
     def text_scorer(self, container: str = DOCUMENT):
-        """The function search_text scores its tiers with (see ranking.scorer)."""
+        """The function search_text scores its tiers with (see scoring.scorer)."""
         self._before_read()
-        return ranking.scorer(self, container)
+        return scoring.scorer(self, container)
 
     def has_feature(self, name: str) -> bool:
         """Whether some annotation list is named `name` (a word, a field, a label)."""
@@ -432,7 +437,7 @@ class Writer(Snapshot):
         self._lock = lock
         self._thread = threading.get_ident()
         self._vocab: dict[str, int] = db._env.vocab
-        self._new_names: list[str] = []  # interned by this transaction (the cache drops them on abort)
+        self._new_names: list[str] = []  # interned here (dropped on abort)
         self._named = 0  # how many of them are written
         self._next_feature = txn.meta("next_feature", 1)
         self._first_new_feature = self._next_feature  # ids from here have no blocks yet
@@ -572,7 +577,7 @@ class Writer(Snapshot):
             stored = self._txn.feature_ids([names[i] for i in missing])
             for i, fid in zip(missing, stored):
                 found[i] = self._intern_missing(names[i], fid)
-        return found
+        return cast("list[int]", found)   # (every one found or interned)
 
     def _intern_missing(self, name: str, stored=_LOOK_UP) -> int:
         """A name not in the process's cache: its stored id (`stored`, None when it has
@@ -730,9 +735,9 @@ class Writer(Snapshot):
             self._sparse = sorted(set(self.sparse_fields()) | set(b.sparse))
         # annotations
         self._ann_flush_list()
-        names = np.array(self._ids(b.ann_names), dtype=np.int64)
+        ann_fids = np.array(self._ids(b.ann_names), dtype=np.int64)
         at = starts[b.ann_doc]
-        self._ann_arrays.append((names[b.ann_name], at + b.ann_p, at + b.ann_q, b.ann_v))
+        self._ann_arrays.append((ann_fids[b.ann_name], at + b.ann_p, at + b.ann_q, b.ann_v))
         self._new_docnos.update(zip(docnos, starts_list))
         self._next_address = int(ends[-1]) + 1 if len(ends) else base
         if b.container == DOCUMENT:
@@ -755,7 +760,7 @@ class Writer(Snapshot):
             self._fields = found if found is not None else \
                 ({} if not self._txn.meta("documents", 0) else None)
         if self._fields is not None and counts:
-            statistics.add_fields(self._fields, counts, sign)
+            statistics.add_fields(cast(dict, self._fields), counts, sign)
 
     def _ann_flush_list(self) -> None:
         """Move annotate()'s buffered annotations to the arrays (keeping write order)."""
@@ -872,7 +877,7 @@ class Writer(Snapshot):
         start = self._txn.doc_start(docno)
         if start is None:
             return False
-        doc = self._txn.doc_at_start(start)
+        doc = cast(Document, self._txn.doc_at_start(start))   # (its docno is there)
         self.erase(doc.start, doc.end)
         return True
 
@@ -941,7 +946,8 @@ class Writer(Snapshot):
                 fid = int(fids[a])
                 lst = kernels.normalize(ps[a:b], qs[a:b], vs[a:b])
                 if fid >= fresh and fid not in token_fids:
-                    new_blocks.append(txn.encode_list(fid, *lst, storage.ANNOTATION_BLOCK))
+                    new_blocks.append(txn.encode_list(fid, lst[0], lst[1], lst[2],
+                                                      storage.ANNOTATION_BLOCK))
                 else:
                     later.append((fid, lst))
             self._ann_arrays = []
@@ -950,8 +956,13 @@ class Writer(Snapshot):
             txn.put_blocks(np.concatenate(fids), np.concatenate(firsts), bufs, offsets,
                            tails=token_fids)
         for fid, lst in later:  # old features, or new ones with tokens too: after the append
-            txn.add_to_list(fid, *lst, storage.ANNOTATION_BLOCK)
+            txn.add_to_list(fid, lst[0], lst[1], lst[2], storage.ANNOTATION_BLOCK)
         self._flush_docs()  # last: their compression ran meanwhile
         self._first_new_feature = self._next_feature
         self.lists.reset()
         self._dirty = False
+
+
+def _conforms(snapshot: Snapshot, writer: Writer) -> tuple[reading.ReadView, reading.ReadView]:
+    """(mypy checks here that a snapshot and a write transaction are read interfaces)"""
+    return snapshot, writer

@@ -53,13 +53,13 @@ def warm_up() -> None:
     import tempfile
 
     import annodb
-    from annodb import ranking, storage
+    from annodb import rankers, storage
     from .main import COMMANDS, annodb as group
     import click
     context = click.Context(group)
     for name in COMMANDS:            # (every command's module imported before a fork)
         group.get_command(context, name)
-    ranks = [rank for rank in ranking.RANKS if rank != "sparse"]   # (needs vectors)
+    ranks = [rank for rank in rankers.RANKS if rank != rankers.Sparse.name]  # (needs vectors)
     folder = tempfile.mkdtemp(prefix="annodb-warm-")
     try:
         with annodb.open(os.path.join(folder, "warm.db")) as db:

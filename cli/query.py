@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from annodb import ranking
+from annodb import rankers
 from annodb.errors import QueryError, RankingError
 from annodb.gcl import prepare
 from .main import db_option, echo_json, fail, open_db
@@ -52,7 +52,7 @@ def rank_options(default: str):
     --sparse-field (passed on as `ranking`, a dict of search()'s keywords)."""
     def decorate(f):
         options = [
-            click.option("--rank", type=click.Choice(ranking.RANKS), default=default,
+            click.option("--rank", type=click.Choice(rankers.RANKS), default=default,
                          show_default=True,
                          help="How to rank: ssr (shortest-substring ranking), bm25 (BM25 "
                               "over the words), bm25+rm3 (BM25 over the words, stop words "
@@ -153,7 +153,7 @@ def query(db, gcl, k, container, strict, as_json, ranking):
 @click.option("-k", "k", default=10, show_default=True, type=click.IntRange(0),
               help="How many results.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per result.")
-@rank_options(ranking.TEXT_RANK)
+@rank_options(rankers.TEXT_RANK)
 def search(db, text, k, as_json, ranking):
     """Free-text search, for when you would rather not write GCL.
 

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import annodb
-from annodb import feedback, ranking
+from annodb import feedback, rankers, ranking
 from annodb.errors import RankingError
 
 import naive
@@ -173,7 +173,7 @@ def test_a_stem_class_is_fed_back_as_one_term(tmp_path, knobs):
         w.add("gardening tips gardens gardened", docno="g0")
     with db.read() as r:
         words = ranking.text_words(r, "walks")
-        expanded = ranking.rm3_words(r, words, ":", ranking.bm25.Scoring())
+        expanded = ranking.rm3_words(r, words, ":", rankers.BM25RM3())
         forms = [set(f) for f, _ in expanded]
         assert {"walks", "walked", "walking"} <= forms[0]  # the query's term first
         assert sum(w for _, w in expanded) == pytest.approx(1.0)

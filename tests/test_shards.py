@@ -1052,3 +1052,53 @@ def test_a_split_stopped_as_it_began_is_completed_by_running_it_again(tmp_path, 
     assert sorted(p.name for p in dest.iterdir()) == [
         "addresses", "addresses.lock", "manifest.json", "shard-000", "shard-001"]
     _same_as_split(source, dest)
+
+
+def test_a_sharded_snapshot_gives_text_pieces_as_one_database(tmp_path):
+    """A sharded snapshot's text_pieces (each range's text a document at a time, in
+    address order) is one database's, erased addresses left out, for ranges within a
+    document and across documents of different shards."""
+    texts = [f"doc {i} holds words w{i} and more w{i}" for i in range(6)]
+    one = annodb.open(str(tmp_path / "one.db"))
+    many = annodb.open(str(tmp_path / "c.shards"), shards=3)
+    try:
+        for db in (one, many):
+            for i, text in enumerate(texts):
+                with db.write() as w:
+                    w.add(text, docno=f"n{i}")
+            with db.write() as w:
+                d = w.document("n2")
+                w.erase(d.start + 1, d.start + 2)
+        with one.read() as a, many.read() as b:
+            space = a.address_space()
+            assert b.address_space() == space
+            starts = [0, 3, 0, 10, space - 4]
+            ends = [2, 30, space - 1, 10, space - 1]
+            want = a.text_pieces(starts, ends)
+            assert want and all(want)
+            assert b.text_pieces(starts, ends) == want
+            assert b.texts(starts, ends) == a.texts(starts, ends)
+    finally:
+        one.close()
+        many.close()
+
+
+def test_both_snapshots_have_every_member_of_the_read_interface(tmp_path):
+    """One database's snapshot and writer and a sharded collection's snapshot and writer
+    each have every method and attribute the read interface (reading.ReadView)
+    declares."""
+    from annodb.reading import ReadView
+    members = [n for n, v in vars(ReadView).items()
+               if callable(v) and not n.startswith("_")] + ["fold_diacritics"]
+    assert {"ranked", "text_pieces", "find", "statistics", "top_words"} <= set(members)
+    one = annodb.open(str(tmp_path / "one.db"))
+    many = annodb.open(str(tmp_path / "c.shards"), shards=2)
+    try:
+        for db in (one, many):
+            with db.read() as r:
+                assert [n for n in members if not hasattr(r, n)] == []
+            with db.write() as w:
+                assert [n for n in members if not hasattr(w, n)] == []
+    finally:
+        one.close()
+        many.close()

@@ -14,10 +14,12 @@ import heapq
 
 import numpy as np
 
-from .. import batch, bm25, kernels, ranking, records, statistics, transaction
+from .. import (batch, bm25, kernels, rankers, ranking, reading, records, scoring, statistics,
+               transaction)
 from ..errors import AnnodbError, NotFoundError, StorageError
 from ..gcl import Budget, prepare
 from ..lists import Intervals
+from ..statistics import Statistics
 from ..transaction import DOCUMENT, Stats
 from .routing import route, shard_name
 
@@ -48,17 +50,17 @@ def load_merge_kernels() -> None:
     kernels.merge_ranked(np.zeros(2), np.arange(2, dtype=np.int64), [1, 1], 2)
 
 
-def merge_rankings(snapshot, rankings: list, depth: int) -> ranking.Ranking:
+def merge_rankings(snapshot, rankings: list, depth: int) -> scoring.Ranking:
     """Per-shard rankings (each to `depth`) merged exactly: score descending, ties by
     address, to `depth`. Where each ranked container lives is remembered (see
     ShardedSnapshot.document_at)."""
     first = rankings[0]
-    cols = [np.concatenate([getattr(r, name) for r in rankings]) for name in
-            ("starts", "ends", "scores", "cover_starts", "cover_ends")]
-    order, home = kernels.merge_ranked(cols[2], cols[0], [len(r) for r in rankings], depth)
-    snapshot.db.homes.remember(cols[0][order], home)
-    return ranking.Ranking(snapshot, first.query, list(first.warnings),
-                           *(c[order] for c in cols), sum(r.total for r in rankings))
+    s, e, sc, cs, ce = [np.concatenate([getattr(r, name) for r in rankings]) for name in
+                        ("starts", "ends", "scores", "cover_starts", "cover_ends")]
+    order, home = kernels.merge_ranked(sc, s, [len(r) for r in rankings], depth)
+    snapshot.db.homes.remember(s[order], home)
+    return scoring.Ranking(snapshot, first.query, list(first.warnings), s[order], e[order],
+                           sc[order], cs[order], ce[order], sum(r.total for r in rankings))
 
 
 class ShardedSnapshot:
@@ -114,7 +116,7 @@ class ShardedSnapshot:
             names.update(p.features_with_prefix(prefix, limit))
         return sorted(names)[:limit]
 
-    def word_candidates(self, words: list[str], limit: int = ranking.FORMS) -> list:
+    def word_candidates(self, words: list[str], limit: int = scoring.FORMS) -> list:
         """Each shard's word_candidates, in one call each: per word the union of their
         names, cut where one database's would be (each shard's first 4 * limit hold every
         name of the union's first 4 * limit that it has), and their counts added up."""
@@ -158,7 +160,9 @@ class ShardedSnapshot:
             raise NotFoundError(f"no document with docno {docno!r}")
         return doc
 
-    find = transaction.Snapshot.find  # (calls self.document)
+    def find(self, docno: str):
+        """As Snapshot.find (reading.find)."""
+        return reading.find(self, docno)
 
     def document_at(self, address: int):
         """The document holding `address`: asked of the shard that ranked it, if a ranking
@@ -215,10 +219,16 @@ class ShardedSnapshot:
         """text(p, q) of each range (p, q), in order: every shard asked once for its
         documents' pieces (text_pieces), joined in address order, as one database joins
         them."""
+        return ["\n".join(piece for _, piece in found)
+                for found in self.text_pieces(starts, ends)]
+
+    def text_pieces(self, starts, ends) -> list[list[tuple[int, str]]]:
+        """As Snapshot.text_pieces: each range's text a document at a time, [(the
+        document's start, its text in the range)] in address order; every shard asked once
+        for its documents' pieces, joined."""
         starts, ends = [int(p) for p in starts], [int(q) for q in ends]
         found = self._ask("text_pieces", starts, ends)
-        return ["\n".join(piece for _, piece in sorted(p for part in each for p in part))
-                for each in zip(*found)]
+        return [sorted(p for part in each for p in part) for each in zip(*found)]
 
     def address_space(self) -> int:
         return max(p.address_space() for p in self.parts)
@@ -265,75 +275,75 @@ class ShardedSnapshot:
     def count(self, gcl, *, lenient: bool = False) -> int:
         return len(self.query(gcl, lenient=lenient))
 
-    def rank(self, gcl, *, depth: int = ranking.DEPTH, container: str = DOCUMENT,
-             lenient: bool = False, budget: Budget | None = None, rank: str = "ssr",
-             scoring: bm25.Scoring | None = None, statistics=None,
-             words=None) -> ranking.Ranking:
+    def rank(self, gcl, *, depth: int = scoring.DEPTH, container: str = DOCUMENT,
+             lenient: bool = False, budget: Budget | None = None,
+             rank: str | rankers.Ranker = "ssr", scoring: bm25.Scoring | None = None
+             ) -> scoring.Ranking:
+        """As Snapshot.rank: the ranker's ranking (ranking.rank), through ranked."""
+        return ranking.rank(self, gcl, rankers.make(rank, settings=scoring), depth=depth,
+                            container=container, lenient=lenient, budget=budget)
+
+    def ranked(self, node, ranker: scoring.RankedBy = rankers.BY_SSR, *,
+               depth: int = scoring.DEPTH,
+               container: str = DOCUMENT, budget: Budget | None = None,
+               statistics: Statistics | None = None,
+               words=None) -> scoring.Ranking:
         """Each shard ranked to `depth`, merged exactly (see merge_rankings); by BM25 or
         sparse scores with the collection's statistics; fused from the whole merged SSR
-        and BM25 rankings, as one database fuses them; with RM3, expanded once from the
-        merged BM25 ranking (ranking.rm3_rank)."""
-        how = ranking.check_rank(rank)
-        node, warnings = prepare(self, gcl, lenient=lenient)
+        and BM25 rankings, as one database fuses them."""
         budget = budget or Budget()
-        settings = scoring or bm25.Scoring()
-        if how == ranking.RM3:
-            return ranking.rm3_rank(self, node, warnings, depth=depth, container=container,
-                                    budget=budget, scoring=settings)
-        if how == "fused":
-            a = self.rank(node, depth=ALL, container=container, budget=budget)
-            b = self.rank(node, depth=ALL, container=container, budget=budget, rank="bm25",
-                          scoring=settings)
-            ids, sc = ranking.fuse(a.starts, b.starts, depth, len(a))
+        scored = ranker.scored
+        if ranker.fuses and scored is not None:
+            a = self.ranked(node, rankers.BY_SSR, depth=ALL, container=container,
+                            budget=budget)
+            b = self.ranked(node, scored, depth=ALL, container=container, budget=budget)
+            ids, sc = scoring.fuse(a.starts, b.starts, depth, len(a))
             at = np.argsort(a.starts)
             at = at[np.searchsorted(a.starts[at], ids)]
-            return ranking.Ranking(self, a.query, warnings, a.starts[at], a.ends[at], sc,
+            return scoring.Ranking(self, a.query, [], a.starts[at], a.ends[at], sc,
                                    a.cover_starts[at], a.cover_ends[at], a.total)
-        if how == "sparse":
-            settings = ranking._sparse(self, settings)
-        if how != "ssr" and statistics is None:
-            statistics = self.statistics(*ranking.statistics_needed(
-                ranking.query_terms(node, how) if words is None else words, how, settings))
-        # (only what differs from rank's defaults: a worker's request is pickled, and an
-        # SSR ranking's scoring settings and a budget without limits cost half its time)
-        options = {"depth": depth, "container": container}
+        if scored is not None:
+            scored = scored.resolved(self)
+            if statistics is None:
+                statistics = self.statistics(*scored.statistics_needed(
+                    scored.query_terms(node) if words is None else words))
+        # (only what differs from ranked's defaults: a worker's request is pickled, and an
+        # SSR ranking's ranker and a budget without limits cost half its time)
+        options: dict = {"depth": depth, "container": container}
         if budget.postings is not None or budget.deadline is not None:
             options["budget"] = budget
-        if how != "ssr":
-            options.update(rank=how, scoring=settings, statistics=statistics)
+        if scored is not None:
+            options.update(ranker=scored, statistics=statistics)
         if words is not None:
             options["words"] = words
-        found = self._ask("rank", node, **options)
-        merged = merge_rankings(self, found, depth)
-        merged.warnings[:0] = warnings
-        return merged
+        found = self._ask("ranked", node, **options)
+        return merge_rankings(self, found, depth)
 
     def search(self, gcl, k: int = 10, *, container: str = DOCUMENT, lenient: bool = False,
-               snippets: bool = True, rank: str = "ssr", k1: float | None = None,
-               b: float | None = None, fields=None, sparse_field: str | None = None,
-               feedback=None):
-        return ranking.search(self, gcl, k=k, container=container, lenient=lenient,
-                              snippets=snippets, rank=rank,
-                              scoring=bm25.scoring(k1, b, fields, sparse_field, feedback))
+               snippets: bool = True, rank: str | rankers.Ranker = "ssr",
+               k1: float | None = None, b: float | None = None, fields=None,
+               sparse_field: str | None = None, feedback=None) -> ranking.Results:
+        return ranking.search(self, gcl, rankers.make(rank, k1, b, fields, sparse_field,
+                                                      feedback),
+                              k=k, container=container, lenient=lenient, snippets=snippets)
 
     def search_text(self, text, k: int = 10, *, container: str = DOCUMENT,
-                    snippets: bool = True, rank: str = ranking.TEXT_RANK,
+                    snippets: bool = True, rank: str | rankers.Ranker = rankers.TEXT_RANK,
                     k1: float | None = None, b: float | None = None, fields=None,
-                    sparse_field: str | None = None, feedback=None):
-        return ranking.search_text(self, text, k=k, container=container, rank=rank,
-                                   scoring=bm25.scoring(k1, b, fields, sparse_field, feedback),
-                                   snippets=snippets)
+                    sparse_field: str | None = None, feedback=None) -> ranking.Results:
+        return ranking.search_text(self, text, rankers.make(rank, k1, b, fields,
+                                                            sparse_field, feedback),
+                                   k=k, container=container, snippets=snippets)
 
-    def top_words(self, words, k: int, *, container: str = DOCUMENT, rank: str = "bm25",
-                  scoring=None, statistics=None):
+    def top_words(self, words, k: int, *, container: str = DOCUMENT,
+                  scored: scoring.WordScorer, statistics: Statistics | None = None):
         """Each shard's best k by the collection's statistics, merged (score, address);
         where each lives is remembered, as merge_rankings does (their documents are read
         next)."""
-        settings = scoring or bm25.Scoring()
         if statistics is None:
-            statistics = self.statistics(*ranking.statistics_needed(words, rank, settings))
-        found = self._ask("top_words", words, k, container=container, rank=rank,
-                          scoring=settings, statistics=statistics)
+            statistics = self.statistics(*scored.statistics_needed(words))
+        found = self._ask("top_words", words, k, container=container, scored=scored,
+                          statistics=statistics)
         s, e, sc = (np.concatenate(x) for x in zip(*found))
         order = np.lexsort((s, -sc))[:max(k, 0)]
         home = np.repeat(np.arange(len(found)), [len(f[0]) for f in found])[order]
@@ -350,7 +360,7 @@ class ShardedSnapshot:
         return cs, ce
 
     def text_scorer(self, container: str = DOCUMENT):
-        """ranking.scorer per shard; a node's containers are the shards' concatenated
+        """scoring.scorer per shard; a node's containers are the shards' concatenated
         (search_text orders them itself)."""
         scorers = [p.text_scorer(container) for p in self.parts]
 
@@ -466,7 +476,7 @@ class ShardedWriter(ShardedSnapshot):
                 if self._writing is not None else 0
             starts = self.db.allocate(b, at_least)
             taken = set(docnos)
-            documents = list(b.documents)
+            documents = list(b.documents or ())
             for i, docno in enumerate(docnos):
                 if docno is None:
                     docno = f"d{int(starts[i])}"
@@ -547,3 +557,10 @@ class ShardedWriter(ShardedSnapshot):
         raise StorageError(f"{self.db.path}: a sharded collection's diacritic folding is "
                            "chosen when it is created (annodb.open(path, shards=N, "
                            "fold_diacritics=True))")
+
+
+def _conforms(snapshot: ShardedSnapshot, writer: ShardedWriter
+              ) -> tuple[reading.ReadView, reading.ReadView]:
+    """(mypy checks here that a sharded snapshot and write transaction are read
+    interfaces)"""
+    return snapshot, writer

@@ -108,7 +108,7 @@ class ShardHost:
 
     def call(self, sid: int, method: str, *args, **kwargs):
         result = getattr(self._snapshot(sid), method)(*args, **kwargs)
-        if method == "rank":
+        if method == "ranked":
             result.snapshot = None   # (it stays here; the ranking was made for this call)
         elif method == "documents":
             result = list(result)
@@ -118,7 +118,7 @@ class ShardHost:
         """What a request asking for one sends after its answer: a ranking's first
         document (None if it has no hit; see the module docstring); None after any other
         request."""
-        if name != "call" or args[1:2] != ("rank",) or not len(answer):
+        if name != "call" or args[1:2] != ("ranked",) or not len(answer):
             return None
         return self._snapshot(args[0]).document_at(int(answer.starts[0]))
 
@@ -427,7 +427,7 @@ class Remote:
 
     def receive(self, ticket, method: str):
         result = self._answer(ticket)
-        if method == "rank":
+        if method == "ranked":
             result.snapshot = self
         return result
 
@@ -449,7 +449,7 @@ class RemotePart(Remote):
         self._first = None     # (the address of the last ranking's first hit, its ticket)
 
     def send(self, method: str, args: tuple, kwargs: dict):
-        if method != "rank":
+        if method != "ranked":
             return self.connection.send("call", self.sid, method, *args, **kwargs)
         self._drop_first()
         return self.connection.send("call", self.sid, method, *args, follow_up=True,
