@@ -293,23 +293,62 @@ def name_key(name: str) -> bytes:
     return raw[:400] + b"\x00" + hashlib.sha256(raw).hexdigest().encode()
 
 
-def _append_groups(lasts: list, addresses, bounds, budget: int, count: int):
-    """kernels.append_point_groups over lists' last blocks given one by one (b"": none),
-    with the first starts and groups as Python lists."""
-    offsets = [0]
-    for value in lasts:
-        offsets.append(offsets[-1] + len(value))
-    buf, offs, group, first, ok = kernels.append_point_groups(
-        b"".join(lasts), offsets, addresses, bounds, budget, count)
-    return buf, offs.tolist(), group.tolist(), first.tolist(), ok
+def _first_item(item):
+    return item[0]
 
 
-def _by_group(n: int, group: list) -> list[list[int]]:
-    """The output blocks' indices of each of n groups, in order."""
-    out = [[] for _ in range(n)]
-    for i, g in enumerate(group):
-        out[g].append(i)
-    return out
+def _keys8(fids: np.ndarray) -> list[bytes]:
+    """The u64 keys of feature ids, in one pass (struct.pack per id cost ~0.4 us each;
+    a flush keys tens of thousands of lists)."""
+    raw = np.asarray(fids, dtype=">u8").tobytes()
+    return [raw[i:i + 8] for i in range(0, len(raw), 8)]
+
+
+def _keys16(fids: np.ndarray, firsts: np.ndarray) -> list[bytes]:
+    """The blocks keys (feature id, first start) of many blocks."""
+    both = np.empty((len(fids), 2), dtype=">u8")
+    both[:, 0] = fids
+    both[:, 1] = firsts
+    raw = both.tobytes()
+    return [raw[i:i + 16] for i in range(0, len(raw), 16)]
+
+
+def _found_values(fids: np.ndarray, found: list) -> tuple[bytes, np.ndarray]:
+    """getmulti's (key, value) pairs for the u64 keys of `fids` (ascending), laid end to end:
+    (buffer, offsets), the value of fids[g] being buffer[offsets[g]:offsets[g+1]] (empty
+    where none was found)."""
+    offsets = np.zeros(len(fids) + 1, dtype=np.int64)
+    if not found:
+        return b"", offsets
+    keys, values = zip(*found)
+    at = np.searchsorted(fids, np.frombuffer(b"".join(keys), dtype=">u8").astype(np.int64))
+    lengths = np.zeros(len(fids), dtype=np.int64)
+    lengths[at] = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+    np.cumsum(lengths, out=offsets[1:])
+    return b"".join(values), offsets
+
+
+def _header_numbers(buf, offsets: np.ndarray, at: int, width: int) -> np.ndarray:
+    """The little-endian number of `width` bytes at byte `at` of each block's header
+    (blocks buf[offsets[i]:...]): 4, 4 the count, 8, 8 the first start."""
+    raw = np.frombuffer(buf, dtype=np.uint8)
+    where = (np.asarray(offsets, dtype=np.int64) + at)[:, None] + np.arange(width)
+    return raw[where].copy().view(f"<u{width}").reshape(-1).astype(np.int64)
+
+
+def _reduced(fids: np.ndarray, values: np.ndarray, ufunc) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct fids ascending, ufunc.reduce of the values of each)."""
+    if not len(fids):
+        return fids, values
+    order = np.argsort(fids, kind="stable")
+    f = fids[order]
+    cuts = np.flatnonzero(np.r_[True, f[1:] != f[:-1]])
+    return f[cuts], ufunc.reduceat(values[order], cuts)
+
+
+# a counts value (_STATS) as a numpy record, to read and write many at once
+_STATS_DTYPE = np.dtype([("count", ">u8"), ("version", ">u8"), ("flags", "u1"),
+                         ("df", ">u8"), ("high", ">f8")])
 
 
 def _count_value(raw) -> tuple[int, int | None, int, int | None, float | None]:
@@ -1299,13 +1338,19 @@ class Txn:
         env.txns.add(self)
         self.id = self.txn.id()  # the committed state a read sees
         self._append_cursor = None
-        self._counts: dict[int, int] = {}  # list length changes of this transaction
+        # list length changes of this transaction, and the lowest start it changed in a
+        # list: by one list (the dicts) and by many at once (arrays (fids, values): an
+        # ingest's flush touches tens of thousands of lists), summed or least at commit
+        self._counts: dict[int, int] = {}
+        self._count_parts: list = []
+        self._lows: dict[int, int] = {}
+        self._low_parts: list = []
         self._overlaps: set[int] = set()   # lists it may have given overlapping intervals
         self._df_parts: list = []          # (fids, deltas) arrays: df changes (see df_changes)
         self._df: dict[int, int] | None = {}  # ... summed (None: not yet)
+        self._df_reduced = True             # whether _df_parts is one part, summed
         self._highs: dict[int, float] = {}  # the greatest value it wrote to a list, if > 0
         self._no_stats: set[int] = set()    # lists whose df is no longer known
-        self._lows: dict[int, int] = {}     # the lowest start it changed in a list
         self.block_bytes, self.block_count = env.block_bytes, env.block_count
         self._entries: dict[bytes, _Entry] = {}  # decoded docs entries (see _entry)
         self._pending = None  # (key, entry): a group delete_doc has not rewritten yet
@@ -1313,66 +1358,132 @@ class Txn:
     def commit(self) -> None:
         self._flush_deletions()
         self._close_cursors()
-        df = self.df_changes()
-        if self._counts or df or self._highs or self._no_stats:
-            pack = _U64.pack
-            deltas, overlaps, highs = self._counts, self._overlaps, self._highs
-            fids = sorted(set(deltas) | set(df) | set(highs) | self._no_stats)
-            keys = [pack(fid) for fid in fids]
-            version = self.id
-            fresh = (0, None, 0, 0, 0.0)  # a new list: its statistics are known
-            with self.txn.cursor(db=self.dbs["counts"]) as cur:
-                old = {bytes(k): _count_value(v) for k, v in cur.getmulti(keys)}
-                items = []
-                for fid, k in zip(fids, keys):
-                    n, _, flags, d, high = old.get(k, fresh)
-                    if fid in overlaps:
-                        flags |= OVERLAPPING
-                    if d is not None:
-                        d += df.get(fid, 0)
-                        high = max(high, highs.get(fid, 0.0))
-                    if d is None or d < 0 or fid in self._no_stats:  # (not known)
-                        flags, d, high = flags | NO_STATS, 0, 0.0
-                    items.append((k, _STATS.pack(n + deltas.get(fid, 0), version, flags, d,
-                                                 high)))
-                cur.putmulti(items)
-            self._record_changes(fids, keys, old, version)
-            self._counts.clear()
-            self._overlaps.clear()
-            self._df_parts.clear()
-            self._df = {}
-            self._highs.clear()
-            self._no_stats.clear()
-            self._lows.clear()
+        fids, delta = self._combined(self._counts, self._count_parts, np.add)
+        df_fids, df_delta = self._df_arrays()
+        if len(fids) or len(df_fids) or self._highs or self._no_stats:
+            self._write_counts(fids, delta, df_fids, df_delta)
         self.txn.commit()
         self.env.txns.discard(self)
         self._unguard()
 
-    def _record_changes(self, fids: list[int], keys: list[bytes], old: dict,
-                        version: int) -> None:
-        """Append this commit's change of each long list to its record (see `changes`):
-        the lowest start it changed; MAX_ADDRESS (none) where it wrote no interval (only
-        the list's df or high changed: a delete), 0 (all of it) where a write was not
-        noted."""
+    @staticmethod
+    def _combined(one: dict, parts: list, ufunc) -> tuple[np.ndarray, np.ndarray]:
+        """A pending change by list, given one list at a time (`one`) and many at once
+        (`parts`): (the lists' ids ascending, their changes combined by ufunc)."""
+        fids = [np.fromiter(one.keys(), dtype=np.int64, count=len(one))]
+        values = [np.fromiter(one.values(), dtype=np.int64, count=len(one))]
+        fids += [f for f, _ in parts]
+        values += [v for _, v in parts]
+        return _reduced(np.concatenate(fids), np.concatenate(values), ufunc)
+
+    def _write_counts(self, count_fids, count_delta, df_fids, df_delta) -> None:
+        """Write the counts values of every list this transaction changed: its length,
+        version (this transaction), flags, df and high (see `counts`), all at once, and
+        append to the records of the long lists' changes."""
+        highs, no_stats = self._highs, self._no_stats
+        high_fids = np.fromiter(highs.keys(), dtype=np.int64, count=len(highs))
+        no_stat_fids = np.fromiter(no_stats, dtype=np.int64, count=len(no_stats))
+        fids = np.unique(np.concatenate((count_fids, df_fids, high_fids, no_stat_fids)))
+        n = len(fids)
+        keys = _keys8(fids)
+        with self.txn.cursor(db=self.dbs["counts"]) as cur:
+            found = cur.getmulti(keys)
+            # the stored values (a new list: 0 intervals, statistics known)
+            count = np.zeros(n, dtype=np.int64)
+            version = np.full(n, -1, dtype=np.int64)   # (-1: not known)
+            flags = np.zeros(n, dtype=np.int64)
+            df = np.zeros(n, dtype=np.int64)
+            high = np.zeros(n, dtype=np.float64)
+            known = np.ones(n, dtype=bool)
+            stored = np.zeros(n, dtype=bool)
+            if found:
+                raws = [v for _, v in found]
+                at = np.searchsorted(fids, np.frombuffer(b"".join(k for k, _ in found),
+                                                         dtype=">u8").astype(np.int64))
+                stored[at] = True
+                full = np.fromiter(map(len, raws), dtype=np.int64,
+                                   count=len(raws)) == _STATS.size
+                whole = full.all()
+                rec = np.frombuffer(b"".join(raws if whole else
+                                             [r for r, f in zip(raws, full) if f]),
+                                    dtype=_STATS_DTYPE)
+                p = at if whole else at[full]
+                count[p] = rec["count"]
+                version[p] = rec["version"]
+                flags[p] = rec["flags"]
+                unknown = (rec["flags"] & NO_STATS) != 0
+                df[p] = np.where(unknown, 0, rec["df"])
+                high[p] = np.where(unknown, 0.0, rec["high"])
+                known[p] = ~unknown
+                for i in ([] if whole else np.flatnonzero(~full).tolist()):  # (older ones)
+                    c, v, f, d, h = _count_value(raws[i])
+                    g = at[i]
+                    count[g], version[g], flags[g] = c, -1 if v is None else v, f
+                    known[g] = d is not None
+                    df[g], high[g] = (d, h) if d is not None else (0, 0.0)
+            delta = np.zeros(n, dtype=np.int64)
+            delta[np.searchsorted(fids, count_fids)] = count_delta
+            df[np.searchsorted(fids, df_fids)] += df_delta
+            if highs:
+                at = np.searchsorted(fids, high_fids)
+                high[at] = np.maximum(high[at], np.fromiter(highs.values(), dtype=np.float64,
+                                                            count=len(highs)))
+            if self._overlaps:
+                flags[np.isin(fids, np.fromiter(self._overlaps, dtype=np.int64))] |= OVERLAPPING
+            lost = ~known | (df < 0) | np.isin(fids, no_stat_fids)   # (not known)
+            flags[lost] |= NO_STATS
+            df[lost] = 0
+            high[lost] = 0.0
+            after = count + delta
+            if len(after) and after.min() < 0:
+                raise StorageError("internal error: a list's count would be negative; "
+                                   "nothing of this transaction was written")
+            out = np.empty(n, dtype=_STATS_DTYPE)
+            out["count"] = after
+            out["version"] = self.id
+            out["flags"] = flags
+            out["df"] = df
+            out["high"] = high
+            raw = out.tobytes()
+            size = _STATS.size
+            cur.putmulti(list(zip(keys, [raw[i:i + size] for i in range(0, len(raw), size)])))
+        long = np.flatnonzero(stored & (version >= 0) & (after >= CHANGES_OVER))
+        if len(long):
+            self._record_changes(fids[long], [keys[i] for i in long.tolist()],
+                                 version[long], count_fids, self.id)
+        self._counts.clear()
+        self._count_parts.clear()
+        self._overlaps.clear()
+        self._df_parts.clear()
+        self._df = {}
+        self._highs.clear()
+        self._no_stats.clear()
+        self._lows.clear()
+        self._low_parts.clear()
+
+    def _record_changes(self, fids: np.ndarray, keys: list[bytes], versions: np.ndarray,
+                        count_fids: np.ndarray, version: int) -> None:
+        """Append this commit's change of each long list (fids, their stored versions
+        before it) to its record (see `changes`): the lowest start it changed;
+        MAX_ADDRESS (none) where it wrote no interval (only the list's df or high changed:
+        a delete), 0 (all of it) where a write was not noted."""
         db = self.dbs["changes"]
         if db is None:
             return
-        long = [(fid, k) for fid, k in zip(fids, keys)
-                if k in old and old[k][1] is not None and
-                old[k][0] + self._counts.get(fid, 0) >= CHANGES_OVER]
-        if not long:
-            return
+        low_fids, lows = self._combined(self._lows, self._low_parts, np.minimum)
+        at = np.minimum(np.searchsorted(low_fids, fids), max(len(low_fids) - 1, 0))
+        noted = low_fids[at] == fids if len(low_fids) else np.zeros(len(fids), dtype=bool)
+        counted = np.isin(fids, count_fids)
+        low = np.where(noted, lows[at] if len(lows) else 0,
+                       np.where(counted, 0, MAX_ADDRESS))
         with self.txn.cursor(db=db) as cur:
-            records = {bytes(k): v for k, v in cur.getmulti([k for _, k in long])}
+            records = {bytes(k): v for k, v in cur.getmulti(keys)}
             items = []
-            for fid, k in long:
+            for k, before, lowest in zip(keys, versions.tolist(), low.tolist()):
                 pairs = _changes_value(records.get(k, b""))
-                if not pairs or pairs[-1][0] != old[k][1]:  # none, or not the list's
-                    pairs = [(old[k][1], 0)]
-                low = self._lows.get(fid)
-                if low is None:
-                    low = 0 if fid in self._counts else MAX_ADDRESS
-                pairs.append((version, low))
+                if not pairs or pairs[-1][0] != before:  # none, or not the list's
+                    pairs = [(before, 0)]
+                pairs.append((version, lowest))
                 if len(pairs) > CHANGES_KEPT + 1:
                     pairs = [(pairs[-CHANGES_KEPT - 1][0], 0)] + pairs[-CHANGES_KEPT:]
                 items.append((k, b"".join(_KEY.pack(*p) for p in pairs)))
@@ -1588,6 +1699,7 @@ class Txn:
         if len(fids):
             self._df_parts.append((np.asarray(fids, np.int64), np.asarray(deltas, np.int64)))
             self._df = None
+            self._df_reduced = False
 
     def forget_stats(self, fid: int) -> None:
         """Mark list fid's df as not known (at commit): intervals not written as text
@@ -1597,15 +1709,21 @@ class Txn:
     def df_changes(self) -> dict[int, int]:
         """This transaction's df changes so far, by feature id (nonzero ones)."""
         if self._df is None:
-            fids = np.concatenate([f for f, _ in self._df_parts])
-            deltas = np.concatenate([d for _, d in self._df_parts])
-            ids, at = np.unique(fids, return_inverse=True)
-            sums = np.zeros(len(ids), np.int64)
-            np.add.at(sums, at, deltas)
-            keep = sums != 0
-            self._df = dict(zip(ids[keep].tolist(), sums[keep].tolist()))
-            self._df_parts = [(ids[keep], sums[keep])]
+            ids, sums = self._df_arrays()
+            self._df = dict(zip(ids.tolist(), sums.tolist()))
         return self._df
+
+    def _df_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """df_changes as arrays: (the feature ids ascending, their nonzero df changes)."""
+        if not self._df_parts:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        if not self._df_reduced:
+            self._df_reduced = True
+            ids, sums = _reduced(np.concatenate([f for f, _ in self._df_parts]),
+                                 np.concatenate([d for _, d in self._df_parts]), np.add)
+            keep = sums != 0
+            self._df_parts = [(ids[keep], sums[keep])]
+        return self._df_parts[0]
 
     def _note_high(self, fid: int, v: np.ndarray) -> None:
         """Keep the greatest value written to list fid (when it is above 0)."""
@@ -1622,6 +1740,27 @@ class Txn:
 
     def _count(self, fid: int, delta: int) -> None:
         self._counts[fid] = self._counts.get(fid, 0) + delta
+
+    def _count_many(self, fids: np.ndarray, deltas: np.ndarray) -> None:
+        """_count for many lists at once (arrays)."""
+        if len(fids):
+            self._count_parts.append((np.asarray(fids, np.int64), np.asarray(deltas, np.int64)))
+
+    def _changed_many(self, fids: np.ndarray, lows: np.ndarray) -> None:
+        """_changed for many lists at once (arrays)."""
+        if len(fids):
+            self._low_parts.append((np.asarray(fids, np.int64), np.asarray(lows, np.int64)))
+
+    def _settle(self) -> None:
+        """Fold the changes noted for many lists at once into the by-list dicts (before
+        one list's are taken away)."""
+        for one, parts, ufunc in ((self._counts, self._count_parts, np.add),
+                                  (self._lows, self._low_parts, np.minimum)):
+            if parts:
+                fids, values = self._combined(one, parts, ufunc)
+                one.clear()
+                one.update(zip(fids.tolist(), values.tolist()))
+                parts.clear()
 
     def merge_into_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray,
                         count: int | None = None) -> None:
@@ -1700,50 +1839,62 @@ class Txn:
         if not self.append_to_list(fid, s, e, v, count):
             self.merge_into_list(fid, s, e, v, count)
 
-    def add_point_groups(self, fids: list[int], addresses: np.ndarray,
-                         bounds: np.ndarray, after: int) -> None:
+    def add_point_groups(self, fids, addresses: np.ndarray, bounds: np.ndarray,
+                         after: int) -> None:
         """Add token postings to many existing lists, each after all it holds: fids[g]
-        gets the sorted points addresses[bounds[g]:bounds[g+1]], all at or past `after`,
-        past which no stored interval of theirs ends (a writer's new text).
+        (ascending) gets the sorted points addresses[bounds[g]:bounds[g+1]], all at or
+        past `after`, past which no stored interval of theirs ends (a writer's new text).
 
         A list's new points join its tail while that stays within TAIL_BYTES (one
         getmulti and one kernel call for all the lists: tails are many to a page, so this
         rewrites few pages however many lists a batch adds to). A tail that would grow
         past that spills: with the new points it refills the list's last block in
         `blocks` and goes on in full blocks, and what is left over is the new tail (or,
-        when too long for one, the list's new last block)."""
-        if not fids:
+        when too long for one, the list's new last block). The work per list is done on
+        arrays, not in Python per list (a flush touches tens of thousands)."""
+        fids = np.asarray(fids, dtype=np.int64)
+        if not len(fids):
             return
-        for g, fid in enumerate(fids):
-            if bounds[g] < bounds[g + 1]:
-                self._changed(fid, int(addresses[bounds[g]]))
+        if len(fids) > 1 and not (fids[1:] > fids[:-1]).all():
+            raise StorageError("internal error: add_point_groups takes feature ids "
+                               "ascending; nothing of this transaction was written")
+        bounds = np.asarray(bounds, dtype=np.int64)
+        sizes = np.diff(bounds)
+        some = sizes > 0
+        self._changed_many(fids[some], addresses[bounds[:-1][some]])
         tails_db = self.dbs["tails"]
-        keys = [u64(f) for f in fids]
+        keys = _keys8(fids)
         many = len(fids) >= RELEASE_OVER
-        found = {}
+        found: list = []
         with self.txn.cursor(db=tails_db) as cur:
             for piece in self._pieces(keys, many):
-                found.update(cur.getmulti(piece))
-        old = [found.get(k, b"") for k in keys]
-        buf, offs, group, first, ok = _append_groups(old, addresses, bounds, TAIL_BYTES,
-                                                     self.block_count)
-        out = _by_group(len(fids), group)
-        tails, spill = [], []
-        for g, members in enumerate(out):
-            tail_first = _HEADER.unpack_from(old[g], 0)[4] if old[g] else None
-            if ok[g] and len(members) == 1 and (tail_first is None or
-                                                first[members[0]] == tail_first):
-                i = members[0]
-                tails.append((keys[g], memoryview(buf)[offs[i]:offs[i + 1]]))
-            else:
-                spill.append(g)
-        blocks = []
-        if spill:
+                found += cur.getmulti(piece)
+        old, old_offsets = _found_values(fids, found)
+        buf, offs, group, first, ok = kernels.append_point_groups(
+            old, old_offsets, addresses, bounds, TAIL_BYTES, self.block_count)
+        n = len(fids)
+        made = np.bincount(group, minlength=n)       # blocks made for each list
+        at = np.searchsorted(group, np.arange(n))    # its first (the kernel's order)
+        has_tail = old_offsets[1:] > old_offsets[:-1]
+        tail_first = np.zeros(n, dtype=np.int64)
+        if has_tail.any():
+            tail_first[has_tail] = _header_numbers(old, old_offsets[:-1][has_tail], 8, 8)
+        kept = ok & (made == 1)  # still a tail: one block, at the tail's key (or a new one)
+        kept[kept] &= ~has_tail[kept] | (first[at[kept]] == tail_first[kept])
+        mv = memoryview(buf)
+        chosen = np.flatnonzero(kept)
+        tails = [(keys[g], mv[a:b]) for g, a, b in zip(
+            chosen.tolist(), offs[at[chosen]].tolist(), offs[at[chosen] + 1].tolist())]
+        spill = np.flatnonzero(~kept)
+        blocks, dropped = [], []
+        if len(spill):
+            old_mv = memoryview(old)
+            olds = [old_mv[a:b] for a, b in zip(old_offsets[spill].tolist(),
+                                                old_offsets[spill + 1].tolist())]
             blocks, spilled_tails, dropped = self._spill(
-                [fids[g] for g in spill], [old[g] for g in spill],
-                [addresses[bounds[g]:bounds[g + 1]] for g in spill], many)
+                fids[spill], olds, addresses, bounds[spill], bounds[spill + 1], many)
             tails += spilled_tails
-            tails.sort(key=lambda item: item[0])
+            tails.sort(key=_first_item)
         if blocks:
             with self.txn.cursor(db=self.dbs["blocks"]) as cur:
                 for piece in self._pieces(blocks, many):
@@ -1751,13 +1902,12 @@ class Txn:
         with self.txn.cursor(db=tails_db) as cur:
             for piece in self._pieces(tails, many):
                 cur.putmulti(piece)
-            for k in dropped if spill else ():
+            for k in dropped:
                 if cur.set_key(k):
                     cur.delete()
         if many:
             release_mapped_pages(self.env)
-        for g, n in enumerate(np.diff(bounds).tolist()):
-            self._count(fids[g], n)
+        self._count_many(fids, sizes)
 
     def _pieces(self, items: list, many: bool):
         """items in pieces of RELEASE_EVERY when many (an ingest's flush), letting go of
@@ -1769,45 +1919,72 @@ class Txn:
             yield items[i:i + RELEASE_EVERY]
             release_mapped_pages(self.env)
 
-    def _spill(self, fids: list[int], old_tails: list, points: list[np.ndarray],
-               many: bool = False):
+    def _spill(self, fids: np.ndarray, old_tails: list, addresses: np.ndarray,
+               los: np.ndarray, his: np.ndarray, many: bool = False):
         """The blocks, tails and dropped tail keys for lists whose tail spills (see
-        add_point_groups): each list's last block in `blocks` refilled with its tail's
+        add_point_groups): list fids[g]'s tail old_tails[g] (empty: none) and new points
+        addresses[los[g]:his[g]]: its last block in `blocks` refilled with its tail's
         points and the new ones, then full blocks, the rest its new tail."""
+        fid_list = fids.tolist()
         lasts = []
-        prefix_of = u64
         with self.txn.cursor(db=self.dbs["blocks"]) as cur:
-            for piece in self._pieces(fids, many):
+            for piece in self._pieces(fid_list, many):
                 for fid in piece:
                     found = cur.set_range(_KEY.pack(fid + 1, 0))
                     found = cur.prev() if found else cur.last()
                     value = b""
-                    if found and cur.key()[:8] == prefix_of(fid):
+                    if found and from_u64(cur.key()[:8]) == fid:
                         value = cur.value()
-                    lasts.append(bytes(value))
-        joined = [np.concatenate((decode_block(t)[0], p)) if t else p
-                  for t, p in zip(old_tails, points)]
-        bounds = np.zeros(len(fids) + 1, dtype=np.int64)
-        np.cumsum([len(j) for j in joined], out=bounds[1:])
-        buf, offs, group, first, ok = _append_groups(lasts, np.concatenate(joined), bounds,
-                                                     self.block_bytes, self.block_count)
+                    lasts.append(value)
+        n = len(fid_list)
+        # each list's points: its tail's (decoded in one call), then its new ones
+        tail_offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, old_tails), dtype=np.int64, count=n),
+                  out=tail_offsets[1:])
+        joined_tails = b"".join(old_tails)
+        has = tail_offsets[1:] > tail_offsets[:-1]
+        in_tail = np.zeros(n, dtype=np.int64)
+        tail_points = np.zeros(0, dtype=np.int64)
+        if has.any():
+            in_tail[has] = _header_numbers(joined_tails, tail_offsets[:-1][has], 4, 4)
+            tail_points = kernels.decode_blocks(joined_tails, tail_offsets[np.r_[has, True]]
+                                                if not has.all() else tail_offsets)[0]
+        new = his - los
+        bounds = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(in_tail + new, out=bounds[1:])
+        points = np.empty(int(bounds[-1]), dtype=np.int64)
+        # the tails' points go first in each list, the new ones after them
+        group_of_tail = np.repeat(np.arange(n), in_tail)
+        tail_rank = np.arange(len(tail_points)) - np.repeat(np.cumsum(in_tail) - in_tail,
+                                                             in_tail)
+        points[bounds[group_of_tail] + tail_rank] = tail_points
+        group_of_new = np.repeat(np.arange(n), new)
+        new_rank = np.arange(int(new.sum())) - np.repeat(np.cumsum(new) - new, new)
+        points[bounds[group_of_new] + in_tail[group_of_new] + new_rank] = \
+            addresses[los[group_of_new] + new_rank]
+        last_offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, lasts), dtype=np.int64, count=n), out=last_offsets[1:])
+        buf, offs, group, first, ok = kernels.append_point_groups(
+            b"".join(lasts), last_offsets, points, bounds, self.block_bytes, self.block_count)
         if not ok.all():
             raise StorageError("internal error: new postings do not come after a list's "
                                "end; nothing of this transaction was written")
+        sizes = np.diff(offs)
+        last_of_list = np.r_[group[1:] != group[:-1], True] if len(group) else group
+        is_tail = last_of_list & (sizes <= TAIL_BYTES)
+        keys = _keys16(fids[group], first)
         mv = memoryview(buf)
-        pack = _KEY.pack
-        blocks, tails, dropped = [], [], []
-        for g, members in enumerate(_by_group(len(fids), group)):
-            fid = fids[g]
-            for n, i in enumerate(members):
-                value = mv[offs[i]:offs[i + 1]]
-                if n + 1 == len(members) and len(value) <= TAIL_BYTES:
-                    tails.append((u64(fid), value))
-                else:
-                    blocks.append((pack(fid, first[i]), value))
-            if old_tails[g] and (not members or len(mv[offs[members[-1]]:
-                                                       offs[members[-1] + 1]]) > TAIL_BYTES):
-                dropped.append(u64(fid))
+        blocks, tails = [], []
+        for i, (a, b, tail) in enumerate(zip(offs[:-1].tolist(), offs[1:].tolist(),
+                                             is_tail.tolist())):
+            if tail:
+                tails.append((keys[i][:8], mv[a:b]))
+            else:
+                blocks.append((keys[i], mv[a:b]))
+        # a list whose tail is now a block (or whose new end is too long for a tail)
+        ends_as_tail = np.zeros(n, dtype=bool)
+        ends_as_tail[group[is_tail]] = True
+        dropped = [u64(fid) for fid in fids[has & ~ends_as_tail].tolist()]
         return blocks, tails, dropped
 
     def _seal_tail(self, fid: int) -> None:
@@ -1903,27 +2080,31 @@ class Txn:
         blocks. They are written in key order, so LMDB appends them, filling pages instead
         of splitting them. The last block of each feature in `tails` (token lists) is its
         tail (see `tails`)."""
-        pack = _KEY.pack
-        values = []
+        fids = np.asarray(fids, dtype=np.int64)
+        firsts = np.asarray(firsts, dtype=np.int64)
+        values, counts, lengths = [], [], []
         for buf, offs in zip(bufs, offsets):
+            offs = np.asarray(offs, dtype=np.int64)
             mv = memoryview(buf)
-            offs = offs.tolist()
-            values.extend(mv[a:b] for a, b in zip(offs[:-1], offs[1:]))
-        fid_list = fids.tolist()
-        keys = [pack(f, a) for f, a in zip(fid_list, firsts.tolist())]
-        header = _HEADER.unpack_from
-        for f, value in zip(fid_list, values):
-            self._count(f, header(value, 0)[3])
-            self._changed(f, 0)
-        order = sorted(range(len(keys)), key=keys.__getitem__)
+            values.extend(mv[a:b] for a, b in zip(offs[:-1].tolist(), offs[1:].tolist()))
+            counts.append(_header_numbers(buf, offs[:-1], 4, 4))
+            lengths.append(np.diff(offs))
+        counts = np.concatenate(counts) if counts else np.zeros(0, np.int64)
+        lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+        self._count_many(fids, counts)
+        self._changed_many(fids, np.zeros(len(fids), dtype=np.int64))
+        order = np.lexsort((firsts, fids))
+        f = fids[order]
+        keys = _keys16(f, firsts[order])
+        last = np.r_[f[1:] != f[:-1], True] if len(f) else np.zeros(0, dtype=bool)
+        tail_fids = np.fromiter(tails, dtype=np.int64, count=len(tails))
+        is_tail = last & (lengths[order] <= TAIL_BYTES) & np.isin(f, tail_fids)
         items, tail_items = [], []
-        for n, i in enumerate(order):
-            f = fid_list[i]
-            if f in tails and len(values[i]) <= TAIL_BYTES and \
-                    (n + 1 == len(order) or fid_list[order[n + 1]] != f):
-                tail_items.append((u64(f), values[i]))   # its last block, when short
+        for key, i, tail in zip(keys, order.tolist(), is_tail.tolist()):
+            if tail:
+                tail_items.append((key[:8], values[i]))   # its last block, when short
             else:
-                items.append((keys[i], values[i]))
+                items.append((key, values[i]))
         with self.txn.cursor(db=self.dbs["blocks"]) as cur:
             _append_all(cur, items)
         if tail_items:
@@ -2183,6 +2364,7 @@ class Txn:
             self.txn.delete(name_key(name), db=self.dbs["features"])
         self.txn.delete(prefix, db=self.dbs["names"])
         self.txn.delete(prefix, db=self.dbs["counts"])
+        self._settle()
         for pending in (self._counts, self._highs, self._lows):
             pending.pop(fid, None)
         self._overlaps.discard(fid)
