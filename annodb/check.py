@@ -1,4 +1,4 @@
-"""Check: verify every invariant of a database's stored state (see storage.py's header).
+"""Check: verify every invariant of a database's stored state (see storage/layout.py).
 
     problems = check_path("bible.db")                            # [] when healthy
     problems = check(annodb.open("bible.db", readonly=True))   # annodb's invariants only
@@ -52,6 +52,7 @@ from .errors import StorageError
 from .paths import is_collection
 from .shards.routing import route, shard_name
 from .shards.collection import COUNTER, ShardError, folder_problems, read_manifest
+from .storage import layout
 from .transaction import DOCUMENT, NOTES
 
 MAX_PROBLEMS = 1000  # stop collecting details after this many
@@ -214,9 +215,9 @@ def _check_features(txn, problems) -> dict[int, str]:
 
 def _block_size(buf, max_count: int) -> tuple[int, str | None]:
     """(interval count, a problem with the block's layout or None)."""
-    if len(buf) < storage._HEADER.size:
+    if len(buf) < layout._HEADER.size:
         return 0, f"{len(buf)} bytes, shorter than a block header"
-    flags, sw, lw, n, _ = storage._HEADER.unpack_from(buf, 0)
+    flags, sw, lw, n, _ = layout._HEADER.unpack_from(buf, 0)
     if flags & ~(storage.FLAG_POINTS | storage.FLAG_ZERO):
         return n, f"unknown flags {flags:#x}"
     if n < 1 or n > max_count:
@@ -289,7 +290,7 @@ def _check_blocks(txn, names, problems, docs, erased) -> None:
                              f"{len(v)} bytes (8, 17 or 33 expected)")
                 continue
             fid = storage.from_u64(k)
-            counts[fid], _, flags, stored_df, high = storage._count_value(v)
+            counts[fid], _, flags, stored_df, high = layout._count_value(v)
             if fid in overlapping and not flags & (storage.OVERLAPPING | storage.UNKNOWN):
                 problems.add(f"counts: feature {names.get(fid, fid)!r} is marked as holding "
                              "no overlapping intervals, but two of them overlap")
@@ -319,7 +320,7 @@ def _check_block(txn, names, problems, checker, block, lengths, overlapping, doc
     in its list (the checker's) moved on past it as the kernel would."""
     fid, key_start, buf = block
     last_start, last_end, last_doc = checker.position()
-    lengths[fid] = lengths.get(fid, 0) + storage._HEADER.unpack_from(buf, 0)[3]
+    lengths[fid] = lengths.get(fid, 0) + layout._HEADER.unpack_from(buf, 0)[3]
     where = f"blocks: {names.get(fid, f'#{fid}')!r} block at {key_start}"
     _, bad = _block_size(buf, max(storage.BLOCK_SIZE, txn.block_count))
     if bad:

@@ -83,7 +83,7 @@ class Database:
 
     def _environment(self) -> storage.Environment:
         """The environment, opened afresh in a forked child: LMDB forbids using the
-        parent's (see storage._after_fork)."""
+        parent's (see storage.environment._after_fork)."""
         self._check_open()
         if self._env.pid != os.getpid():
             self._attach(storage.open_environment(self._env.path, readonly=self.readonly,

@@ -36,7 +36,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from .tokenizer import strip_diacritics, tokens
+import numpy as np
+
+from .tokenizer import distinct_tokens, strip_diacritics, tokens
 
 MAX_DF = 0.1          # a term in more than this share of the documents is not fed back
 MIN_LENGTH, MAX_LENGTH = 2, 20
@@ -73,6 +75,26 @@ def eligible(term: str) -> bool:
     return MIN_LENGTH <= len(term) <= MAX_LENGTH and term.isalnum()
 
 
+def word_counts(text: str, fold: bool = False):
+    """The words of `text` (folded; without diacritics if `fold`) with how many times each
+    occurs, in order of first occurrence (as Counter(tokens(text)) gives them): one kernel
+    pass numbers the tokens (tokenizer.distinct_tokens), so Python makes each distinct
+    word once."""
+    try:
+        _, kinds, names = distinct_tokens(text)
+    except UnicodeEncodeError:  # (a lone surrogate: the regex path reads it)
+        words = tokens(text)
+        return Counter([strip_diacritics(w) for w in words] if fold else words).items()
+    counts = np.bincount(kinds, minlength=len(names)).tolist()
+    if not fold:
+        return zip(names, counts)
+    merged: dict[str, int] = {}
+    for w, c in zip(names, counts):
+        w = strip_diacritics(w)
+        merged[w] = merged.get(w, 0) + c
+    return merged.items()
+
+
 def relevance_model(snapshot, starts, ends, scores, key, forms_of, fb_terms: int
                     ) -> list[tuple[str, tuple[str, ...], float]]:
     """The `fb_terms` heaviest terms of the relevance model of the containers (starts, ends)
@@ -82,20 +104,23 @@ def relevance_model(snapshot, starts, ends, scores, key, forms_of, fb_terms: int
     n = max(snapshot.document_count(), 1)
     weight: dict[str, float] = {}
     seen: dict[str, str] = {}  # term -> the first word of it met
+    term_of: dict[str, str] = {}  # word -> its term, "" when it may not be fed back
     fold = getattr(snapshot, "fold_diacritics", False)
     texts = snapshot.texts(starts.tolist(), ends.tolist())
     for s, e, sc, text in zip(starts.tolist(), ends.tolist(), scores.tolist(), texts):
-        words = tokens(text)
-        if fold:
-            words = [strip_diacritics(w) for w in words]
         length = e - s + 1
-        for w, tf in Counter(words).items():
-            t = key(w)
-            if not eligible(t):
-                continue
-            seen.setdefault(t, w)
-            weight[t] = weight.get(t, 0.0) + tf / length * sc
-    ranked = sorted(weight, key=lambda t: (-weight[t], t))
+        for w, tf in word_counts(text, fold):
+            t = term_of.get(w)
+            if t is None:
+                t = key(w)
+                if not eligible(t):
+                    t = ""
+                term_of[w] = t
+                if t:
+                    seen.setdefault(t, w)
+            if t:
+                weight[t] = weight.get(t, 0.0) + tf / length * sc
+    ranked = [t for _, t in sorted((-w, t) for t, w in weight.items())]
     kept = []
     for i in range(0, len(ranked), CHUNK):  # the heaviest first, until fb_terms pass
         terms = ranked[i:i + CHUNK]

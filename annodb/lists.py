@@ -1,6 +1,6 @@
 """Annotation lists as a query reads them: whole, or only the blocks a plan needs.
 
-A feature's list is stored in blocks (storage.py) keyed by their first start, so the keys
+A feature's list is stored in blocks (storage/layout.py) keyed by their first start, so the keys
 alone are a directory: block i holds the intervals starting in [firsts[i], firsts[i+1]).
 A query that only probes a long list (the document list `:` to find which documents hold a
 rare word's matches; a common word inside the documents that matter) reads the blocks

@@ -1,4 +1,4 @@
-"""What a writer keeps for ranking (storage.py: each word's df in counts, the fields'
+"""What a writer keeps for ranking (storage/layout.py: each word's df in counts, the fields'
 documents and tokens in meta "fields"): counted from a batch as it is added, and taken away
 for what an erase removes (the erased document's text is at hand: retokenized); and what a
 ranker reads of them (Statistics: gathered from one snapshot, combined over shards).

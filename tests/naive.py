@@ -28,7 +28,7 @@ hold the two equal.
     snippet                snippets.make                       test_engine: test_snippets_agree_
                                                                with_reference
     encode_block,          K.encode_block, decode_block        test_block_layout; test_kernels
-      decode_block         (storage.py's block layout)
+      decode_block         (storage/layout.py's block layout)
       (stream_width, width_bytes, stream_bytes: their number streams)
     block_cuts             K.block_bounds                      test_kernels: test_block_cuts_
                                                                equal_the_naive_ones
@@ -355,7 +355,7 @@ def snippet(text, spans, a, b, width=200, first=0):
 # ---------------------------------------------------------------- storage blocks
 
 
-# The block layout, written from storage.py's header comment alone (never from
+# The block layout, written from storage/layout.py's docstring alone (never from
 # kernels/codec.py), as a second reading of the format.
 
 BLOCK_HEADER = struct.Struct("<BBBBIq")

@@ -1,4 +1,4 @@
-"""The block layout documented in storage.py's header, read and written independently.
+"""The block layout documented in storage/layout.py, read and written independently.
 
 tests/naive.py decodes and encodes blocks from that text alone (never from
 kernels/codec.py). Here the codec's blocks must be exactly the documented bytes, the codec

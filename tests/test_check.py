@@ -5,6 +5,8 @@ thousands is reported and nothing else."""
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 
@@ -155,6 +157,19 @@ def test_damage_met_while_reading_is_an_error_and_stops_writes(db):
         db.write()
     problems = check(db)
     assert any("'goth'" in p for p in problems) and any("docs:" in p for p in problems)
+
+
+def test_every_method_of_every_part_of_a_transaction_turns_damage_into_an_error():
+    """Txn's methods, those of each of its parts (features, counts, postings, documents)
+    included, turn damage met while reading into DamagedError (verify.damage_is_an_error),
+    all but those that begin and end the transaction."""
+    unchecked = {"__init__", "commit", "abort", "_commit_counts"}
+    names = {name for part in storage.Txn.__mro__[:-1] for name, value in vars(part).items()
+             if inspect.isfunction(value)}
+    assert len(names) > 60 and unchecked <= names
+    for name in names:
+        checked = hasattr(inspect.getattr_static(storage.Txn, name), "__wrapped__")
+        assert checked == (name not in unchecked), name
 
 
 def test_check_reports_one_damaged_block_among_thousands_and_nothing_else(db):

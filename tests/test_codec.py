@@ -12,11 +12,12 @@ import pytest
 
 import annodb
 from annodb import storage
+from annodb.storage import layout, postings
 from annodb.check import check
 
 
 def header(buf):
-    flags, sw, lw, n, first = storage._HEADER.unpack_from(buf, 0)
+    flags, sw, lw, n, first = layout._HEADER.unpack_from(buf, 0)
     return flags, sw, lw, n, first
 
 
@@ -135,8 +136,8 @@ def test_long_words_and_feature_names_are_stored(tmp_path):
 def _memory_of(path, words, monkeypatch, over, every):
     """A database of 60 batches over a vocabulary of 300 words, flushed as an ingest
     flushes (releasing the map's pages every `every` lists once a flush has `over`)."""
-    monkeypatch.setattr(storage, "RELEASE_OVER", over)
-    monkeypatch.setattr(storage, "RELEASE_EVERY", every)
+    monkeypatch.setattr(postings, "RELEASE_OVER", over)
+    monkeypatch.setattr(postings, "RELEASE_EVERY", every)
     rng = random.Random(5)
     db = annodb.open(path)
     for b in range(60):

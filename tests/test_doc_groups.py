@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import annodb
 from annodb import storage
+from annodb.storage import documents
 from annodb.check import check
 
 GOLDEN = Path(__file__).parent / "data" / "golden-v1"
@@ -137,7 +138,7 @@ def test_array_header_matches_msgspec():
     import msgspec
     for n in (0, 1, 15, 16, 65535, 65536):
         items = [1] * n
-        assert storage._array_header(n) + b"\x01" * n == msgspec.msgpack.encode(items)
+        assert documents._array_header(n) + b"\x01" * n == msgspec.msgpack.encode(items)
 
 
 def test_small_commits_refill_the_last_group(db):
@@ -378,7 +379,7 @@ def test_leaf_max_is_where_lmdb_starts_overflow_pages(tmp_path):
     import lmdb
     env = lmdb.open(str(tmp_path / "raw"), max_dbs=8, map_size=1 << 26)
     psize = env.stat()["psize"]
-    limit = storage._leaf_max(psize)
+    limit = documents._leaf_max(psize)
     for size, overflow in ((limit, 0), (limit + 1, 1), (2 * psize - 16, 2), (2 * psize - 15, 3)):
         db = env.open_db(f"d{size}".encode())
         with env.begin(write=True) as txn:
@@ -405,7 +406,7 @@ def test_a_long_document_takes_the_next_ones_into_its_overflow_pages(db):
         psize = r._txn.txn.stat(r._txn.dbs["docs"])["psize"]
         alone = len(storage.encode_doc(r.document("long")))
         pages = -(-(alone + 16) // psize)
-        assert alone > storage._leaf_max(psize) and len(value) <= pages * psize - 16
+        assert alone > documents._leaf_max(psize) and len(value) <= pages * psize - 16
     assert_lookups(db, model)
 
 

@@ -281,7 +281,8 @@ def read_by_blocks(monkeypatch):
     of a list (ranking's containers, a word inside them, a phrase's candidates) reads
     blocks."""
     from annodb import lists, storage
-    monkeypatch.setattr(storage, "block_limits", lambda psize: (psize - 16, 2))
+    from annodb.storage import environment
+    monkeypatch.setattr(environment, "block_limits", lambda psize: (psize - 16, 2))
     monkeypatch.setattr(storage, "ANNOTATION_BLOCK", 2)
     monkeypatch.setattr(lists, "SMALL_LIST", -1)
     monkeypatch.setattr(lists, "WHOLE_FRACTION", 2.0)
@@ -343,16 +344,16 @@ def test_block_ranges_are_the_blocks_holding_the_last_start_before_each_position
     position, the block holding the last interval starting at or before it, as the range
     from its first start to just before the next block's (the last: to the end of the
     addresses); sorted and distinct."""
-    from annodb import storage
-    old = storage.block_limits
-    storage.block_limits = lambda psize: (psize - 16, 2)
+    from annodb.storage import environment
+    old = environment.block_limits
+    environment.block_limits = lambda psize: (psize - 16, 2)
     try:
         db = annodb.open(tmp_path_factory.mktemp("ranges") / "db")
         with db.write() as w:
             for n in words:
                 w.add(" ".join(["w"] * n))
     finally:
-        storage.block_limits = old
+        environment.block_limits = old
     with db.read() as r:
         firsts = r.lists._firsts(r.lists.fid(":"))
         ps = np.array(sorted(positions), dtype=np.int64)
@@ -511,8 +512,9 @@ def test_the_document_list_under_bm25_is_cached_up_to_the_whole_budget(monkeypat
     at every search (at 4x the scale corpus a median free-text search took 0.26 s, now
     0.05 s). It
     is kept now up to the whole budget (a word's list still up to a quarter)."""
-    from annodb import lists, storage
-    monkeypatch.setattr(storage, "block_limits", lambda psize: (psize - 16, 8))
+    from annodb import lists
+    from annodb.storage import environment
+    monkeypatch.setattr(environment, "block_limits", lambda psize: (psize - 16, 8))
     monkeypatch.setattr(lists, "SMALL_LIST", -1)
     docs = [f"common word{i} here" for i in range(400)]
     size = 400 * 16 + 100                   # `:` decoded: starts, ends (values all 0)
@@ -539,9 +541,10 @@ def directories_patched(monkeypatch):
     keeping a record of its last changes, so a directory changed by a commit is patched
     from the one read before."""
     from annodb import lists, storage
-    monkeypatch.setattr(storage, "block_limits", lambda psize: (psize - 16, 2))
+    from annodb.storage import counts, environment
+    monkeypatch.setattr(environment, "block_limits", lambda psize: (psize - 16, 2))
     monkeypatch.setattr(storage, "ANNOTATION_BLOCK", 2)
-    monkeypatch.setattr(storage, "CHANGES_OVER", 1)
+    monkeypatch.setattr(counts, "CHANGES_OVER", 1)
     monkeypatch.setattr(lists, "SMALL_LIST", -1)
     monkeypatch.setattr(lists, "WHOLE_FRACTION", 2.0)
 
@@ -578,8 +581,9 @@ def test_the_first_query_after_a_commit_patches_the_documents_directory(tmp_path
     commit, growing with the collection). It reads the blocks' keys from the last old
     block on now."""
     from annodb import lists, storage
-    monkeypatch.setattr(storage, "block_limits", lambda psize: (psize - 16, 2))
-    monkeypatch.setattr(storage, "CHANGES_OVER", 100)
+    from annodb.storage import counts, environment
+    monkeypatch.setattr(environment, "block_limits", lambda psize: (psize - 16, 2))
+    monkeypatch.setattr(counts, "CHANGES_OVER", 100)
     monkeypatch.setattr(lists, "SMALL_LIST", -1)
     db = annodb.open(tmp_path / "db")
     with db.write() as w:
@@ -614,11 +618,12 @@ def changes_kept(monkeypatch, request):
     record of its last two changes (storage's `changes`), so a few commits use the
     record, reach past it and rewrite blocks in the middle of a list."""
     from annodb import storage
+    from annodb.storage import counts, environment
     size, count = request.param
-    monkeypatch.setattr(storage, "block_limits", lambda psize: (size or psize - 16, count))
+    monkeypatch.setattr(environment, "block_limits", lambda psize: (size or psize - 16, count))
     monkeypatch.setattr(storage, "ANNOTATION_BLOCK", 2)
-    monkeypatch.setattr(storage, "CHANGES_OVER", 1)
-    monkeypatch.setattr(storage, "CHANGES_KEPT", 2)
+    monkeypatch.setattr(counts, "CHANGES_OVER", 1)
+    monkeypatch.setattr(counts, "CHANGES_KEPT", 2)
 
 
 edits = st.lists(st.one_of(

@@ -209,3 +209,20 @@ def test_the_rank_name_is_checked(tmp_path):
                                                "bm25\\+rm3"):
             r.search_text("aa", rank="bm25+rm4")
     db.close()
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.text(max_size=4) | st.sampled_from(
+    ["Café", "CAFÉ", "naïve", "ǅ", "ß", "ẞ", " ", "'", "-", "\ud800"]), max_size=12).map(
+        " ".join), st.booleans())
+def test_word_counts_are_the_counts_of_the_tokens_in_order(text, fold):
+    """What RM3 weighs a container's words by: each folded word (without diacritics when
+    the database folds them) with its count, in order of first occurrence, as
+    Counter(tokenizer.tokens(text)) gives them, for any text (a lone surrogate too)."""
+    from collections import Counter
+
+    from annodb.tokenizer import strip_diacritics, tokens
+    words = tokens(text)
+    if fold:
+        words = [strip_diacritics(w) for w in words]
+    assert list(feedback.word_counts(text, fold)) == list(Counter(words).items())

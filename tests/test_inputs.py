@@ -73,6 +73,7 @@ def test_what_cannot_be_read_is_refused_before_anything_is_written(tmp_path):
     for paths, options, message in [
             ([], {}, "no input files given"),
             ([tmp_path / "missing.jsonl"], {}, "no such file"),
+            (["https://example.com/notes.html"], {}, "not URLs; save the page first"),
             ([tmp_path / "empty"], {}, "no files in this directory"),
             ([tmp_path / "bad.jsonl.gz"], {}, "not a readable gzip file"),
             ([table], {"format": "xml"}, "unknown format 'xml'"),

@@ -17,6 +17,7 @@ import pytest
 import annodb
 import naive
 from annodb import storage
+from annodb.storage import layout
 from annodb.check import check
 from storage_helpers import intervals
 
@@ -306,7 +307,7 @@ def test_an_append_out_of_order_is_an_error_not_a_silent_skip(tmp_path):
         try:
             with pytest.raises(annodb.StorageError, match="not past the last one"):
                 with txn.txn.cursor(db=txn.dbs["docnos"]) as cur:
-                    storage._append_all(cur, [(b"a", storage.u64(5))])
+                    layout._append_all(cur, [(b"a", storage.u64(5))])
         finally:
             txn.abort()
         with db.write() as w:      # docnos before and after the last: both kept

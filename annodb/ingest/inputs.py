@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import os
+import re
 import zlib
 from dataclasses import dataclass
 
@@ -121,6 +122,9 @@ def check_inputs(paths, format: str | None = None, id_field: str | None = None,
     found: list[tuple[str, str | None, str | None]] = []  # (file, its directory given, note)
     for path in paths:
         if not os.path.exists(path):
+            if re.match(r"[a-z][a-z0-9+.-]*://", path, re.I):
+                raise IngestError(f"{path}: ingest reads files and folders, not URLs; save the "
+                                  "page first (e.g. curl -o page.html URL) and ingest the file")
             raise IngestError(f"{path}: no such file")
         if not os.path.isdir(path):
             found.append((path, None, None))

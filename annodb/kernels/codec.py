@@ -1,6 +1,6 @@
 """Numba kernels for the storage blocks: encode and decode one block of an annotation list.
 
-The block layout is documented in storage.py (the module that owns the on-disk format);
+The block layout is documented in storage/layout.py (which owns the on-disk format);
 these functions only move bytes. Encoding a small block costs ~2 us and decoding a full
 one ~3 us, against ~13 us and ~8 us for the same with numpy calls, which matters when an
 ingest batch writes tens of thousands of short lists.
@@ -450,7 +450,7 @@ def block_bytes(header: bytes) -> int | None:
 
 
 def encode_block(starts, ends, values) -> bytes:
-    """One storage block (layout in storage.py) from a GC-list of 1..BLOCK_SIZE intervals."""
+    """One storage block (layout in storage/layout.py) from a GC-list of 1..BLOCK_SIZE intervals."""
     s, e = _pair(starts, ends, "block")
     v = _floats(values, "values")
     if len(s) == 0 or len(v) != len(s):

@@ -485,7 +485,7 @@ class ShardedDatabase:
                                      readonly=self.readonly, create=False,
                                      timeout=self.timeout, cache_bytes=cache_bytes)
         except StorageError as err:
-            if "cannot map the database" not in str(err):   # (storage._open_lmdb's)
+            if "cannot map the database" not in str(err):   # (storage.environment._open_lmdb's)
                 raise
             raise StorageError(
                 f"{self.path}: cannot map {shard_name(i)} (shard {i + 1} of "

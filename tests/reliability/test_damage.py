@@ -30,7 +30,7 @@ SAMPLE = Path(__file__).parents[2] / "examples" / "bible-sample.jsonl"
 DRIVER = r'''
 import hashlib, json, os, random, shutil, subprocess, sys, tempfile
 import lmdb.verify
-from annodb import storage
+from annodb.storage import verify
 from annodb_cli.main import annodb as cli
 
 out_path, work, seed, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
@@ -95,7 +95,7 @@ kinds = ["truncate", "overwrite page", "overwrite page", "zero page", "zero meta
          "overwrite meta"]
 for mode, n, allowed in (("verified", count, kinds),
                          ("large", count // 4, ["truncate", "zero meta", "overwrite meta"])):
-    storage.VERIFY_AT_OPEN = 8 << 20 if mode == "verified" else 0
+    verify.VERIFY_AT_OPEN = 8 << 20 if mode == "verified" else 0
     for i in range(n):
         copy = os.path.join(work, f"copy{i}.db")
         shutil.rmtree(copy, ignore_errors=True)

@@ -23,6 +23,7 @@ import json, os, sys, threading, traceback
 from numba.core import event          # (numba itself; annodb has loaded no kernel yet)
 import annodb
 from annodb import judgments, storage
+from annodb.storage import environment
 
 path = os.path.realpath(sys.argv[1])
 seen = {"loads": 0, "under_lock": [], "imported_under_lock": [], "writes": 0}
@@ -31,7 +32,7 @@ held = threading.local()
 def holding() -> bool:
     if collection_locks:
         return True
-    env = storage._open_envs.get(path)
+    env = environment._open_envs.get(path)
     return env is not None and env.writer_thread is not None
 
 from annodb.shards import collection as shards

@@ -15,6 +15,7 @@ import pytest
 
 import annodb
 from annodb import storage
+from annodb.storage import layout
 from annodb.check import check
 
 pytestmark = pytest.mark.reliability
@@ -107,8 +108,8 @@ def test_an_older_annodb_refuses_this_format(tmp_path):
     code = f"""
         import sys
         import annodb
-        from annodb import storage
-        storage.FORMAT_VERSION, storage.READS_FORMATS = 4, (1, 2, 3, 4)
+        from annodb.storage import layout
+        layout.FORMAT_VERSION, layout.READS_FORMATS = 4, (1, 2, 3, 4)
         try:
             annodb.open({str(path)!r}, readonly=True)
         except annodb.FormatVersionError as err:
@@ -155,8 +156,8 @@ def _as_early_format_4(path) -> int:
         with txn.txn.cursor(db=txn.dbs["counts"]) as cur:
             values = [(bytes(k), bytes(v)) for k, v in cur]
         for key, value in values:
-            count, version, flags, _, _ = storage._STATS.unpack(value)
-            txn.txn.put(key, storage._COUNT.pack(count, version, flags & ~storage.NO_STATS),
+            count, version, flags, _, _ = layout._STATS.unpack(value)
+            txn.txn.put(key, layout._COUNT.pack(count, version, flags & ~storage.NO_STATS),
                         db=txn.dbs["counts"])
         txn.txn.delete(b"fields", db=txn.dbs["meta"])
         txn.commit()
