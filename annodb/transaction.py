@@ -921,7 +921,7 @@ class Writer(Snapshot):
             if len(old):
                 # every stored interval ends before this flush's new text: addresses only
                 # grow (annotate reserves any address it uses past the content)
-                txn.add_point_groups(fids[old].tolist(), sorted_addrs[~new_points],
+                txn.add_point_groups(fids[old], sorted_addrs[~new_points],
                                      np.concatenate(([0], np.cumsum(sizes[old]))),
                                      after=int(run_starts.min()))  # (no empty runs)
             if new.any():

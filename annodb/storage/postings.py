@@ -11,7 +11,8 @@ from .. import kernels
 from ..errors import StorageError
 from .counts import Counts
 from .environment import release_mapped_pages
-from .layout import (_HEADER, _KEY, TAIL_BYTES, BadValue, _append_all, decode_block,
+from .layout import (_HEADER, _KEY, TAIL_BYTES, BadValue, _append_all, _first_item,
+                     _found_values, _header_numbers, _keys8, _keys16, decode_block,
                      encode_block, from_u64, name_key, u64, zero_values)
 
 # A flush that appends to this many token lists (an ingest's) lets go of the pages of the
@@ -23,25 +24,6 @@ from .layout import (_HEADER, _KEY, TAIL_BYTES, BadValue, _append_all, decode_bl
 RELEASE_OVER = 1024
 RELEASE_EVERY = 512
 _ZEROS = np.zeros(4096, dtype=np.float64)  # (add_points allocates for more)
-
-
-def _append_groups(lasts: list, addresses, bounds, budget: int, count: int):
-    """kernels.append_point_groups over lists' last blocks given one by one (b"": none),
-    with the first starts and groups as Python lists."""
-    offsets = [0]
-    for value in lasts:
-        offsets.append(offsets[-1] + len(value))
-    buf, offs, group, first, ok = kernels.append_point_groups(
-        b"".join(lasts), offsets, addresses, bounds, budget, count)
-    return buf, offs.tolist(), group.tolist(), first.tolist(), ok
-
-
-def _by_group(n: int, group: list) -> list[list[int]]:
-    """The output blocks' indices of each of n groups, in order."""
-    out: list[list[int]] = [[] for _ in range(n)]
-    for i, g in enumerate(group):
-        out[g].append(i)
-    return out
 
 
 class Postings(Counts):
@@ -212,50 +194,63 @@ class Postings(Counts):
         if not self.append_to_list(fid, s, e, v, count):
             self.merge_into_list(fid, s, e, v, count)
 
-    def add_point_groups(self, fids: list[int], addresses: np.ndarray,
-                         bounds: np.ndarray, after: int) -> None:
+    def add_point_groups(self, fids, addresses: np.ndarray, bounds: np.ndarray,
+                         after: int) -> None:
         """Add token postings to many existing lists, each after all it holds: fids[g]
-        gets the sorted points addresses[bounds[g]:bounds[g+1]], all at or past `after`,
-        past which no stored interval of theirs ends (a writer's new text).
+        (ascending) gets the sorted points addresses[bounds[g]:bounds[g+1]], all at or
+        past `after`, past which no stored interval of theirs ends (a writer's new text).
 
         A list's new points join its tail while that stays within TAIL_BYTES (one
         getmulti and one kernel call for all the lists: tails are many to a page, so this
         rewrites few pages however many lists a batch adds to). A tail that would grow
         past that spills: with the new points it refills the list's last block in
         `blocks` and goes on in full blocks, and what is left over is the new tail (or,
-        when too long for one, the list's new last block)."""
-        if not fids:
+        when too long for one, the list's new last block). The work per list is done on
+        arrays, not in Python per list (a flush touches tens of thousands)."""
+        fids = np.asarray(fids, dtype=np.int64)
+        if not len(fids):
             return
-        for g, fid in enumerate(fids):
-            if bounds[g] < bounds[g + 1]:
-                self._changed(fid, int(addresses[bounds[g]]))
+        if len(fids) > 1 and not (fids[1:] > fids[:-1]).all():
+            raise StorageError("internal error: add_point_groups takes feature ids "
+                               "ascending; nothing of this transaction was written")
+        bounds = np.asarray(bounds, dtype=np.int64)
+        sizes = np.diff(bounds)
+        some = sizes > 0
+        self._changed_many(fids[some], addresses[bounds[:-1][some]])
         tails_db = self.dbs["tails"]
-        keys = [u64(f) for f in fids]
+        keys = _keys8(fids)
         many = len(fids) >= RELEASE_OVER
-        found = {}
+        found: list = []
         with self.txn.cursor(db=tails_db) as cur:
             for piece in self._pieces(keys, many):
-                found.update(cur.getmulti(piece))
-        old = [found.get(k, b"") for k in keys]
-        buf, offs, group, first, ok = _append_groups(old, addresses, bounds, TAIL_BYTES,
-                                                     self.block_count)
-        out = _by_group(len(fids), group)
-        tails, spill = [], []
-        for g, members in enumerate(out):
-            tail_first = _HEADER.unpack_from(old[g], 0)[4] if old[g] else None
-            if ok[g] and len(members) == 1 and (tail_first is None or
-                                                first[members[0]] == tail_first):
-                i = members[0]
-                tails.append((keys[g], memoryview(buf)[offs[i]:offs[i + 1]]))
-            else:
-                spill.append(g)
-        blocks = []
-        if spill:
+                found += cur.getmulti(piece)
+        old, old_offsets = _found_values(fids, found)
+        buf, offs, group, first, ok = kernels.append_point_groups(
+            old, old_offsets, addresses, bounds, TAIL_BYTES, self.block_count)
+        n = len(fids)
+        made = np.bincount(group, minlength=n)       # blocks made for each list
+        at = np.searchsorted(group, np.arange(n))    # its first (the kernel's order)
+        has_tail = old_offsets[1:] > old_offsets[:-1]
+        tail_first = np.zeros(n, dtype=np.int64)
+        if has_tail.any():
+            tail_first[has_tail] = _header_numbers(old, old_offsets[:-1][has_tail], 8, 8)
+        kept = ok & (made == 1)  # still a tail: one block, at the tail's key (or a new one)
+        kept[kept] &= ~has_tail[kept] | (first[at[kept]] == tail_first[kept])
+        mv = memoryview(buf)
+        chosen = np.flatnonzero(kept)
+        tails = [(keys[g], mv[a:b]) for g, a, b in zip(
+            chosen.tolist(), offs[at[chosen]].tolist(), offs[at[chosen] + 1].tolist())]
+        spill = np.flatnonzero(~kept)
+        blocks: list = []
+        dropped: list = []
+        if len(spill):
+            old_mv = memoryview(old)
+            olds = [old_mv[a:b] for a, b in zip(old_offsets[spill].tolist(),
+                                                old_offsets[spill + 1].tolist())]
             blocks, spilled_tails, dropped = self._spill(
-                [fids[g] for g in spill], [old[g] for g in spill],
-                [addresses[bounds[g]:bounds[g + 1]] for g in spill], many)
+                fids[spill], olds, addresses, bounds[spill], bounds[spill + 1], many)
             tails += spilled_tails
-            tails.sort(key=lambda item: item[0])
+            tails.sort(key=_first_item)
         if blocks:
             with self.txn.cursor(db=self.dbs["blocks"]) as cur:
                 for piece in self._pieces(blocks, many):
@@ -263,13 +258,12 @@ class Postings(Counts):
         with self.txn.cursor(db=tails_db) as cur:
             for piece in self._pieces(tails, many):
                 cur.putmulti(piece)
-            for k in dropped if spill else ():
+            for k in dropped:
                 if cur.set_key(k):
                     cur.delete()
         if many:
             release_mapped_pages(self.env)
-        for g, n in enumerate(np.diff(bounds).tolist()):
-            self._count(fids[g], n)
+        self._count_many(fids, sizes)
 
     def _pieces(self, items: list, many: bool):
         """items in pieces of RELEASE_EVERY when many (an ingest's flush), letting go of
@@ -281,45 +275,72 @@ class Postings(Counts):
             yield items[i:i + RELEASE_EVERY]
             release_mapped_pages(self.env)
 
-    def _spill(self, fids: list[int], old_tails: list, points: list[np.ndarray],
-               many: bool = False):
+    def _spill(self, fids: np.ndarray, old_tails: list, addresses: np.ndarray,
+               los: np.ndarray, his: np.ndarray, many: bool = False):
         """The blocks, tails and dropped tail keys for lists whose tail spills (see
-        add_point_groups): each list's last block in `blocks` refilled with its tail's
+        add_point_groups): list fids[g]'s tail old_tails[g] (empty: none) and new points
+        addresses[los[g]:his[g]]: its last block in `blocks` refilled with its tail's
         points and the new ones, then full blocks, the rest its new tail."""
+        fid_list = fids.tolist()
         lasts = []
-        prefix_of = u64
         with self.txn.cursor(db=self.dbs["blocks"]) as cur:
-            for piece in self._pieces(fids, many):
+            for piece in self._pieces(fid_list, many):
                 for fid in piece:
                     found = cur.set_range(_KEY.pack(fid + 1, 0))
                     found = cur.prev() if found else cur.last()
                     value: bytes | memoryview = b""
-                    if found and cur.key()[:8] == prefix_of(fid):
+                    if found and from_u64(cur.key()[:8]) == fid:
                         value = cur.value()
-                    lasts.append(bytes(value))
-        joined = [np.concatenate((decode_block(t)[0], p)) if t else p
-                  for t, p in zip(old_tails, points)]
-        bounds = np.zeros(len(fids) + 1, dtype=np.int64)
-        np.cumsum([len(j) for j in joined], out=bounds[1:])
-        buf, offs, group, first, ok = _append_groups(lasts, np.concatenate(joined), bounds,
-                                                     self.block_bytes, self.block_count)
+                    lasts.append(value)
+        n = len(fid_list)
+        # each list's points: its tail's (decoded in one call), then its new ones
+        tail_offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, old_tails), dtype=np.int64, count=n),
+                  out=tail_offsets[1:])
+        joined_tails = b"".join(old_tails)
+        has = tail_offsets[1:] > tail_offsets[:-1]
+        in_tail = np.zeros(n, dtype=np.int64)
+        tail_points = np.zeros(0, dtype=np.int64)
+        if has.any():
+            in_tail[has] = _header_numbers(joined_tails, tail_offsets[:-1][has], 4, 4)
+            tail_points = kernels.decode_blocks(joined_tails, tail_offsets[np.r_[has, True]]
+                                                if not has.all() else tail_offsets)[0]
+        new = his - los
+        bounds = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(in_tail + new, out=bounds[1:])
+        points = np.empty(int(bounds[-1]), dtype=np.int64)
+        # the tails' points go first in each list, the new ones after them
+        group_of_tail = np.repeat(np.arange(n), in_tail)
+        tail_rank = np.arange(len(tail_points)) - np.repeat(np.cumsum(in_tail) - in_tail,
+                                                             in_tail)
+        points[bounds[group_of_tail] + tail_rank] = tail_points
+        group_of_new = np.repeat(np.arange(n), new)
+        new_rank = np.arange(int(new.sum())) - np.repeat(np.cumsum(new) - new, new)
+        points[bounds[group_of_new] + in_tail[group_of_new] + new_rank] = \
+            addresses[los[group_of_new] + new_rank]
+        last_offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, lasts), dtype=np.int64, count=n), out=last_offsets[1:])
+        buf, offs, group, first, ok = kernels.append_point_groups(
+            b"".join(lasts), last_offsets, points, bounds, self.block_bytes, self.block_count)
         if not ok.all():
             raise StorageError("internal error: new postings do not come after a list's "
                                "end; nothing of this transaction was written")
+        sizes = np.diff(offs)
+        last_of_list = np.r_[group[1:] != group[:-1], True] if len(group) else group
+        is_tail = last_of_list & (sizes <= TAIL_BYTES)
+        keys = _keys16(fids[group], first)
         mv = memoryview(buf)
-        pack = _KEY.pack
-        blocks, tails, dropped = [], [], []
-        for g, members in enumerate(_by_group(len(fids), group)):
-            fid = fids[g]
-            for n, i in enumerate(members):
-                value = mv[offs[i]:offs[i + 1]]
-                if n + 1 == len(members) and len(value) <= TAIL_BYTES:
-                    tails.append((u64(fid), value))
-                else:
-                    blocks.append((pack(fid, first[i]), value))
-            if old_tails[g] and (not members or len(mv[offs[members[-1]]:
-                                                       offs[members[-1] + 1]]) > TAIL_BYTES):
-                dropped.append(u64(fid))
+        blocks, tails = [], []
+        for i, (a, b, tail) in enumerate(zip(offs[:-1].tolist(), offs[1:].tolist(),
+                                             is_tail.tolist())):
+            if tail:
+                tails.append((keys[i][:8], mv[a:b]))
+            else:
+                blocks.append((keys[i], mv[a:b]))
+        # a list whose tail is now a block (or whose new end is too long for a tail)
+        ends_as_tail = np.zeros(n, dtype=bool)
+        ends_as_tail[group[is_tail]] = True
+        dropped = [u64(fid) for fid in fids[has & ~ends_as_tail].tolist()]
         return blocks, tails, dropped
 
     def _seal_tail(self, fid: int) -> None:
@@ -415,27 +436,32 @@ class Postings(Counts):
         blocks. They are written in key order, so LMDB appends them, filling pages instead
         of splitting them. The last block of each feature in `tails` (token lists) is its
         tail (see `tails`)."""
-        pack = _KEY.pack
+        fids = np.asarray(fids, dtype=np.int64)
+        firsts = np.asarray(firsts, dtype=np.int64)
         values: list[memoryview] = []
+        count_parts, length_parts = [], []
         for buf, offs in zip(bufs, offsets):
+            offs = np.asarray(offs, dtype=np.int64)
             mv = memoryview(buf)
-            offs = offs.tolist()
-            values.extend(mv[a:b] for a, b in zip(offs[:-1], offs[1:]))
-        fid_list = fids.tolist()
-        keys = [pack(f, a) for f, a in zip(fid_list, firsts.tolist())]
-        header = _HEADER.unpack_from
-        for f, value in zip(fid_list, values):
-            self._count(f, header(value, 0)[3])
-            self._changed(f, 0)
-        order = sorted(range(len(keys)), key=keys.__getitem__)
+            values.extend(mv[a:b] for a, b in zip(offs[:-1].tolist(), offs[1:].tolist()))
+            count_parts.append(_header_numbers(buf, offs[:-1], 4, 4))
+            length_parts.append(np.diff(offs))
+        counts = np.concatenate(count_parts) if count_parts else np.zeros(0, np.int64)
+        lengths = np.concatenate(length_parts) if length_parts else np.zeros(0, np.int64)
+        self._count_many(fids, counts)
+        self._changed_many(fids, np.zeros(len(fids), dtype=np.int64))
+        order = np.lexsort((firsts, fids))
+        f = fids[order]
+        keys = _keys16(f, firsts[order])
+        last = np.r_[f[1:] != f[:-1], True] if len(f) else np.zeros(0, dtype=bool)
+        tail_fids = np.fromiter(tails, dtype=np.int64, count=len(tails))
+        is_tail = last & (lengths[order] <= TAIL_BYTES) & np.isin(f, tail_fids)
         items, tail_items = [], []
-        for n, i in enumerate(order):
-            f = fid_list[i]
-            if f in tails and len(values[i]) <= TAIL_BYTES and \
-                    (n + 1 == len(order) or fid_list[order[n + 1]] != f):
-                tail_items.append((u64(f), values[i]))   # its last block, when short
+        for key, i, tail in zip(keys, order.tolist(), is_tail.tolist()):
+            if tail:
+                tail_items.append((key[:8], values[i]))   # its last block, when short
             else:
-                items.append((keys[i], values[i]))
+                items.append((key, values[i]))
         with self.txn.cursor(db=self.dbs["blocks"]) as cur:
             _append_all(cur, items)
         if tail_items:
@@ -466,6 +492,7 @@ class Postings(Counts):
             self.txn.delete(name_key(name), db=self.dbs["features"])
         self.txn.delete(prefix, db=self.dbs["names"])
         self.txn.delete(prefix, db=self.dbs["counts"])
+        self._settle()
         for pending in (self._counts, self._highs, self._lows):
             pending.pop(fid, None)
         self._overlaps.discard(fid)

@@ -46,12 +46,15 @@ class Txn(Postings, Documents):
         self.id = self.txn.id()  # the committed state a read sees
         self._append_cursor = None
         self._counts = {}
+        self._count_parts = []
         self._overlaps = set()
         self._df_parts = []
         self._df = {}
+        self._df_reduced = True
         self._highs = {}
         self._no_stats = set()
         self._lows = {}
+        self._low_parts = []
         self.block_bytes, self.block_count = env.block_bytes, env.block_count
         self._entries = {}
         self._pending = None
