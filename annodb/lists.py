@@ -61,6 +61,10 @@ CACHE_BYTES = 256 << 20
 FACTS = 200_000  # lookups kept per committed state (ListCache.facts), ~100 bytes each
 WHOLE_FRACTION = 0.5  # probes in this share of a list's blocks or more: decode it whole
 SMALL_LIST = 4096     # a list this short is decoded whole rather than probed (about a block)
+# In a snapshot's own lookups (Lists._local): the shared cache was asked for this and did
+# not hold it, so the next question about the same list costs one dict lookup, not the
+# key's making and the shared cache's lock (a query asks for each word's list 5-10 times).
+_ABSENT = object()
 
 
 @dataclass(frozen=True)
@@ -282,6 +286,7 @@ class Lists:
         self._txn = txn
         self._shared = shared
         self._local: dict = {}
+        self._fids: dict[str, int] = {}  # feature -> its id or -1 (as _fact's, one lookup)
         self._erased = None
         self.read = 0
         self.patched = 0  # lists and directories read in part, the rest kept from an
@@ -289,6 +294,7 @@ class Lists:
 
     def reset(self) -> None:
         self._local.clear()
+        self._fids.clear()
         self._erased = None
 
     # ------------------------------------------------------------------ plumbing
@@ -380,11 +386,12 @@ class Lists:
 
     def _get(self, kind: str, fid: int):
         found = self._local.get((kind, fid))
-        if found is None and self._shared is not None:
+        if found is None:
+            if self._shared is None:
+                return None
             found = self._shared.get(self._key(kind, fid))
-            if found is not None:
-                self._local[(kind, fid)] = found
-        return found
+            self._local[(kind, fid)] = _ABSENT if found is None else found
+        return None if found is _ABSENT else found
 
     def _put(self, kind: str, fid: int, value, size: int, container: bool = False) -> None:
         self._local[(kind, fid)] = value
@@ -426,8 +433,10 @@ class Lists:
         return Intervals(s, e, v)
 
     def fid(self, feature: str) -> int | None:
-        found = self._fact(("fid", feature), lambda: _or_minus_one(
-            self._txn.feature_id(feature)))
+        found = self._fids.get(feature)
+        if found is None:
+            found = self._fids[feature] = self._fact(("fid", feature), lambda: _or_minus_one(
+                self._txn.feature_id(feature)))
         return None if found < 0 else found
 
     def _firsts(self, fid: int) -> np.ndarray:
@@ -528,7 +537,7 @@ class Lists:
         records = self.remembered_many([("held", g) for g in groups], look)
         local = self._local
         keys = [key for record in records for _, fid, key in record
-                if ("list", fid) not in local]
+                if local.get(("list", fid), _ABSENT) is _ABSENT]
         found = dict(zip(keys, self._shared.get_many(keys))) if self._shared and keys \
             else {}
         out = []
@@ -536,7 +545,7 @@ class Lists:
             got = []
             for f, fid, key in record:
                 have = local.get(("list", fid))
-                if have is None:
+                if have is None or have is _ABSENT:
                     have = found.get(key)
                     if have is None:
                         have = self._patched(fid)

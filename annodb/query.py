@@ -113,23 +113,42 @@ def _lex(text: str) -> list[tuple[str, str, int, int]]:
     """(kind, value, start, end) per lexeme; kind is '(' ')' 'q' (quoted) or 'r' (raw)."""
     out = []
     for m in _LEXEME.finditer(text):
-        if m.group(1):
-            out.append(("(", "(", m.start(), m.end()))
-        elif m.group(2):
-            out.append((")", ")", m.start(), m.end()))
-        elif m.group(5):
-            out.append(("r", m.group(5), m.start(), m.end()))
-        elif m.group(3) is not None:
+        last = m.lastindex  # (the group that matched: None for whitespace)
+        if last is None:
+            continue
+        start, end = m.span()
+        if last == 5:
+            out.append(("r", m.group(5), start, end))
+        elif last == 1:
+            out.append(("(", "(", start, end))
+        elif last == 2:
+            out.append((")", ")", start, end))
+        else:
             if not m.group(4):
-                raise QueryError("unterminated quoted term", m.start(), "a closing '\"'")
-            out.append(("q", m.group(3), m.start(), m.end()))
+                raise QueryError("unterminated quoted term", start, "a closing '\"'")
+            out.append(("q", m.group(3), start, end))
     return out
 
 
+# Atoms already made, by (kind, text): the real queries repeat their words, and a Term is
+# immutable, so parsing one costs a lookup instead of tokenizing it again. Bounded: emptied
+# when full.
+_ATOMS: dict[tuple[str, str], "Term | Feature"] = {}
+_ATOMS_MAX = 1 << 16
+
+
 def _atom(kind: str, value: str) -> Term | Feature:
-    if kind == "r" and not STRUCTURAL.isdisjoint(value):
-        return Feature(value)
-    return Term(tuple(tokens(value)))
+    key = (kind, value)
+    found = _ATOMS.get(key)
+    if found is None:
+        if kind == "r" and not STRUCTURAL.isdisjoint(value):
+            found = Feature(value)
+        else:
+            found = Term(tuple(tokens(value)))
+        if len(_ATOMS) >= _ATOMS_MAX:
+            _ATOMS.clear()
+        _ATOMS[key] = found
+    return found
 
 
 def _number(kind: str, value: str, slot: str, offset: int) -> int | float:
@@ -319,14 +338,25 @@ def _raw_ok(word: str) -> bool:
     return _RAW.fullmatch(word) is not None
 
 
+_FORMATTED: dict[Term, str] = {}  # a term's text, as _ATOMS (bounded, emptied when full)
+
+
 def _format_atom(node: Term | Feature) -> str:
     if isinstance(node, Feature):
         if not _raw_ok(node.name) or STRUCTURAL.isdisjoint(node.name):
             raise ValueError(f"feature name {node.name!r} cannot be written in a query")
         return node.name
-    if len(node.tokens) == 1 and _raw_ok(node.tokens[0]) and _atom("r", node.tokens[0]) == node:
-        return node.tokens[0]
-    return '"' + " ".join(node.tokens) + '"'
+    found = _FORMATTED.get(node)
+    if found is None:
+        if len(node.tokens) == 1 and _raw_ok(node.tokens[0]) and \
+                _atom("r", node.tokens[0]) == node:
+            found = node.tokens[0]
+        else:
+            found = '"' + " ".join(node.tokens) + '"'
+        if len(_FORMATTED) >= _ATOMS_MAX:
+            _FORMATTED.clear()
+        _FORMATTED[node] = found
+    return found
 
 
 def _format_number(value: float) -> str:
