@@ -57,6 +57,7 @@ PARTIAL_OVER = 200_000
 PARTIAL_RATIO = 500  # ... and only when it holds PARTIAL_RATIO x more points than positions
 MAX_LEAVES = 10_000  # distinct terms, phrases and features in one query
 _REGION_KEYS = itertools.count()
+_UNSEEN = object()
 
 _COMPARE = {
     "=": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
@@ -199,6 +200,7 @@ class Evaluator:
         self.memo: dict[Node, Intervals] = {}
         self.memo_in: dict = {}
         self._estimates: dict[Node, int] = {}
+        self._cheap: dict[str, Intervals | None] = {}  # see cheap()
         self._read = self.lists.read
         # a database made with fold_diacritics stores its words without them: so are a
         # query's (the parser cannot know; see folded)
@@ -234,6 +236,16 @@ class Evaluator:
         if n > MAX_LEAVES:
             raise QueryCostError(f"query too expensive: {n:,} distinct terms, phrases and "
                                  f"features, more than the limit of {MAX_LEAVES:,}")
+
+    def cheap(self, feature: str) -> Intervals | None:
+        """The whole list when it is decoded or about a block long (Lists._whole_if_cheap),
+        else None, asked once per query: a word is looked for in several ranges and
+        regions. (A None is kept: a list decoded later is found by Lists.part/inside,
+        which every None falls back to, so the answer is the same, only slower.)"""
+        found = self._cheap.get(feature, _UNSEEN)
+        if found is _UNSEEN:
+            found = self._cheap[feature] = self.lists._whole_if_cheap(feature)
+        return found  # type: ignore[return-value]
 
     def _whole(self, feature: str) -> Intervals:
         if self.lists.cached(feature) is None:
@@ -316,6 +328,10 @@ class Evaluator:
     def _word(self, token: str, region: Region | None) -> Intervals:
         if region is None:
             return self._whole(token)
+        found = self.cheap(token)
+        if found is not None:  # (as Lists.inside does with it)
+            return found.take(kernels.contained_in(found.starts, found.ends, region.los,
+                                                   region.his))
         return self.lists.inside(token, region.los, region.his)
 
     def _term(self, toks: tuple[str, ...], region: Region | None) -> Intervals:
@@ -345,7 +361,9 @@ class Evaluator:
                 break
             lo = starts + offset
             self.budget.spend(len(lo))
-            at = self.lists.part(word, lo, lo + (length - 1)).starts
+            whole = self.cheap(word)  # (what Lists.part gives when there is one)
+            at = (self.lists.part(word, lo, lo + (length - 1)) if whole is None
+                  else whole).starts
             starts = starts[kernels.runs_at(at, lo, length)]
         return Intervals(starts, starts + (len(toks) - 1), np.zeros(len(starts)))
 
@@ -486,7 +504,10 @@ class Evaluator:
             first = self.eval_in(rarest, region)
             if not len(first):
                 return Intervals.empty()
-            region = region.holding(first)
+            narrowed = region.holding(first)
+            if narrowed is not region:  # (its ranges are some of region's: first's there)
+                self.memo_in[(rarest, narrowed.key)] = self._spent(narrowed.select(first))
+                region = narrowed
             parts = {arg: self.eval_in(arg, region) for arg in args}
             if node.op == "^":
                 order = sorted(parts, key=lambda a: len(parts[a]))
