@@ -58,6 +58,7 @@ PARTIAL_RATIO = 500  # ... and only when it holds PARTIAL_RATIO x more points th
 MAX_LEAVES = 10_000  # distinct terms, phrases and features in one query
 _REGION_KEYS = itertools.count()
 _UNSEEN = object()
+_LEAF_COUNTS: dict = {}  # node -> its distinct leaves' number (Evaluator.check), bounded
 
 _COMPARE = {
     "=": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
@@ -72,16 +73,18 @@ _WINDOW_SELECT = {"<<": np.less_equal, "!<": np.greater, ">>": np.greater_equal,
 
 
 @lru_cache(maxsize=4096)
-def _parse(text: str, lenient: bool) -> tuple[Node, tuple[str, ...]]:
+def _parse(text: str, lenient: bool) -> tuple[Node, tuple[str, ...], bool]:
+    """(node, warnings, whether it names a feature: resolve has nothing to do if not)."""
     parsed = parse(text, lenient=lenient)
-    return parsed.node, tuple(parsed.warnings)
+    node = parsed.node
+    return node, tuple(parsed.warnings), any(isinstance(n, Feature) for n in leaves(node))
 
 
 def as_node(gcl, *, lenient: bool = False) -> tuple[Node, list[str]]:
     """Accept query text, a Parsed or an AST node; return (node, warnings). Query text is
     parsed once per process (the AST is immutable)."""
     if isinstance(gcl, str):
-        node, warnings = _parse(gcl, lenient)
+        node, warnings, _ = _parse(gcl, lenient)
         return node, list(warnings)
     if isinstance(gcl, Parsed):
         return gcl.node, list(gcl.warnings)
@@ -94,7 +97,13 @@ def prepare(snapshot, gcl, *, lenient: bool = False) -> tuple[Node, list[str]]:
     """`as_node` for a query meeting the database of `snapshot`: query text (or a Parsed)
     also has its raw terms naming no feature there resolved (query.resolve: a warning;
     lenient, their words searched instead). An AST node is taken as it is."""
-    node, warnings = as_node(gcl, lenient=lenient)
+    if isinstance(gcl, str):
+        node, said, features = _parse(gcl, lenient)
+        warnings = list(said)
+        if not features:  # (resolve changes features only)
+            return node, warnings
+    else:
+        node, warnings = as_node(gcl, lenient=lenient)
     if isinstance(gcl, (str, Parsed)):
         node, more = resolve(node, snapshot.has_feature, lenient=lenient)
         warnings += more
@@ -232,7 +241,12 @@ class Evaluator:
 
     def check(self, node: Node) -> None:
         """QueryCostError for a query with more distinct leaves than MAX_LEAVES."""
-        n = len(leaves(node))
+        n = _LEAF_COUNTS.get(node)
+        if n is None:
+            n = len(leaves(node))
+            if len(_LEAF_COUNTS) >= 4096:
+                _LEAF_COUNTS.clear()
+            _LEAF_COUNTS[node] = n
         if n > MAX_LEAVES:
             raise QueryCostError(f"query too expensive: {n:,} distinct terms, phrases and "
                                  f"features, more than the limit of {MAX_LEAVES:,}")
@@ -354,8 +368,10 @@ class Evaluator:
                 runs.append([t, i, 1])
         runs.sort(key=lambda r: (counts[r[0]], -r[2], r[1]))
         word, offset, length = runs[0]
-        starts = self._word(word, region).starts - offset
-        starts = starts[starts >= 0]
+        starts = self._word(word, region).starts
+        if offset:
+            starts = starts - offset
+            starts = starts[starts >= 0]
         for word, offset, length in runs[1:] if length == 1 else runs:
             if not len(starts):
                 break
