@@ -506,15 +506,10 @@ class Lists:
         fid = self.fid(feature)
         if fid is None or not len(ps):
             return EMPTY_I, EMPTY_I
-        firsts = self._firsts(fid)
-        at = _distinct(np.searchsorted(firsts, ps, side="right") - 1)
-        at = at[at >= 0]
         # (each block's range ends before the next block's first; the last one's reaches to
-        # the end of the addresses. Only the blocks at `at` are looked at: a directory of
-        # `:` has an entry per ~128 documents: 52,164 at 4x the scale corpus)
-        last = at == len(firsts) - 1
-        nexts = firsts[np.minimum(at + 1, len(firsts) - 1)]
-        return firsts[at], np.where(last, np.iinfo(np.int64).max, nexts - 1)
+        # the end of the addresses. One kernel call galloping through the directory: a
+        # directory of `:` has an entry per ~128 documents, 52,164 at 4x the scale corpus)
+        return kernels.block_ranges(self._firsts(fid), ps)
 
     def cached(self, feature: str) -> Intervals | None:
         """The whole list if it is decoded already (here or in the shared cache), or an
@@ -705,7 +700,9 @@ class Lists:
                 found = self.whole(feature, container=True)
             else:
                 s, e, v = self._txn.read_blocks(fid, firsts[needed])
-                while True:
+                # (in a disjoint list the last interval starting at or before p is the only
+                # one that can contain [p, q], and it is in the block holding p)
+                while not self.disjoint(feature):
                     missing = _reaching_back(s, e, firsts, needed, ps, qs, at)
                     if not len(missing):
                         break

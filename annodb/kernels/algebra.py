@@ -37,6 +37,7 @@ __all__ = [
     "top",
     "drop_erased",
     "merge_ranges",
+    "block_ranges",
     "runs_at",
     "merge_ranked",
     "is_gc_list",
@@ -671,6 +672,34 @@ def runs_at(points, at, length: int) -> np.ndarray:
     if int(length) < 1:
         raise ValueError(f"length must be at least 1, got {length}")
     return _runs_at(pts, a, int(length))
+
+
+@njit(cache=True, nogil=True)
+def _block_ranges(firsts, ps):
+    nf = firsts.shape[0]
+    los = np.empty(min(ps.shape[0], nf), np.int64)
+    his = np.empty(min(ps.shape[0], nf), np.int64)
+    m = 0
+    j = 0
+    last = -1
+    for i in range(ps.shape[0]):
+        j = _gt(firsts, j, nf, ps[i])  # blocks 0..j-1 start at or before ps[i]
+        b = j - 1
+        if b < 0 or b == last:
+            continue
+        last = b
+        los[m] = firsts[b]
+        his[m] = _I64_MAX if b == nf - 1 else firsts[b + 1] - 1
+        m += 1
+    return _trim(los, m), _trim(his, m)
+
+
+def block_ranges(firsts, ps):
+    """For a list's directory `firsts` (its blocks' first starts, increasing) and sorted
+    positions `ps`: the ranges [firsts[j], firsts[j + 1] - 1] (the last block's to the
+    int64 maximum) of the distinct blocks j holding the last start at or before some p,
+    as (los, his), ascending. Positions before the first block have none."""
+    return _block_ranges(_ints(firsts, "firsts"), _ints(ps, "positions"))
 
 
 def merge_ranges(starts, ends):
