@@ -77,7 +77,9 @@ def _parse(text: str, lenient: bool) -> tuple[Node, tuple[str, ...], bool]:
     """(node, warnings, whether it names a feature: resolve has nothing to do if not)."""
     parsed = parse(text, lenient=lenient)
     node = parsed.node
-    return node, tuple(parsed.warnings), any(isinstance(n, Feature) for n in leaves(node))
+    found = leaves(node)
+    _count_leaves(node, len(found))  # (Evaluator.check asks next)
+    return node, tuple(parsed.warnings), any(isinstance(n, Feature) for n in found)
 
 
 def as_node(gcl, *, lenient: bool = False) -> tuple[Node, list[str]]:
@@ -193,6 +195,14 @@ def leaves(node: Node) -> set:
     return out
 
 
+def _count_leaves(node: Node, n: int) -> int:
+    """Keep n as the node's number of distinct leaves (bounded: emptied when full)."""
+    if len(_LEAF_COUNTS) >= 4096:
+        _LEAF_COUNTS.clear()
+    _LEAF_COUNTS[node] = n
+    return n
+
+
 def _distinct(args: tuple) -> list:
     """The operands without repeats (for the idempotent ^ and +), in order."""
     return list(dict.fromkeys(args))
@@ -243,10 +253,7 @@ class Evaluator:
         """QueryCostError for a query with more distinct leaves than MAX_LEAVES."""
         n = _LEAF_COUNTS.get(node)
         if n is None:
-            n = len(leaves(node))
-            if len(_LEAF_COUNTS) >= 4096:
-                _LEAF_COUNTS.clear()
-            _LEAF_COUNTS[node] = n
+            n = _count_leaves(node, len(leaves(node)))
         if n > MAX_LEAVES:
             raise QueryCostError(f"query too expensive: {n:,} distinct terms, phrases and "
                                  f"features, more than the limit of {MAX_LEAVES:,}")

@@ -287,6 +287,7 @@ class Lists:
         self._shared = shared
         self._local: dict = {}
         self._fids: dict[str, int] = {}  # feature -> its id or -1 (as _fact's, one lookup)
+        self._states: dict[int, tuple] = {}  # fid -> its list's state (as _fact's)
         self._erased = None
         self.read = 0
         self.patched = 0  # lists and directories read in part, the rest kept from an
@@ -295,6 +296,7 @@ class Lists:
     def reset(self) -> None:
         self._local.clear()
         self._fids.clear()
+        self._states.clear()
         self._erased = None
 
     # ------------------------------------------------------------------ plumbing
@@ -361,7 +363,11 @@ class Lists:
         return default if found is None else found
 
     def _state(self, fid: int) -> tuple:
-        return self._fact(("state", fid), lambda: self._txn.list_state(fid))
+        found = self._states.get(fid)
+        if found is None:
+            found = self._states[fid] = self._fact(("state", fid),
+                                                   lambda: self._txn.list_state(fid))
+        return found
 
     def _erased_version(self):
         """What the erased ranges' state is known by: 0 when there are none, the id of the
