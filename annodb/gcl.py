@@ -286,7 +286,9 @@ class Evaluator:
         if node in self.memo:
             found = len(self.memo[node])
         elif isinstance(node, Term):
-            found = min((self.lists.count(t) for t in node.tokens), default=0)
+            toks = node.tokens
+            found = self.lists.count(toks[0]) if len(toks) == 1 else \
+                min((self.lists.count(t) for t in toks), default=0)
         elif isinstance(node, Feature):
             found = self.lists.count(node.name)
         elif isinstance(node, Combine) and node.op in ("^", "..."):

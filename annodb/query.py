@@ -203,8 +203,62 @@ class _Frame:
         return cls(args[0])
 
 
+_COMBINING = frozenset(op for op, (cls, _, _, _) in OPERATORS.items() if cls is Combine)
+
+
+def _parse_plain(text: str) -> Node | None:
+    """The query when it is well formed and only combines terms (^ + ... << >> !< !>),
+    as agents' queries nearly always are, by one findall and no offsets; None for
+    anything else (an error to report or a repair to make, with offsets, or another
+    operator), which parse's full path takes. Where it answers, parse's full path gives
+    the same node and no warnings, strict or lenient."""
+    if text.count('"') % 2:
+        return None  # (an unterminated quote: findall cannot tell it from whitespace)
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return None
+    stack: list[tuple[str, list]] = []
+    top: list[Node] = []
+    opening = False
+    for paren, close, quoted, ends, raw in _LEXEME.findall(text):
+        if opening:
+            if raw not in _COMBINING or len(stack) >= MAX_DEPTH:
+                return None
+            stack.append((raw, []))
+            opening = False
+        elif paren:
+            if not stack and top:
+                return None
+            opening = True
+        elif close:
+            if not stack:
+                return None
+            op, args = stack.pop()
+            if len(args) < OPERATORS[op][2]:
+                return None
+            node = args[0] if len(args) == 1 else Combine(op, tuple(args))
+            (stack[-1][1] if stack else top).append(node)
+        elif raw or ends:
+            if not stack and top:
+                return None
+            (stack[-1][1] if stack else top).append(_atom("r", raw) if raw else
+                                                    _atom("q", quoted))
+    if opening or stack or len(top) != 1:
+        return None
+    return top[0]
+
+
 def parse(text: str, *, lenient: bool = False) -> Parsed:
     """Parse a query; strict by default. Raises QueryError (and only that) if malformed."""
+    node = _parse_plain(text)
+    if node is not None:
+        return Parsed(node, [])
+    return _parse_full(text, lenient)
+
+
+def _parse_full(text: str, lenient: bool) -> Parsed:
+    """parse, every query: offsets kept for the errors and the repairs' warnings."""
     try:
         text.encode()
     except UnicodeEncodeError as err:
