@@ -289,6 +289,7 @@ class Lists:
         self._fids: dict[str, int] = {}  # feature -> its id or -1 (as _fact's, one lookup)
         self._states: dict[int, tuple] = {}  # fid -> its list's state (as _fact's)
         self._erased = None
+        self._intact: bool | None = None  # a read snapshot with nothing erased (see count)
         self.read = 0
         self.patched = 0  # lists and directories read in part, the rest kept from an
                           # earlier version (see _patched)
@@ -298,6 +299,7 @@ class Lists:
         self._fids.clear()
         self._states.clear()
         self._erased = None
+        self._intact = None
 
     # ------------------------------------------------------------------ plumbing
 
@@ -607,6 +609,10 @@ class Lists:
         fid = self.fid(feature)
         if fid is None:
             return 0
+        if self._intact is None:
+            self._intact = self._shared is not None and self._erased_version() == 0
+        if self._intact:  # (nothing erased: the stored count is the decoded list's length)
+            return self._state(fid)[0]
         found = self._get("list", fid)
         return len(found) if found is not None else self._state(fid)[0]
 
