@@ -537,15 +537,16 @@ class Evaluator:
             if narrowed is not region:  # (its ranges are some of region's: first's there)
                 self.memo_in[(rarest, narrowed.key)] = self._spent(narrowed.select(first))
                 region = narrowed
-            parts = {arg: self.eval_in(arg, region) for arg in args}
-            if node.op == "^":
-                order = sorted(parts, key=lambda a: len(parts[a]))
-                acc = parts[order[0]]
-                for arg in order[1:]:
-                    b = parts[arg]
+            if node.op == "^":  # (rarest first: the others are not read once none is left)
+                acc = self.eval_in(rarest, region)
+                for arg in sorted(args, key=self.estimate)[1:]:  # ([0] is rarest: min's)
+                    b = self.eval_in(arg, region)
                     s, e = kernels.both_of(acc.starts, acc.ends, b.starts, b.ends)
                     acc = self._spent(Intervals(s, e, np.zeros(len(s))))
+                    if not len(acc):
+                        return acc
             else:
+                parts = {arg: self.eval_in(arg, region) for arg in args}
                 acc = parts[args[0]]
                 for arg in args[1:]:
                     b = parts[arg]
