@@ -518,6 +518,17 @@ class Evaluator:
             found = self.memo_in[key] = self._spent(self._eval_in(node, region))
         return found
 
+    def _unbounded(self, node: Node) -> Intervals | None:
+        """The node's whole result when it is at hand (solved already, or a word whose list
+        is decoded or short), else None. An all-of inside a region may fold it in instead
+        of its part in the region (the kernel gallops through it): a cover lying inside a
+        range holds only intervals lying inside it, and is minimal among those as among
+        all, so the covers the region's select keeps are the same."""
+        found = self.memo.get(node)
+        if found is None and isinstance(node, Term) and len(node.tokens) == 1:
+            found = self.cheap(node.tokens[0])
+        return found
+
     def _eval_in(self, node: Node, region: Region) -> Intervals:
         if not len(region):
             return Intervals.empty()
@@ -540,7 +551,9 @@ class Evaluator:
             if node.op == "^":  # (rarest first: the others are not read once none is left)
                 acc = self.eval_in(rarest, region)
                 for arg in sorted(args, key=self.estimate)[1:]:  # ([0] is rarest: min's)
-                    b = self.eval_in(arg, region)
+                    b = self._unbounded(arg)
+                    if b is None:
+                        b = self.eval_in(arg, region)
                     s, e = kernels.both_of(acc.starts, acc.ends, b.starts, b.ends)
                     acc = self._spent(Intervals(s, e, np.zeros(len(s))))
                     if not len(acc):

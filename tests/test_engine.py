@@ -761,3 +761,27 @@ def test_reading_leaves_no_reference_cycles(tmp_path):
             protocol.close()
             db.close()
         assert left == [], (name, sorted(set(left)))
+
+
+@SETTINGS
+@given(databases(), st.lists(queries, min_size=1, max_size=3),
+       st.lists(st.tuples(st.integers(0, 60), st.integers(0, 6)), min_size=1, max_size=4))
+def test_a_query_inside_a_region_is_its_whole_result_there(database, nodes, ranges):
+    """Evaluator.eval_in(node, region) holds exactly the intervals of the whole result
+    lying inside one of the region's ranges (and maybe some reaching out of them: a phrase
+    found from its word inside), whatever each operator reads only in part (an all-of
+    folds in the whole lists at hand, not their parts)."""
+    from annodb.gcl import Evaluator, Region
+    from annodb.kernels import merge_ranges
+    los, his = merge_ranges([p for p, _ in ranges], [p + d for p, d in ranges])
+    with tempfile.TemporaryDirectory() as tmp:
+        db, _ = build(os.path.join(tmp, "db"), *database)
+        try:
+            with db.read() as r:
+                for node in nodes:
+                    region = Region(los, his)
+                    want = region.select(Evaluator(r).eval(node))
+                    got = region.select(Evaluator(r).eval_in(node, region))
+                    assert list(got) == list(want), format(node)
+        finally:
+            db.close()
