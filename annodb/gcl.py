@@ -383,7 +383,8 @@ class Evaluator:
         if offset:
             starts = starts - offset
             starts = starts[starts >= 0]
-        for word, offset, length in runs[1:] if length == 1 else runs:
+        rest = runs[1:] if length == 1 else runs  # (a run of 2+ is checked at its start)
+        for word, offset, length in rest:
             if not len(starts):
                 break
             lo = starts + offset

@@ -339,7 +339,8 @@ def _followed_by(as_, ae, bs, be):
 
 
 def followed_by(as_, ae, bs, be):
-    """``(... A B)``: minimal intervals holding an A-interval that ends before a B-interval starts."""
+    """``(... A B)``: minimal intervals holding an A-interval that ends before a
+    B-interval starts."""
     as_, ae = _pair(as_, ae, "A")
     bs, be = _pair(bs, be, "B")
     return _followed_by(as_, ae, bs, be)
