@@ -494,7 +494,7 @@ class Lists:
         return old
 
     def _read(self, fid: int, firsts: np.ndarray) -> Intervals:
-        s, e, v = self._blocks(fid, firsts)
+        s, e, v = self._txn.read_blocks(fid, firsts)
         self.read += len(s)
         return self._live(s, e, v)
 
@@ -502,10 +502,12 @@ class Lists:
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """storage's read_blocks(fid, firsts) (erased intervals included), each block kept
         decoded in the shared cache under the list's key (its version and the erased
-        ranges'), so the blocks of `:` holding a query's covers, or of a common word near
-        its matches, are read from LMDB and decoded once for the snapshots of every state
-        that keeps the list as it is (the read took ~14 us a query of the 1x scale
-        corpus's 4,435 real queries, 2.6 blocks). Cached arrays are read-only."""
+        ranges'), so the blocks of a container list holding a query's covers (`:`, ~128
+        documents a block) are read from LMDB and decoded once for the snapshots of every
+        state that keeps the list as it is (the read took ~14 us a query of the 1x scale
+        corpus's 4,435 real queries, 2.6 blocks). Only containers' (see containing): a
+        common word's blocks, larger and many more, would push whole lists out of the
+        cache. Cached arrays are read-only."""
         shared = self._shared
         if shared is None or not len(firsts):
             return self._txn.read_blocks(fid, firsts)
