@@ -334,11 +334,11 @@ class Evaluator:
             return acc
         if isinstance(node, Combine):
             first, rest = node.args[0], node.args[1:]
-            acc = self._containing(first, rest[0]) if node.op == ">>" else None
-            if acc is None:
+            probed = self._containing(first, rest[0]) if node.op == ">>" else None
+            if probed is None:
                 acc = self.eval(first)
             else:
-                rest = rest[1:]
+                acc, rest = probed, rest[1:]
             for arg in rest:
                 acc = self._select(node.op, acc, arg, None)
             return acc
@@ -371,7 +371,7 @@ class Evaluator:
         counts = {t: self.lists.count(t) for t in toks}
         if min(counts.values()) == 0:
             return Intervals.empty()
-        runs = []  # (word, offset, length) of each run of one word
+        runs: list[list] = []  # (word, offset, length) of each run of one word
         for i, t in enumerate(toks):
             if runs and runs[-1][0] == t:
                 runs[-1][2] += 1

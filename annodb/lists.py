@@ -98,7 +98,7 @@ class Intervals:
         """Bytes these arrays hold: an array sharing another's memory (ends of points are
         their starts) once, a zero-stride broadcast (all values 0) not at all."""
         size = 0
-        seen = []
+        seen: list[np.ndarray] = []
         for a in (self.starts, self.ends, self.values):
             if a.strides == (0,) or any(np.may_share_memory(a, b) for b in seen):
                 continue
@@ -288,7 +288,7 @@ class Lists:
         self._local: dict = {}
         self._fids: dict[str, int] = {}  # feature -> its id or -1 (as _fact's, one lookup)
         self._states: dict[int, tuple] = {}  # fid -> its list's state (as _fact's)
-        self._erased = None
+        self._erased: tuple[np.ndarray, np.ndarray] | None = None
         self._intact: bool | None = None  # a read snapshot with nothing erased (see count)
         self.read = 0
         self.patched = 0  # lists and directories read in part, the rest kept from an
@@ -314,6 +314,7 @@ class Lists:
         if shared is None:
             found = self._local[key] = look()
             return found
+        facts: dict | None
         tid, facts = shared.facts
         if tid == self._txn.id:
             found = facts.get(key)
@@ -341,11 +342,11 @@ class Lists:
         """remembered(key, lambda: look(key)) of each key, in one pass."""
         local = self._local
         shared = self._shared
-        facts = {}
+        facts: dict = {}
         if shared is not None:
-            tid, found = shared.facts
+            tid, known = shared.facts
             if tid == self._txn.id:
-                facts = found
+                facts = known
         out = []
         for key in keys:
             found = local.get(key)
@@ -471,6 +472,7 @@ class Lists:
             low = _low_since(self._txn.list_changes(fid), old_key[2], key[2])
             if low is None:
                 return None
+        assert shared is not None  # (old_key came from it)
         old = shared.get(old_key)
         return None if old is None else (old, old_key, key, low)
 
@@ -488,6 +490,7 @@ class Lists:
             if at < 0:
                 return None
             old = np.concatenate((old[:at], self._txn.block_firsts(fid, int(old[at]))))
+        assert self._shared is not None  # (_earlier found it there)
         self._shared.replace(old_key, key, old, old.nbytes + 100)
         self._local[("dir", fid)] = old
         self.patched += 1
@@ -673,6 +676,7 @@ class Lists:
             s, e, v = self._txn.read_list(fid, low)
             self.read += len(s)
             part = self._live(s, e, v)
+        assert self._shared is not None  # (_earlier found it there)
         found = self._shared.extend(old_key, key, old, part, low, kept)
         if found is not None:
             self._local[("list", fid)] = found
@@ -682,6 +686,8 @@ class Lists:
     def _erased_grew(self, version: int) -> bool:
         """Whether every range erased as of erased version `version` (cached) lies in one
         erased now."""
+        if self._shared is None:
+            return False
         found = self._shared.get(("erased", version))
         if found is None:
             return False

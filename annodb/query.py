@@ -279,7 +279,7 @@ def _parse_full(text: str, lenient: bool) -> Parsed:
     i = 0
     while i < len(lexemes):
         kind, value, start, end = lexemes[i]
-        items = stack[-1].items if stack else top
+        items: list = stack[-1].items if stack else top
         if kind == ")":
             if not stack:
                 raise QueryError("unbalanced ')'", start, "end of query")
