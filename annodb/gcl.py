@@ -57,6 +57,8 @@ PARTIAL_OVER = 200_000
 PARTIAL_RATIO = 500  # ... and only when it holds PARTIAL_RATIO x more points than positions
 MAX_LEAVES = 10_000  # distinct terms, phrases and features in one query
 _REGION_KEYS = itertools.count()
+_UNSEEN = object()
+_LEAF_COUNTS: dict = {}  # node -> its distinct leaves' number (Evaluator.check), bounded
 
 _COMPARE = {
     "=": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
@@ -71,16 +73,20 @@ _WINDOW_SELECT = {"<<": np.less_equal, "!<": np.greater, ">>": np.greater_equal,
 
 
 @lru_cache(maxsize=4096)
-def _parse(text: str, lenient: bool) -> tuple[Node, tuple[str, ...]]:
+def _parse(text: str, lenient: bool) -> tuple[Node, tuple[str, ...], bool]:
+    """(node, warnings, whether it names a feature: resolve has nothing to do if not)."""
     parsed = parse(text, lenient=lenient)
-    return parsed.node, tuple(parsed.warnings)
+    node = parsed.node
+    found = leaves(node)
+    _count_leaves(node, len(found))  # (Evaluator.check asks next)
+    return node, tuple(parsed.warnings), any(isinstance(n, Feature) for n in found)
 
 
 def as_node(gcl, *, lenient: bool = False) -> tuple[Node, list[str]]:
     """Accept query text, a Parsed or an AST node; return (node, warnings). Query text is
     parsed once per process (the AST is immutable)."""
     if isinstance(gcl, str):
-        node, warnings = _parse(gcl, lenient)
+        node, warnings, _ = _parse(gcl, lenient)
         return node, list(warnings)
     if isinstance(gcl, Parsed):
         return gcl.node, list(gcl.warnings)
@@ -93,7 +99,13 @@ def prepare(snapshot, gcl, *, lenient: bool = False) -> tuple[Node, list[str]]:
     """`as_node` for a query meeting the database of `snapshot`: query text (or a Parsed)
     also has its raw terms naming no feature there resolved (query.resolve: a warning;
     lenient, their words searched instead). An AST node is taken as it is."""
-    node, warnings = as_node(gcl, lenient=lenient)
+    if isinstance(gcl, str):
+        node, said, features = _parse(gcl, lenient)
+        warnings = list(said)
+        if not features:  # (resolve changes features only)
+            return node, warnings
+    else:
+        node, warnings = as_node(gcl, lenient=lenient)
     if isinstance(gcl, (str, Parsed)):
         node, more = resolve(node, snapshot.has_feature, lenient=lenient)
         warnings += more
@@ -183,6 +195,14 @@ def leaves(node: Node) -> set:
     return out
 
 
+def _count_leaves(node: Node, n: int) -> int:
+    """Keep n as the node's number of distinct leaves (bounded: emptied when full)."""
+    if len(_LEAF_COUNTS) >= 4096:
+        _LEAF_COUNTS.clear()
+    _LEAF_COUNTS[node] = n
+    return n
+
+
 def _distinct(args: tuple) -> list:
     """The operands without repeats (for the idempotent ^ and +), in order."""
     return list(dict.fromkeys(args))
@@ -199,6 +219,7 @@ class Evaluator:
         self.memo: dict[Node, Intervals] = {}
         self.memo_in: dict = {}
         self._estimates: dict[Node, int] = {}
+        self._cheap: dict[str, Intervals | None] = {}  # see cheap()
         self._read = self.lists.read
         # a database made with fold_diacritics stores its words without them: so are a
         # query's (the parser cannot know; see folded)
@@ -219,7 +240,9 @@ class Evaluator:
     # ------------------------------------------------------------------ accounting
 
     def _spent(self, result: Intervals) -> Intervals:
-        self.charge(len(result))
+        read = self.lists.read  # (charge, inlined: a query charges ~12 times)
+        self.budget.spend(len(result) + read - self._read)
+        self._read = read
         return result
 
     def charge(self, produced: int) -> None:
@@ -230,10 +253,22 @@ class Evaluator:
 
     def check(self, node: Node) -> None:
         """QueryCostError for a query with more distinct leaves than MAX_LEAVES."""
-        n = len(leaves(node))
+        n = _LEAF_COUNTS.get(node)
+        if n is None:
+            n = _count_leaves(node, len(leaves(node)))
         if n > MAX_LEAVES:
             raise QueryCostError(f"query too expensive: {n:,} distinct terms, phrases and "
                                  f"features, more than the limit of {MAX_LEAVES:,}")
+
+    def cheap(self, feature: str) -> Intervals | None:
+        """The whole list when it is decoded or about a block long (Lists._whole_if_cheap),
+        else None, asked once per query: a word is looked for in several ranges and
+        regions. (A None is kept: a list decoded later is found by Lists.part/inside,
+        which every None falls back to, so the answer is the same, only slower.)"""
+        found = self._cheap.get(feature, _UNSEEN)
+        if found is _UNSEEN:
+            found = self._cheap[feature] = self.lists._whole_if_cheap(feature)
+        return found  # type: ignore[return-value]
 
     def _whole(self, feature: str) -> Intervals:
         if self.lists.cached(feature) is None:
@@ -253,7 +288,9 @@ class Evaluator:
         if node in self.memo:
             found = len(self.memo[node])
         elif isinstance(node, Term):
-            found = min((self.lists.count(t) for t in node.tokens), default=0)
+            toks = node.tokens
+            found = self.lists.count(toks[0]) if len(toks) == 1 else \
+                min((self.lists.count(t) for t in toks), default=0)
         elif isinstance(node, Feature):
             found = self.lists.count(node.name)
         elif isinstance(node, Combine) and node.op in ("^", "..."):
@@ -297,11 +334,11 @@ class Evaluator:
             return acc
         if isinstance(node, Combine):
             first, rest = node.args[0], node.args[1:]
-            acc = self._containing(first, rest[0]) if node.op == ">>" else None
-            if acc is None:
+            probed = self._containing(first, rest[0]) if node.op == ">>" else None
+            if probed is None:
                 acc = self.eval(first)
             else:
-                rest = rest[1:]
+                acc, rest = probed, rest[1:]
             for arg in rest:
                 acc = self._select(node.op, acc, arg, None)
             return acc
@@ -316,6 +353,10 @@ class Evaluator:
     def _word(self, token: str, region: Region | None) -> Intervals:
         if region is None:
             return self._whole(token)
+        found = self.cheap(token)
+        if found is not None:  # (as Lists.inside does with it)
+            return found.take(kernels.contained_in(found.starts, found.ends, region.los,
+                                                   region.his))
         return self.lists.inside(token, region.los, region.his)
 
     def _term(self, toks: tuple[str, ...], region: Region | None) -> Intervals:
@@ -330,7 +371,7 @@ class Evaluator:
         counts = {t: self.lists.count(t) for t in toks}
         if min(counts.values()) == 0:
             return Intervals.empty()
-        runs = []  # (word, offset, length) of each run of one word
+        runs: list[list] = []  # (word, offset, length) of each run of one word
         for i, t in enumerate(toks):
             if runs and runs[-1][0] == t:
                 runs[-1][2] += 1
@@ -338,14 +379,19 @@ class Evaluator:
                 runs.append([t, i, 1])
         runs.sort(key=lambda r: (counts[r[0]], -r[2], r[1]))
         word, offset, length = runs[0]
-        starts = self._word(word, region).starts - offset
-        starts = starts[starts >= 0]
-        for word, offset, length in runs[1:] if length == 1 else runs:
+        starts = self._word(word, region).starts
+        if offset:
+            starts = starts - offset
+            starts = starts[starts >= 0]
+        rest = runs[1:] if length == 1 else runs  # (a run of 2+ is checked at its start)
+        for word, offset, length in rest:
             if not len(starts):
                 break
             lo = starts + offset
             self.budget.spend(len(lo))
-            at = self.lists.part(word, lo, lo + (length - 1)).starts
+            whole = self.cheap(word)  # (what Lists.part gives when there is one)
+            at = (self.lists.part(word, lo, lo + (length - 1)) if whole is None
+                  else whole).starts
             starts = starts[kernels.runs_at(at, lo, length)]
         return Intervals(starts, starts + (len(toks) - 1), np.zeros(len(starts)))
 
@@ -473,11 +519,24 @@ class Evaluator:
             found = self.memo_in[key] = self._spent(self._eval_in(node, region))
         return found
 
+    def _unbounded(self, node: Node) -> Intervals | None:
+        """The node's whole result when it is at hand (solved already, or a word whose list
+        is decoded or short), else None. An all-of inside a region may fold it in instead
+        of its part in the region (the kernel gallops through it): a cover lying inside a
+        range holds only intervals lying inside it, and is minimal among those as among
+        all, so the covers the region's select keeps are the same."""
+        found = self.memo.get(node)
+        if found is None and isinstance(node, Term) and len(node.tokens) == 1:
+            found = self.cheap(node.tokens[0])
+        return found
+
     def _eval_in(self, node: Node, region: Region) -> Intervals:
         if not len(region):
             return Intervals.empty()
         if isinstance(node, Term):
-            return self._term(node.tokens, region)
+            toks = node.tokens
+            return self._word(toks[0], region) if len(toks) == 1 else \
+                self._term(toks, region)
         if isinstance(node, Feature):
             return self.lists.inside(node.name, region.los, region.his)
         if isinstance(node, Combine) and node.op in ("^", "..."):
@@ -486,16 +545,22 @@ class Evaluator:
             first = self.eval_in(rarest, region)
             if not len(first):
                 return Intervals.empty()
-            region = region.holding(first)
-            parts = {arg: self.eval_in(arg, region) for arg in args}
-            if node.op == "^":
-                order = sorted(parts, key=lambda a: len(parts[a]))
-                acc = parts[order[0]]
-                for arg in order[1:]:
-                    b = parts[arg]
+            narrowed = region.holding(first)
+            if narrowed is not region:  # (its ranges are some of region's: first's there)
+                self.memo_in[(rarest, narrowed.key)] = self._spent(narrowed.select(first))
+                region = narrowed
+            if node.op == "^":  # (rarest first: the others are not read once none is left)
+                acc = self.eval_in(rarest, region)
+                for arg in sorted(args, key=self.estimate)[1:]:  # ([0] is rarest: min's)
+                    b = self._unbounded(arg)
+                    if b is None:
+                        b = self.eval_in(arg, region)
                     s, e = kernels.both_of(acc.starts, acc.ends, b.starts, b.ends)
                     acc = self._spent(Intervals(s, e, np.zeros(len(s))))
+                    if not len(acc):
+                        return acc
             else:
+                parts = {arg: self.eval_in(arg, region) for arg in args}
                 acc = parts[args[0]]
                 for arg in args[1:]:
                     b = parts[arg]

@@ -61,6 +61,10 @@ CACHE_BYTES = 256 << 20
 FACTS = 200_000  # lookups kept per committed state (ListCache.facts), ~100 bytes each
 WHOLE_FRACTION = 0.5  # probes in this share of a list's blocks or more: decode it whole
 SMALL_LIST = 4096     # a list this short is decoded whole rather than probed (about a block)
+# In a snapshot's own lookups (Lists._local): the shared cache was asked for this and did
+# not hold it, so the next question about the same list costs one dict lookup, not the
+# key's making and the shared cache's lock (a query asks for each word's list 5-10 times).
+_ABSENT = object()
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,7 @@ class Intervals:
         """Bytes these arrays hold: an array sharing another's memory (ends of points are
         their starts) once, a zero-stride broadcast (all values 0) not at all."""
         size = 0
-        seen = []
+        seen: list[np.ndarray] = []
         for a in (self.starts, self.ends, self.values):
             if a.strides == (0,) or any(np.may_share_memory(a, b) for b in seen):
                 continue
@@ -282,14 +286,20 @@ class Lists:
         self._txn = txn
         self._shared = shared
         self._local: dict = {}
-        self._erased = None
+        self._fids: dict[str, int] = {}  # feature -> its id or -1 (as _fact's, one lookup)
+        self._states: dict[int, tuple] = {}  # fid -> its list's state (as _fact's)
+        self._erased: tuple[np.ndarray, np.ndarray] | None = None
+        self._intact: bool | None = None  # a read snapshot with nothing erased (see count)
         self.read = 0
         self.patched = 0  # lists and directories read in part, the rest kept from an
                           # earlier version (see _patched)
 
     def reset(self) -> None:
         self._local.clear()
+        self._fids.clear()
+        self._states.clear()
         self._erased = None
+        self._intact = None
 
     # ------------------------------------------------------------------ plumbing
 
@@ -304,6 +314,7 @@ class Lists:
         if shared is None:
             found = self._local[key] = look()
             return found
+        facts: dict | None
         tid, facts = shared.facts
         if tid == self._txn.id:
             found = facts.get(key)
@@ -331,11 +342,11 @@ class Lists:
         """remembered(key, lambda: look(key)) of each key, in one pass."""
         local = self._local
         shared = self._shared
-        facts = {}
+        facts: dict = {}
         if shared is not None:
-            tid, found = shared.facts
+            tid, known = shared.facts
             if tid == self._txn.id:
-                facts = found
+                facts = known
         out = []
         for key in keys:
             found = local.get(key)
@@ -355,7 +366,11 @@ class Lists:
         return default if found is None else found
 
     def _state(self, fid: int) -> tuple:
-        return self._fact(("state", fid), lambda: self._txn.list_state(fid))
+        found = self._states.get(fid)
+        if found is None:
+            found = self._states[fid] = self._fact(("state", fid),
+                                                   lambda: self._txn.list_state(fid))
+        return found
 
     def _erased_version(self):
         """What the erased ranges' state is known by: 0 when there are none, the id of the
@@ -380,11 +395,12 @@ class Lists:
 
     def _get(self, kind: str, fid: int):
         found = self._local.get((kind, fid))
-        if found is None and self._shared is not None:
+        if found is None:
+            if self._shared is None:
+                return None
             found = self._shared.get(self._key(kind, fid))
-            if found is not None:
-                self._local[(kind, fid)] = found
-        return found
+            self._local[(kind, fid)] = _ABSENT if found is None else found
+        return None if found is _ABSENT else found
 
     def _put(self, kind: str, fid: int, value, size: int, container: bool = False) -> None:
         self._local[(kind, fid)] = value
@@ -426,8 +442,10 @@ class Lists:
         return Intervals(s, e, v)
 
     def fid(self, feature: str) -> int | None:
-        found = self._fact(("fid", feature), lambda: _or_minus_one(
-            self._txn.feature_id(feature)))
+        found = self._fids.get(feature)
+        if found is None:
+            found = self._fids[feature] = self._fact(("fid", feature), lambda: _or_minus_one(
+                self._txn.feature_id(feature)))
         return None if found < 0 else found
 
     def _firsts(self, fid: int) -> np.ndarray:
@@ -454,6 +472,7 @@ class Lists:
             low = _low_since(self._txn.list_changes(fid), old_key[2], key[2])
             if low is None:
                 return None
+        assert shared is not None  # (old_key came from it)
         old = shared.get(old_key)
         return None if old is None else (old, old_key, key, low)
 
@@ -471,6 +490,7 @@ class Lists:
             if at < 0:
                 return None
             old = np.concatenate((old[:at], self._txn.block_firsts(fid, int(old[at]))))
+        assert self._shared is not None  # (_earlier found it there)
         self._shared.replace(old_key, key, old, old.nbytes + 100)
         self._local[("dir", fid)] = old
         self.patched += 1
@@ -480,6 +500,46 @@ class Lists:
         s, e, v = self._txn.read_blocks(fid, firsts)
         self.read += len(s)
         return self._live(s, e, v)
+
+    def _blocks(self, fid: int, firsts: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """storage's read_blocks(fid, firsts) (erased intervals included), each block kept
+        decoded in the shared cache under the list's key (its version and the erased
+        ranges'), so the blocks of a container list holding a query's covers (`:`, ~128
+        documents a block) are read from LMDB and decoded once for the snapshots of every
+        state that keeps the list as it is (the read took ~14 us a query of the 1x scale
+        corpus's 4,435 real queries, 2.6 blocks). Only containers' (see containing): a
+        common word's blocks, larger and many more, would push whole lists out of the
+        cache. Cached arrays are read-only."""
+        shared = self._shared
+        if shared is None or not len(firsts):
+            return self._txn.read_blocks(fid, firsts)
+        base = self._key("list", fid)
+        at = firsts.tolist()
+        got = shared.get_many([("block", base, f) for f in at])
+        missing = [i for i, g in enumerate(got) if g is None]
+        if missing:
+            asked = firsts if len(missing) == len(at) else firsts[missing]
+            s, e, v = self._txn.read_blocks(fid, asked)
+            bounds = [0] + np.searchsorted(s, asked[1:], side="left").tolist() + [len(s)]
+            for k, i in enumerate(missing):
+                a, b = bounds[k], bounds[k + 1]
+                bs = s[a:b].copy()
+                be = bs if e is s else e[a:b].copy()
+                bv = v[a:b] if v.strides == (0,) else v[a:b].copy()
+                for x in (bs, be, bv):
+                    x.flags.writeable = False
+                got[i] = (bs, be, bv)
+                shared.put(("block", base, at[i]), got[i], 24 * (b - a) + 300)
+            if len(missing) == len(at):
+                return s, e, v
+        if len(got) == 1:
+            return got[0]
+        s = np.concatenate([g[0] for g in got])
+        e = s if all(g[1] is g[0] for g in got) else np.concatenate([g[1] for g in got])
+        v = zero_values(len(s)) if all(g[2].strides == (0,) for g in got) else \
+            np.concatenate([np.asarray(g[2], np.float64) for g in got])
+        return s, e, v
 
     # ------------------------------------------------------------------ questions
 
@@ -497,15 +557,10 @@ class Lists:
         fid = self.fid(feature)
         if fid is None or not len(ps):
             return EMPTY_I, EMPTY_I
-        firsts = self._firsts(fid)
-        at = _distinct(np.searchsorted(firsts, ps, side="right") - 1)
-        at = at[at >= 0]
         # (each block's range ends before the next block's first; the last one's reaches to
-        # the end of the addresses. Only the blocks at `at` are looked at: a directory of
-        # `:` has an entry per ~128 documents: 52,164 at 4x the scale corpus)
-        last = at == len(firsts) - 1
-        nexts = firsts[np.minimum(at + 1, len(firsts) - 1)]
-        return firsts[at], np.where(last, np.iinfo(np.int64).max, nexts - 1)
+        # the end of the addresses. One kernel call galloping through the directory: a
+        # directory of `:` has an entry per ~128 documents, 52,164 at 4x the scale corpus)
+        return kernels.block_ranges(self._firsts(fid), ps)
 
     def cached(self, feature: str) -> Intervals | None:
         """The whole list if it is decoded already (here or in the shared cache), or an
@@ -528,7 +583,7 @@ class Lists:
         records = self.remembered_many([("held", g) for g in groups], look)
         local = self._local
         keys = [key for record in records for _, fid, key in record
-                if ("list", fid) not in local]
+                if local.get(("list", fid), _ABSENT) is _ABSENT]
         found = dict(zip(keys, self._shared.get_many(keys))) if self._shared and keys \
             else {}
         out = []
@@ -536,7 +591,7 @@ class Lists:
             got = []
             for f, fid, key in record:
                 have = local.get(("list", fid))
-                if have is None:
+                if have is None or have is _ABSENT:
                     have = found.get(key)
                     if have is None:
                         have = self._patched(fid)
@@ -559,6 +614,10 @@ class Lists:
         fid = self.fid(feature)
         if fid is None:
             return 0
+        if self._intact is None:
+            self._intact = self._shared is not None and self._erased_version() == 0
+        if self._intact:  # (nothing erased: the stored count is the decoded list's length)
+            return self._state(fid)[0]
         found = self._get("list", fid)
         return len(found) if found is not None else self._state(fid)[0]
 
@@ -617,6 +676,7 @@ class Lists:
             s, e, v = self._txn.read_list(fid, low)
             self.read += len(s)
             part = self._live(s, e, v)
+        assert self._shared is not None  # (_earlier found it there)
         found = self._shared.extend(old_key, key, old, part, low, kept)
         if found is not None:
             self._local[("list", fid)] = found
@@ -626,6 +686,8 @@ class Lists:
     def _erased_grew(self, version: int) -> bool:
         """Whether every range erased as of erased version `version` (cached) lies in one
         erased now."""
+        if self._shared is None:
+            return False
         found = self._shared.get(("erased", version))
         if found is None:
             return False
@@ -695,8 +757,10 @@ class Lists:
             if len(needed) >= WHOLE_FRACTION * len(firsts):
                 found = self.whole(feature, container=True)
             else:
-                s, e, v = self._txn.read_blocks(fid, firsts[needed])
-                while True:
+                s, e, v = self._blocks(fid, firsts[needed])
+                # (in a disjoint list the last interval starting at or before p is the only
+                # one that can contain [p, q], and it is in the block holding p)
+                while not self.disjoint(feature):
                     missing = _reaching_back(s, e, firsts, needed, ps, qs, at)
                     if not len(missing):
                         break

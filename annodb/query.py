@@ -113,23 +113,42 @@ def _lex(text: str) -> list[tuple[str, str, int, int]]:
     """(kind, value, start, end) per lexeme; kind is '(' ')' 'q' (quoted) or 'r' (raw)."""
     out = []
     for m in _LEXEME.finditer(text):
-        if m.group(1):
-            out.append(("(", "(", m.start(), m.end()))
-        elif m.group(2):
-            out.append((")", ")", m.start(), m.end()))
-        elif m.group(5):
-            out.append(("r", m.group(5), m.start(), m.end()))
-        elif m.group(3) is not None:
+        last = m.lastindex  # (the group that matched: None for whitespace)
+        if last is None:
+            continue
+        start, end = m.span()
+        if last == 5:
+            out.append(("r", m.group(5), start, end))
+        elif last == 1:
+            out.append(("(", "(", start, end))
+        elif last == 2:
+            out.append((")", ")", start, end))
+        else:
             if not m.group(4):
-                raise QueryError("unterminated quoted term", m.start(), "a closing '\"'")
-            out.append(("q", m.group(3), m.start(), m.end()))
+                raise QueryError("unterminated quoted term", start, "a closing '\"'")
+            out.append(("q", m.group(3), start, end))
     return out
 
 
+# Atoms already made, by (kind, text): the real queries repeat their words, and a Term is
+# immutable, so parsing one costs a lookup instead of tokenizing it again. Bounded: emptied
+# when full.
+_ATOMS: dict[tuple[str, str], "Term | Feature"] = {}
+_ATOMS_MAX = 1 << 16
+
+
 def _atom(kind: str, value: str) -> Term | Feature:
-    if kind == "r" and not STRUCTURAL.isdisjoint(value):
-        return Feature(value)
-    return Term(tuple(tokens(value)))
+    key = (kind, value)
+    found = _ATOMS.get(key)
+    if found is None:
+        if kind == "r" and not STRUCTURAL.isdisjoint(value):
+            found = Feature(value)
+        else:
+            found = Term(tuple(tokens(value)))
+        if len(_ATOMS) >= _ATOMS_MAX:
+            _ATOMS.clear()
+        _ATOMS[key] = found
+    return found
 
 
 def _number(kind: str, value: str, slot: str, offset: int) -> int | float:
@@ -184,8 +203,62 @@ class _Frame:
         return cls(args[0])
 
 
+_COMBINING = frozenset(op for op, (cls, _, _, _) in OPERATORS.items() if cls is Combine)
+
+
+def _parse_plain(text: str) -> Node | None:
+    """The query when it is well formed and only combines terms (^ + ... << >> !< !>),
+    as agents' queries nearly always are, by one findall and no offsets; None for
+    anything else (an error to report or a repair to make, with offsets, or another
+    operator), which parse's full path takes. Where it answers, parse's full path gives
+    the same node and no warnings, strict or lenient."""
+    if text.count('"') % 2:
+        return None  # (an unterminated quote: findall cannot tell it from whitespace)
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return None
+    stack: list[tuple[str, list]] = []
+    top: list[Node] = []
+    opening = False
+    for paren, close, quoted, ends, raw in _LEXEME.findall(text):
+        if opening:
+            if raw not in _COMBINING or len(stack) >= MAX_DEPTH:
+                return None
+            stack.append((raw, []))
+            opening = False
+        elif paren:
+            if not stack and top:
+                return None
+            opening = True
+        elif close:
+            if not stack:
+                return None
+            op, args = stack.pop()
+            if len(args) < OPERATORS[op][2]:
+                return None
+            node = args[0] if len(args) == 1 else Combine(op, tuple(args))
+            (stack[-1][1] if stack else top).append(node)
+        elif raw or ends:
+            if not stack and top:
+                return None
+            (stack[-1][1] if stack else top).append(_atom("r", raw) if raw else
+                                                    _atom("q", quoted))
+    if opening or stack or len(top) != 1:
+        return None
+    return top[0]
+
+
 def parse(text: str, *, lenient: bool = False) -> Parsed:
     """Parse a query; strict by default. Raises QueryError (and only that) if malformed."""
+    node = _parse_plain(text)
+    if node is not None:
+        return Parsed(node, [])
+    return _parse_full(text, lenient)
+
+
+def _parse_full(text: str, lenient: bool) -> Parsed:
+    """parse, every query: offsets kept for the errors and the repairs' warnings."""
     try:
         text.encode()
     except UnicodeEncodeError as err:
@@ -206,7 +279,7 @@ def parse(text: str, *, lenient: bool = False) -> Parsed:
     i = 0
     while i < len(lexemes):
         kind, value, start, end = lexemes[i]
-        items = stack[-1].items if stack else top
+        items: list = stack[-1].items if stack else top
         if kind == ")":
             if not stack:
                 raise QueryError("unbalanced ')'", start, "end of query")
@@ -319,14 +392,25 @@ def _raw_ok(word: str) -> bool:
     return _RAW.fullmatch(word) is not None
 
 
+_FORMATTED: dict[Term, str] = {}  # a term's text, as _ATOMS (bounded, emptied when full)
+
+
 def _format_atom(node: Term | Feature) -> str:
     if isinstance(node, Feature):
         if not _raw_ok(node.name) or STRUCTURAL.isdisjoint(node.name):
             raise ValueError(f"feature name {node.name!r} cannot be written in a query")
         return node.name
-    if len(node.tokens) == 1 and _raw_ok(node.tokens[0]) and _atom("r", node.tokens[0]) == node:
-        return node.tokens[0]
-    return '"' + " ".join(node.tokens) + '"'
+    found = _FORMATTED.get(node)
+    if found is None:
+        if len(node.tokens) == 1 and _raw_ok(node.tokens[0]) and \
+                _atom("r", node.tokens[0]) == node:
+            found = node.tokens[0]
+        else:
+            found = '"' + " ".join(node.tokens) + '"'
+        if len(_FORMATTED) >= _ATOMS_MAX:
+            _FORMATTED.clear()
+        _FORMATTED[node] = found
+    return found
 
 
 def _format_number(value: float) -> str:

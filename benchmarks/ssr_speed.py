@@ -165,7 +165,7 @@ def main(argv=None) -> int:
     if args.build_only:
         return 0
     import annodb
-    from benchmarks.results import machine
+    from benchmarks.common.results import machine
     print(f"annodb from {os.path.dirname(os.path.dirname(annodb.__file__))}; {machine()}; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
     got, n = replay(sizes, load_queries(), args.rounds, args.seed, names)

@@ -199,6 +199,15 @@ def runs_at(points, at, length):
     return [all(a + t in have for t in range(length)) for a in at]
 
 
+def block_ranges(firsts, ps):
+    """The ranges (firsts[j], firsts[j + 1] - 1) -- the last block's to the int64 maximum --
+    of the distinct blocks j that hold the last start at or before some p in ps."""
+    blocks = sorted({max(j for j, f in enumerate(firsts) if f <= p)
+                     for p in ps if firsts and firsts[0] <= p})
+    return [(firsts[j], 2**63 - 1 if j == len(firsts) - 1 else firsts[j + 1] - 1)
+            for j in blocks]
+
+
 def merge_ranges(ranges):
     """The covered addresses of closed ranges, as sorted maximal runs (p, q)."""
     covered = sorted({a for p, q in ranges for a in range(p, q + 1)})

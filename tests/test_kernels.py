@@ -331,6 +331,13 @@ def test_merge_ranges(ranges):
     assert pairs(*K.merge_ranges(*cols(ranges))) == naive.merge_ranges(ranges)
 
 
+@given(st.lists(st.integers(0, 60), max_size=20, unique=True),
+       st.lists(st.integers(0, 70), max_size=30))
+def test_block_ranges(firsts, ps):
+    firsts, ps = sorted(firsts), sorted(ps)
+    assert pairs(*K.block_ranges(firsts, ps)) == naive.block_ranges(firsts, ps)
+
+
 @given(st.lists(st.integers(0, 40), max_size=60), st.lists(st.integers(0, 45), max_size=30),
        st.integers(1, 4))
 def test_runs_at(points, at, length):

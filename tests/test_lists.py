@@ -77,3 +77,51 @@ def test_near_gives_the_points_at_or_around_each_position(path):
                     if p is not None)
     assert got == sorted(want)
     assert not any(1000 <= p <= 1400 for p in got)     # (erased: as from the whole list)
+
+
+def test_blocks_kept_decoded_are_those_of_the_state_read(tmp_path, monkeypatch):
+    """Blocks read by probes are kept decoded in the shared cache for the snapshots of a
+    state; after a commit that deletes a document and one that annotates into a block
+    already read, a new snapshot's probes give what its whole list gives, not the
+    blocks kept from before (a snapshot taken before still gets its own state's)."""
+    from annodb import lists, storage
+    monkeypatch.setattr(storage, "block_limits", lambda psize: (psize - 16, 2))
+    monkeypatch.setattr(storage, "ANNOTATION_BLOCK", 2)
+    monkeypatch.setattr(lists, "SMALL_LIST", -1)     # always probed by blocks ...
+    monkeypatch.setattr(lists, "WHOLE_FRACTION", 2.0)  # ... never decoded whole
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        for i in range(40):
+            w.add(f"doc {i} words here", docno=f"d{i}")
+    with db.read() as r:
+        starts = [r.document(f"d{i}").start for i in (5, 17, 30)]
+    ps = np.array([s + 1 for s in starts])
+    qs = ps + 1
+
+    def at_probes(p, q):
+        return any(a <= p <= b for a, b in zip(ps, qs))
+
+    def probe(snap):  # (part may give more than the probes' blocks: only those compared)
+        return (pairs(snap.lists.containing(":", ps, qs)),
+                [x for x in pairs(snap.lists.part("words", ps, qs)) if at_probes(*x)])
+
+    def truth(snap):
+        return (brute(snap.lists.whole(":"),
+                      lambda p, q: any(p <= a and b <= q for a, b in zip(ps, qs))),
+                brute(snap.lists.whole("words"), at_probes))
+
+    old = db.read()
+    first = probe(old)
+    assert any(key[0] == "block" for key in old.lists._shared._items)  # (kept)
+    assert first[0] == truth(old)[0]
+    with db.write() as w:
+        w.delete("d17")
+    with db.write() as w:
+        w.annotate("words", starts[0] + 1, starts[0] + 1)  # (into a block read before)
+    with db.read() as r:
+        got = probe(r)
+        assert got == truth(r)
+        assert len(got[0]) == 2 and (starts[0] + 1, starts[0] + 1) in got[1]
+    assert probe(old) == first  # (the old snapshot reads its own state)
+    old.close()
+    db.close()

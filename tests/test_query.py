@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from annodb.errors import QueryError
 from annodb.query import (MAX_DEPTH, OPERATORS, Combine, Compare, Feature, Link, Term, Window,
-                          format, parse)
+                          _parse_full, _parse_plain, format, parse)
 
 DATA = Path(__file__).parent / "data" / "vole-queries.tsv"
 
@@ -272,6 +272,36 @@ def test_fuzz_raises_only_query_error(text, lenient):
     assert parse(format(parsed.node)).node == parsed.node
 
 
+def _both_paths(text: str, lenient: bool):
+    """(the node the quick path gives or None, the full path's Parsed or None on an error)."""
+    try:
+        full = _parse_full(text, lenient)
+    except QueryError:
+        full = None
+    return _parse_plain(text), full
+
+
+@settings(max_examples=500)
+@given(st.text(alphabet='()"^+.<>!#@= \tab1:\u00e9', max_size=40), st.booleans())
+def test_the_quick_parse_agrees_with_the_full_one(text, lenient):
+    """Where the quick path (plain combining queries, one findall) answers, the full path
+    gives the same node and no warnings; where the full path raises or repairs, the quick
+    one declines."""
+    quick, full = _both_paths(text, lenient)
+    if quick is not None:
+        assert full is not None and full.node == quick and full.warnings == []
+
+
+@pytest.mark.parametrize("text", ['(^ a "b', '(^ a b', "(^ a) b", "(^)", '("a")', "(# 3)",
+                                  "(<< a)", "a b", "(^ a (", "\ud800", "(+ a b))",
+                                  "(= a 1)", "()"])
+def test_the_quick_parse_declines_what_needs_the_full_one(text):
+    """An unterminated quote, an unclosed or extra parenthesis, too few operands, a lone
+    term in parentheses, another operator, trailing input, a lone surrogate: the quick
+    path gives None (the full one reports it or repairs it with offsets)."""
+    assert _parse_plain(text) is None
+
+
 # --- the real workload ----------------------------------------------------------------------
 
 def _vole_queries():
@@ -295,6 +325,7 @@ def test_vole_queries():
             assert status == "ok"
             assert parsed.warnings == [], text
             assert parse(text) == parsed
+            assert _parse_plain(text) == parsed.node  # (the quick path takes them all)
         assert parse(format(parsed.node)).node == parsed.node
     assert errors == 6
 
