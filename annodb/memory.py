@@ -125,7 +125,7 @@ def rank_memories(snapshot, text: str, k: int, box: _query.Node, gcl: bool,
     return _recall.rank_text(snapshot, text, k, box, rank)
 
 
-def _check_path(path) -> str:
+def _check_path(path) -> str | None:
     """The path of a memory, or StorageError for one that cannot be: empty, or a folder
     holding other files but no database."""
     if path is None:
@@ -226,7 +226,7 @@ class Memory:
         supersedes = memory.pop("supersedes", None)
         if key is not None and (not isinstance(key, str) or not key):
             raise AnnodbError(f"key {key!r}: need a non-empty string")
-        record = {TEXT: text}
+        record: dict = {TEXT: text}
         for name, value in memory.items():
             check_own_key(name)
             record[name] = stored(name, value)
@@ -257,10 +257,15 @@ class Memory:
             shard = self._shard_for(w, items)
             added = [self._add_one(w, record, docno, shard)
                      for record, docno in zip(records, given)]
+        fold = bool(getattr(w, "fold_diacritics", False))
         for a, record in zip(added, records):
+            words: set = set()
             for name, value in record.items():
                 if isinstance(value, str) and name != TEXT:
                     w.annotate(label(name, value), a.start, a.end)
+                    words.update(_recall.label_words(value, fold))
+            for word in sorted(words):     # (recall's: a question may name a label)
+                w.annotate(_recall.LABEL_WORD + word, a.start, a.end)
         for a, record, item in zip(added, records, items):
             if KEY in record:
                 self._supersede_by_key(w, record[KEY], a, record[TIME])
@@ -278,7 +283,8 @@ class Memory:
             raise AnnodbError(f"memory text is not valid Unicode ({err})") from None
         docnos = self._docnos(w, made, given)
         made = _replace(made, docnos=docnos,
-                        documents=[(d,) + doc[1:] for d, doc in zip(docnos, made.documents)])
+                        documents=[(d,) + doc[1:]
+                                   for d, doc in zip(docnos, made.documents or [])])
         return w.add_batch(made, replace=any(d is not None for d in given))
 
     def _shard_for(self, w, items: list[tuple]) -> int:
@@ -289,7 +295,7 @@ class Memory:
         already, or the first memory's. AnnodbError when they are in several."""
         n = len(self.db.shards)
         needs: dict[int, str] = {}
-        for record, docno, key, target in items:
+        for record, docno, _key, target in items:
             if docno is not None:
                 needs.setdefault(route(docno, n), f"the docno {docno!r}")
             if target is not None:
