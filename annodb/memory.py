@@ -447,11 +447,12 @@ class Memory:
         or seconds; `include_superseded=True`: superseded ones too), ranked by `rank`
         ("context" or one of ranking.RANKS; default: shortest-substring ranking for GCL,
         "context" for free text: BM25 in which a memory borrows the words of its
-        neighbours in its session, with the session's score and the dates the text names,
-        annodb/recall.py; a sharded memory ranks free text by the engine's free-text
-        default). Equal scores: the newer memory first. `recency` (a half-life: seconds or
-        a timedelta) multiplies each score by 0.5 ** (age / half-life), age counted back
-        from as_of or now (the best max(4k, 100) by relevance are re-ranked so). No query
+        neighbours in its session, with the session's score and the dates and labels
+        (metadata strings) the text names, annodb/recall.py; a sharded memory ranks free
+        text by the engine's free-text default). Equal scores: the newer memory first.
+        `recency` (a half-life: seconds or a timedelta) multiplies each score by
+        0.5 ** (age / half-life), age counted back from as_of or now (the best
+        max(4k, 100) by relevance are re-ranked so). No query
         (None or "") gives the latest k. `gcl`: True reads the query as GCL (so a raw term
         like `user:alice` names a feature), False as words; None (the default) decides by
         `is_gcl`. `warnings` says when no word of the question is in the memory."""
