@@ -276,3 +276,28 @@ def test_following_the_postings_is_exact(mems, query, user, k, context):
                 kept = {h.docno for h in got}
                 assert not got or all(v <= got[-1].score * (1 + 1e-9)
                                       for d, v in every.items() if d not in kept)
+
+
+def test_following_the_postings_finds_a_memory_by_its_label():
+    """Following the postings, a memory whose label holds a rare word of the question,
+    far from any memory whose text holds it, is scored too: it is the best here (a label
+    weighing as much as the word), and stopping after the rare word's text holders would
+    miss it."""
+    context = recall.Context(window=1, reach=2, labels=1.0)
+    with tempfile.TemporaryDirectory() as tmp, annodb.Memory(f"{tmp}/m.db") as mem:
+        rows = [{"text": "zeta zeta", "user": "a", "time": BASE}]
+        for i in range(1, 40):
+            rows.append({"text": "w2" if i % 2 else "w1", "user": "zeta" if i == 31 else "a",
+                         "time": BASE + 4000.0 * i})   # (each memory a session of its own)
+        docnos = mem.remember_many(rows)
+        model = [(d, r["text"].split(), r["time"]) for d, r in zip(docnos, rows)]
+        labels = {d: set(recall.label_words(r["user"])) for d, r in zip(docnos, rows)}
+        every = naive.context_recall(model, set(docnos), [("zeta", 1), ("w2", 1)], [], 3,
+                                     context, labels)
+        assert every[0][0] == docnos[31]
+        with mem.db.read() as r:
+            for scan in (False, True):
+                got = recall.search(r, "zeta w2", k=1, settings=context, snippets=False,
+                                    scan=scan)
+                assert [(h.docno, round(h.score, 9)) for h in got] == \
+                    [(d, round(s, 9)) for d, s in every[:1]]
