@@ -260,10 +260,15 @@ class Memory:
             shard = self._shard_for(w, items)
             added = [self._add_one(w, record, docno, shard)
                      for record, docno in zip(records, given)]
+        fold = bool(getattr(w, "fold_diacritics", False))
         for a, record in zip(added, records):
+            words: set = set()
             for name, value in record.items():
                 if isinstance(value, str) and name != TEXT:
                     w.annotate(label(name, value), a.start, a.end)
+                    words.update(_recall.label_words(value, fold))
+            for word in sorted(words):     # (recall's: a question may name a label)
+                w.annotate(_recall.LABEL_WORD + word, a.start, a.end)
         for a, record, item in zip(added, records, items):
             if KEY in record:
                 self._supersede_by_key(w, record[KEY], a, record[TIME])
@@ -444,11 +449,12 @@ class Memory:
         or seconds; `include_superseded=True`: superseded ones too), ranked by `rank`
         ("context" or one of rankers.RANKS; default: shortest-substring ranking for GCL,
         "context" for free text: BM25 in which a memory borrows the words of its
-        neighbours in its session, with the session's score and the dates the text names,
-        annodb/recall.py; a sharded memory ranks free text by the engine's free-text
-        default). Equal scores: the newer memory first. `recency` (a half-life: seconds or
-        a timedelta) multiplies each score by 0.5 ** (age / half-life), age counted back
-        from as_of or now (the best max(4k, 100) by relevance are re-ranked so). No query
+        neighbours in its session, with the session's score and the dates and labels
+        (metadata strings) the text names, annodb/recall.py; a sharded memory ranks free
+        text by the engine's free-text default). Equal scores: the newer memory first.
+        `recency` (a half-life: seconds or a timedelta) multiplies each score by
+        0.5 ** (age / half-life), age counted back from as_of or now (the best
+        max(4k, 100) by relevance are re-ranked so). No query
         (None or "") gives the latest k. `gcl`: True reads the query as GCL (so a raw term
         like `user:alice` names a feature), False as words; None (the default) decides by
         `is_gcl`. `warnings` says when no word of the question is in the memory."""

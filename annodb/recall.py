@@ -46,9 +46,16 @@ hold, like a question word, weighs little):
 and dates the query names ("12 May 2023", "May 12, 2023", "May 2023", "2023-05-12",
 "2023"; UTC, as Memory reads a naive datetime) are a term matched by the memories whose
 time falls in that day, month or year, weighing ln(1 + date_span / its length) (a day
-names more than a year): date_i = the sum over the dates it falls in. Then
+names more than a year): date_i = the sum over the dates it falls in. A memory's
+**labels** (its metadata strings: a speaker, a user, a key) are a field the question
+may name: Memory writes the feature LABEL_WORD + w over the memory for each word w of
+them (label_words), and named_i = the sum of qtf x idf over the query's words (any of
+their forms) that i's labels hold; a word that no memory's text holds but a label does
+is a query word too, with df the memories whose labels hold it (it adds to named_i only).
+Then
 
-    score_i = turn_i + [turn_i > 0] x (passage x pass_i + dates x date_i)
+    score_i = turn_i + [turn_i > 0] x (passage x pass_i + dates x date_i
+                                       + labels x named_i)
 
 and the k best memories with a score > 0 are returned, ties by address. The settings
 (`Context`) were chosen on half of LoCoMo's conversations and measured on the other half
@@ -59,8 +66,9 @@ is read whole, with the postings inside it. Otherwise the work follows the posti
 words are taken rarest first, and the memories within max(W, R) of one holding a word
 taken so far (those passing the filter, found by evaluating it only around them) are
 scored exactly, from their neighbours' lengths, times and postings; a memory further away
-holds none of those words nearby, so it scores less than the sum over the words left of
-qtf x (idf + passage x pidf), plus the dates' weights. Once the k-th best score reaches
+holds none of those words nearby (in its text or labels), so it scores less than the sum
+over the words left of qtf x (idf + passage x pidf + labels x idf, the last for a word
+some label holds), plus the dates' weights. Once the k-th best score reaches
 that bound, no other memory can enter the k best; otherwise twice as many words are
 taken. A round is run only when the words taken could outscore those left, and only
 while the memories to read around their holders are at most a quarter of what the filter
@@ -78,6 +86,7 @@ import calendar
 import datetime
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,8 +96,10 @@ from .bm25 import idf
 from .gcl import Evaluator, Region, as_node
 from .lists import Intervals
 from .query import Combine, Feature, Term, format as format_query
+from .tokenizer import strip_diacritics, tokens
 
 TIME = ":time:"   # the feature whose value over a memory is its time (seconds)
+LABEL_WORD = "(label)"  # + a word: over each memory one of whose metadata strings holds it
 RANK = "context"  # this ranking's name where rankers are named (Memory.recall's `rank`)
 DAY = 86400.0
 FILTER_SCAN = 2048  # a filter of at most this many memories (an upper bound) is read whole
@@ -113,6 +124,7 @@ class Context:
     passage_b: float = 0.6
     dates: float = 1.5       # the weight of a date the query names
     date_span: float = 365 * DAY   # a date of length D weighs ln(1 + date_span / D)
+    labels: float = 0.3      # the weight of a query word one of a memory's labels holds
 
     def spread(self) -> float:
         """A memory's context length over its own in an endless session."""
@@ -146,7 +158,7 @@ def passage_idf(df, n: int, reach: int) -> float:
     return float(idf(n * share, n))
 
 
-def date_weight(lo: float, hi: float, settings: "Context" = None) -> float:
+def date_weight(lo: float, hi: float, settings: "Context | None" = None) -> float:
     """The weight of a date [lo, hi) (seconds) the query names: ln(1 + date_span / length)."""
     s = settings or CONTEXT
     return math.log1p(s.date_span / max(hi - lo, 1.0))
@@ -154,13 +166,13 @@ def date_weight(lo: float, hi: float, settings: "Context" = None) -> float:
 
 def score(tf: np.ndarray, counts: np.ndarray, idfs: np.ndarray, pidfs: np.ndarray,
           lengths: np.ndarray, runs: np.ndarray, dated: np.ndarray, avglen: float,
-          settings: Context = CONTEXT) -> np.ndarray:
+          settings: Context = CONTEXT, named: np.ndarray | None = None) -> np.ndarray:
     """Each memory's score (module docstring), over consecutive memories: tf[w, i] the
     count of the query's word w in memory i, counts[w] its count in the query, idfs[w]
     and pidfs[w] its idf and passage idf, lengths[i] the memory's tokens, runs[i] its
     session (ids nondecreasing; a new one also where the memories are not consecutive),
     dated[i] the weights of the dates its time falls in, avglen the collection's mean
-    length."""
+    length, named[i] the sum of qtf x idf over the query's words its labels hold."""
     lengths = np.asarray(lengths, dtype=np.float64)
     n = len(lengths)
     if not n:
@@ -185,7 +197,10 @@ def score(tf: np.ndarray, counts: np.ndarray, idfs: np.ndarray, pidfs: np.ndarra
         turn += counts[w] * idfs[w] * wide / (wide + norm)
         p = x + flat[w + 1]
         passage += counts[w] * pidfs[w] * p / (p + passage_norm)
-    return turn + (turn > 0) * (s.passage * passage + s.dates * np.asarray(dated, float))
+    extra = s.passage * passage + s.dates * np.asarray(dated, float)
+    if named is not None:
+        extra = extra + s.labels * np.asarray(named, float)
+    return turn + (turn > 0) * extra
 
 
 # dates ----------------------------------------------------------------------------------
@@ -208,11 +223,13 @@ _DATES = [  # (pattern, (year, month, day) groups; 0: none)
 
 def date_ranges(text: str) -> list[tuple[float, float]]:
     """The days, months and years a text names, as [start, end) in seconds since the
-    epoch, in UTC (as Memory takes a naive datetime): "12 May 2023", "12th of May, 2023", "May 12, 2023", "2023-05-12"
-    (a day), "May 2023" (a month; months by name or three letters), "2023" (a year from
-    1800 to 2999). A month or day without a year names nothing (which year?), nor an
-    impossible date; a text that names one day twice gives it once."""
-    found, taken = [], []
+    epoch, in UTC (as Memory takes a naive datetime): "12 May 2023", "12th of May, 2023",
+    "May 12, 2023", "2023-05-12" (a day), "May 2023" (a month; months by name or three
+    letters), "2023" (a year from 1800 to 2999). A month or day without a year names
+    nothing (which year?), nor an impossible date; a text that names one day twice gives it
+    once."""
+    found: list[tuple[float, float]] = []
+    taken: list[tuple[int, int]] = []
     for pattern, (y, m, d) in _DATES:
         for match in pattern.finditer(text):
             if any(a < match.end() and match.start() < b for a, b in taken):
@@ -240,6 +257,18 @@ def date_ranges(text: str) -> list[tuple[float, float]]:
     return found
 
 
+# labels ---------------------------------------------------------------------------------
+
+def label_words(value: str, fold_diacritics: bool = False) -> list[str]:
+    """The distinct words of a metadata string as a memory's text words are stored
+    (folded; without diacritics in a database made with fold_diacritics): Memory writes
+    the feature LABEL_WORD + word over the memory for each."""
+    words = tokens(value)
+    if fold_diacritics:
+        words = [strip_diacritics(w) for w in words]
+    return list(dict.fromkeys(words))
+
+
 # ranking --------------------------------------------------------------------------------
 
 @dataclass
@@ -249,10 +278,12 @@ class _Word:
     df: int
     idf: float
     pidf: float
+    labels: tuple = ()  # LABEL_WORD + each of its forms that some memory's label holds
 
     def bound(self, settings: Context) -> float:
         """More than this word adds to a memory's score."""
-        return self.count * (self.idf + settings.passage * self.pidf)
+        named = settings.labels * self.idf if self.labels else 0.0
+        return self.count * (self.idf + settings.passage * self.pidf + named)
 
 
 def search(snapshot, text: str, *, k: int = 10, container=":", settings: Context = CONTEXT,
@@ -271,9 +302,11 @@ def search(snapshot, text: str, *, k: int = 10, container=":", settings: Context
     query = "" if not shown else format_query(shown[0] if len(shown) == 1 else
                                              Combine("+", tuple(shown)))
     empty = ranking.Results([], query, [], 0)
-    if not words:
-        return empty
     ev = Evaluator(snapshot)
+    only = _label_only(ev, text, words, getattr(snapshot, "fold_diacritics", False)) \
+        if settings.labels else []
+    if not words and not only:
+        return empty
     cnode = ev.folded(as_node(container)[0])
     stats = snapshot.statistics(sorted({f for forms, _ in words for f in forms}))
     n_docs = max(stats.documents, 1)
@@ -282,8 +315,14 @@ def search(snapshot, text: str, *, k: int = 10, container=":", settings: Context
     for forms, count in words:
         df = min(sum(stats.df.get(f, 0) for f in forms), n_docs)
         if df:
+            named = tuple(LABEL_WORD + f for f in forms if settings.labels and
+                          ev.lists.fid(LABEL_WORD + f) is not None)
             terms.append(_Word(forms, count, df, float(idf(df, n_docs)),
-                               passage_idf(df, n_docs, settings.reach)))
+                               passage_idf(df, n_docs, settings.reach), named))
+    for name, count, held in only:   # (a word no text holds: df, the memories labelled)
+        df = min(held, n_docs)
+        terms.append(_Word((), count, df, float(idf(df, n_docs)),
+                           passage_idf(df, n_docs, settings.reach), (name,)))
     if not terms:
         return empty
     dates = [(lo, hi, date_weight(lo, hi, settings)) for lo, hi in date_ranges(text)]
@@ -306,6 +345,21 @@ def search(snapshot, text: str, *, k: int = 10, container=":", settings: Context
     return ranking.Results(hits, query, [], int(np.count_nonzero(scores > 0)))
 
 
+def _label_only(ev: Evaluator, text: str, words: list, fold: bool) -> list:
+    """(LABEL_WORD + word, its count in the text, the memories whose labels hold it) of
+    the text's words that no memory's text holds but some memory's label does."""
+    seen = {f for forms, _ in words for f in forms}
+    found = []
+    for word, count in Counter(strip_diacritics(w) if fold else w
+                               for w in tokens(text)).items():
+        name = LABEL_WORD + word
+        if word not in seen and ev.lists.fid(name) is not None:
+            held = len(ev.lists.whole(name))
+            if held:
+                found.append((name, count, held))
+    return found
+
+
 def _documents_in(ev: Evaluator, node, documents: int) -> int | None:
     """An upper bound of the documents a filter selects (from the lists' counts), or None
     when it is not documents narrowed by containment (`:`, `(>> : a)`, `(!> : a)`)."""
@@ -322,9 +376,9 @@ def _documents_in(ev: Evaluator, node, documents: int) -> int | None:
 
 def _scored(ev: Evaluator, docs: Intervals, region: Region, cuts: np.ndarray, terms: list,
             dates: list, avglen: float, settings: Context, time_feature: str) -> tuple:
-    """(starts, ends, scores, runs, tf) of consecutive stretches of the filter's memories
+    """(starts, ends, scores, runs, held) of consecutive stretches of the filter's memories
     `docs` (inside `region`; `cuts[i]`: memory i does not follow memory i - 1 in the
-    filter)."""
+    filter); held[w, i]: memory i holds word w, in its text or its labels."""
     s, e = docs.starts, docs.ends
     n = len(s)
     times = np.full(n, np.nan)
@@ -339,15 +393,29 @@ def _scored(ev: Evaluator, docs: Intervals, region: Region, cuts: np.ndarray, te
     tf = np.zeros((len(terms), n))
     for w, term in enumerate(terms):
         parts = [ev.lists.inside(f, region.los, region.his).starts for f in term.forms]
+        if not parts:
+            continue      # (a word only labels hold)
         points = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
         tf[w] = np.searchsorted(points, e, "right") - np.searchsorted(points, s, "left")
+    held = tf > 0
+    named = np.zeros(n)
+    for w, term in enumerate(terms):
+        mine = np.zeros(n, dtype=bool)
+        for name in term.labels:
+            found = ev.lists.inside(name, region.los, region.his)
+            if not n or not len(found):
+                continue
+            at = np.minimum(np.searchsorted(s, found.starts), n - 1)
+            mine[at[(s[at] == found.starts) & (e[at] == found.ends)]] = True
+        named += term.count * term.idf * mine
+        held[w] |= mine
     dated = np.zeros(n)
     for lo, hi, weight in dates:
         dated += weight * ((times >= lo) & (times < hi))
     scores = score(tf, np.array([t.count for t in terms], float),
                    np.array([t.idf for t in terms]), np.array([t.pidf for t in terms]),
-                   (e - s + 1).astype(np.float64), runs, dated, avglen, settings)
-    return s, e, scores, runs, tf
+                   (e - s + 1).astype(np.float64), runs, dated, avglen, settings, named)
+    return s, e, scores, runs, held
 
 
 def _followed(ev: Evaluator, cnode, terms: list, dates: list, avglen: float,
@@ -376,16 +444,16 @@ def _followed(ev: Evaluator, cnode, terms: list, dates: list, avglen: float,
             continue      # (the words taken could not outscore the rest: take more first)
         for w in order[:taken]:
             if w not in holders:
-                holders[w] = _holders(ev, cnode, terms[w].forms)
+                holders[w] = _holders(ev, cnode, terms[w].forms + terms[w].labels)
         held = _union([holders[w] for w in order[:taken]])
         if not len(held):
             if not rest:
                 return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
             continue
         docs, region, cuts = _stretches(ev, cnode, held, radius, space, documents)
-        s, e, scores, runs, tf = _scored(ev, docs, region, cuts, terms, dates, avglen,
-                                         settings, time_feature)
-        mine = (tf[order[:taken]] > 0).any(axis=0).astype(np.float64)[None, :]
+        s, e, scores, runs, held_by = _scored(ev, docs, region, cuts, terms, dates, avglen,
+                                              settings, time_feature)
+        mine = held_by[order[:taken]].any(axis=0).astype(np.float64)[None, :]
         near = mine[0] + kernels.context_sums(mine, runs, 1.0, 1.0, zone)[0]
         scores = np.where(near > 0, scores, 0.0)
         positive = scores[scores > 0]
@@ -396,7 +464,8 @@ def _followed(ev: Evaluator, cnode, terms: list, dates: list, avglen: float,
 
 
 def _holders(ev: Evaluator, cnode, forms: tuple) -> Intervals:
-    """The memories the filter selects that hold one of the forms."""
+    """The memories the filter selects that hold one of the forms (words, or label
+    words: LABEL_WORD + a word, over the whole memory)."""
     parts = [ev.lists.whole(f).starts for f in forms]
     points = parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts))
     docs = ev.lists.containing(":", points, points)

@@ -206,6 +206,10 @@ def variants() -> list[tuple[str, dict]]:
         ("passage_b 0.4", {"passage_b": 0.4}),
         ("passage_b 0.8", {"passage_b": 0.8}),
         ("sessions across the conversation (gap = inf)", {"gap": float("inf")}),
+        ("labels not scored (labels = 0: the second round's default)", {"labels": 0.0}),
+        ("labels weight 0.15", {"labels": 0.15}),
+        ("labels weight 0.4", {"labels": 0.4}),
+        ("labels 0.3 and passage weight 1.0 (the tuning half's best)", {"passage": 1.0}),
     ]
 
 

@@ -6,6 +6,7 @@ the ones that lost (RESULTS.md, "Agent memory on LoCoMo", lists them all).
 
     python benchmarks/memory_prototype.py              # the first round
     python benchmarks/memory_prototype.py --windowed   # the second: bounded statistics
+    python benchmarks/memory_prototype.py --third      # the third: labels, depth
 
 Its figures differ from annodb's by a few tenths: it conflates every word with its stem
 (annodb: the words of the database sharing the stem, at most 32), and it lends context
@@ -20,7 +21,8 @@ import math
 import os
 import sys
 
-import numpy as np
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # (small matrices: threads cost 20x)
+import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -424,6 +426,191 @@ def rows_windowed(corpus):
     ]
 
 
+# the third round (recall3): labels as a field, and ideas for depth ----------------------
+
+def band(sess, w, before, after, own=0.0):
+    """The matrix M with (M @ x)[i] = sum over j of i's session, 0 < |i - j| <= w, of
+    before ** (i - j) x_j (j before i) or after ** (j - i) x_j (after), plus own x_i."""
+    n = len(sess)
+    m = np.zeros((n, n))
+    idx = np.arange(n)
+    for j in range(1, w + 1):
+        i = idx[j:][sess[j:] == sess[:-j]]
+        m[i, i - j] = before ** j
+        i = idx[:-j][sess[:-j] == sess[j:]]
+        m[i, i + j] = after ** j
+    m[idx, idx] = own
+    return m
+
+
+def prepare3(corpus):
+    """The neighbour matrices, each turn's speaker (stemmed) and token positions."""
+    speakers = {d["docid"]: d["speaker"] for d in turns()}
+    for c in corpus.convs.values():
+        s = c["sess"]
+        c["lendm"], c["flat8"], c["flat10"] = band(s, 8, 0.5, 0.3), band(s, 8, 1, 1, 1.0), \
+            band(s, 10, 1, 1, 1.0)
+        c["whole"] = (s[:, None] == s[None, :]).astype(float)
+        c["spk"] = np.array([corpus.stem(speakers[i].lower()) for i in c["ids"]])
+        c["pos"] = [collections.defaultdict(list) for _ in c["toks"]]
+        for i, toks in enumerate(c["toks"]):
+            for j, w in enumerate(toks):
+                c["pos"][i][w].append(j)
+
+
+def scorer3(corpus, labels=0.0, label_mode="add", passage=0.5, whole=False):
+    """recall.py's score (the second round's A, as matrices: the same figures as
+    scorer2's A) with the memory's speaker as a label the question may name: "add"
+    labels x qtf x idf, "mul" the score x (1 + labels x the words named), "bm25f" the
+    label counted `labels` times into the turn's tf."""
+    from annodb.recall import date_ranges
+    N, avg0 = corpus.n, corpus.avg
+    spread = 1 + sum(0.5 ** d + 0.3 ** d for d in range(1, 9))
+
+    def f(c, text, qt=None):
+        qt = qt if qt is not None else corpus.words(text)
+        n, L = len(c["len"]), c["len"]
+        terms = [(t, q) for t, q in qt.items() if t in c["inv"]]
+        turn, pas, named = np.zeros(n), np.zeros(n), np.zeros(n)
+        if terms:
+            T = np.stack([c["inv"][t] for t, _ in terms], 1)
+            qv = np.array([q for _, q in terms])
+            iv = np.array([idf(corpus.df[t], N) for t, _ in terms])
+            M = np.stack([(c["spk"] == t).astype(float) for t, _ in terms], 1)
+            share = (c["flat8"] @ (T > 0)) / c["flat8"].sum(1)[:, None]
+            X = T + (c["lendm"] @ T) * (share <= 0.4)
+            if label_mode == "bm25f":
+                X = X + labels * M
+            norm = 0.9 * (1 - 0.4 + 0.4 * (L + c["lendm"] @ L) / (avg0 * spread))
+            turn = (X / (X + norm[:, None]) * (qv * iv)).sum(1)
+            named = (M * (qv * iv)).sum(1)
+            mp = c["whole"] if whole else c["flat10"]
+            W, wl = mp @ T, mp @ L
+            piv = np.array([idf(N * (1 - (1 - corpus.df[t] / N) ** 21), N) for t, _ in terms])
+            pas = (W / (W + (0.9 * (1 - 0.6 + 0.6 * wl / (avg0 * 21)))[:, None])
+                   * (qv * piv)).sum(1)
+        dated = np.zeros(n)
+        for lo, hi in date_ranges(text):
+            dated += math.log(1 + 365.0 / ((hi - lo) / 86400.0)) * \
+                ((c["time"] >= lo) & (c["time"] < hi))
+        out = turn + (turn > 0) * (passage * pas + 1.5 * dated)
+        if label_mode == "add":
+            out = out + (turn > 0) * labels * named
+        elif label_mode == "mul":
+            out = out * (1 + labels * (named > 0) * (M.sum(1) if terms else 0))
+        return out
+    return f
+
+
+def expanded(corpus, base, docs=10, terms=10, original=0.9, passages=False, reach=2):
+    """RM3 over the base ranking: from its best memories or from the passages of +-reach
+    around them."""
+    def f(c, text):
+        qt = corpus.words(text)
+        s = base(c, text, qt)
+        weight = collections.Counter()
+        for i in np.argsort(-s, kind="stable")[:docs]:
+            if s[i] <= 0:
+                continue
+            near = range(max(0, i - reach), min(len(s), i + reach + 1)) if passages else [i]
+            toks = [w for j in near if c["sess"][j] == c["sess"][i] for w in c["toks"][j]]
+            for w, tf in collections.Counter(toks).items():
+                if corpus.df[w] / corpus.n <= 0.1 and w.isalnum():
+                    weight[w] += tf / len(toks) * s[i]
+        kept = weight.most_common(terms)
+        total, qsum = sum(v for _, v in kept) or 1.0, sum(qt.values())
+        ex = collections.Counter({t: original * v / qsum for t, v in qt.items()})
+        for w, v in kept:
+            ex[w] += (1 - original) * v / total
+        return base(c, text, ex)
+    return f
+
+
+def head_tail(first, second, head=25):
+    """first's best `head` memories, then second's ranking of the rest."""
+    def f(c, text):
+        a, b = first(c, text), second(c, text)
+        o = np.argsort(-a, kind="stable")
+        o = o[a[o] > 0][:head]
+        out = np.where(b > 0, b / (b.max() + 1e-9), 0.0)
+        out[o] = 10.0 - 0.01 * np.arange(len(o))
+        return out
+    return f
+
+
+def session_floor(base, head=25, sessions=10, per=1):
+    """base's best `head`, then the best `per` memories left of each of the best
+    `sessions` sessions (by their best memory), then the rest by score."""
+    def f(c, text):
+        s = base(c, text)
+        o = np.argsort(-s, kind="stable")
+        o = o[s[o] > 0]
+        order, taken = list(o[:head]), set(o[:head].tolist())
+        best: dict = {}
+        for i in o:
+            best.setdefault(c["sess"][i], []).append(i)
+        extra = []
+        for g in list(best)[:sessions]:
+            extra += [i for i in best[g] if i not in taken][:per]
+        taken.update(extra)
+        order += sorted(extra, key=lambda i: -s[i]) + [i for i in o if i not in taken]
+        out = np.zeros(len(s))
+        out[np.array(order, dtype=int)] = 1e6 - np.arange(len(order))
+        return out
+    return f
+
+
+def proximity(corpus, base, weight=0.5, distance=3):
+    """+ weight x the lesser idf of each pair of adjacent question words that a memory
+    holds at most `distance` tokens apart."""
+    def f(c, text):
+        toks = [corpus.stem(x) for x in corpus.tokens(text)]
+        s = base(c, text, collections.Counter(toks))
+        add = np.zeros(len(s))
+        for a, b in {(a, b) for a, b in zip(toks, toks[1:])
+                     if a != b and a in c["inv"] and b in c["inv"]}:
+            w = weight * min(idf(corpus.df[a], corpus.n), idf(corpus.df[b], corpus.n))
+            for i in np.nonzero((c["inv"][a] > 0) & (c["inv"][b] > 0))[0]:
+                if any(abs(x - y) <= distance for x in c["pos"][i][a] for y in c["pos"][i][b]):
+                    add[i] += w
+        return s + (s > 0) * add
+    return f
+
+
+def rows_third(corpus):
+    prepare3(corpus)
+    S = lambda **kw: scorer3(corpus, **kw)  # noqa: E731
+    B = S(labels=0.25)
+    return [
+        ("A (the second round's default, as matrices)", S()),
+        ("A + the speaker as a label, labels x qtf x idf (0.1)", S(labels=0.1)),
+        ("B: A + the speaker as a label (0.25)", B),
+        ("A + the speaker as a label (0.5)", S(labels=0.5)),
+        ("A + the speaker as a label (1.0)", S(labels=1.0)),
+        ("A, score x (1 + 0.05 x the labels named)", S(labels=0.05, label_mode="mul")),
+        ("A, score x (1 + 0.2 x the labels named)", S(labels=0.2, label_mode="mul")),
+        ("A, the label as a BM25F field (weight 1)", S(labels=1.0, label_mode="bm25f")),
+        ("A, the label as a BM25F field (weight 2)", S(labels=2.0, label_mode="bm25f")),
+        ("B, RM3 (10 memories, 10 words, 0.9)", expanded(corpus, B)),
+        ("B, RM3 over passages of +-2 (10, 10, 0.9)", expanded(corpus, B, passages=True)),
+        ("B, RM3 over passages (5, 10, 0.9)", expanded(corpus, B, 5, passages=True)),
+        ("B, RM3 over passages (10, 10, 0.8)", expanded(corpus, B, original=0.8,
+                                                        passages=True)),
+        ("B's best 25, then RM3 over passages (10, 10, 0.8)",
+         head_tail(B, expanded(corpus, B, original=0.8, passages=True))),
+        ("B's best 10, then RM3 over passages (5, 10, 0.9)",
+         head_tail(B, expanded(corpus, B, 5, passages=True), 10)),
+        ("B's best 25, then the best left of the best 10 sessions", session_floor(B)),
+        ("B's best 25, then of the best 20 sessions", session_floor(B, 25, 20)),
+        ("B's best 10, then of the best 10 sessions", session_floor(B, 10, 10)),
+        ("B's best 25, then two each of the best 5 sessions", session_floor(B, 25, 5, 2)),
+        ("B, passage: the whole session", S(labels=0.25, whole=True)),
+        ("B + adjacent question words near each other (0.25, 2)",
+         proximity(corpus, B, 0.25, 2)),
+        ("B + adjacent question words near each other (0.5, 3)", proximity(corpus, B)),
+    ]
+
+
 def run(corpus, fn, qs):
     out = {}
     for q in qs:
@@ -439,10 +626,10 @@ def main() -> int:
         print(f"needs LoCoMo in {DATA} (not found); set ANNODB_SHARED", file=sys.stderr)
         return 1
     corpus, qs = Corpus(), questions()
-    if "--windowed" in sys.argv:
+    if "--windowed" in sys.argv or "--third" in sys.argv:
         print("| prototype variant | tune: @5 / @10 / @25 / @50 | held out | all ten |")
         print("|---|---|---|---|")
-        for name, fn in rows_windowed(corpus):
+        for name, fn in (rows_third if "--third" in sys.argv else rows_windowed)(corpus):
             figures = halves(run(corpus, fn, qs), qs)
             cells = [" / ".join(f"{figures[h][k]:.1f}" for k in (5, 10, 25, 50))
                      for h in ("tune", "held out", "all")]

@@ -745,12 +745,13 @@ def context_sums(values, runs, before, after, reach):
     return out
 
 
-def context_recall(memories, selected, words, dates, k, settings):
+def context_recall(memories, selected, words, dates, k, settings, labels=None):
     """annodb/recall.py's context recall by its definition. memories: [(docno, tokens,
     time or None)], every document of the collection in address order (N, df and the mean
     length are theirs); selected: the docnos ranked; words: [(word, count in the query)];
-    dates: [(lo, hi)] the query names; settings: a recall.Context. The top k [(docno,
-    score)], score > 0, by score, ties by address."""
+    dates: [(lo, hi)] the query names; settings: a recall.Context; labels: {docno: the
+    words of its metadata strings} (a word no text holds has for df the memories whose
+    labels hold it). The top k [(docno, score)], score > 0, by score, ties by address."""
     import math
 
     def idf(df, n):
@@ -781,8 +782,11 @@ def context_recall(memories, selected, words, dates, k, settings):
     spread = 1 + sum(s.before ** d + s.after ** d for d in range(1, s.window + 1))
     turn = [0.0] * n
     passage = [0.0] * n
+    named = [0.0] * n
+    labels = labels or {}
     for word, count in words:
-        df = sum(1 for _, toks, _ in memories if word in toks)
+        df = sum(1 for _, toks, _ in memories if word in toks) or \
+            sum(1 for d, _, _ in memories if word in labels.get(d, ()))
         if not df:
             continue
         tf = [toks.count(word) for _, toks, _ in mine]
@@ -800,12 +804,14 @@ def context_recall(memories, selected, words, dates, k, settings):
             pnorm = s.passage_k1 * (1 - s.passage_b + s.passage_b * plen /
                                     (avglen * (2 * s.reach + 1)))
             passage[i] += count * pidf * ptf / (ptf + pnorm)
+            if word in labels.get(mine[i][0], ()):
+                named[i] += count * idf(df, n_docs)
     dated = [0.0] * n
     for lo, hi in dates:
         for i in range(n):
             if times[i] is not None and lo <= times[i] < hi:
                 dated[i] += math.log(1 + s.date_span / (hi - lo))
-    scores = [turn[i] + ((s.passage * passage[i] + s.dates * dated[i])
-                         if turn[i] > 0 else 0.0) for i in range(n)]
+    scores = [turn[i] + ((s.passage * passage[i] + s.dates * dated[i] +
+                          s.labels * named[i]) if turn[i] > 0 else 0.0) for i in range(n)]
     ranked = sorted((i for i in range(n) if scores[i] > 0), key=lambda i: -scores[i])
     return [(mine[i][0], scores[i]) for i in ranked[:k]]

@@ -97,6 +97,23 @@ def test_a_date_in_the_question_prefers_memories_of_that_day(mem):
         assert [e.docno for e in mem.recall(asked, k=2)] == [b, a], asked
 
 
+def test_a_question_naming_a_label_prefers_the_memories_carrying_it(mem):
+    """A word of the question that one of a memory's metadata strings holds (a speaker's
+    name, a user) adds to the memory's score, whether or not any memory's text holds the
+    word: between memories equal in words, the one whose label the question names comes
+    first."""
+    a = mem.remember("I finished the book about whales", speaker="Maria", time=0.0)
+    b = mem.remember("I finished the book about whales", speaker="John Smith",
+                     time=20 * HOUR)
+    assert [e.docno for e in mem.recall("book whales", k=2)] == [b, a]   # ties: newer
+    assert [e.docno for e in mem.recall("What book did Maria read?", k=2)] == [a, b]
+    assert [e.docno for e in mem.recall("whales, smith", k=2)] == [b, a]
+    mem.remember("Maria and John Smith said hello", time=40 * HOUR)   # now a text word
+    got = [e.docno for e in mem.recall("What book did Maria read?", k=3)]
+    assert got.index(a) < got.index(b)
+    assert [e.docno for e in mem.recall("maria", k=3)][0] not in (a, b)  # (no text word)
+
+
 def utc(*date) -> float:
     return datetime.datetime(*date, tzinfo=UTC).timestamp()
 
@@ -158,7 +175,8 @@ def memories(draw):
         toks = draw(st.lists(st.sampled_from(WORDS), min_size=0, max_size=6))
         t += draw(st.sampled_from([0.0, 60.0, 1800.0, 1801.0, 3 * 24 * HOUR, 40 * 24 * HOUR]))
         timed = draw(st.sampled_from([True, True, True, False]))
-        out.append((toks, t if timed else None, draw(st.sampled_from(["a", "b"]))))
+        out.append((toks, t if timed else None,
+                    draw(st.sampled_from(["a", "b", "a", "w2", "w5 b"]))))
     return out
 
 
@@ -167,18 +185,21 @@ def memories(draw):
        st.sampled_from(["", " 2023", " May 2023", " 2023-05-04", " 2024"]),
        st.booleans(), st.sampled_from([recall.CONTEXT,
                                        recall.Context(common=1.0, before=0.8, after=0.0),
-                                       recall.Context(passage=2.0, dates=0.0, b=0.0),
+                                       recall.Context(passage=2.0, dates=0.0, b=0.0,
+                                                      labels=1.0),
                                        recall.Context(window=1, reach=2, common=0.0)]),
        st.sampled_from([None, True, False]), st.integers(1, 12))
 def test_context_recall_is_its_definition(mems, query, date, filtered, context, scan, k):
     """recall.search over a real database gives the scores and order of the brute-force
     computation of the same formula (tests/naive.py), with and without a filter, memories
-    with and without a time, over sessions cut at the gap."""
+    with and without a time, over sessions cut at the gap, labels holding the query's
+    words (and memories written without label words, as before labels were scored)."""
     with tempfile.TemporaryDirectory() as tmp, annodb.Memory(f"{tmp}/m.db") as mem:
-        stored = []
+        stored, labels = [], {}
         for i, (toks, t, user) in enumerate(mems):
             if t is not None:
                 docno = mem.remember(" ".join(toks), user=user, time=t)
+                labels[docno] = set(recall.label_words(user))
             else:  # (remember stamps every memory with a time: one without, written below)
                 with mem.db.write() as w:
                     docno = w.add({"text": " ".join(toks), "user": user}, docno=f"x{i}",
@@ -197,7 +218,7 @@ def test_context_recall_is_its_definition(mems, query, date, filtered, context, 
         for w in query:
             counts[w] = counts.get(w, 0) + 1
         every = dict(naive.context_recall(model, selected, list(counts.items()),
-                                          recall.date_ranges(text), 100, context))
+                                          recall.date_ranges(text), 100, context, labels))
         with mem.db.read() as r:
             got = recall.search(r, text, k=k, container=where_node(where),
                                 settings=context, snippets=False, scan=scan)
@@ -216,7 +237,8 @@ SKEWED = ["w1"] * 6 + ["w2"] * 3 + ["w3"] * 2 + ["w4", "w5", "w6", "w7"]
 @settings(max_examples=100)
 @given(st.lists(st.tuples(st.lists(st.sampled_from(SKEWED), max_size=4),
                           st.sampled_from([0.0, 60.0, 60.0, 60.0, 4000.0]),
-                          st.sampled_from(["a", "a", "b", "c"])), min_size=1, max_size=45),
+                          st.sampled_from(["a", "a", "b", "c w6", "w7"])), min_size=1,
+                max_size=45),
        st.lists(st.sampled_from(["w1", "w2", "w3", "w4", "w5", "w6", "w7"]), min_size=1,
                 max_size=4),
        st.sampled_from([None, "a", "b"]), st.integers(1, 8),
@@ -226,7 +248,8 @@ def test_following_the_postings_is_exact(mems, query, user, k, context):
     """Following the postings (the filter evaluated only around the memories holding the
     words taken so far, stopped once the k-th best score beats what any other memory could
     score) gives the k best of the brute-force definition, over many memories of several
-    users interleaved, with words of very different frequencies and small windows."""
+    users interleaved, with words of very different frequencies and small windows, and
+    query words that labels hold (some of them no text)."""
     with tempfile.TemporaryDirectory() as tmp, annodb.Memory(f"{tmp}/m.db") as mem:
         t = BASE
         rows = []
@@ -240,8 +263,9 @@ def test_following_the_postings_is_exact(mems, query, user, k, context):
         counts = {}
         for w in query:
             counts[w] = counts.get(w, 0) + 1
+        labels = {d: set(recall.label_words(r["user"])) for d, r in zip(docnos, rows)}
         every = dict(naive.context_recall(model, selected, list(counts.items()), [], 100,
-                                          context))
+                                          context, labels))
         with mem.db.read() as r:
             for scan in (False, True):
                 got = recall.search(r, " ".join(query), k=k, container=where_node(where),
@@ -252,3 +276,28 @@ def test_following_the_postings_is_exact(mems, query, user, k, context):
                 kept = {h.docno for h in got}
                 assert not got or all(v <= got[-1].score * (1 + 1e-9)
                                       for d, v in every.items() if d not in kept)
+
+
+def test_following_the_postings_finds_a_memory_by_its_label():
+    """Following the postings, a memory whose label holds a rare word of the question,
+    far from any memory whose text holds it, is scored too: it is the best here (a label
+    weighing as much as the word), and stopping after the rare word's text holders would
+    miss it."""
+    context = recall.Context(window=1, reach=2, labels=1.0)
+    with tempfile.TemporaryDirectory() as tmp, annodb.Memory(f"{tmp}/m.db") as mem:
+        rows = [{"text": "zeta zeta", "user": "a", "time": BASE}]
+        for i in range(1, 40):
+            rows.append({"text": "w2" if i % 2 else "w1", "user": "zeta" if i == 31 else "a",
+                         "time": BASE + 4000.0 * i})   # (each memory a session of its own)
+        docnos = mem.remember_many(rows)
+        model = [(d, r["text"].split(), r["time"]) for d, r in zip(docnos, rows)]
+        labels = {d: set(recall.label_words(r["user"])) for d, r in zip(docnos, rows)}
+        every = naive.context_recall(model, set(docnos), [("zeta", 1), ("w2", 1)], [], 3,
+                                     context, labels)
+        assert every[0][0] == docnos[31]
+        with mem.db.read() as r:
+            for scan in (False, True):
+                got = recall.search(r, "zeta w2", k=1, settings=context, snippets=False,
+                                    scan=scan)
+                assert [(h.docno, round(h.score, 9)) for h in got] == \
+                    [(d, round(s, 9)) for d, s in every[:1]]
