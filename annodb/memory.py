@@ -46,6 +46,7 @@ from typing import Any, cast
 import numpy as np
 
 from . import batch as _batch, query as _query, rankers as _rankers, ranking as _ranking
+from . import recall as _recall
 from .collection import open as _open
 from .errors import AnnodbError, NotFoundError, StorageError
 from .metadata import (DOCUMENT, KEY, RESERVED, SUPERSEDED, TEXT, TIME, check_own_key,
