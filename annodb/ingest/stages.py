@@ -121,6 +121,7 @@ def make(items: list, prepared: list, tell: int, sparse: tuple = ()) -> Chunk:
     """The chunk of these prepared documents, tokenized (see prepare)."""
     if not prepared:
         return Chunk(items, None, tell)
+    made: batch.Batch | None
     try:
         made = batch.make(prepared, sparse=sparse)
     except UnicodeError:
