@@ -214,7 +214,7 @@ def _writer_main() -> None:
             if placed.moved:
                 run.warn(f"{placed.moved} documents were placed after documents another "
                          f"writer committed to {shard_name(i)} during the ingest")
-        reply = ("done", run.summary)
+        reply: tuple[str, _ingest.Summary | str] = ("done", run.summary)
     except BaseException as err:  # noqa: BLE001 - handed to the router, which raises it
         reply = ("error", str(err) if isinstance(err, AnnodbError) else
                  f"writing failed: {type(err).__name__}: {err}")
