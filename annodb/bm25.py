@@ -51,7 +51,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -117,9 +119,9 @@ def number(value, name: str, lo: float, hi: float = math.inf) -> float:
     try:
         x = float(value)
     except (TypeError, ValueError, OverflowError):   # (an int past float's range)
-        x = math.nan if isinstance(value, int) and not isinstance(value, bool) else None
-        if x is None:
+        if not isinstance(value, int) or isinstance(value, bool):
             raise RankingError(f"{name} must be a number, not {shown}") from None
+        x = math.nan
     if not (lo <= x <= hi) or math.isnan(x):
         where = f"between {lo:g} and {hi:g}" if hi < math.inf else f">= {lo:g}"
         raise RankingError(f"{name} must be {where}, not {shown}")
@@ -142,6 +144,7 @@ def scoring(k1=None, b=None, fields=None, sparse=None, feedback=None) -> Scoring
     b = B if b is None else number(b, "b", 0.0, 1.0)
     made = []
     if fields:
+        items: Iterable[tuple[Any, Any]]
         if isinstance(fields, dict):
             items = fields.items()
         elif isinstance(fields, (list, tuple)):
@@ -151,7 +154,8 @@ def scoring(k1=None, b=None, fields=None, sparse=None, feedback=None) -> Scoring
                                f"{type(fields).__name__}")
         for name, spec in items:
             if isinstance(name, Field):
-                name, spec = name.name, (name.weight, name.b)
+                spec = (name.weight, name.b)
+                name = name.name
             weight, fb = 1.0, b
             if isinstance(spec, (tuple, list)):
                 if len(spec) != 2:
@@ -266,6 +270,7 @@ class _Term:
     intervals everywhere() reads."""
 
     bound: float
+    boxes: _Boxes
 
     def size(self) -> int:
         raise NotImplementedError
@@ -422,7 +427,7 @@ def word_terms(ev, cnode, settings: Scoring, words, known) -> list[_Term]:
     check_fields(settings, known)
     stats = Statistics(settings, known)
     boxes = _Boxes(ev, cnode)
-    out = []
+    out: list[_Term] = []
     words = [(tuple(forms), weight) for forms, weight in words if weight > 0]
     n = max(stats.n, 1)
     dfs = known.df
@@ -439,7 +444,7 @@ def sparse_terms(ev, cnode, settings: Scoring, weights, known) -> list[_Term]:
     the collection statistics `known`."""
     stats = Statistics(settings, known)
     boxes = _Boxes(ev, cnode)
-    out = []
+    out: list[_Term] = []
     for term, weight in weights:
         feature = f"{settings.sparse}:{term}"
         if weight > 0 and ev.lists.count(feature):
@@ -466,11 +471,12 @@ def top(terms: list[_Term], k: int, matches: Intervals | None = None, *,
     terms = [terms[i] for i in order]
     bounds = np.array([t.bound for t in terms], dtype=np.float64)
     rest = np.concatenate((np.cumsum(bounds[::-1])[::-1], [0.0]))  # bound of terms i..
-    if compiled and terms and all(type(t) is _Words and not t.stats.scoring.fields
-                                  for t in terms):
-        boxes = None if matches is not None else terms[0].boxes.at_hand()
-        if matches is not None or boxes is not None:
-            return _top_compiled(terms, k, matches, prune, rest, boxes)
+    if compiled and terms:
+        words = [t for t in terms if type(t) is _Words and not t.stats.scoring.fields]
+        if len(words) == len(terms):   # (all BM25 words: the same list, typed so)
+            boxes = None if matches is not None else words[0].boxes.at_hand()
+            if matches is not None or boxes is not None:
+                return _top_compiled(words, k, matches, prune, rest, boxes)
     floor = 0.0  # the least of k containers' whole scores: the k-th best is no lower
     i = 0
     if matches is None:
@@ -524,6 +530,7 @@ def _top_compiled(terms: list[_Words], k: int, matches: Intervals | None, prune:
     k1, b, avglen = st.scoring.k1, st.scoring.b, float(st.avglen)
     factors = np.array([t.factor for t in terms], dtype=np.float64)
     if matches is None:
+        assert boxes is not None   # (top() passes them when there are no matches)
         phase, cs, ce, sc = 1, EMPTY_I, EMPTY_I, EMPTY_F
         (bs, be), disjoint = (boxes[0].starts, boxes[0].ends), boxes[1]
     else:

@@ -78,6 +78,7 @@ class Database:
             cache = self._cache_bytes
             env.lists = ListCache(lists.CACHE_BYTES if cache is None else cache)
         elif self._cache_bytes is not None:
+            assert isinstance(env.lists, ListCache)   # (storage, below lists, holds an object)
             env.lists.max_bytes = int(self._cache_bytes)
         self._lists = env.lists  # decoded lists shared by snapshots of one commit
 

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator
+from typing import Callable, Generator
 
 import msgspec
 
@@ -137,7 +137,7 @@ def _reader_main() -> None:
                 in_flight.pop(0).result()
         while in_flight:
             in_flight.pop(0).result()
-        message = ("end", None)
+        message: tuple[str, str | None] = ("end", None)
     except BrokenPipeError:  # the writer stopped reading (it failed or was interrupted)
         return
     except BaseException as err:  # noqa: BLE001 - handed to the parent, which raises it
@@ -157,20 +157,23 @@ def _reader_main() -> None:
 
 
 def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
-                         batch_size, sparse: tuple = ()) -> Iterator[stages.Chunk]:
+                         batch_size, sparse: tuple = ()
+                         ) -> Generator[stages.Chunk, None, None]:
     """stages.chunks, made in a second Python process. A plain child process, not
     multiprocessing: that would re-run the caller's main script, and fork would copy this
     process's open LMDB environment."""
     child = children.start("from annodb.ingest.database import _reader_main; _reader_main()",
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    stdin, stdout = child.stdin, child.stdout
+    assert stdin is not None and stdout is not None   # (both opened as pipes above)
     try:
         while True:
             try:
-                if not child.stdin.closed:
-                    with child.stdin:
+                if not stdin.closed:
+                    with stdin:
                         pickle.dump((source, id_field, text_fields, batch_bytes, batch_size,
-                                     sparse), child.stdin)
-                kind, value = pickle.load(child.stdout)
+                                     sparse), stdin)
+                kind, value = pickle.load(stdout)
             except (EOFError, BrokenPipeError, pickle.UnpicklingError):
                 code = child.wait()
                 raise IngestError(f"{source.path}: the reading process ended unexpectedly "
@@ -184,7 +187,7 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
         if child.poll() is None:
             child.kill()
         child.wait()
-        child.stdout.close()
+        stdout.close()
         child.errors.close()
 
 
@@ -199,7 +202,7 @@ class Run:
     ingest's writer gives for its shard (write(timeout), release_mapped_pages(), path)."""
 
     def __init__(self, db, *, replace, strict, timeout, batch_size, batch_bytes, progress,
-                 on_problem, total_bytes, parallel=None, stop=None):
+                 on_problem, total_bytes, parallel=None, stop=None) -> None:
         self.db = db
         self.stop = stop            # set by Ctrl-C: stop before the next batch
         self.parallel = parallel
@@ -261,13 +264,14 @@ class Run:
             for chunk in chunks:
                 if self.stop is not None and self.stop.is_set():
                     raise KeyboardInterrupt
-                docs = []
+                docs: list[tuple[int, str]] = []
                 for item in chunk.items:
                     if isinstance(item, Problem):
                         self.problem(source, item.line, item.message, len(docs))
                     else:
                         docs.append(item)
                 if docs:
+                    assert chunk.batch is not None   # (a chunk's documents are its batch's)
                     self.write(docs, chunk.batch, source)
                 self.report(self.done(), chunk.tell)
         self.bytes_before += source.size

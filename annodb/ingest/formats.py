@@ -317,7 +317,9 @@ class JsonValues:
         closers = bytearray([_OPENERS[opener]])
         i = start + 1
         while True:
-            j = _SKIP.match(self.buf, i).end()      # past all but brackets, strings whole
+            skipped = _SKIP.match(self.buf, i)
+            assert skipped is not None              # (_SKIP matches the empty string too)
+            j = skipped.end()                       # past all but brackets, strings whole
             if j == len(self.buf) or self.buf[j] == 0x22:   # the end, or a string it cuts
                 dropped = self._more(start)
                 if dropped < 0:
@@ -396,7 +398,7 @@ class Table:
             self.rows = csv.reader(self.lines)
         self.header = None
         self.before = 0      # lines before the next row
-        for line, row in self._rows():
+        for _line, row in self._rows():
             if isinstance(row, list) and row:
                 self.header = [name.strip() for name in row]
                 break
@@ -471,6 +473,7 @@ def _read_tsv(reader, source, id_field, text_fields) -> Iterator:
         if bad:
             yield Problem(lineno, bad)
             continue
+        assert line is not None   # (_decode_line gives a line or a message)
         line = line.rstrip("\r\n")
         if not line.strip():
             continue
@@ -551,6 +554,7 @@ def _trec_doc(body: str, line: int, nbytes: int):
 
 
 def _read_trec(reader, source, id_field, text_fields) -> Iterator:
+    parts: list[str]
     inside, start_line, parts, nbytes, broken = False, 0, [], 0, None
     lineno = 0
     for lineno, raw in enumerate(reader, 1):
@@ -564,6 +568,7 @@ def _read_trec(reader, source, id_field, text_fields) -> Iterator:
             else:
                 yield Problem(lineno, bad)
             continue
+        assert line is not None   # (_decode_line gives a line or a message)
         pos = 0
         while True:
             if not inside:

@@ -39,6 +39,7 @@ import time
 import numpy as np
 
 from .. import children, records
+from ..children import Child   # (for ingest's list, whose name hides the module)
 from ..errors import AnnodbError, IngestError
 from ..shards import collection as _shards
 from ..shards.routing import route, shard_name
@@ -48,7 +49,7 @@ from .formats import Problem
 QUEUED = 2          # chunks waiting in the router per reader and per writer
 
 
-def _child(main: str) -> subprocess.Popen:
+def _child(main: str) -> children.Child:
     return children.start(f"from annodb.ingest.sharded import {main}; {main}()",
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
@@ -84,7 +85,7 @@ def _split(chunk, n_shards: int) -> tuple:
                          if not isinstance(item, Problem)), dtype=np.int64)
     home = np.fromiter((route(d, n_shards) for d in made.docnos), dtype=np.int64,
                        count=len(made))
-    parts = []
+    parts: list[bytes | None] = []
     for s in range(n_shards):
         idx = np.flatnonzero(home == s)
         if not len(idx):
@@ -120,6 +121,7 @@ def _reader_main() -> None:
                 if held is not None:
                     send(0, False, 0, *held)
                 held = batch
+            assert held is not None   # (stages.read yields at least once)
             send(0, True, 0, *held)
         for k in chunks or ():
             data, tell = _chunk_bytes(source.path, k, size)
@@ -135,7 +137,7 @@ def _reader_main() -> None:
                         send(k, False, 0, pending, tell)
                         pending, docs = [], 0
             send(k, True, lines, pending, tell)
-        message = ("end",)
+        message: tuple[str, ...] = ("end",)
     except BrokenPipeError:
         return
     except BaseException as err:  # noqa: BLE001 - handed to the router, which raises it
@@ -212,7 +214,7 @@ def _writer_main() -> None:
             if placed.moved:
                 run.warn(f"{placed.moved} documents were placed after documents another "
                          f"writer committed to {shard_name(i)} during the ingest")
-        reply = ("done", run.summary)
+        reply: tuple[str, _ingest.Summary | str] = ("done", run.summary)
     except BaseException as err:  # noqa: BLE001 - handed to the router, which raises it
         reply = ("error", str(err) if isinstance(err, AnnodbError) else
                  f"writing failed: {type(err).__name__}: {err}")
@@ -230,7 +232,7 @@ class _Pipe(threading.Thread):
     """Moves messages between the router and one child: a reader's out of its stdout into
     `inbox`, or a writer's from `outbox` into its stdin (then its reply)."""
 
-    def __init__(self, child: subprocess.Popen, first, reading: bool):
+    def __init__(self, child: children.Child, first, reading: bool):
         super().__init__(daemon=True)
         self.child, self.first, self.reading = child, first, reading
         self.box: queue.Queue = queue.Queue(QUEUED)
@@ -239,23 +241,24 @@ class _Pipe(threading.Thread):
         self.start()
 
     def run(self) -> None:
+        stdin, stdout = self.child.stdin, self.child.stdout
+        assert stdin is not None and stdout is not None   # (_child opens both pipes)
         try:
-            with self.child.stdin:
-                pickle.dump(self.first, self.child.stdin)
+            with stdin:
+                pickle.dump(self.first, stdin)
                 if not self.reading:
                     while True:
                         message = self.box.get()
-                        pickle.dump(message, self.child.stdin,
-                                    protocol=pickle.HIGHEST_PROTOCOL)
+                        pickle.dump(message, stdin, protocol=pickle.HIGHEST_PROTOCOL)
                         if message[0] == "end":
                             break
             if self.reading:
                 while True:
-                    message = pickle.load(self.child.stdout)
+                    message = pickle.load(stdout)
                     self.box.put(message)
                     if message[0] in ("end", "error"):
                         return
-            self.reply = pickle.load(self.child.stdout)
+            self.reply = pickle.load(stdout)
         except (EOFError, BrokenPipeError, OSError, pickle.UnpicklingError):
             self.failed = f"exit code {self.child.wait()}{children.said(self.child)}"
             if self.reading:
@@ -313,7 +316,7 @@ def ingest(db, paths, *, shards: int | None = None, format: str | None = None,
     readers = max(1, readers or os.cpu_count() or 1)
     summary = _ingest.Summary()
     writers: list[_Pipe] = []
-    children: list[subprocess.Popen] = []
+    children: list[Child] = []
     try:
         options = dict(replace=replace, strict=strict, timeout=timeout)
         for i in range(len(db.shards)):
@@ -395,6 +398,7 @@ def ingest(db, paths, *, shards: int | None = None, format: str | None = None,
             if child.poll() is None:
                 child.kill()
             child.wait()
+            assert child.stdout is not None   # (_child opens it)
             for f in (child.stdout, child.errors):
                 try:
                     f.close()

@@ -21,7 +21,7 @@ import gzip
 import itertools
 import threading
 import zlib
-from typing import Iterator, NamedTuple
+from typing import Generator, Iterator, NamedTuple
 
 import numpy as np
 
@@ -45,7 +45,7 @@ class Chunk(NamedTuple):
 
 def chunks(source: Source, id_field, text_fields, batch_bytes: int,
            batch_size: int | None, stop: threading.Event | None = None,
-           sparse: tuple = ()) -> Iterator[Chunk]:
+           sparse: tuple = ()) -> Generator[Chunk, None, None]:
     """The file's batches, made ready to add (`sparse`: the sparse fields)."""
     for pending, tell in read(source, id_field, text_fields, batch_bytes, batch_size, stop):
         yield make(*prepare(pending, stop, sparse), tell, sparse)
@@ -121,6 +121,7 @@ def make(items: list, prepared: list, tell: int, sparse: tuple = ()) -> Chunk:
     """The chunk of these prepared documents, tokenized (see prepare)."""
     if not prepared:
         return Chunk(items, None, tell)
+    made: batch.Batch | None
     try:
         made = batch.make(prepared, sparse=sparse)
     except UnicodeError:

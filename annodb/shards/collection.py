@@ -60,12 +60,12 @@ shard: per-shard rankings merged by (score descending, address) are exactly one 
 (tested against it). Scores weighing words by collection statistics (BM25, BM25F, sparse
 vectors, SSR's free-text tiers) take the shards' summed (statistics.combine), computed
 once per query by the sharded snapshot and given to each shard's ranking; a fused
-ranking fuses the merged SSR and BM25 rankings. What differs from one database holding the same documents: an
-interval spanning documents of two shards is never formed, so `count` and `query` can
-differ for queries whose intervals cross documents (`"darkness gen"` across two verses),
-and so can a ranking whose containment operand crosses documents (`(<< A B)` or `(!< A B)`
-with a B interval spanning two documents); `(# n)` windows run over each shard's address
-space.
+ranking fuses the merged SSR and BM25 rankings. What differs from one database holding the
+same documents: an interval spanning documents of two shards is never formed, so `count`
+and `query` can differ for queries whose intervals cross documents (`"darkness gen"`
+across two verses), and so can a ranking whose containment operand crosses documents
+(`(<< A B)` or `(!< A B)` with a B interval spanning two documents); `(# n)` windows run
+over each shard's address space.
 """
 
 from __future__ import annotations
@@ -141,8 +141,8 @@ class ShardError(StorageError):
     (the message is the first)."""
 
     def __init__(self, path: str, problems: list[str]):
-        more = len(problems) - 1
-        more = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+        others = len(problems) - 1
+        more = f" (and {others} more problem{'s' if others > 1 else ''})" if others else ""
         super().__init__(f"{problems[0]}{more}; {path}: the collection is refused: restore "
                          "its shard folders as they were (annodb never makes a shard anew "
                          "once the collection exists)")
@@ -375,7 +375,7 @@ class _FileLock:
 
     def __init__(self, path: str, timeout: float, what: str):
         self.path, self.timeout, self.what = path, timeout, what
-        self.fd = None
+        self.fd: int | None = None
 
     def acquire(self) -> "_FileLock":
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -457,7 +457,7 @@ class ShardedDatabase:
         self._starting: dict = {}       # shard -> its new worker, not ready yet
         self._restarting = threading.Lock()
         self._worker_options = (per_shard, spin)
-        self._pool = None
+        self._pool: ThreadPoolExecutor | None = None
         self._closed = False
         try:
             problems = folder_problems(path, n)

@@ -34,8 +34,10 @@ def shard_index(name: str) -> int | None:
     return None
 
 
-def identity(collection: str, i: int, shards: int) -> dict:
-    """What shard `i` of a collection of `shards` shards records (meta IDENTITY)."""
+def identity(collection: str | None, i: int, shards: int) -> dict:
+    """What shard `i` of a collection of `shards` shards records (meta IDENTITY); None for
+    `collection`: not known (a collection being adopted whose shards do not agree on one),
+    to compare shards against."""
     return {"id": collection, "shard": i, "shards": shards}
 
 
