@@ -8,7 +8,9 @@ A memory is a document (container `:`) whose record holds its text (`text`) and 
 - a string is a label, the feature `key:value` (whitespace, `( ) " %` in the value written
   `%XX`, and the empty string as `key:%`, so a label never ends in `:` and never names a
   container or a field such as `topic:` or `title:`), so `where={"user": "alice"}` is the
-  feature `user:alice`, matched exactly;
+  feature `user:alice`, matched exactly; each word of it is also an annotation
+  `(label)WORD` over the memory (recall.py's LABEL_WORD: what lets a question naming
+  `alice` favour her memories; no query text can name it, as `(` is the algebra's);
 - a time (`datetime`, or seconds since the epoch) is a number: seconds since the epoch. A
   `datetime` with a timezone is converted; a naive one is taken as UTC (not local time).
 
