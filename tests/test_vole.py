@@ -1,4 +1,4 @@
-"""The Vole (issue 5): the real openai client against a fake OpenAI-compatible server on
+"""The Vole: the real openai client against a fake OpenAI-compatible server on
 127.0.0.1 (tests/fake_openai.py) playing scripted decisions, on the bundled sample
 collection, in process and through a real `annodb serve`. No test reaches the internet:
 an autouse fixture refuses every connection to a non-loopback address."""

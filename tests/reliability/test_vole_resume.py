@@ -1,4 +1,4 @@
-"""Exact resumes of the Vole (issue 15): `vole run` killed with SIGKILL at random points, or
+"""Exact resumes of the Vole: `vole run` killed with SIGKILL at random points, or
 the `annodb serve` it searches through killed at random points, and the same command run
 again: every time the run file equals the one an uninterrupted run writes, and the
 database passes check.
