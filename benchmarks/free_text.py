@@ -27,6 +27,7 @@ import numpy as np
 
 from benchmarks.common.engines import Annodb as Built, Tantivy as TantivyBuilt
 from benchmarks.common.paths import SHARED, WORK
+from benchmarks.common.results import latency_cells, ratio_cells
 from benchmarks.scifact import timed, words
 
 SAMPLE = os.path.join(SHARED, "data", "rag24", "msmarco-sample.jsonl")
@@ -80,14 +81,10 @@ class Tantivy:
 def table(got: dict[str, np.ndarray]) -> str:
     out = "| engine | median ms | p90 ms | p99 ms |\n|---|---|---|---|\n"
     for name, t in got.items():
-        out += (f"| {name} | {np.median(t):.3f} | {np.percentile(t, 90):.3f} | "
-                f"{np.percentile(t, 99):.3f} |\n")
-    base = got["tantivy"]
+        out += f"| {name} | {latency_cells(t)} |\n"
     for name, t in got.items():
         if name != "tantivy":
-            out += (f"| {name} / tantivy | **{np.median(t) / np.median(base):.2f}x** | "
-                    f"{np.percentile(t, 90) / np.percentile(base, 90):.2f}x | "
-                    f"**{np.percentile(t, 99) / np.percentile(base, 99):.2f}x** |\n")
+            out += f"| {name} / tantivy | {ratio_cells(t, got['tantivy'])} |\n"
     return out
 
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from benchmarks.common.paths import WORK as _WORK
 from benchmarks.common.paths import shared
+from benchmarks.common.results import latency_cells, ratio_cells
 
 DATA = shared("data", "scifact")
 WORK = os.path.join(_WORK, "scifact")
@@ -163,14 +164,10 @@ def timed(engines, queries, k: int, rounds: int) -> dict[str, np.ndarray]:
 def table(got: dict[str, np.ndarray], k: int) -> str:
     out = ""
     for name, t in got.items():
-        out += (f"| top {k} | {name} | {np.median(t):.3f} | {np.percentile(t, 90):.3f} | "
-                f"{np.percentile(t, 99):.3f} |\n")
-    ours = got["annodb"]
+        out += f"| top {k} | {name} | {latency_cells(t)} |\n"
     for name, t in got.items():
         if name != "annodb":
-            out += (f"| | annodb / {name} | **{np.median(ours) / np.median(t):.2f}x** | "
-                    f"{np.percentile(ours, 90) / np.percentile(t, 90):.2f}x | "
-                    f"**{np.percentile(ours, 99) / np.percentile(t, 99):.2f}x** |\n")
+            out += f"| | annodb / {name} | {ratio_cells(got['annodb'], t)} |\n"
     return out
 
 

@@ -33,3 +33,16 @@ def record(section: str, text: str) -> None:
         new = old.rstrip("\n") + "\n\n" + block + "\n"
     with open(RESULTS, "w", encoding="utf-8") as f:
         f.write(new)
+
+
+def latency_cells(ms) -> str:
+    """A latency table's cells: median | p90 | p99 (ms), of an array of times in ms."""
+    import numpy as np
+    return " | ".join(f"{np.percentile(ms, p):.3f}" for p in (50, 90, 99))
+
+
+def ratio_cells(ms, base) -> str:
+    """The ratios of two engines' median | p90 | p99 (the median's and p99's in bold)."""
+    import numpy as np
+    r = [np.percentile(ms, p) / np.percentile(base, p) for p in (50, 90, 99)]
+    return f"**{r[0]:.2f}x** | {r[1]:.2f}x | **{r[2]:.2f}x**"
