@@ -750,13 +750,19 @@ def interrupted(tmp_path, bible, target, wait):
     topics = tmp_path / "topics.tsv"
     topics.write_text(TOPICS3)
     child = subprocess.Popen(
-        [sys.executable, "-c", "from annodb_cli.vole import vole; vole()", "run", "--topics",
-         str(topics), *target, "--model", "m", "--out", str(tmp_path / "out")],
+        [sys.executable, "-X", "faulthandler", "-c", "from annodb_cli.vole import vole; vole()",
+         "run", "--topics", str(topics), *target, "--model", "m", "--out",
+         str(tmp_path / "out")],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert wait(), "the run never started waiting"
         child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=60)       # a hang guard, not a speed check
+        try:
+            out, err = child.communicate(timeout=60)   # a hang guard, not a speed check
+        except subprocess.TimeoutExpired:
+            child.send_signal(signal.SIGABRT)          # faulthandler prints every thread
+            out, err = child.communicate(timeout=30)
+            raise AssertionError(f"no exit 60 s after SIGINT; its threads:\n{err}") from None
     finally:
         if child.poll() is None:
             child.kill()
