@@ -33,6 +33,7 @@ English stem (ranking.counted_forms; the stem is the term), in a GCL query a wor
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from dataclasses import dataclass
 
@@ -80,61 +81,132 @@ def word_counts(text: str, fold: bool = False):
     occurs, in order of first occurrence (as Counter(tokens(text)) gives them): one kernel
     pass numbers the tokens (tokenizer.distinct_tokens), so Python makes each distinct
     word once."""
+    names, counts = word_count_arrays(text, fold)
+    return zip(names, counts.tolist())
+
+
+def word_count_arrays(text: str, fold: bool = False) -> tuple[list[str], np.ndarray]:
+    """word_counts as (the words, their counts as an int64 array)."""
     try:
         _, kinds, names = distinct_tokens(text)
     except UnicodeEncodeError:  # (a lone surrogate: the regex path reads it)
         words = tokens(text)
-        return Counter([strip_diacritics(w) for w in words] if fold else words).items()
-    counts = np.bincount(kinds, minlength=len(names)).tolist()
+        counted = Counter([strip_diacritics(w) for w in words] if fold else words)
+        return list(counted), np.array(list(counted.values()), dtype=np.int64)
+    counts = np.bincount(kinds, minlength=len(names))
     if not fold:
-        return zip(names, counts)
+        return names, counts
     merged: dict[str, int] = {}
-    for w, c in zip(names, counts):
+    for w, c in zip(names, counts.tolist()):
         w = strip_diacritics(w)
         merged[w] = merged.get(w, 0) + c
-    return merged.items()
+    return list(merged), np.array(list(merged.values()), dtype=np.int64)
+
+
+class _Terms:
+    """Words' terms under one key function, memoised for the process: each word's term
+    numbered once (-1: a term that may not be fed back). A key is a pure function of the
+    word (a stem, or the word itself), and the best containers of one query after another
+    share most of their words. Safe across threads: a word not yet numbered is numbered
+    under a lock."""
+
+    LIMIT = 1 << 17   # words remembered before the memo starts over (~20 MB)
+
+    def __init__(self, key):
+        self.key = key
+        self.lock = threading.Lock()
+        # (word -> its term's number, term number -> the term, term -> its number),
+        # replaced as a whole when it starts over
+        self.table: tuple[dict[str, int], list[str], dict[str, int]] = ({}, [], {})
+
+    def numbers(self, words: list[str]) -> tuple[list[int], list[str]]:
+        """The words' terms' numbers, and the list of the terms by number."""
+        number, names, _ = self.table
+        out = [number.get(w, -2) for w in words]
+        if -2 not in out:
+            return out, names
+        with self.lock:
+            if len(self.table[0]) > self.LIMIT:     # start over (readers keep theirs)
+                self.table = ({}, [], {})
+            number, names, of_term = self.table
+            for i, w in enumerate(words):
+                x = number.get(w)
+                if x is None:
+                    t = self.key(w)
+                    if not eligible(t):
+                        x = -1
+                    elif (x := of_term.get(t)) is None:
+                        x = of_term[t] = len(names)
+                        names.append(t)
+                    number[w] = x
+                out[i] = x
+        return out, names
+
+
+_TERMS: dict = {}     # key function -> its _Terms
+
+
+def _terms(key) -> _Terms:
+    terms = _TERMS.get(key)
+    if terms is None:
+        if len(_TERMS) > 8:      # (key functions made per call would pile up)
+            _TERMS.clear()
+        terms = _TERMS.setdefault(key, _Terms(key))
+    return terms
 
 
 def relevance_model(snapshot, starts, ends, scores, key, forms_of, fb_terms: int
                     ) -> list[tuple[str, tuple[str, ...], float]]:
     """The `fb_terms` heaviest terms of the relevance model of the containers (starts, ends)
     with BM25 scores `scores`: [(term, its words, weight)], weights summing to 1, by
-    weight descending, ties by term. key(word) is a word's term; forms_of(words) maps
-    each word to the words of the database its term stands for (the word among them)."""
+    weight descending, ties by term. key(word) is a word's term (a pure function: its
+    results are memoised); forms_of(words) maps each word to the words of the database
+    its term stands for (the word among them).
+
+    Each term's weight is summed with one bincount over the containers' words, in the
+    containers' order and each one's words' order (the order a loop would add them in,
+    so the sums are the same to the last bit); the terms are ranked a chunk at a time
+    from the heaviest, so only the heaviest few are sorted by Python."""
     n = max(snapshot.document_count(), 1)
-    weight: dict[str, float] = {}
-    seen: dict[str, str] = {}  # term -> the first word of it met
-    term_of: dict[str, str] = {}  # word -> its term, "" when it may not be fed back
     fold = getattr(snapshot, "fold_diacritics", False)
     texts = snapshot.texts(starts.tolist(), ends.tolist())
+    words: list[str] = []
+    factors = []
     for s, e, sc, text in zip(starts.tolist(), ends.tolist(), scores.tolist(), texts):
-        length = e - s + 1
-        for w, tf in word_counts(text, fold):
-            t = term_of.get(w)
-            if t is None:
-                t = key(w)
-                if not eligible(t):
-                    t = ""
-                term_of[w] = t
-                if t:
-                    seen.setdefault(t, w)
-            if t:
-                weight[t] = weight.get(t, 0.0) + tf / length * sc
-    ranked = [t for _, t in sorted((-w, t) for t, w in weight.items())]
-    kept = []
-    for i in range(0, len(ranked), CHUNK):  # the heaviest first, until fb_terms pass
-        terms = ranked[i:i + CHUNK]
-        forms = forms_of([seen[t] for t in terms])
-        chunk = [(t, tuple(forms[seen[t]])) for t in terms]
+        names, counts = word_count_arrays(text, fold)
+        words += names
+        factors.append(counts / (e - s + 1) * sc)    # tf / length x score, as floats do
+    if not words:
+        return []
+    terms = _terms(key)
+    numbered, term_names = terms.numbers(words)
+    numbers = np.array(numbered, dtype=np.int64)
+    # the query's terms numbered 0.. (by their process-wide numbers; -1 first, if any)
+    found, first, ids = np.unique(numbers, return_index=True, return_inverse=True)
+    names = [term_names[x] if x >= 0 else "" for x in found.tolist()]
+    first_word = [words[i] for i in first.tolist()]    # a term's first word met
+    weight = np.bincount(ids, weights=np.concatenate(factors), minlength=len(names))
+    left = found >= 0
+    kept: list[tuple[str, tuple[str, ...], float]] = []
+    while left.any() and len(kept) < fb_terms:  # the heaviest first, until fb_terms pass
+        # the next CHUNK heaviest (with every term tied with the last of them), in order
+        pool = np.flatnonzero(left)
+        w = weight[pool]
+        if len(pool) > CHUNK:
+            floor = np.partition(w, len(w) - CHUNK)[len(w) - CHUNK]
+            pool = pool[w >= floor]
+        left[pool] = False
+        chunk_ids = [i for _, _, i in sorted((-float(weight[i]), names[i], i)
+                                             for i in pool.tolist())]
+        forms = forms_of([first_word[i] for i in chunk_ids])
+        chunk = [(i, tuple(forms[first_word[i]])) for i in chunk_ids]
         stats = snapshot.statistics(sorted({f for _, fs in chunk for f in fs}))
-        for t, fs in chunk:
+        for i, fs in chunk:
             df = min(sum(stats.df.get(f, 0) for f in fs), n)
             if fs and df / n <= MAX_DF:
-                kept.append((t, fs, weight[t]))
+                kept.append((names[i], fs, float(weight[i])))
                 if len(kept) >= fb_terms:
                     break
-        if len(kept) >= fb_terms:
-            break
     total = sum(w for _, _, w in kept)
     return [(t, fs, w / total) for t, fs, w in kept] if total > 0 else []
 

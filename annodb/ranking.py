@@ -123,6 +123,14 @@ def load_kernels(db, container: str = ":") -> None:
 
 
 
+def _itself(word: str) -> str:
+    return word
+
+
+def _alone(words: list[str]) -> dict[str, tuple[str, ...]]:
+    return {w: (w,) for w in words}
+
+
 def rm3_rank(view: ReadView, node, ranker: Expanding, *, depth: int, container: str,
              budget: Budget | None) -> Ranking:
     """A GCL query's matches ranked by BM25 over its words expanded by RM3: its best
@@ -135,8 +143,7 @@ def rm3_rank(view: ReadView, node, ranker: Expanding, *, depth: int, container: 
     words = scored.query_terms(node)
     first = view.ranked(node, scored, depth=fb.docs, container=container, budget=budget)
     model = feedback.relevance_model(view, first.starts, first.ends, first.scores,
-                                     key=lambda w: w,
-                                     forms_of=lambda ws: {w: (w,) for w in ws},
+                                     key=_itself, forms_of=_alone,
                                      fb_terms=fb.terms)
     expanded = feedback.expand(view, [(f[0], f, n) for f, n in words], model,
                                fb.original)

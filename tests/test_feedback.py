@@ -226,3 +226,33 @@ def test_word_counts_are_the_counts_of_the_tokens_in_order(text, fold):
     if fold:
         words = [strip_diacritics(w) for w in words]
     assert list(feedback.word_counts(text, fold)) == list(Counter(words).items())
+
+
+def test_the_terms_memo_numbers_each_term_once_across_threads_and_restarts(monkeypatch):
+    """RM3's process-wide memo of words' terms: threads numbering overlapping words at once
+    agree on every number, each number names the word's own term (-1 exactly for the
+    words that may not be fed back), and a memo that starts over (past its limit) still
+    answers the same terms."""
+    import threading
+
+    from annodb.scoring import stem
+    words = [f"{a}{b}ing" for a in "abcdefghij" for b in "klmnopqrst"] + ["x", "a-b", "ok"]
+    for limit in (1 << 17, 7):
+        monkeypatch.setattr(feedback._Terms, "LIMIT", limit)
+        terms = feedback._Terms(stem)
+        got: list = [None] * 8
+        start = threading.Barrier(8)
+
+        def number(i):
+            start.wait()
+            mine = words[i:] + words[:i]
+            numbers, names = terms.numbers(mine)
+            got[i] = [(w, names[x] if x >= 0 else None) for w, x in zip(mine, numbers)]
+        threads = [threading.Thread(target=number, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for pairs in got:
+            assert all(t == (stem(w) if feedback.eligible(stem(w)) else None)
+                       for w, t in pairs)
