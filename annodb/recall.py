@@ -55,8 +55,13 @@ is a query word too, with df the memories whose labels hold it (it adds to named
 Then
 
     score_i = turn_i + [turn_i > 0] x (passage x pass_i + dates x date_i
-                                       + labels x named_i)
+                                       + labels x named_i + length x L_i / (L_i + avglen))
 
+The last term is a **length prior**: of two memories that match the question about as
+well, the longer one more likely holds what is asked (BM25's length normalisation works
+the other way: a memory that says little but a name, "wow, Melanie!", outscores the one
+that tells her news for the name alone); it saturates, so it never exceeds `length`, and
+it reads nothing but the memory's extent.
 and the k best memories with a score > 0 are returned, ties by address. The settings
 (`Context`) were chosen on half of LoCoMo's conversations and measured on the other half
 (benchmarks/memory.py, benchmarks/RESULTS.md, where every variant tried is listed).
@@ -68,7 +73,7 @@ taken so far (those passing the filter, found by evaluating it only around them)
 scored exactly, from their neighbours' lengths, times and postings; a memory further away
 holds none of those words nearby (in its text or labels), so it scores less than the sum
 over the words left of qtf x (idf + passage x pidf + labels x idf, the last for a word
-some label holds), plus the dates' weights. Once the k-th best score reaches
+some label holds), plus the dates' weights and the length prior's. Once the k-th best score reaches
 that bound, no other memory can enter the k best; otherwise twice as many words are
 taken. A round is run only when the words taken could outscore those left, and only
 while the memories to read around their holders are at most a quarter of what the filter
@@ -125,6 +130,7 @@ class Context:
     dates: float = 1.5       # the weight of a date the query names
     date_span: float = 365 * DAY   # a date of length D weighs ln(1 + date_span / D)
     labels: float = 0.3      # the weight of a query word one of a memory's labels holds
+    length: float = 2.0      # the weight of a memory's length prior, L / (L + avglen)
 
     def spread(self) -> float:
         """A memory's context length over its own in an endless session."""
@@ -197,7 +203,8 @@ def score(tf: np.ndarray, counts: np.ndarray, idfs: np.ndarray, pidfs: np.ndarra
         turn += counts[w] * idfs[w] * wide / (wide + norm)
         p = x + flat[w + 1]
         passage += counts[w] * pidfs[w] * p / (p + passage_norm)
-    extra = s.passage * passage + s.dates * np.asarray(dated, float)
+    extra = s.passage * passage + s.dates * np.asarray(dated, float) + \
+        s.length * lengths / (lengths + avglen)
     if named is not None:
         extra = extra + s.labels * np.asarray(named, float)
     return turn + (turn > 0) * extra
@@ -440,6 +447,8 @@ def _followed(ev: Evaluator, cnode, terms: list, dates: list, avglen: float,
         bound = sum(terms[w].bound(settings) for w in rest)
         if rest and dates:
             bound += settings.dates * sum(weight for _, _, weight in dates)
+        if rest:
+            bound += settings.length   # (the length prior is below its weight)
         if bound > sum(terms[w].bound(settings) for w in order[:taken]):
             continue      # (the words taken could not outscore the rest: take more first)
         for w in order[:taken]:
