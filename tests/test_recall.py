@@ -49,6 +49,26 @@ def test_the_turn_before_lends_its_words(mem):
         "The kids loved it so much"]
 
 
+def test_a_memory_found_through_its_context_shows_no_cover(mem):
+    """A memory that holds no word of the question (found through its neighbour) has no
+    cover: its hit's cover is None (null in JSON) and its snippet marks nothing, while
+    the memory holding the word has it marked."""
+    a = mem.remember("We finally went camping at the lake", time=0.0)
+    b = mem.remember("Yes, with the kids, it was lovely", time=60.0)
+    got = mem.recall("camping", k=5)
+    assert [e.docno for e in got] == [a, b]
+    assert "<cover>camping</cover>" in got[0].snippet
+    assert got[1].snippet == "Yes, with the kids, it was lovely"
+    with mem.db.read() as r:
+        hits = recall.search(r, "camping", k=5)
+        assert [h.docno for h in hits] == [a, b]
+        assert hits[0].cover is not None and hits[1].cover is None
+        assert hits[1].as_dict()["cover"] is None
+        assert hits[1].snippet == "Yes, with the kids, it was lovely"
+        assert [h.cover for h in recall.search(r, "camping", k=5, snippets=False)][1] \
+            is not None   # (without snippets no cover is looked for: the memory's start)
+
+
 def test_neighbours_across_a_silence_lend_nothing(mem):
     """Memories more than half an hour apart are different sessions: the later one
     borrows nothing from the earlier, however close their addresses."""
