@@ -612,8 +612,9 @@ def _kth(scores: np.ndarray, k: int) -> float:
 def covers(ev: Evaluator, words: list[tuple[str, ...]], s: np.ndarray, e: np.ndarray
            ) -> tuple[np.ndarray, np.ndarray]:
     """For each container (s, e): the shortest window holding each of the query's terms
-    that it holds (a term: one of the words of a tuple), the first of the shortest; its
-    first address where it holds none. What a BM25 or sparse hit's snippet shows."""
+    that it holds (a term: one of the words of a tuple), the first of the shortest; (-1,
+    -1) where it holds none (a hit found through its neighbours or by an expansion word:
+    no cover to show). What a BM25 or sparse hit's snippet shows."""
     if not len(s):
         return EMPTY_I, EMPTY_I
     order = np.argsort(s, kind="stable")
@@ -631,6 +632,4 @@ def covers(ev: Evaluator, words: list[tuple[str, ...]], s: np.ndarray, e: np.nda
         pick = np.argsort(a, kind="stable")
         ws, we = kernels.best_windows(a[pick], np.concatenate(ids)[pick], len(words), ss, se)
         cs[order], ce[order] = ws, we
-    none = cs < 0
-    cs[none], ce[none] = s[none], s[none]
     return cs, ce

@@ -40,6 +40,7 @@ import os
 import re
 import sys
 import time as _time
+import weakref
 from dataclasses import dataclass, field, replace as _replace
 from typing import Any, cast
 
@@ -587,22 +588,29 @@ def _value_over(snap, name: str, start: int, end: int) -> float | None:
     return None if v != v else v
 
 
-_NAMES: dict = {}      # (database path, committed state) -> its value features' names
+_NAMES: dict = {}   # id(environment) -> (a weak reference to it, committed state, names)
 
 
 def value_names(snap) -> list[str]:
     """The names of the value features (`:name:`) of the snapshot's database: looked up
-    once per committed state (the state a read sees) and kept for the reads after it."""
-    state = getattr(getattr(snap, "_txn", None), "id", None)   # (None: a sharded one's)
-    key = (getattr(getattr(snap, "db", None), "path", None), state)
-    found = _NAMES.get(key) if state is not None else None
-    if found is None:
-        found = [n for n in snap.features_with_prefix(":", sys.maxsize)
-                 if _VALUE_FEATURE.fullmatch(n)]
-        if state is not None and not isinstance(snap, Writer):
+    once per committed state (the state a read sees) and kept for the reads after it,
+    by the open environment (the storage layer's, one per process and database while it
+    is open: a database deleted and made again at the same path is another, whose
+    states count anew)."""
+    txn = getattr(snap, "_txn", None)     # (None: a sharded one's)
+    env, state = getattr(txn, "env", None), getattr(txn, "id", None)
+    held = _NAMES.get(id(env)) if env is not None and state is not None else None
+    if held is not None and held[0]() is env and held[1] == state:
+        return held[2]
+    found = [n for n in snap.features_with_prefix(":", sys.maxsize)
+             if _VALUE_FEATURE.fullmatch(n)]
+    if env is not None and state is not None and not isinstance(snap, Writer):
+        if len(_NAMES) >= 64:
+            for key in [k for k, v in _NAMES.items() if v[0]() is None]:
+                del _NAMES[key]
             if len(_NAMES) >= 64:
                 _NAMES.clear()
-            _NAMES[key] = found
+        _NAMES[id(env)] = (weakref.ref(env), state, found)
     return found
 
 

@@ -54,9 +54,16 @@ their forms) that i's labels hold; a word that no memory's text holds but a labe
 is a query word too, with df the memories whose labels hold it (it adds to named_i only).
 Then
 
-    score_i = turn_i + [turn_i > 0] x (passage x pass_i + dates x date_i
-                                       + labels x named_i)
+    score_i = (turn_i + [turn_i > 0] x (passage x pass_i + dates x date_i
+                                        + labels x named_i)) x (1 + length x L_i / (L_i + avglen))
 
+The last factor is a **length prior**: of two memories that match the question about as
+well, the longer one more likely holds what is asked (BM25's length normalisation works
+the other way: a memory that says little but a name, "wow, Melanie!", outscores the one
+that tells her news for the name alone). It saturates (below 1 + length), it scales with
+what the memory matched (so a memory matching the question better is not overtaken for
+its length alone, however small the words' idf), and it reads nothing but the memory's
+extent.
 and the k best memories with a score > 0 are returned, ties by address. The settings
 (`Context`) were chosen on half of LoCoMo's conversations and measured on the other half
 (benchmarks/memory.py, benchmarks/RESULTS.md, where every variant tried is listed).
@@ -65,19 +72,19 @@ and the k best memories with a score > 0 are returned, ties by address. The sett
 is read whole, with the postings inside it. Otherwise the work follows the postings: the
 words are taken rarest first, and the memories within max(W, R) of one holding a word
 taken so far (those passing the filter, found by evaluating it only around them) are
-scored exactly, from their neighbours' lengths, times and postings; a memory further away
-holds none of those words nearby (in its text or labels), so it scores less than the sum
-over the words left of qtf x (idf + passage x pidf + labels x idf, the last for a word
-some label holds), plus the dates' weights. Once the k-th best score reaches
-that bound, no other memory can enter the k best; otherwise twice as many words are
-taken. A round is run only when the words taken could outscore those left, and only
-while the memories to read around their holders are at most a quarter of what the filter
-holds (by the words' df, before anything is read); else the filter is read whole (a
-question of common words, "what did she say"). Either way the scores are the formula's:
-only the work differs. With LoCoMo's questions (eight or so words, several of them
-common) the k-th score seldom passes the bound before the common words are taken, so a
-recall without a `where` still reads about as much as the memory holds
-(benchmarks/RESULTS.md, "as it grows").
+scored exactly, from their neighbours' lengths, times and postings; a memory further
+away holds none of those words nearby (in its text or labels), so it scores less than
+the sum over the words left of qtf x (idf + passage x pidf + labels x idf, the last for
+a word some label holds), plus the dates' weights, times the length prior's 1 + length.
+Once the k-th best score reaches that bound, no other memory can enter the k best;
+otherwise twice as many words are taken. A round is run only when the words taken could
+outscore those left, and only while the memories to read around their holders are at
+most a quarter of what the filter holds (by the words' df, before anything is read);
+else the filter is read whole (a question of common words, "what did she say"). Either
+way the scores are the formula's: only the work differs. With LoCoMo's questions (eight
+or so words, several of them common) the k-th score seldom passes the bound before the
+common words are taken, so a recall without a `where` still reads about as much as the
+memory holds (benchmarks/RESULTS.md, "as it grows").
 """
 
 from __future__ import annotations
@@ -125,6 +132,8 @@ class Context:
     dates: float = 1.5       # the weight of a date the query names
     date_span: float = 365 * DAY   # a date of length D weighs ln(1 + date_span / D)
     labels: float = 0.3      # the weight of a query word one of a memory's labels holds
+    length: float = 0.3      # a memory's length prior: its score x (1 + length x
+    #                          L / (L + avglen))
 
     def spread(self) -> float:
         """A memory's context length over its own in an endless session."""
@@ -200,7 +209,7 @@ def score(tf: np.ndarray, counts: np.ndarray, idfs: np.ndarray, pidfs: np.ndarra
     extra = s.passage * passage + s.dates * np.asarray(dated, float)
     if named is not None:
         extra = extra + s.labels * np.asarray(named, float)
-    return turn + (turn > 0) * extra
+    return (turn + (turn > 0) * extra) * (1.0 + s.length * lengths / (lengths + avglen))
 
 
 # dates ----------------------------------------------------------------------------------
@@ -442,6 +451,7 @@ def _followed(ev: Evaluator, cnode, terms: list, dates: list, avglen: float,
             bound += settings.dates * sum(weight for _, _, weight in dates)
         if bound > sum(terms[w].bound(settings) for w in order[:taken]):
             continue      # (the words taken could not outscore the rest: take more first)
+        bound *= 1.0 + settings.length  # (the length prior's factor is below it)
         for w in order[:taken]:
             if w not in holders:
                 holders[w] = _holders(ev, cnode, terms[w].forms + terms[w].labels)

@@ -67,12 +67,14 @@ class Hit(msgspec.Struct, frozen=True):
     score: float
     start: int            # the container interval
     end: int
-    cover: tuple[int, int]
-    snippet: str | None   # `<cover>`-marked text, or None when snippets were not asked for
+    cover: tuple[int, int] | None   # None: the container holds no word of the query
+    snippet: str | None   # `<cover>`-marked text (unmarked without a cover), or None when
+    #                       snippets were not asked for
 
     def as_dict(self) -> dict:
         return {"rank": self.rank, "docno": self.docno, "score": self.score,
-                "cover": list(self.cover), "snippet": self.snippet}
+                "cover": None if self.cover is None else list(self.cover),
+                "snippet": self.snippet}
 
 
 @dataclass
@@ -114,8 +116,11 @@ class Ranking:
         docno = doc.docno if doc is not None else f"@{s}"
         text = None
         if snippet and doc is not None:
-            text = snippets.make(doc, p, q).marked()
-        return Hit(i + 1, docno, float(self.scores[i]), s, e, (p, q), text)
+            # (a cover of -1: none to show; the document's opening, nothing marked)
+            text = snippets.make(doc, p, q).marked() if p >= 0 else snippets.make(
+                doc, s, s).text
+        return Hit(i + 1, docno, float(self.scores[i]), s, e, (p, q) if p >= 0 else None,
+                   text)
 
     def hits(self, k: int | None = None, snippet: bool = True) -> list[Hit]:
         """The first k hits (all: None), their documents read at once (documents_at; only
@@ -130,7 +135,8 @@ class Ranking:
         docnos = self.snapshot.docnos_at(starts)
         ends, scores = self.ends[:n].tolist(), self.scores[:n].tolist()
         cps, cqs = self.cover_starts[:n].tolist(), self.cover_ends[:n].tolist()
-        return [Hit(i + 1, f"@{s}" if d is None else d, sc, s, e, (p, q), None)
+        return [Hit(i + 1, f"@{s}" if d is None else d, sc, s, e,
+                    (p, q) if p >= 0 else None, None)
                 for i, (d, s, e, sc, p, q) in enumerate(zip(docnos, starts, ends, scores,
                                                             cps, cqs))]
 

@@ -209,7 +209,11 @@ def variants() -> list[tuple[str, dict]]:
         ("labels not scored (labels = 0: the second round's default)", {"labels": 0.0}),
         ("labels weight 0.15", {"labels": 0.15}),
         ("labels weight 0.4", {"labels": 0.4}),
-        ("labels 0.3 and passage weight 1.0 (the tuning half's best)", {"passage": 1.0}),
+        ("labels 0.3 and passage weight 1.0 (the third round's grid's best)",
+         {"passage": 1.0}),
+        ("no length prior (length = 0: the third round's default)", {"length": 0.0}),
+        ("length prior 0.2", {"length": 0.2}),
+        ("length prior 0.4", {"length": 0.4}),
     ]
 
 

@@ -7,6 +7,8 @@ the ones that lost (RESULTS.md, "Agent memory on LoCoMo", lists them all).
     python benchmarks/memory_prototype.py              # the first round
     python benchmarks/memory_prototype.py --windowed   # the second: bounded statistics
     python benchmarks/memory_prototype.py --third      # the third: labels, depth
+    python benchmarks/memory_prototype.py --fourth     # the fourth: a length prior (the
+                                                       # tuning half; --held-out: all)
 
 Its figures differ from annodb's by a few tenths: it conflates every word with its stem
 (annodb: the words of the database sharing the stem, at most 32), and it lends context
@@ -27,7 +29,8 @@ import numpy as np  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from benchmarks.memory import DATA, TUNE, halves, questions, turns, when  # noqa: E402
+from benchmarks.memory import (DATA, TUNE, halves, questions, recall_at, turns,  # noqa: E402
+                               when)
 
 
 def idf(df, n):
@@ -611,6 +614,239 @@ def rows_third(corpus):
     ]
 
 
+# the fourth round (recall4): a length prior, and ideas for depth ----------------------
+
+def scorer4(corpus, labels=0.3, passage=0.5, pdecay=None, reach=10, cover=0.0, cover_r=2,
+            smooth=0.0, smooth_r=1, missing=0.0, miss_top=10, miss_head=0, lend_r=8,
+            nb=0.0, nb_top=10, nb_r=1, nb_head=0, rich=0.0, rich_mode="rare",
+            rich_df=0.01, rich_mul=False, rich_norm=True, opener=0.0, b=0.4, pb=0.6,
+            dates=1.5, before=0.5, after=0.3, adapt=None):
+    """scorer3's score (the third round's default, labels 0.3) with the fourth round's
+    variants: the passage decayed by pdecay a step or its reach a share (adapt) of the
+    session; scores smoothed over neighbours; coverage (the idf share of the question's
+    words held within cover_r) as a factor; words the best miss_top lack weighed
+    `missing` (below the best miss_head); neighbours of the best nb_top raised by nb x
+    its score; a prior (rich, rich_mode: rare words, distinct words, content words,
+    the idf sum, lengths in several forms; added or, rich_mul, a factor); a session's
+    first memories raised (opener)."""
+    from annodb.recall import date_ranges
+    N, avg0 = corpus.n, corpus.avg
+    spread = 1 + sum(before ** d + after ** d for d in range(1, lend_r + 1))
+    cache = {}
+    def mats(c):
+        key = id(c)
+        if key not in cache:
+            s = c["sess"]
+            lendm = band(s, lend_r, before, after)
+            f8 = band(s, 8, 1, 1, 1.0)
+            if pdecay is None:
+                pm = band(s, reach, 1, 1, 1.0)
+            else:
+                pm = band(s, reach, pdecay, pdecay, 1.0)
+            if adapt is not None:
+                # passage reach: a share of the session's length
+                n = len(s)
+                pm = np.zeros((n, n))
+                idx = np.arange(n)
+                for g in np.unique(s):
+                    ii = idx[s == g]
+                    r = max(2, int(round(adapt * len(ii))))
+                    for a in ii:
+                        for b_ in ii:
+                            if abs(a - b_) <= r:
+                                pm[a, b_] = 1.0
+            plen = pm.sum(1)
+            cm = band(s, cover_r, 1, 1, 1.0)
+            sm = band(s, smooth_r, 1, 1, 0.0)
+            cache[key] = (lendm, f8, pm, plen, cm, sm)
+        return cache[key]
+    def f(c, text, qt=None):
+        lendm, f8, pm, plen, cm, sm = mats(c)
+        qt = qt if qt is not None else corpus.words(text)
+        n, L = len(c["len"]), c["len"]
+        terms = [(t, q) for t, q in qt.items() if t in c["inv"]]
+        turn, pas, named, cov = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
+        if terms:
+            T = np.stack([c["inv"][t] for t, _ in terms], 1)
+            qv = np.array([q for _, q in terms])
+            iv = np.array([idf(corpus.df[t], N) for t, _ in terms])
+            M = np.stack([(c["spk"] == t).astype(float) for t, _ in terms], 1)
+            share = (f8 @ (T > 0)) / f8.sum(1)[:, None]
+            X = T + (lendm @ T) * (share <= 0.4)
+            norm = 0.9 * (1 - b + b * (L + lendm @ L) / (avg0 * spread))
+            turn = (X / (X + norm[:, None]) * (qv * iv)).sum(1)
+            named = (M * (qv * iv)).sum(1)
+            W, wl = pm @ T, pm @ L
+            piv = np.array([idf(N * (1 - (1 - corpus.df[t] / N) ** (2 * reach + 1)), N)
+                            for t, _ in terms])
+            pas = (W / (W + (0.9 * (1 - pb + pb * wl / (avg0 * (2 * reach + 1))))[:, None])
+                   * (qv * piv)).sum(1)
+            if cover:
+                held = (cm @ (T > 0)) > 0
+                cov = (held * (qv * iv)).sum(1) / (qv * iv).sum()
+        dated = np.zeros(n)
+        for lo, hi in date_ranges(text):
+            dated += math.log(1 + 365.0 / ((hi - lo) / 86400.0)) * \
+                ((c["time"] >= lo) & (c["time"] < hi))
+        out = turn + (turn > 0) * (passage * pas + dates * dated + labels * named)
+        if cover:
+            out = out * (1 + cover * cov)
+        if rich:
+            key = ("rich", id(c), rich_mode, rich_df)
+            if key not in cache:
+                if rich_mode == "rare":
+                    v = np.log1p(np.array([len({w for w in t if corpus.df[w] <= rich_df * N})
+                                           for t in c["toks"]], float))
+                elif rich_mode == "content":
+                    from annodb.feedback import STOP_WORDS
+                    stopst = {corpus.stem(w) for w in STOP_WORDS}
+                    v = np.log1p(np.array([len({w for w in t if w not in stopst})
+                                           for t in c["toks"]], float))
+                elif rich_mode == "distinct":
+                    v = np.log1p(np.array([len(set(t)) for t in c["toks"]], float))
+                elif rich_mode == "len":
+                    v = np.log1p(L)
+                elif rich_mode == "lenc":
+                    v = np.log1p(L) / np.log1p(avg0)
+                elif rich_mode == "sat":
+                    v = L / (L + avg0)
+                elif rich_mode == "sat2":
+                    v = L / (L + 2 * avg0)
+                elif rich_mode == "lencap":
+                    v = np.minimum(np.log1p(L) / np.log1p(avg0), 1.5)
+                elif rich_mode == "lenr":
+                    v = np.log(L / avg0)
+                elif rich_mode == "idfsum":
+                    v = np.log1p(np.array([sum(idf(corpus.df[w], N) for w in set(t))
+                                           for t in c["toks"]], float))
+                cache[key] = v / v.mean() if rich_norm else v
+            if rich_mul:
+                out = out * np.maximum(1 + rich * cache[key], 0.1)
+            else:
+                out = out + (out > 0) * rich * cache[key]
+        if opener:
+            sess = c["sess"]
+            first = np.r_[True, sess[1:] != sess[:-1]]
+            pos = np.arange(n) - np.maximum.accumulate(np.where(first, np.arange(n), 0))
+            out = out + (out > 0) * opener * (pos < 3)
+        if smooth:
+            out = out + (out > 0) * smooth * (sm @ out)
+        if missing and terms:
+            o = np.argsort(-out, kind="stable")[:miss_top]
+            got = (T[o] > 0).any(0)
+            add = ((T > 0) * (~got) * (qv * iv)).sum(1)
+            new = out + (out > 0) * missing * add
+            if miss_head:
+                oo = np.argsort(-out, kind="stable")[:miss_head]
+                new[oo] = 1e6 - np.arange(len(oo))
+            out = new
+        if nb:
+            o = np.argsort(-out, kind="stable")
+            top = o[:nb_top]
+            top = top[out[top] > 0]
+            bonus = np.zeros(n)
+            sess = c["sess"]
+            for j in top:
+                for d in range(-nb_r, nb_r + 1):
+                    i = j + d
+                    if d and 0 <= i < n and sess[i] == sess[j]:
+                        bonus[i] = max(bonus[i], out[j])
+            new = out + nb * bonus
+            if nb_head:
+                oo = o[:nb_head]
+                new[oo] = 1e6 - np.arange(len(oo))
+            out = new
+        return out
+    return f
+
+
+def session_normed(base, weight):
+    """+ weight x the best score x (the memory's score / its session's best)."""
+    def f(c, text):
+        s = base(c, text)
+        best = np.zeros(len(c["uniq"]))
+        np.maximum.at(best, c["sidx"], s)
+        return s + weight * s.max() * s / np.maximum(best[c["sidx"]], 1e-9) * (s > 0)
+    return f
+
+
+def rows_fourth(corpus):
+    """The fourth round's variants, on top of the third round's default (the speaker a
+    label at 0.3): (name, scorer). Only the tuning half was looked at while choosing."""
+    from benchmarks.memory_prototype import head_tail
+    prepare3(corpus)
+    S = lambda **kw: scorer4(corpus, **kw)  # noqa: E731
+    add = dict(rich_mode="sat", rich_norm=False)           # + w x L / (L + avglen)
+    mul = dict(add, rich_mul=True)                         # x (1 + w x L / (L + avglen))
+    L3 = dict(mul, rich=0.3)
+    base = S(**L3)
+    return [
+        ("the third round's default (labels 0.3)", S()),
+        ("passage decayed 0.9 a step", S(pdecay=0.9)),
+        ("passage decayed 0.8 a step", S(pdecay=0.8)),
+        ("scores smoothed: + 0.1 x the neighbours' (1 away)", S(smooth=0.1)),
+        ("scores smoothed: + 0.2 x the neighbours' (2 away)", S(smooth=0.2, smooth_r=2)),
+        ("coverage: x (1 + 0.2 x the idf share of question words held within 2)",
+         S(cover=0.2)),
+        ("words the best 10 lack: + 0.3 x their idf", S(missing=0.3)),
+        ("words the best 10 lack: + 0.3 x their idf, below the best 25",
+         S(missing=0.3, miss_head=25)),
+        ("neighbours of the best 10: + 0.1 x its score", S(nb=0.1)),
+        ("neighbours of the best 10: + 0.3 x, below the best 25", S(nb=0.3, nb_head=25)),
+        ("neighbours of the best 10: + 0.5 x (2 away), below the best 25",
+         S(nb=0.5, nb_r=2, nb_head=25)),
+        ("neighbours of the best 25: + 0.3 x, below the best 25",
+         S(nb=0.3, nb_top=25, nb_head=25)),
+        ("prior: + 1.0 x ln(1 + rare words) / mean (df <= 1%; not storable)",
+         S(rich=1.0)),
+        ("prior: + 1.0 x the same, df <= 0.5%", S(rich=1.0, rich_df=0.005)),
+        ("prior: + 1.0 x the same, df <= 2%", S(rich=1.0, rich_df=0.02)),
+        ("prior: + 2.0 x ln(1 + distinct words) / mean", S(rich=2.0, rich_mode="distinct")),
+        ("prior: + 2.0 x ln(1 + words not stop words) / mean",
+         S(rich=2.0, rich_mode="content")),
+        ("prior: + 1.0 x ln(1 + idf sum) / mean", S(rich=1.0, rich_mode="idfsum")),
+        ("prior: + 2.0 x ln(1 + L) / ln(1 + avglen)", S(rich=2.0, rich_mode="lenc",
+                                                       rich_norm=False)),
+        ("prior: + 1.0 x L / (L + avglen)", S(rich=1.0, **add)),
+        ("prior: + 2.0 x L / (L + avglen)", S(rich=2.0, **add)),
+        ("prior: + 3.0 x L / (L + avglen)", S(rich=3.0, **add)),
+        ("prior: x (1 + 0.05 ln(L / avglen))", S(rich=0.05, rich_mode="lenr",
+                                                  rich_norm=False, rich_mul=True)),
+        ("prior: x (1 + 0.1 L / (L + avglen))", S(rich=0.1, **mul)),
+        ("prior: x (1 + 0.2 L / (L + avglen))", S(rich=0.2, **mul)),
+        ("**prior: x (1 + 0.3 L / (L + avglen)) (recall.py)**", base),
+        ("prior: x (1 + 0.5 L / (L + avglen))", S(rich=0.5, **mul)),
+        ("prior: x (1 + 0.8 L / (L + avglen))", S(rich=0.8, **mul)),
+        ("b 0.3 (instead of a prior)", S(b=0.3)),
+        ("b 0.2", S(b=0.2)),
+        ("a session's first 3 memories + 0.5 (knows chat logs: not adopted)",
+         S(opener=0.5)),
+        ("prior 0.3, passage decayed 0.9", S(pdecay=0.9, **L3)),
+        ("prior 0.3, passage reach a fifth of the session", S(adapt=0.2, **L3)),
+        ("prior 0.3, passage reach a third of the session", S(adapt=0.33, **L3)),
+        ("prior 0.3, passage reach half the session", S(adapt=0.5, **L3)),
+        ("prior 0.3, context window 4", S(lend_r=4, **L3)),
+        ("prior 0.3, coverage 0.2", S(cover=0.2, **L3)),
+        ("prior 0.3, words the best 10 lack 0.3, below the best 25",
+         S(missing=0.3, miss_head=25, **L3)),
+        ("prior 0.3, neighbours of the best 10 x0.3, below the best 25",
+         S(nb=0.3, nb_head=25, **L3)),
+        ("prior 0.3, labels 0.5", S(labels=0.5, **L3)),
+        ("prior 0.3, below the best 25 labels 0.6", head_tail(base, S(labels=0.6, **L3))),
+        ("prior 0.3, below the best 10 labels 1.0", head_tail(base, S(labels=1.0, **L3),
+                                                              10)),
+        ("prior 0.3, below the best 25 passage 2.0", head_tail(base, S(passage=2.0, **L3))),
+        ("prior 0.3, below the best 25 the rare-word prior 2.0",
+         head_tail(base, S(rich=2.0, rich_mode="rare"))),
+        ("prior 0.3, + 0.05 x the best x score / its session's best",
+         session_normed(base, 0.05)),
+        ("prior 0.3, + 0.1 x the best x score / its session's best",
+         session_normed(base, 0.1)),
+        ("prior 0.3, + 0.2 x the best x score / its session's best",
+         session_normed(base, 0.2)),
+    ]
+
+
 def run(corpus, fn, qs):
     out = {}
     for q in qs:
@@ -626,6 +862,22 @@ def main() -> int:
         print(f"needs LoCoMo in {DATA} (not found); set ANNODB_SHARED", file=sys.stderr)
         return 1
     corpus, qs = Corpus(), questions()
+    if "--fourth" in sys.argv:
+        held = "--held-out" in sys.argv     # (the fourth round chose on the tuning half)
+        tune = [q for q in qs if q["conv"] in TUNE]
+        print("| prototype variant | tune: @5 / @10 / @25 / @50 | sum |"
+              + (" held out | all ten |" if held else ""))
+        print("|---|---|---|" + ("---|---|" if held else ""))
+        for name, fn in rows_fourth(corpus):
+            got = run(corpus, fn, qs if held else tune)
+            t = {k: recall_at(got, tune, k) for k in (5, 10, 25, 50)}
+            cells = [" / ".join(f"{t[k]:.1f}" for k in t), f"{sum(t.values()):.1f}"]
+            if held:
+                figures = halves(got, qs)
+                cells += [" / ".join(f"{figures[h][k]:.1f}" for k in (5, 10, 25, 50))
+                          for h in ("held out", "all")]
+            print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+        return 0
     if "--windowed" in sys.argv or "--third" in sys.argv:
         print("| prototype variant | tune: @5 / @10 / @25 / @50 | held out | all ten |")
         print("|---|---|---|---|")

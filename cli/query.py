@@ -89,7 +89,8 @@ def rank_options(default: str):
 @click.option("--strict", is_flag=True,
               help="Reject queries that lenient parsing would repair.")
 @click.option("--json", "as_json", is_flag=True,
-              help="One JSON object per result: rank, docno, score, cover [p, q], snippet.")
+              help="One JSON object per result: rank, docno, score, cover [p, q] (null "
+                   "when the hit holds no word of the query itself), snippet.")
 @rank_options("ssr")
 def query(db, gcl, k, container, strict, as_json, ranking):
     """Rank documents for a GCL query by shortest-substring ranking, or by BM25.

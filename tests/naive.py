@@ -811,7 +811,8 @@ def context_recall(memories, selected, words, dates, k, settings, labels=None):
         for i in range(n):
             if times[i] is not None and lo <= times[i] < hi:
                 dated[i] += math.log(1 + s.date_span / (hi - lo))
-    scores = [turn[i] + ((s.passage * passage[i] + s.dates * dated[i] +
-                          s.labels * named[i]) if turn[i] > 0 else 0.0) for i in range(n)]
+    scores = [(turn[i] + ((s.passage * passage[i] + s.dates * dated[i] +
+                           s.labels * named[i]) if turn[i] > 0 else 0.0))
+              * (1 + s.length * length[i] / (length[i] + avglen)) for i in range(n)]
     ranked = sorted((i for i in range(n) if scores[i] > 0), key=lambda i: -scores[i])
     return [(mine[i][0], scores[i]) for i in ranked[:k]]

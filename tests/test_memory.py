@@ -2,6 +2,7 @@
 `annodb mcp` server driven by the mcp package's own client."""
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -220,6 +221,22 @@ def test_metadata_errors(mem):
     with pytest.raises(TypeError):
         mem.remember(None)
     assert mem.history() == []                       # nothing half-written
+
+
+def test_a_database_made_again_at_the_same_path_shows_its_own_labels(tmp_path):
+    """A memory deleted with its folder and made again at the same path in one process
+    (its committed states counting anew) shows the numeric labels it carries, not what
+    the first database's names said at the same state."""
+    path = tmp_path / "m.db"
+    with annodb.Memory(path) as first:
+        first.remember("one", docno="a")
+        first.remember("two", docno="b")
+        assert "priority" not in first.get("b").metadata
+    shutil.rmtree(path)
+    with annodb.Memory(path) as again:
+        again.remember("one", docno="a")
+        again.annotate("a", "priority", 3)
+        assert again.get("a").metadata["priority"] == 3
 
 
 def test_memory_on_a_database_with_other_documents(tmp_path):

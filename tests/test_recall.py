@@ -5,6 +5,7 @@ whole score against their brute-force twins in tests/naive.py."""
 import datetime
 import math
 import tempfile
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from annodb.errors import RankingError
 from annodb.memory import label, where_node
 
 HOUR = 3600.0
+DAY = 24 * HOUR
 UTC = datetime.timezone.utc
 
 
@@ -47,6 +49,40 @@ def test_the_turn_before_lends_its_words(mem):
     assert texts(mem.recall("camping kids", k=5, rank="bm25")) == [
         "We finally went camping at the lake", "Kids at the dentist",
         "The kids loved it so much"]
+
+
+def test_a_memory_found_through_its_context_shows_no_cover(mem):
+    """A memory that holds no word of the question (found through its neighbour) has no
+    cover: its hit's cover is None (null in JSON) and its snippet marks nothing, while
+    the memory holding the word has it marked."""
+    a = mem.remember("We finally went camping at the lake", time=0.0)
+    b = mem.remember("Yes, with the kids, it was lovely", time=60.0)
+    got = mem.recall("camping", k=5)
+    assert [e.docno for e in got] == [a, b]
+    assert "<cover>camping</cover>" in got[0].snippet
+    assert got[1].snippet == "Yes, with the kids, it was lovely"
+    with mem.db.read() as r:
+        hits = recall.search(r, "camping", k=5)
+        assert [h.docno for h in hits] == [a, b]
+        assert hits[0].cover is not None and hits[1].cover is None
+        assert hits[1].as_dict()["cover"] is None
+        assert hits[1].snippet == "Yes, with the kids, it was lovely"
+        assert [h.cover for h in recall.search(r, "camping", k=5, snippets=False)][1] \
+            is not None   # (without snippets no cover is looked for: the memory's start)
+
+
+def test_a_longer_memory_matching_as_well_ranks_first(mem):
+    """Of two memories that hold the question's word once, the one that says more ranks
+    first (the length prior); plain BM25 length normalisation alone puts the shorter
+    first."""
+    short = mem.remember("Wow, Melanie!", time=0.0)
+    news = mem.remember("Melanie signed up for a pottery class and made a bowl", time=DAY)
+    for i in range(4):
+        mem.remember(f"The weather was grey and cold on day {i}", time=DAY * (5 + i))
+    assert [e.docno for e in mem.recall("Melanie", k=2)] == [news, short]
+    with mem.db.read() as r:
+        flat = recall.search(r, "Melanie", k=2, settings=replace(recall.CONTEXT, length=0.0))
+        assert [h.docno for h in flat] == [short, news]
 
 
 def test_neighbours_across_a_silence_lend_nothing(mem):

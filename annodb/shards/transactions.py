@@ -352,10 +352,11 @@ class ShardedSnapshot:
 
     def word_covers(self, words, s, e):
         """Each container's window, from the one shard holding it (the others find none
-        of the words inside it: they answer (s, s))."""
-        cs, ce = np.array(s, dtype=np.int64), np.array(s, dtype=np.int64)
+        of the words inside it: they answer (-1, -1), as bm25.covers does where no shard
+        finds one)."""
+        cs, ce = np.full(len(s), -1, np.int64), np.full(len(s), -1, np.int64)
         for ps, pe in self._ask("word_covers", words, s, e):
-            found = (ps != s) | (pe != s)
+            found = ps >= 0
             cs[found], ce[found] = ps[found], pe[found]
         return cs, ce
 
