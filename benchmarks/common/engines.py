@@ -45,11 +45,11 @@ class Annodb:
     def __init__(self, workdir: str):
         self.path = os.path.join(workdir, "annodb.db")
 
-    def ingest(self, corpus: str) -> None:
+    def ingest(self, corpus: str, progress=None) -> None:
         import annodb
         from annodb import ingest
         shutil.rmtree(self.path, ignore_errors=True)
-        ingest.ingest(self.path, [corpus])
+        ingest.ingest(self.path, [corpus], progress=progress)
         self.db = annodb.open(self.path, readonly=True)
 
     def open(self) -> None:
