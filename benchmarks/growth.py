@@ -233,32 +233,60 @@ def ingest_step(engine: str, place: str, corpus: str) -> dict:
     return out
 
 
-def _replay_child(engine: str, place: str, queries: list[str], out) -> None:
+def _replay_child(engine: str, place: str, queries: list[str], passes: int, cache_mb, out
+                  ) -> None:
+    import gc
+    import resource
     eng = getattr(engines, ENGINES[engine])(place)
-    eng.open()
+    if cache_mb is None:
+        eng.open()
+    else:   # annodb's cache of decoded lists (default 256 MB)
+        eng.open(cache_bytes=cache_mb << 20)
     for q in queries[:300]:
         eng.query(q)
-    import gc
     gc.freeze()
-    lat: list[float | None] = []
-    for q in queries:
-        t = time.perf_counter()
-        got = eng.query(q)
-        dt = time.perf_counter() - t
-        lat.append(None if got is None else dt)
-    out.put(lat)
+    runs = []
+    for _ in range(passes):
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        lat: list[float | None] = []
+        for q in queries:
+            t = time.perf_counter()
+            got = eng.query(q)
+            dt = time.perf_counter() - t
+            lat.append(None if got is None else dt)
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        runs.append({"lat": lat, "major faults": after.ru_majflt - before.ru_majflt,
+                     "minor faults": after.ru_minflt - before.ru_minflt})
+    out.put(runs)
 
 
-def replay_step(engine: str, place: str, queries: list[str]) -> list[float | None]:
-    """The real queries replayed warm on the database in `place` (made earlier), in a fresh
-    child process: each query's seconds (None: the engine cannot express it)."""
+def preread(place: str, engine: str) -> float:
+    """Read the engine's files in `place` once (into the page cache); seconds taken."""
+    started = time.perf_counter()
+    path = getattr(engines, ENGINES[engine])(place).path
+    files = [path] if os.path.isfile(path) else [
+        os.path.join(root, n) for root, _, names in os.walk(path) for n in names]
+    for name in files:
+        with open(name, "rb") as f:
+            while f.read(1 << 24):
+                pass
+    return time.perf_counter() - started
+
+
+def replay_step(engine: str, place: str, queries: list[str], passes: int = 1,
+                cache_mb: int | None = None) -> list[dict]:
+    """The real queries replayed on the database in `place` (made earlier), in a fresh child
+    process, after 300 of them as a warm-up, `passes` times over: each query's seconds
+    (None: the engine cannot express it) and the page faults of each pass. The first pass
+    runs each query for the first time in the process (its pages in the page cache, not
+    yet in the process's map); later passes run them again."""
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    p = ctx.Process(target=_replay_child, args=(engine, place, queries, out))
+    p = ctx.Process(target=_replay_child, args=(engine, place, queries, passes, cache_mb, out))
     p.start()
-    lat = out.get()
+    runs = out.get()
     p.join()
-    return lat
+    return runs
 
 
 def percentiles(lat: list[float | None]) -> dict:
@@ -308,6 +336,12 @@ def main(argv=None) -> int:
     r.add_argument("engine", choices=list(ENGINES))
     r.add_argument("places", nargs="+", metavar="SIZE=DIR")
     r.add_argument("--label", default="", help="a name for this replay (default: the engine)")
+    r.add_argument("--passes", type=int, default=1, help="replay the queries this many times "
+                   "in the same process (default 1)")
+    r.add_argument("--cache-mb", type=int, help="annodb: its cache of decoded lists, MB "
+                   "(default: annodb's own, 256)")
+    r.add_argument("--preread", action="store_true",
+                   help="read the database's files once first, into the page cache")
     sub.add_parser("report", help="the tables and the fit from the steps recorded so far")
     args = ap.parse_args(argv)
     from benchmarks.common.paths import WORK
@@ -324,12 +358,17 @@ def main(argv=None) -> int:
         label = args.label or args.engine
         for item in args.places:
             times, place = item.split("=", 1)
-            lat = replay_step(args.engine, place, queries)
-            steps["replay"].setdefault(label, {})[times] = {
-                "place": place, "lat": lat, "load": os.getloadavg(),
-                "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            read_s = preread(place, args.engine) if args.preread else None
+            runs = replay_step(args.engine, place, queries, args.passes, args.cache_mb)
+            for k, run in enumerate(runs):
+                name = label if k == 0 else f"{label}, pass {k + 1}"
+                steps["replay"].setdefault(name, {})[times] = {
+                    **run, "place": place, "load": os.getloadavg(), "preread s": read_s,
+                    "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+                print(name, times, json.dumps(percentiles(run["lat"])),
+                      f"major faults {run['major faults']:,}, minor {run['minor faults']:,}",
+                      flush=True)
             _save(steps)
-            print(label, times, json.dumps(percentiles(lat)), flush=True)
     else:
         text = report(steps)
         queries = load_queries()
@@ -349,8 +388,8 @@ def report(steps: dict) -> str:
     """Markdown: the latency percentiles by size, their growth and the power-law fit with
     its extrapolation to the paper's collection; the ingests; annodb's commits along the
     largest ingest; the queries that grew the most."""
-    out = ["| replay | size | median ms | p90 ms | p99 ms | max ms | answered | load |",
-           "|---|---|---:|---:|---:|---:|---:|---|"]
+    out = ["| replay | size | median ms | p90 ms | p99 ms | max ms | answered | major / minor "
+           "page faults | load |", "|---|---|---:|---:|---:|---:|---:|---|---|"]
     fits = []
     for label, by in steps["replay"].items():
         sizes = sorted(by, key=int)
@@ -358,11 +397,12 @@ def report(steps: dict) -> str:
         for t in sizes:
             g = got[int(t)]
             out.append(f"| {label} | {t}x | " + " | ".join(f"{g[p]:.3f}" for p in PERCENTILES) +
-                       f" | {g['answered']:,} | {by[t]['load'][0]:.1f} |")
+                       f" | {g['answered']:,} | {by[t].get('major faults', '?')} / "
+                       f"{by[t].get('minor faults', '?')} | {by[t]['load'][0]:.1f} |")
         ts = sorted(got)
         for lo, hi in zip(ts, ts[1:]):
             out.append(f"| {label} | growth {lo}x -> {hi}x | " + " | ".join(
-                f"x{got[hi][p] / got[lo][p]:.2f}" for p in PERCENTILES) + " | | |")
+                f"x{got[hi][p] / got[lo][p]:.2f}" for p in PERCENTILES) + " | | | |")
         if len(ts) >= 3:
             for p in PERCENTILES:
                 b, _, off = fit({t: got[t][p] for t in ts})

@@ -52,9 +52,9 @@ class Annodb:
         ingest.ingest(self.path, [corpus], progress=progress)
         self.db = annodb.open(self.path, readonly=True)
 
-    def open(self) -> None:
+    def open(self, cache_bytes: int | None = None) -> None:
         import annodb
-        self.db = annodb.open(self.path, readonly=True)
+        self.db = annodb.open(self.path, readonly=True, cache_bytes=cache_bytes)
 
     def query(self, text: str):
         """SSR to depth 1000, the first 10 docnos and snippets ready (a fresh snapshot each
