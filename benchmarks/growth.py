@@ -114,7 +114,8 @@ def run_engine(engine_name: str, workdir: str, corpus: str, queries: list[str]) 
             break
         except Exception:  # noqa: BLE001 - queue.Empty: still ingesting
             if not p.is_alive():
-                raise SystemExit(f"growth: {engine_name} died while ingesting {corpus}")
+                raise SystemExit(f"growth: {engine_name} died while ingesting {corpus}"
+                                 ) from None
     _, lat = out.get()
     p.join()
     ms = np.asarray(lat) * 1000
@@ -125,7 +126,8 @@ def run_engine(engine_name: str, workdir: str, corpus: str, queries: list[str]) 
 
 def tables(results: dict, sizes: list[int]) -> str:
     """results[engine][times] -> the figures; a latency table and an ingest table."""
-    lines = ["| engine | size | median ms | p90 ms | p99 ms | max ms |", "|---|---|---:|---:|---:|---:|"]
+    lines = ["| engine | size | median ms | p90 ms | p99 ms | max ms |",
+             "|---|---|---:|---:|---:|---:|"]
     for name, by_size in results.items():
         for times in sizes:
             r = by_size[times]
@@ -180,12 +182,6 @@ ENGINES = {"annodb": "Annodb", "fts5": "Fts5", "tantivy": "Tantivy"}
 STEPS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "work", "growth-steps.json")
 
 
-def _children_cpu() -> float:
-    import resource
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def _ingest_child(engine: str, place: str, corpus: str, trace: str) -> None:
     """(In a child process.) Ingest; for annodb, each commit's wall and writer CPU time
     (the writer process, all its threads) and the input read by then, to `trace`."""
@@ -210,6 +206,7 @@ def ingest_step(engine: str, place: str, corpus: str) -> dict:
 
     from benchmarks.common.paths import REPO
     from benchmarks.common.processes import peaks
+    from benchmarks.ingest_memory import _children_cpu
     os.makedirs(place, exist_ok=True)
     trace = os.path.join(place, f"{engine}.trace.json")
     code = ("import sys; from benchmarks.growth import _ingest_child; "
