@@ -45,16 +45,16 @@ class Annodb:
     def __init__(self, workdir: str):
         self.path = os.path.join(workdir, "annodb.db")
 
-    def ingest(self, corpus: str) -> None:
+    def ingest(self, corpus: str, progress=None) -> None:
         import annodb
         from annodb import ingest
         shutil.rmtree(self.path, ignore_errors=True)
-        ingest.ingest(self.path, [corpus])
+        ingest.ingest(self.path, [corpus], progress=progress)
         self.db = annodb.open(self.path, readonly=True)
 
-    def open(self) -> None:
+    def open(self, cache_bytes: int | None = None) -> None:
         import annodb
-        self.db = annodb.open(self.path, readonly=True)
+        self.db = annodb.open(self.path, readonly=True, cache_bytes=cache_bytes)
 
     def query(self, text: str):
         """SSR to depth 1000, the first 10 docnos and snippets ready (a fresh snapshot each
