@@ -357,12 +357,27 @@ class Lists:
             out.append(found)
         return out
 
-    def derived(self, key: tuple, make):
+    def remembered_each(self, name: str, items: list, look) -> list:
+        """look(item) of each item (never None) for this snapshot's committed state, kept
+        for the process's snapshots of that state in one table per `name` (see _fact): a
+        query's words found with one lookup each (map), not a key made and looked up in
+        two dictionaries. look() must depend on that state only."""
+        table = self._fact(("table", name), dict)
+        out = list(map(table.get, items))
+        if None in out:
+            for i, item in enumerate(items):
+                if out[i] is None:
+                    found = out[i] = look(item)
+                    if len(table) < FACTS:
+                        table[item] = found
+        return out
+
+    def derived(self, key: str, make):
         """make() -> (value, its bytes) or None: something computed from whole lists alone
         (bm25.py: a word's documents), kept under `key` (held's: a kind and the lists'
-        cache keys, i.e. their versions and the erased ranges') for every snapshot that
-        sees those lists as they are, in this snapshot and the shared cache. None (not
-        kept) when make() gives None."""
+        cache keys, i.e. their versions and the erased ranges', in a string) for every
+        snapshot that sees those lists as they are, in this snapshot and the shared
+        cache. None (not kept) when make() gives None."""
         found = self._local.get(key)
         if found is None:
             found = None if self._shared is None else self._shared.get(key)
@@ -591,23 +606,26 @@ class Lists:
         return self._patched(fid) if found is None else found
 
     def held(self, groups: list[tuple[str, ...]], kind: str | None = None
-             ) -> list[tuple[tuple[str, ...], list, int, object, tuple]]:
+             ) -> list[tuple[tuple[str, ...], list, int, object, str]]:
         """For each group of features: (those whose stored list holds an interval
         (stored_count > 0); each one's whole list if decoded already (see cached), else
         None; the intervals they hold as stored; what derived() keeps of them under
         `kind` if it is kept already (their lists are not looked for then: None each),
         else None; the key derived() keeps it under). Which they are is kept for the
         committed state (a query asks for the same words again)."""
-        def look(key):
-            fs = tuple(f for f in key[1] if self.stored_count(f))
+        def look(group):
+            fs = tuple(f for f in group if self.stored_count(f))
             fids = tuple(self.fid(f) for f in fs)
-            return (fs, fids, tuple(self._key("list", fid) for fid in fids),
-                    sum(self.stored_count(f) for f in fs))
-        records = self.remembered_many([("held", g) for g in groups], look)
+            keys = tuple(self._key("list", fid) for fid in fids)
+            # (derived's key as one string, made once: its hash is kept with it, where a
+            # tuple of the lists' keys is hashed again at every lookup)
+            return (fs, fids, keys, sum(self.stored_count(f) for f in fs),
+                    repr((kind,) + keys) if kind is not None else "")
+        records = self.remembered_each(f"held {kind}", groups, look)
         local = self._local
         shared = self._shared
         kept: list = [None] * len(records)
-        dkeys = [(kind,) + r[2] for r in records] if kind is not None else [()] * len(records)
+        dkeys = [r[4] for r in records]
         if kind is not None:
             ask = []
             for i, key in enumerate(dkeys):
@@ -623,7 +641,7 @@ class Lists:
                 if local.get(("list", fid), _ABSENT) is _ABSENT]
         found = dict(zip(keys, shared.get_many(keys))) if shared and keys else {}
         out = []
-        for (fs, fids, lkeys, stored), have_kept, dkey in zip(records, kept, dkeys):
+        for (fs, fids, lkeys, stored, dkey), have_kept in zip(records, kept):
             got: list = []
             if have_kept is None:
                 for fid, key in zip(fids, lkeys):
