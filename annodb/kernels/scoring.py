@@ -657,8 +657,7 @@ def bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, r
         raise ValueError("term_forms must give each term's forms, ascending")
     if acc_sc.shape[0] != acc_s.shape[0]:
         raise ValueError("a score per candidate is needed")
-    if views and (not disjoint or
-                  any(term_forms[u + 1] - term_forms[u] != 2 for u in range(end - t))):
+    if views and (not disjoint or not (np.diff(term_forms) == 2).all()):
         raise ValueError("a term's documents are two arrays, over disjoint boxes")
     forms = tuple(_ints(a, "points") for a in forms) + \
         (_NO_POINTS,) * (FORMS_PER_CALL - len(forms))
