@@ -493,8 +493,11 @@ def top(terms: list[_Term], k: int, matches: Intervals | None = None, *,
     (_top_compiled; `compiled=False`: by the steps below, the same result)."""
     order = sorted(range(len(terms)), key=lambda i: -terms[i].bound)
     terms = [terms[i] for i in order]
-    bounds = np.array([t.bound for t in terms], dtype=np.float64)
-    rest = np.concatenate((np.cumsum(bounds[::-1])[::-1], [0.0]))  # bound of terms i..
+    rest = np.zeros(len(terms) + 1)   # the bound of terms i.., summed from the last
+    total = 0.0
+    for i in range(len(terms) - 1, -1, -1):
+        total += terms[i].bound
+        rest[i] = total
     if compiled and terms:
         words = [t for t in terms if type(t) is _Words and not t.stats.scoring.fields]
         if len(words) == len(terms):   # (all BM25 words: the same list, typed so)

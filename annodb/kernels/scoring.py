@@ -365,6 +365,8 @@ def _bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, 
     for u in range(term_forms.shape[0] - 1):
         if term_forms[u] > term_forms[u + 1]:
             raise ValueError("term forms must not decrease")
+        if views and term_forms[u + 1] - term_forms[u] != 2:
+            raise ValueError("a term's documents are two arrays")
     t0 = t
     n_terms = factors.shape[0]
     n = acc_s.shape[0]
@@ -657,8 +659,8 @@ def bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, r
         raise ValueError("term_forms must give each term's forms, ascending")
     if acc_sc.shape[0] != acc_s.shape[0]:
         raise ValueError("a score per candidate is needed")
-    if views and (not disjoint or not (np.diff(term_forms) == 2).all()):
-        raise ValueError("a term's documents are two arrays, over disjoint boxes")
+    if views and not disjoint:
+        raise ValueError("a term's documents are of disjoint boxes")
     forms = tuple(_ints(a, "points") for a in forms) + \
         (_NO_POINTS,) * (FORMS_PER_CALL - len(forms))
     return _bm25_steps(t, end, int(phase), float(floor), int(k), bool(prune), float(slack1),
