@@ -285,12 +285,16 @@ class _Term:
 class _Words(_Term):
     """A word (or a word and its forms, conflated) scored by BM25, or BM25F over fields."""
 
-    def __init__(self, ev, boxes, forms, weight, term_idf, stats, decoded=None):
+    def __init__(self, ev, boxes, forms, weight, term_idf, stats, decoded=None, stored=0,
+                 docs=None, docs_key=None):
         self.ev, self.boxes, self.forms = ev, boxes, forms
         self.factor = weight * term_idf
         self.bound = self.factor
         self.stats = stats
         self.decoded = decoded  # each form's whole list if decoded when made, or None
+        self.stored = stored    # the postings its lists hold as stored
+        self.docs = docs        # its documents (see documents) if kept already
+        self.docs_key = docs_key  # the key they are kept under (Lists.held, derived)
 
     def size(self) -> int:
         return sum(self.ev.lists.count(f) for f in self.forms)
@@ -310,6 +314,23 @@ class _Words(_Term):
                 found = self.ev._whole(f)
             out.append(found.starts)
         return _few(out, kernels.FORMS_PER_CALL)
+
+    def documents(self, box_s: np.ndarray, box_e: np.ndarray) -> list[np.ndarray] | None:
+        """The term's documents as kernels.bm25_steps takes them (`views`: the starts of
+        the documents (box_s, box_e: the whole list `:`) holding one of its postings, and
+        each one's length and tf; kernels.term_documents), when every form's list is at
+        hand (see at_hand) and they hold DOCUMENTS_MOST postings or fewer: made once for
+        the lists as they are, kept for the snapshots that see them so (Lists.derived).
+        Else None."""
+        if self.docs is not None or not self.docs_key or self.stored > DOCUMENTS_MOST:
+            return self.docs
+
+        def make():
+            forms = self.at_hand()
+            found = None if forms is None else kernels.term_documents(forms, box_s, box_e)
+            return None if found is None else (list(found), 16 * len(found[0]) + 200)
+        self.docs = self.ev.lists.derived(self.docs_key, make)
+        return self.docs
 
     def _postings(self, region: Region | None) -> np.ndarray:
         parts = []
@@ -431,11 +452,14 @@ def word_terms(ev, cnode, settings: Scoring, words, known) -> list[_Term]:
     words = [(tuple(forms), weight) for forms, weight in words if weight > 0]
     n = max(stats.n, 1)
     dfs = known.df
-    for (forms, weight), held in zip(words, ev.lists.held([f for f, _ in words])):
+    # (BM25 of documents: each word's documents kept, if they are, instead of its lists)
+    kind = "documents" if not settings.fields and boxes.name == ":" else None
+    for (forms, weight), (held, decoded, stored, docs, docs_key) in zip(
+            words, ev.lists.held([f for f, _ in words], kind)):
         if held:  # (the forms this database holds; df: the collection's)
             df = min(sum(dfs.get(f, 0) for f in forms), n)
-            out.append(_Words(ev, boxes, [f for f, _ in held], float(weight),
-                              _idf(int(df), int(n)), stats, [x for _, x in held]))
+            out.append(_Words(ev, boxes, list(held), float(weight), _idf(int(df), int(n)),
+                              stats, decoded, stored, docs, docs_key))
     return out
 
 
@@ -469,8 +493,11 @@ def top(terms: list[_Term], k: int, matches: Intervals | None = None, *,
     (_top_compiled; `compiled=False`: by the steps below, the same result)."""
     order = sorted(range(len(terms)), key=lambda i: -terms[i].bound)
     terms = [terms[i] for i in order]
-    bounds = np.array([t.bound for t in terms], dtype=np.float64)
-    rest = np.concatenate((np.cumsum(bounds[::-1])[::-1], [0.0]))  # bound of terms i..
+    rest = np.zeros(len(terms) + 1)   # the bound of terms i.., summed from the last
+    total = 0.0
+    for i in range(len(terms) - 1, -1, -1):
+        total += terms[i].bound
+        rest[i] = total
     if compiled and terms:
         words = [t for t in terms if type(t) is _Words and not t.stats.scoring.fields]
         if len(words) == len(terms):   # (all BM25 words: the same list, typed so)
@@ -512,6 +539,10 @@ def top(terms: list[_Term], k: int, matches: Intervals | None = None, *,
 
 
 LEADERS_OVER = 50_000  # a term with more postings than this is read whole only when needed
+# A word's documents (_Words.documents) are made for words of this many postings or fewer:
+# remade after a commit that changes its lists, so that work is bounded by this, not by
+# the collection.
+DOCUMENTS_MOST = 1 << 16
 
 
 def _top_compiled(terms: list[_Words], k: int, matches: Intervals | None, prune: bool,
@@ -541,14 +572,21 @@ def _top_compiled(terms: list[_Words], k: int, matches: Intervals | None, prune:
     n_terms, t, floor, led = len(terms), 0, 0.0, -1
     done = not n_terms
     slack1 = 1 + SLACK
+    # the documents' list: a term at hand is given by its documents (_Words.documents)
+    by_documents = matches is None and disjoint and terms[0].boxes.name == ":"
     while not done:
         forms: list[np.ndarray] = []
         counts = [0]
         end = t
+        views = None   # (the call's terms: all by their documents, or all by postings)
         while end < n_terms:  # the terms at hand from t on
-            got = terms[end].at_hand()
-            if got is None or len(forms) + len(got) > most:
+            got = terms[end].documents(bs, be) if by_documents else None
+            kind = got is not None
+            if got is None:
+                got = terms[end].at_hand()
+            if got is None or len(forms) + len(got) > most or views not in (None, kind):
                 break
+            views = kind
             forms += got
             counts.append(len(forms))
             end += 1
@@ -571,7 +609,7 @@ def _top_compiled(terms: list[_Words], k: int, matches: Intervals | None, prune:
                 counts.append(len(forms))
         t, phase, done, cs, ce, sc, read = kernels.bm25_steps(
             t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, rest, forms,
-            np.array(counts, dtype=np.int64), bs, be, disjoint, cs, ce, sc)
+            np.array(counts, dtype=np.int64), bs, be, disjoint, cs, ce, sc, bool(views))
         ev.charge(int(read))
     pick = kernels.bm25_pick(sc, k, matches is None)
     return cs[pick], ce[pick], sc[pick]

@@ -59,6 +59,12 @@ class DocumentCache:
             return None
         return found
 
+    def get_many(self, token, starts: list[int]) -> list:
+        """get(token, start) of each start."""
+        if token != self._token:
+            return [None] * len(starts)
+        return list(map(self._starts.get, starts))
+
     def add(self, token, key: int, entry) -> None:
         """Keep a decoded entry (stored under `key`) for `token`: its documents by start."""
         size = sum(len(raw) for raw in entry.raws) + 100 * len(entry.starts) + 200

@@ -357,6 +357,40 @@ class Lists:
             out.append(found)
         return out
 
+    def remembered_each(self, name: str, items: list, look) -> list:
+        """look(item) of each item (never None) for this snapshot's committed state, kept
+        for the process's snapshots of that state in one table per `name` (see _fact): a
+        query's words found with one lookup each (map), not a key made and looked up in
+        two dictionaries. look() must depend on that state only."""
+        table = self._fact(("table", name), dict)
+        out = list(map(table.get, items))
+        if None in out:
+            for i, item in enumerate(items):
+                if out[i] is None:
+                    found = out[i] = look(item)
+                    if len(table) < FACTS:
+                        table[item] = found
+        return out
+
+    def derived(self, key: str, make):
+        """make() -> (value, its bytes) or None: something computed from whole lists alone
+        (bm25.py: a word's documents), kept under `key` (held's: a kind and the lists'
+        cache keys, i.e. their versions and the erased ranges', in a string) for every
+        snapshot that sees those lists as they are, in this snapshot and the shared
+        cache. None (not kept) when make() gives None."""
+        found = self._local.get(key)
+        if found is None:
+            found = None if self._shared is None else self._shared.get(key)
+            if found is None:
+                made = make()
+                if made is None:
+                    return None
+                found, size = made
+                if self._shared is not None:
+                    self._shared.put(key, found, size)
+            self._local[key] = found
+        return found
+
     def meta(self, name: str, default=None):
         """The committed state's meta value `name` (storage's meta), kept for the process's
         snapshots of that state (a write transaction reads its own)."""
@@ -571,34 +605,57 @@ class Lists:
         found = self._get("list", fid)
         return self._patched(fid) if found is None else found
 
-    def held(self, groups: list[tuple[str, ...]]
-             ) -> list[list[tuple[str, Intervals | None]]]:
-        """For each group of features, those whose stored list holds an interval
-        (stored_count > 0), each with its whole list if decoded already (see cached), else
-        None. Which they are is kept for the committed state (a query asks for the same
-        words again)."""
-        def look(key):
-            return tuple((f, self.fid(f), self._key("list", self.fid(f))) for f in key[1]
-                         if self.stored_count(f))
-        records = self.remembered_many([("held", g) for g in groups], look)
+    def held(self, groups: list[tuple[str, ...]], kind: str | None = None
+             ) -> list[tuple[tuple[str, ...], list, int, object, str]]:
+        """For each group of features: (those whose stored list holds an interval
+        (stored_count > 0); each one's whole list if decoded already (see cached), else
+        None; the intervals they hold as stored; what derived() keeps of them under
+        `kind` if it is kept already (their lists are not looked for then: None each),
+        else None; the key derived() keeps it under). Which they are is kept for the
+        committed state (a query asks for the same words again)."""
+        def look(group):
+            fs = tuple(f for f in group if self.stored_count(f))
+            fids = tuple(self.fid(f) for f in fs)
+            keys = tuple(self._key("list", fid) for fid in fids)
+            # (derived's key as one string, made once: its hash is kept with it, where a
+            # tuple of the lists' keys is hashed again at every lookup)
+            return (fs, fids, keys, sum(self.stored_count(f) for f in fs),
+                    repr((kind,) + keys) if kind is not None else "")
+        records = self.remembered_each(f"held {kind}", groups, look)
         local = self._local
-        keys = [key for record in records for _, fid, key in record
+        shared = self._shared
+        kept: list = [None] * len(records)
+        dkeys = [r[4] for r in records]
+        if kind is not None:
+            ask = []
+            for i, key in enumerate(dkeys):
+                kept[i] = local.get(key)
+                if kept[i] is None and records[i][0]:
+                    ask.append(i)
+            if ask and shared is not None:
+                for i, found in zip(ask, shared.get_many([dkeys[i] for i in ask])):
+                    if found is not None:
+                        kept[i] = local[dkeys[i]] = found
+        keys = [key for record, have in zip(records, kept) if have is None
+                for fid, key in zip(record[1], record[2])
                 if local.get(("list", fid), _ABSENT) is _ABSENT]
-        found = dict(zip(keys, self._shared.get_many(keys))) if self._shared and keys \
-            else {}
+        found = dict(zip(keys, shared.get_many(keys))) if shared and keys else {}
         out = []
-        for record in records:
-            got = []
-            for f, fid, key in record:
-                have = local.get(("list", fid))
-                if have is None or have is _ABSENT:
-                    have = found.get(key)
-                    if have is None:
-                        have = self._patched(fid)
-                    if have is not None:
-                        local[("list", fid)] = have
-                got.append((f, have))
-            out.append(got)
+        for (fs, fids, lkeys, stored, dkey), have_kept in zip(records, kept):
+            got: list = []
+            if have_kept is None:
+                for fid, key in zip(fids, lkeys):
+                    have = local.get(("list", fid))
+                    if have is None or have is _ABSENT:
+                        have = found.get(key)
+                        if have is None:
+                            have = self._patched(fid)
+                        if have is not None:
+                            local[("list", fid)] = have
+                    got.append(have)
+            else:
+                got = [None] * len(fs)
+            out.append((fs, got, stored, have_kept, dkey))
         return out
 
     def stored_count(self, feature: str) -> int:

@@ -179,11 +179,10 @@ def counted_forms(snapshot, words: list[str], limit: int = FORMS
     words = list(dict.fromkeys(words))
     lists = getattr(snapshot, "lists", None)
     if lists is not None:  # one database: each word's forms kept per committed state
-        def look(key):
-            [(names, counts)] = word_candidates(snapshot, [key[1]], limit)
-            return _counted(key[1], names, counts, limit)
-        return dict(zip(words, lists.remembered_many([("forms", w, limit) for w in words],
-                                                     look)))
+        def look(w):
+            [(names, counts)] = word_candidates(snapshot, [w], limit)
+            return _counted(w, names, counts, limit)
+        return dict(zip(words, lists.remembered_each(f"forms {limit}", words, look)))
     return {w: _counted(w, names, counts, limit)
             for w, (names, counts) in zip(words, snapshot.word_candidates(words, limit))}
 

@@ -36,8 +36,7 @@ def gather(snapshot, features=(), fields=()) -> Statistics:
     lists = snapshot.lists
     postings, df, high = {}, {}, {}
     features = list(features)  # (kept for the committed state: the same words come again)
-    known = lists.remembered_many([("statistics", f) for f in features],
-                                  lambda key: _feature(lists, key[1]))
+    known = lists.remembered_each("statistics", features, lambda f: _feature(lists, f))
     for f, (count, d, h) in zip(features, known):
         postings[f], df[f], high[f] = count, d, h
     kept = {name: tuple(v) for name, v in (snapshot.field_statistics() or {}).items()}

@@ -169,7 +169,7 @@ class Snapshot:
         cache, token = self.lists.documents()
         addresses = [int(a) for a in addresses]
         out = [None] * len(addresses) if cache is None else \
-            [cache.get(token, a) for a in addresses]
+            cache.get_many(token, addresses)
         missing = [i for i, a in enumerate(addresses)
                    if out[i] is None and 0 <= a < storage.MAX_ADDRESS]
         if missing:

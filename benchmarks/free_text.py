@@ -3,10 +3,14 @@ then RM3) beside tantivy's BM25, in one process, interleaved question by questio
 
     python -m benchmarks.free_text                          # the MS MARCO sample
     python -m benchmarks.free_text --corpus benchmarks/work/corpus.jsonl --rounds 3
+    python -m benchmarks.free_text --corpus benchmarks/work/corpus.jsonl \
+        --work benchmarks/work/growth-1x --name 1x     # indexes built already: read only
 
 The corpus: `../shared/data/rag24/msmarco-sample.jsonl` (4,036 passages) by default, or
 any JSONL of the same shape (the scale corpus, benchmarks/common/corpus.py: 1.67M
-passages). Each engine's index is built once under work/free-text/<corpus name>/.
+passages). Each engine's index is built once under work/free-text/<corpus name>/, or
+read from `--work DIR` (DIR/annodb.db and DIR/tantivy, as benchmarks.growth leaves them;
+never rebuilt there: a missing one is an error).
 annodb: `search_text(q, k=10, rank="bm25", snippets=False)` and `rank="bm25+rm3"` (the
 free-text default) in a fresh read snapshot per query, as a server does, docnos made;
 tantivy: a boolean query of SHOULD term queries over the question's words (annodb's
@@ -94,8 +98,17 @@ def main(argv=None) -> int:
     ap.add_argument("--corpus", default=SAMPLE, help="a JSONL corpus (default: the MS "
                     "MARCO sample)")
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds over the questions")
+    ap.add_argument("--work", help="a folder holding the indexes built already "
+                    "(annodb.db, tantivy: benchmarks.growth's growth-1x): opened read only")
+    ap.add_argument("--name", help="the corpus's name in the table and the RESULTS.md "
+                    "section (default: the corpus file's)")
     ap.add_argument("--no-record", action="store_true", help="print only")
     args = ap.parse_args(argv)
+    if args.work is not None:
+        for need in ("annodb.db", "tantivy"):
+            if not os.path.exists(os.path.join(args.work, need)):
+                print(f"error: --work {args.work} has no {need}", file=sys.stderr)
+                return 2
     for need in (args.corpus, TOPICS):
         if not os.path.exists(need):
             print(f"needs {need}: nothing measured", file=sys.stderr)
@@ -106,11 +119,17 @@ def main(argv=None) -> int:
         print("tantivy is not installed (pip install tantivy): nothing measured",
               file=sys.stderr)
         return 0
-    name = os.path.splitext(os.path.basename(args.corpus))[0]
-    work = os.path.join(WORK, "free-text", name)
-    os.makedirs(work, exist_ok=True)
-    db = built(Built(work), args.corpus).db
-    index = built(TantivyBuilt(work), args.corpus).index
+    name = args.name or os.path.splitext(os.path.basename(args.corpus))[0]
+    if args.work is not None:  # (built elsewhere: opened, never rebuilt)
+        annodb_index, tantivy_index = Built(args.work), TantivyBuilt(args.work)
+        annodb_index.open()
+        tantivy_index.open()
+        db, index = annodb_index.db, tantivy_index.index
+    else:
+        work = os.path.join(WORK, "free-text", name)
+        os.makedirs(work, exist_ok=True)
+        db = built(Built(work), args.corpus).db
+        index = built(TantivyBuilt(work), args.corpus).index
     engines = [Annodb(db, "bm25"), Annodb(db, "bm25+rm3"), Tantivy(index)]
     qs = questions()
     got = timed(engines, qs, 10, args.rounds)
@@ -123,7 +142,8 @@ def main(argv=None) -> int:
         from benchmarks.common.results import machine, record
         now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
         record(f"free-text-{name}", f"## Free text on the 86 RAG questions, {name} "
-               f"(`python -m benchmarks.free_text --corpus {args.corpus}`)\n\n"
+               f"(`python -m benchmarks.free_text --corpus {args.corpus}"
+               + (f" --work {args.work} --name {name}" if args.work else "") + "`)\n\n"
                f"Run {now} on {machine()}; interleaved question by question in one "
                "process, a fresh read snapshot per annodb query.\n\n" + out)
     return 0

@@ -46,6 +46,8 @@ hold the two equal.
     merge_scores           K.merge_scores                      test_bm25: test_merge_scores_kernel
     bm25_top               K.bm25_steps, bm25_pick (bm25.top's test_bm25: test_bm25_steps_kernel
                            compiled MaxScore)
+    term_documents         K.term_documents (a word's          test_bm25: test_term_documents_
+                           documents, bm25.top's)              kernel
     rm3                    feedback.py (rank="bm25+rm3")       test_feedback: test_rm3_equals_its_
                                                                definition
 """
@@ -619,6 +621,17 @@ def bm25_top(terms, factors, boxes, k, k1, b, avglen, matches=None):
             found.append((s, e, score))
     found.sort(key=lambda x: (-x[2], x[0]))
     return found[:max(k, 0)]
+
+
+def term_documents(forms, boxes):
+    """The twin of kernels.term_documents: [(start, length, tf)] of the boxes (disjoint)
+    holding tf > 0 of the points of the forms (lists of points), by start."""
+    out = []
+    for s, e in boxes:
+        tf = sum(1 for pts in forms for p in pts if s <= p <= e)
+        if tf:
+            out.append((s, e - s + 1, tf))
+    return out
 
 
 def bm25f(docs, fields, query, k, k1=0.9):

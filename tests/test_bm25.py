@@ -117,7 +117,10 @@ def test_pruning_on_larger_collections(tmp_path_factory, docs, query, k):
     with db.read() as r:
         full = engine_top(r, query, k, False)
         for leaders in (bm25.LEADERS_OVER, 0):  # 0: the leaders' scores before every term
+            # (and words given by their postings, not by their documents, when none may be)
             old, bm25.LEADERS_OVER = bm25.LEADERS_OVER, leaders
+            old_most = bm25.DOCUMENTS_MOST
+            bm25.DOCUMENTS_MOST = old_most if leaders else -1
             try:
                 for compiled in (True, False):
                     pruned = engine_top(r, query, k, True, compiled=compiled)
@@ -125,6 +128,7 @@ def test_pruning_on_larger_collections(tmp_path_factory, docs, query, k):
                         np.array_equal(pruned[1], full[1])
             finally:
                 bm25.LEADERS_OVER = old
+                bm25.DOCUMENTS_MOST = old_most
     db.close()
 
 
@@ -181,11 +185,15 @@ def scored_boxes(draw):
     return boxes, disjoint, terms, factors, matches
 
 
-def kernel_top(boxes, disjoint, terms, factors, k, k1, b, avglen, matches, cuts, prune):
-    """kernels.bm25_steps run from the start, its terms given a call per run between cuts."""
+def kernel_top(boxes, disjoint, terms, factors, k, k1, b, avglen, matches, cuts, prune,
+               views=frozenset()):
+    """kernels.bm25_steps run from the start, its terms given a call per run between cuts;
+    the calls numbered in `views` given each term's documents (kernels.term_documents)
+    instead of its postings, when the boxes are disjoint."""
     pair = lambda xs: (np.array([x[0] for x in xs], dtype=np.int64),
                        np.array([x[1] for x in xs], dtype=np.int64))
     bs, be = pair(boxes)
+    call = 0
     factors = np.array(factors, dtype=np.float64)
     rest = np.concatenate((np.cumsum(factors[::-1])[::-1], [0.0]))
     if matches is None:
@@ -195,11 +203,18 @@ def kernel_top(boxes, disjoint, terms, factors, k, k1, b, avglen, matches, cuts,
     t, done, n = 0, not terms, len(terms)
     while not done:
         end = min([c for c in cuts if c > t] + [n])
-        forms = [np.array(f, dtype=np.int64) for u in range(t, end) for f in terms[u]]
-        counts = np.cumsum([0] + [len(terms[u]) for u in range(t, end)])
+        by_documents = disjoint and call in views
+        call += 1
+        if by_documents:
+            forms = [a for u in range(t, end) for a in kernels.term_documents(
+                [np.array(f, dtype=np.int64) for f in terms[u]], bs, be)]
+            counts = np.arange(0, 2 * (end - t) + 1, 2)
+        else:
+            forms = [np.array(f, dtype=np.int64) for u in range(t, end) for f in terms[u]]
+            counts = np.cumsum([0] + [len(terms[u]) for u in range(t, end)])
         t, phase, done, cs, ce, sc, _ = kernels.bm25_steps(
             t, end, phase, 0.0, k, prune, 1 + bm25.SLACK, k1, b, avglen, factors, rest,
-            forms, counts, bs, be, disjoint, cs, ce, sc)
+            forms, counts, bs, be, disjoint, cs, ce, sc, by_documents)
     pick = kernels.bm25_pick(sc, k, matches is None)
     return list(zip(cs[pick].tolist(), ce[pick].tolist(), sc[pick].tolist()))
 
@@ -207,15 +222,43 @@ def kernel_top(boxes, disjoint, terms, factors, k, k1, b, avglen, matches, cuts,
 @SETTINGS
 @given(scored_boxes(), st.integers(0, 8), st.sampled_from([(0.9, 0.4), (1.2, 0.75),
                                                            (0.0, 0.0), (2.0, 1.0)]),
-       st.floats(1.0, 20.0), st.sets(st.integers(1, 5)), st.booleans())
-def test_bm25_steps_kernel(case, k, params, avglen, cuts, prune):
-    """The compiled MaxScore, its terms in any runs of calls, pruning or not, equals the
-    exhaustive top k (the same floats: scores are added in the same order)."""
+       st.floats(1.0, 20.0), st.sets(st.integers(1, 5)), st.booleans(),
+       st.sets(st.integers(0, 6)))
+def test_bm25_steps_kernel(case, k, params, avglen, cuts, prune, views):
+    """The compiled MaxScore, its terms in any runs of calls, each call given the terms'
+    postings or their documents, pruning or not, equals the exhaustive top k (the same
+    floats: scores are added in the same order)."""
     boxes, disjoint, terms, factors, matches = case
     k1, b = params
     got = kernel_top(boxes, disjoint, terms, factors, k, k1, b, avglen, matches,
-                     sorted(cuts), prune)
+                     sorted(cuts), prune, views)
     assert got == naive.bm25_top(terms, factors, boxes, k, k1, b, avglen, matches)
+
+
+@SETTINGS
+@given(scored_boxes())
+def test_term_documents_kernel(case):
+    """A word's documents: the disjoint boxes holding one of its forms' points, each with
+    its length and how many of the points it holds (packed as length << 32 | tf)."""
+    boxes, disjoint, terms, _, _ = case
+    if not disjoint:
+        boxes = [(s, s) for s, _ in boxes]
+    bs = np.array([x[0] for x in boxes], dtype=np.int64)
+    be = np.array([x[1] for x in boxes], dtype=np.int64)
+    for forms in terms:
+        starts, packed = kernels.term_documents([np.array(f, dtype=np.int64) for f in forms],
+                                                bs, be)
+        got = list(zip(starts.tolist(), (packed >> 32).tolist(),
+                       (packed & 0xFFFFFFFF).tolist()))
+        assert got == naive.term_documents(forms, boxes)
+
+
+def test_term_documents_refuses_what_does_not_pack():
+    """A document longer than the packing holds gives no documents (None), not wrong ones."""
+    big = (1 << 31) - 1   # (kernels.scoring.LONGEST)
+    bs, be = np.array([0], dtype=np.int64), np.array([big], dtype=np.int64)
+    assert kernels.term_documents([np.array([5], dtype=np.int64)], bs, be) is None
+    assert kernels.term_documents([np.array([5], dtype=np.int64)], bs, be - 1) is not None
 
 
 def test_bm25_steps_kernel_past_every_container():
@@ -228,6 +271,44 @@ def test_bm25_steps_kernel_past_every_container():
                          [], True)
         assert got == naive.bm25_top(terms, [2.0, 1.0], boxes, 1 << 62, 0.9, 0.4, 4.0,
                                      matches)
+
+
+@SETTINGS
+@given(collections(max_docs=12, min_docs=2), st.lists(st.lists(st.sampled_from(WORDS),
+                                                               max_size=8), max_size=4),
+       queries, st.integers(1, 6))
+def test_words_documents_kept_for_one_state_follow_commits(tmp_path_factory, coll, more,
+                                                           query, k):
+    """A word's documents are kept for the lists as they are: after a commit that adds
+    documents, erases or deletes, the next snapshot's top k equals the exhaustive one
+    (no document kept from before is scored as it was)."""
+    docs, erased, deleted = coll
+    db, model = build(str(tmp_path_factory.mktemp("f") / "db"), docs, [], [])
+    words = [((w,), n) for w, n in query]
+    for step in range(3):
+        with db.read() as r:
+            r.lists.whole(":", container=True)
+            for w, _ in query:   # (each list at hand, so its documents are made)
+                r.lists.whole(w)
+            pruned = engine_top(r, query, k)
+            full = engine_top(r, query, k, False, compiled=False)
+            assert np.array_equal(pruned[0], full[0]) and np.array_equal(pruned[1], full[1])
+            same_ranking(named(r, *pruned), naive.bm25(model, words, k))
+        with db.write() as w:
+            if step == 0:
+                for i, toks in enumerate(more):
+                    w.add(" ".join(toks), docno=f"m{i}")
+                    model.add(f"m{i}", toks)
+            else:
+                for p, q in erased:
+                    w.erase(p, q)
+                    model.erase(p, q)
+                for i in deleted:
+                    doc = next((d for d in model.docs if d[0] == f"d{i}"), None)
+                    if doc is not None:
+                        assert w.delete(f"d{i}")
+                        model.erase(doc[1], doc[2])
+    db.close()
 
 
 @SETTINGS

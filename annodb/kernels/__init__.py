@@ -24,7 +24,7 @@ _MODULES = {
               "encode_point_groups", "append_point_groups", "block_bounds", "group_order",
               "group_postings", "BadBlock"),
     "scoring": ("document_frequencies", "merge_scores", "best_windows", "context_sums",
-                "bm25_steps", "bm25_pick", "FORMS_PER_CALL"),
+                "bm25_steps", "bm25_pick", "term_documents", "FORMS_PER_CALL"),
     "checking": ("BlockChecker",),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}

@@ -45,6 +45,7 @@ __all__ = [
 
 _I64_MAX = np.iinfo(np.int64).max
 _I64 = np.dtype(np.int64)
+_F64 = np.dtype(np.float64)
 _EMPTY_I = np.empty(0, np.int64)
 
 
@@ -68,6 +69,8 @@ def _ints(x, name: str) -> np.ndarray:
 
 
 def _floats(x, name: str) -> np.ndarray:
+    if type(x) is np.ndarray and x.dtype == _F64 and x.ndim == 1 and x.flags.c_contiguous:
+        return x  # (what the BM25 kernels' callers pass, several times a query)
     a = np.asarray(x)
     if a.ndim != 1:
         raise ValueError(f"{name} must be one-dimensional, got shape {a.shape}")

@@ -9,6 +9,7 @@
                                                  reach away) decayed by distance within its
                                                  run (recall.py)
     bm25_steps(...)                              BM25's exact top k by MaxScore, resumable
+    term_documents(forms, box_s, box_e)          a word's documents: (start, length, tf)
     bm25_pick(scores, k, positive)               the k best, ties in order
 
 Each public function is a thin validating wrapper of a private jitted one; the brute-force
@@ -23,7 +24,7 @@ from numba import njit
 from .algebra import _floats, _ge, _gt, _ints, _pair
 
 __all__ = ["document_frequencies", "merge_scores", "best_windows", "context_sums",
-           "bm25_steps", "bm25_pick", "FORMS_PER_CALL"]
+           "bm25_steps", "bm25_pick", "term_documents", "FORMS_PER_CALL"]
 
 
 @njit(cache=True, nogil=True)
@@ -360,10 +361,12 @@ def _holding(forms, f0, f1, box_s, box_e, disjoint):
 
 @njit(cache=True, nogil=True)
 def _bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, rest,
-                forms, term_forms, box_s, box_e, disjoint, acc_s, acc_e, acc_sc):
+                forms, term_forms, box_s, box_e, disjoint, acc_s, acc_e, acc_sc, views):
     for u in range(term_forms.shape[0] - 1):
         if term_forms[u] > term_forms[u + 1]:
             raise ValueError("term forms must not decrease")
+        if views and term_forms[u + 1] - term_forms[u] != 2:
+            raise ValueError("a term's documents are two arrays")
     t0 = t
     n_terms = factors.shape[0]
     n = acc_s.shape[0]
@@ -402,25 +405,38 @@ def _bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, 
             n, got = _candidates(t, end, t0, k, prune, slack1, k1, b, avglen, factors, rest,
                                  forms, term_forms, acc_s, acc_e, acc_sc, n,
                                  _threshold(acc_sc, n, k, floor) if k > 0 and n >= k
-                                 else floor)
+                                 else floor, views)
             read += got
             t = end
             continue
         # phase 1: the term everywhere, merged into the candidates by start
         f0, f1 = term_forms[t - t0], term_forms[t - t0 + 1]
-        idx, cnt = _holding(forms, f0, f1, box_s, box_e, disjoint)
-        for f in range(f0, f1):
-            read += forms[f].shape[0]
+        if views:  # (the term's documents: starts, then length << 32 | tf)
+            vs, vp = forms[f0], forms[f0 + 1]
+            held = vs.shape[0]
+        else:
+            idx, cnt = _holding(forms, f0, f1, box_s, box_e, disjoint)
+            held = idx.shape[0]
+            for f in range(f0, f1):
+                read += forms[f].shape[0]
         factor = factors[t]
-        ms = np.empty(n + idx.shape[0], np.int64)
-        me = np.empty(n + idx.shape[0], np.int64)
-        mv = np.empty(n + idx.shape[0], np.float64)
+        ms = np.empty(n + held, np.int64)
+        me = np.empty(n + held, np.int64)
+        mv = np.empty(n + held, np.float64)
         i = 0
         m = 0
-        for y in range(idx.shape[0]):
-            s, e = box_s[idx[y]], box_e[idx[y]]
-            c = _contribution(factor, cnt[y], float(e - s + 1), avglen, k1, b) \
-                if cnt[y] > 0 else 0.0
+        for y in range(held):
+            if views:
+                s = vs[y]
+                length = vp[y] >> 32
+                tf = vp[y] & _LOW
+                e = s + length - 1
+                read += tf
+            else:
+                s, e = box_s[idx[y]], box_e[idx[y]]
+                tf = cnt[y]
+            c = _contribution(factor, tf, float(e - s + 1), avglen, k1, b) \
+                if tf > 0 else 0.0
             if not c > 0:
                 continue
             while i < n and acc_s[i] < s:
@@ -449,7 +465,7 @@ CHUNK = 64  # candidates taken through the terms together (each form's array got
 
 @njit(cache=True, nogil=True)
 def _candidates(t, end, t0, k, prune, slack1, k1, b, avglen, factors, rest, forms,
-                term_forms, acc_s, acc_e, acc_sc, n, th):
+                term_forms, acc_s, acc_e, acc_sc, n, th, views):
     """Terms t..end-1 added to the candidates (in place, the first n; in address order),
     CHUNK candidates at a time through them all before the next: one whose score so far
     + the bounds left (x slack1) falls below th is dropped, and th rises to the k-th best
@@ -479,7 +495,19 @@ def _candidates(t, end, t0, k, prune, slack1, k1, b, avglen, factors, rest, form
                         tfs[x - c0] = 0
             if left == 0:
                 break
-            for f in range(term_forms[u - t0], term_forms[u - t0 + 1]):
+            if views:  # (a candidate is a document: its entry, if any, by its start)
+                f = term_forms[u - t0]
+                vs, vp = forms[f], forms[f + 1]
+                z = vs.shape[0]
+                a = at[f]
+                for x in range(c0, c1):
+                    if alive[x - c0]:
+                        a = _ge(vs, a, z, acc_s[x])
+                        if a < z and vs[a] == acc_s[x]:
+                            tfs[x - c0] = vp[a] & _LOW
+                at[f] = a
+            for f in range(term_forms[u - t0], term_forms[u - t0 + 1] if not views else
+                           term_forms[u - t0]):
                 pts = forms[f]
                 z = pts.shape[0]
                 a = at[f]
@@ -548,11 +576,47 @@ def _heap_replace(heap, n, x):
         i = a
 
 
+_LOW = (1 << 32) - 1  # a term's documents: length << 32 | tf (term_documents)
+LONGEST = (1 << 31) - 1  # the longest document (in tokens) term_documents packs
+
+
+@njit(cache=True, nogil=True)
+def _term_documents(forms, n, box_s, box_e):
+    idx, cnt = _holding(forms, 0, n, box_s, box_e, True)
+    m = idx.shape[0]
+    starts = np.empty(m, np.int64)
+    packed = np.empty(m, np.int64)
+    for y in range(m):
+        j = idx[y]
+        length = box_e[j] - box_s[j] + 1
+        if length > LONGEST or cnt[y] > _LOW:
+            return starts[:0], packed[:0], False
+        starts[y] = box_s[j]
+        packed[y] = (length << 32) | cnt[y]
+    return starts, packed, True
+
+
+def term_documents(forms, box_s, box_e):
+    """The documents (box_s, box_e: disjoint, a GC-list) holding a point of a term's forms
+    (each an ascending array of points; at most FORMS_PER_CALL), as bm25_steps takes a
+    term's documents (`views`): their starts, ascending, and for each its length
+    (e - s + 1) << 32 | the points it holds. None when a document is longer than LONGEST
+    tokens or holds 2**32 points or more (they do not pack)."""
+    box_s, box_e = _pair(box_s, box_e, "boxes")
+    if len(forms) > FORMS_PER_CALL:
+        raise ValueError(f"{len(forms)} postings arrays, more than {FORMS_PER_CALL}")
+    n = len(forms)
+    padded = tuple(_ints(a, "points") for a in forms) + \
+        (_NO_POINTS,) * (FORMS_PER_CALL - n)
+    starts, packed, ok = _term_documents(padded, n, box_s, box_e)
+    return (starts, packed) if ok else None
+
+
 _NO_POINTS = np.empty(0, np.int64)
 
 
 def bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, rest, forms,
-               term_forms, box_s, box_e, disjoint, acc_s, acc_e, acc_sc):
+               term_forms, box_s, box_e, disjoint, acc_s, acc_e, acc_sc, views=False):
     """BM25's exact top k by MaxScore (bm25.top's), resumable: terms t..end-1 of the query
     (ordered by their bounds, highest first) taken in turn from the state (phase, floor,
     the candidates acc_s, acc_e and their scores acc_sc, sorted by start). Term u's
@@ -573,6 +637,11 @@ def bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, r
     inside the candidates are enough). `disjoint`: no two boxes overlap. Scores are
     added in term order (0.0 + the first), as bm25.top adds them.
 
+    `views`: each term of the call is given by its documents instead (term_documents: two
+    arrays, the starts and the packed lengths and tfs, as forms[term_forms[u - t]] and
+    the next; the boxes disjoint, and every candidate one of them): its contributions
+    are read off them, the same floats.
+
     Returns (the next term, phase, done: no term or no candidate left, acc_s, acc_e,
     acc_sc, points read)."""
     factors, rest = _floats(factors, "factors"), _floats(rest, "rest")
@@ -590,11 +659,14 @@ def bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, r
         raise ValueError("term_forms must give each term's forms, ascending")
     if acc_sc.shape[0] != acc_s.shape[0]:
         raise ValueError("a score per candidate is needed")
+    if views and not disjoint:
+        raise ValueError("a term's documents are of disjoint boxes")
     forms = tuple(_ints(a, "points") for a in forms) + \
         (_NO_POINTS,) * (FORMS_PER_CALL - len(forms))
     return _bm25_steps(t, end, int(phase), float(floor), int(k), bool(prune), float(slack1),
                        float(k1), float(b), float(avglen), factors, rest, forms,
-                       term_forms, box_s, box_e, bool(disjoint), acc_s, acc_e, acc_sc)
+                       term_forms, box_s, box_e, bool(disjoint), acc_s, acc_e, acc_sc,
+                       bool(views))
 
 
 @njit(cache=True, nogil=True)
