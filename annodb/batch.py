@@ -222,7 +222,7 @@ def make_scanned(scan: dict) -> Batch:
     keys = [k.decode("ascii") for k in scan["keys"]]
     f_key = scan["f_key"]
     lengths = scan["f_cps"]
-    starts, kinds, names = tokenizer.distinct_code_point_tokens(scan["cps"])
+    starts, kinds, names = tokenizer.distinct_utf8_tokens(scan["u8"])
     if len(names) < 2**31:
         kinds = kinds.astype(np.int32)  # (as make)
     per_doc = np.diff(scan["d_fields"])

@@ -102,9 +102,22 @@ def distinct_code_point_tokens(cps: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     for a lone surrogate."""
     from . import kernels
     starts, kinds, arena, bounds = kernels.intern_tokens(cps, _class_table(), _fold_table())
+    return starts, kinds, _words(arena, bounds)
+
+
+def distinct_utf8_tokens(text: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """distinct_tokens of a text given as valid UTF-8 without surrogates (uint8; starts
+    count code points)."""
+    from . import kernels
+    starts, kinds, arena, bounds = kernels.intern_tokens_utf8(text, _class_table(),
+                                                              _fold_table())
+    return starts, kinds, _words(arena, bounds)
+
+
+def _words(arena: np.ndarray, bounds: np.ndarray) -> list[str]:
     words = arena.tobytes().decode("utf-32-le")
     edges = bounds.tolist()
-    return starts, kinds, [words[a:b] for a, b in zip(edges, edges[1:])]
+    return [words[a:b] for a, b in zip(edges, edges[1:])]
 
 
 _folds = None

@@ -160,6 +160,19 @@ def _reader_main() -> None:
         pass
 
 
+PIPE_BYTES = 1 << 20   # the pipe from the reading process, where Linux allows it
+
+
+def _widen(pipe) -> None:
+    """The pipe's buffer made PIPE_BYTES (Linux; else left as it is): a batch is ~20 MB
+    and a 64 KiB pipe wakes the writer and the reading process in turn for each 64 KiB."""
+    try:
+        import fcntl
+        fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (ImportError, AttributeError, OSError):
+        pass
+
+
 def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
                          batch_size, sparse: tuple = ()
                          ) -> Generator[stages.Chunk, None, None]:
@@ -170,6 +183,7 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     stdin, stdout = child.stdin, child.stdout
     assert stdin is not None and stdout is not None   # (both opened as pipes above)
+    _widen(stdout)
     try:
         while True:
             try:

@@ -20,7 +20,7 @@ _MODULES = {
                 "containing", "not_contained_in", "not_containing", "ssr", "ssr_touched",
                 "top", "merge_ranked", "drop_erased", "merge_ranges", "block_ranges", "runs_at",
                 "is_gc_list"),
-    "text": ("token_spans", "intern_tokens", "LoneSurrogate"),
+    "text": ("token_spans", "intern_tokens", "intern_tokens_utf8", "LoneSurrogate"),
     "codec": ("encode_block", "block_bytes", "decode_block", "decode_blocks",
               "encode_point_groups", "append_point_groups", "block_bounds", "group_order",
               "group_postings", "BadBlock"),

@@ -61,9 +61,9 @@ def _u4(buf, i, end):
 
 
 @njit(cache=True, nogil=True)
-def _string(buf, i, end, cps, nc, u8, nu):
-    """Decode the JSON string whose opening quote is at buf[i - 1]: its code points to
-    cps[nc:], its UTF-8 to u8[nu:]. Returns (index after the closing quote, nc, nu), or
+def _string(buf, i, end, nc, u8, nu):
+    """Decode the JSON string whose opening quote is at buf[i - 1]: its UTF-8 to u8[nu:],
+    nc counting its code points. Returns (index after the closing quote, nc, nu), or
     index -1 when it is not a string read exactly here (an invalid or overlong UTF-8
     sequence, an encoded or escaped surrogate, a control character, a bad escape, no
     closing quote)."""
@@ -106,7 +106,6 @@ def _string(buf, i, end, cps, nc, u8, nu):
                         c = 0x10000 + ((c - 0xD800) << 10) + (lo - 0xDC00)
                 else:
                     return -1, nc, nu
-                cps[nc] = c
                 nc += 1
                 if c < 0x80:
                     u8[nu] = c
@@ -127,7 +126,6 @@ def _string(buf, i, end, cps, nc, u8, nu):
                     u8[nu + 3] = 0x80 | (c & 0x3F)
                     nu += 4
                 continue
-            cps[nc] = c
             nc += 1
             u8[nu] = c
             nu += 1
@@ -163,7 +161,6 @@ def _string(buf, i, end, cps, nc, u8, nu):
         for j in range(n + 1):
             u8[nu + j] = buf[i + j]
         nu += n + 1
-        cps[nc] = v
         nc += 1
         i += n + 1
     return -1, nc, nu
@@ -196,7 +193,7 @@ def _same(buf, a, b, arena, x, y):
 @njit(cache=True, nogil=True)
 def _scan_flat(buf, pos, end, eof, id_arena, id_bounds, forbid_arena, forbid_bounds,
                batch_bytes, batch_size, max_docno, keys, key_bounds, n_keys,
-               docs_done, size_done, cps, u8, docnos, f_key, f_cps, d_fields, d_u8,
+               docs_done, size_done, u8, docnos, f_key, f_cps, d_fields, d_u8,
                d_docno, d_bytes):
     n_docs = 0
     nf = 0
@@ -221,7 +218,7 @@ def _scan_flat(buf, pos, end, eof, id_arena, id_bounds, forbid_arena, forbid_bou
         # the record, into the outputs after what is there (dropped if it cannot be read)
         f0, c0, u0 = nf, nc, nu
         best = len(id_bounds)      # the id field found: its rank among the candidates
-        id_a = id_b = id_f = id_c = id_u = -1
+        id_a = id_b = id_f = id_u = -1
         ok = False
         i = _skip_ws(buf, pos, stop)
         if i < stop and buf[i] == 0x7B:
@@ -271,19 +268,18 @@ def _scan_flat(buf, pos, end, eof, id_arena, id_bounds, forbid_arena, forbid_bou
                 va = i + 1
                 f_key[nf] = k
                 cstart, ustart = nc, nu
-                i, nc, nu = _string(buf, va, stop, cps, nc, u8, nu)
+                i, nc, nu = _string(buf, va, stop, nc, u8, nu)
                 if i < 0:
                     break
                 f_cps[nf] = nc - cstart
                 nf += 1
-                cps[nc] = 10   # the fields joined by newlines (as batch.make joins them)
-                nc += 1
+                nc += 1        # each field followed by a newline (as batch.make joins them)
                 u8[nu] = 10
                 nu += 1
                 if rank < best:
                     best = rank
                     id_a, id_b = va, i - 1
-                    id_f, id_c, id_u = nf - 1, cstart, ustart
+                    id_f, id_u = nf - 1, ustart
                 i = _skip_ws(buf, i, stop)
                 if i < stop and buf[i] == 0x2C:
                     i = _skip_ws(buf, i + 1, stop)
@@ -306,8 +302,6 @@ def _scan_flat(buf, pos, end, eof, id_arena, id_bounds, forbid_arena, forbid_bou
         # the id field is no text field: take it out of the fields written
         ilen = f_cps[id_f]
         iulen = id_b - id_a    # (no escapes: its UTF-8 is its bytes)
-        for q in range(id_c + ilen + 1, nc):
-            cps[q - ilen - 1] = cps[q]
         for q in range(id_u + iulen + 1, nu):
             u8[q - iulen - 1] = u8[q]
         for j in range(id_f + 1, nf):
@@ -316,8 +310,6 @@ def _scan_flat(buf, pos, end, eof, id_arena, id_bounds, forbid_arena, forbid_bou
         nf -= 1
         nc -= ilen + 1
         nu -= iulen + 1
-        if nu > u0:
-            nu -= 1   # a document's text: its fields joined (no newline after the last)
         for j in range(id_a, id_b):
             docnos[nd] = buf[j]
             nd += 1
@@ -408,8 +400,8 @@ def _write_documents(docnos, d_docno, u8, d_u8, d_fields, ends, tokens, f_key, f
         o = _put_str(out, o + 1, docnos, d_docno[d], d_docno[d + 1] - 1)
         out[o] = 0
         o = _put_int(out, o + 1, ends[d])
-        o = _put_str(out, o, u8, d_u8[d], d_u8[d + 1])
         lo, hi = d_fields[d], d_fields[d + 1]
+        o = _put_str(out, o, u8, d_u8[d], d_u8[d + 1] - (1 if hi > lo else 0))
         o = _put_header(out, o, hi - lo, 16, 0x90, 0, 0xDC, 0xDD)
         for f in range(lo, hi):
             k = f_key[f]
@@ -434,10 +426,10 @@ def scan_flat(buf, pos: int, end: int, eof: bool, ids: list[bytes], forbid: list
     one (or whose docno, the first of the keys `ids` it has, is not a string of 1 to
     max_docno bytes without escapes; or that has a key of `forbid`, or a key twice), or
     the end. Returns a dict of arrays: per record its fields (keys numbered in `keys`),
-    the code points of all its fields each followed by a newline (`cps`), its text's
-    UTF-8 (`u8`, the fields joined by newlines), its docno's bytes followed by a
-    newline, its line's length; and `next` (where it stopped) and `why` (CUT, OTHER,
-    MORE, END)."""
+    each field's length in code points, the UTF-8 of all its fields each followed by a
+    newline (`u8`: the text of record d is u8[d_u8[d]:d_u8[d + 1]] less its last
+    newline), its docno's bytes followed by a newline, its line's length; and `next`
+    (where it stopped) and `why` (CUT, OTHER, MORE, END)."""
     buf = np.frombuffer(buf, dtype=np.uint8) if not isinstance(buf, np.ndarray) else buf
     if not 0 <= pos <= end <= len(buf):
         raise ValueError("pos and end must lie in the buffer")
@@ -447,7 +439,6 @@ def scan_flat(buf, pos: int, end: int, eof: bool, ids: list[bytes], forbid: list
     forbid_arena, forbid_bounds = _arena(forbid)
     keys = np.empty(1 << 12, np.uint8)
     key_bounds = np.zeros(257, np.int64)
-    cps = np.empty(room + 1, np.uint32)
     u8 = np.empty(room + 1, np.uint8)
     docnos = np.empty(room + 1, np.uint8)
     f_key = np.empty(room // 6 + 2, np.int64)
@@ -458,11 +449,11 @@ def scan_flat(buf, pos: int, end: int, eof: bool, ids: list[bytes], forbid: list
     d_bytes = np.empty(lines, np.int64)
     n, nf, nc, nu, nd, n_keys, stop, why = _scan_flat(
         buf, pos, end, eof, id_arena, id_bounds, forbid_arena, forbid_bounds, batch_bytes,
-        batch_size, max_docno, keys, key_bounds, 0, docs_done, size_done, cps, u8, docnos,
+        batch_size, max_docno, keys, key_bounds, 0, docs_done, size_done, u8, docnos,
         f_key, f_cps, d_fields, d_u8, d_docno, d_bytes)
     names = [keys[key_bounds[k]:key_bounds[k + 1]].tobytes() for k in range(n_keys)]
     return {"docs": n, "keys": names, "f_key": f_key[:nf], "f_cps": f_cps[:nf],
-            "cps": cps[:nc], "u8": u8[:nu], "docnos": docnos[:nd],
+            "code_points": nc, "u8": u8[:nu], "docnos": docnos[:nd],
             "d_fields": d_fields[:n + 1], "d_u8": d_u8[:n + 1], "d_docno": d_docno[:n + 1],
             "d_bytes": d_bytes[:n], "next": int(stop), "why": int(why)}
 
