@@ -22,7 +22,6 @@ OTHER = 1      # the line at `next` is not a flat record of strings it can read
 MORE = 2       # the bytes end inside a line (and the input does not end there)
 END = 3        # every line was read (the input ends)
 
-_WS = (0x20, 0x09, 0x0D)  # JSON whitespace within a line (a line holds no \n)
 
 
 @njit(cache=True, nogil=True, inline="always")
