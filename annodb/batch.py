@@ -112,6 +112,35 @@ def _numbered(names, numbers: _Names, suffix: str = "") -> np.ndarray:
     return np.fromiter(map(known.__getitem__, names), dtype=np.int64, count=len(names))
 
 
+def _layout(per_doc: np.ndarray, lengths: np.ndarray, starts: np.ndarray) -> tuple:
+    """Where each field and document of a batch lies, given each document's number of
+    fields, each field's length in characters and where each token of the fields joined
+    by newlines starts: (field_doc, field_tokens, doc_tokens, field_at, field_char, ends,
+    first_field): each field's document, tokens, first address and first character
+    within its document; each document's tokens and last address less its start; each
+    document's first field."""
+    n_docs = len(per_doc)
+    begins = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths + 1, out=begins[1:])  # fields joined by newlines
+    # a token never spans a newline, so field f's tokens are those starting in its text
+    field_tokens = np.diff(np.searchsorted(starts, begins))
+    field_doc = np.repeat(np.arange(n_docs, dtype=np.int64), per_doc)
+    doc_tokens = np.zeros(n_docs, dtype=np.int64)
+    np.add.at(doc_tokens, field_doc, field_tokens)
+    # each field's first address and first character within its document
+    before = np.cumsum(field_tokens) - field_tokens
+    first_field = np.cumsum(per_doc) - per_doc
+    has_fields = per_doc > 0
+    doc_base = np.zeros(n_docs, dtype=np.int64)
+    doc_char = np.zeros(n_docs, dtype=np.int64)
+    doc_base[has_fields] = before[first_field[has_fields]]
+    doc_char[has_fields] = begins[first_field[has_fields]]
+    field_at = before - doc_base[field_doc]
+    field_char = begins[:-1] - doc_char[field_doc]
+    ends = np.maximum(doc_tokens, 1) - 1
+    return field_doc, field_tokens, doc_tokens, field_at, field_char, ends, first_field
+
+
 def make(docs: list, container: str = DOCUMENT, sparse: tuple = ()) -> Batch:
     """Tokenize prepared documents and lay out their annotations and stored form.
     UnicodeEncodeError when a text holds a lone surrogate (no UTF-8 can store it);
@@ -127,28 +156,12 @@ def make(docs: list, container: str = DOCUMENT, sparse: tuple = ()) -> Batch:
     paths = [f[1] for f in fields]
     texts = [f[2] for f in fields]
     lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
-    begins = np.zeros(len(texts) + 1, dtype=np.int64)
-    np.cumsum(lengths + 1, out=begins[1:])  # fields joined by newlines
     starts, kinds, names = tokenizer.distinct_tokens("\n".join(texts))
     if len(names) < 2**31:
         kinds = kinds.astype(np.int32)  # half the bytes to hand to the writer process
-    # a token never spans a newline, so field f's tokens are those starting in its text
-    field_tokens = np.diff(np.searchsorted(starts, begins))
     per_doc = np.fromiter(map(len, [d[1] for d in docs]), dtype=np.int64, count=n_docs)
-    field_doc = np.repeat(np.arange(n_docs, dtype=np.int64), per_doc)
-    doc_tokens = np.zeros(n_docs, dtype=np.int64)
-    np.add.at(doc_tokens, field_doc, field_tokens)
-    # each field's first address and first character within its document
-    before = np.cumsum(field_tokens) - field_tokens
-    first_field = np.cumsum(per_doc) - per_doc
-    has_fields = per_doc > 0
-    doc_base = np.zeros(n_docs, dtype=np.int64)
-    doc_char = np.zeros(n_docs, dtype=np.int64)
-    doc_base[has_fields] = before[first_field[has_fields]]
-    doc_char[has_fields] = begins[first_field[has_fields]]
-    field_at = before - doc_base[field_doc]
-    field_char = begins[:-1] - doc_char[field_doc]
-    ends = np.maximum(doc_tokens, 1) - 1
+    field_doc, field_tokens, doc_tokens, field_at, field_char, ends, first_field = \
+        _layout(per_doc, lengths, starts)
 
     # annotations: each field with tokens and a path (short name + ":" and path over its
     # tokens), each document (its container, ":", over its range), each value (its path
@@ -197,6 +210,56 @@ def make(docs: list, container: str = DOCUMENT, sparse: tuple = ()) -> Batch:
         documents = [d + (container,) for d in documents]
     return Batch([d[0] for d in docs], doc_tokens, kinds, names, ann_doc, ann_name, ann_p,
                  ann_q, ann_v, list(ann_names), documents, None, container, tuple(sparse))
+
+
+def make_scanned(scan: dict) -> Batch:
+    """The batch of flat JSONL records read by kernels.scan_flat (each record's docno and
+    text fields, no metadata, the collection's container): what make gives for the same
+    records prepared (records.prepare), with its documents encoded (with_raws), made from
+    the scan's arrays without a Python object per record or field."""
+    from . import kernels
+    n_docs = scan["docs"]
+    keys = [k.decode("ascii") for k in scan["keys"]]
+    f_key = scan["f_key"]
+    lengths = scan["f_cps"]
+    starts, kinds, names = tokenizer.distinct_utf8_tokens(scan["u8"])
+    if len(names) < 2**31:
+        kinds = kinds.astype(np.int32)  # (as make)
+    per_doc = np.diff(scan["d_fields"])
+    field_doc, field_tokens, doc_tokens, field_at, field_char, ends, _ = \
+        _layout(per_doc, lengths, starts)
+    # annotations as make numbers them: the container, then each field's short name + ":"
+    # and then its path, in order of first appearance among the fields with tokens
+    ann_names = _Names()
+    document = ann_names[DOCUMENT]
+    annotated = np.flatnonzero(field_tokens > 0)
+    sel_keys = f_key[annotated]
+    seen, first = np.unique(sel_keys, return_index=True)
+    order = seen[np.argsort(first)].tolist()
+    short_number = np.zeros(len(keys), np.int64)
+    path_number = np.zeros(len(keys), np.int64)
+    for k in order:
+        short_number[k] = ann_names[keys[k] + ":"]
+    for k in order:
+        path_number[k] = ann_names[f":{keys[k]}:"]
+    f_doc, f_p = field_doc[annotated], field_at[annotated]
+    f_q = f_p + field_tokens[annotated] - 1
+    everything = np.arange(n_docs, dtype=np.int64)
+    ann_doc = np.concatenate((f_doc, f_doc, everything))
+    ann_name = np.concatenate((short_number[sel_keys], path_number[sel_keys],
+                               np.full(n_docs, document, np.int64)))
+    ann_p = np.concatenate((f_p, f_p, np.zeros(n_docs, np.int64)))
+    ann_q = np.concatenate((f_q, f_q, ends))
+    ann_v = np.zeros(len(ann_doc), dtype=np.float64)
+    encode = storage.encode_relative
+    raws = kernels.write_documents(
+        scan, ends, doc_tokens, field_char, field_char + lengths, field_at,
+        field_at + field_tokens - 1, [encode(k) for k in keys],
+        [encode(f":{k}:") for k in keys])
+    docnos = scan["docnos"].tobytes().decode("utf-8").split("\n")
+    docnos.pop()   # (each docno is followed by a newline)
+    return Batch(docnos, doc_tokens, kinds, names, ann_doc, ann_name, ann_p, ann_q, ann_v,
+                 list(ann_names), None, raws)
 
 
 def with_raws(b: Batch) -> Batch:

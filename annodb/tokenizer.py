@@ -91,14 +91,33 @@ def distinct_tokens(text: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
     from . import kernels
     cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
     try:
-        starts, kinds, arena, bounds = kernels.intern_tokens(cps, _class_table(),
-                                                             _fold_table())
+        return distinct_code_point_tokens(cps)
     except kernels.LoneSurrogate as err:
         at = err.position
         raise UnicodeEncodeError("utf-8", text, at, at + 1, "a lone surrogate") from None
+
+
+def distinct_code_point_tokens(cps: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """distinct_tokens of a text given as its code points (uint32); kernels.LoneSurrogate
+    for a lone surrogate."""
+    from . import kernels
+    starts, kinds, arena, bounds = kernels.intern_tokens(cps, _class_table(), _fold_table())
+    return starts, kinds, _words(arena, bounds)
+
+
+def distinct_utf8_tokens(text: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """distinct_tokens of a text given as valid UTF-8 without surrogates (uint8; starts
+    count code points)."""
+    from . import kernels
+    starts, kinds, arena, bounds = kernels.intern_tokens_utf8(text, _class_table(),
+                                                              _fold_table())
+    return starts, kinds, _words(arena, bounds)
+
+
+def _words(arena: np.ndarray, bounds: np.ndarray) -> list[str]:
     words = arena.tobytes().decode("utf-32-le")
     edges = bounds.tolist()
-    return starts, kinds, [words[a:b] for a, b in zip(edges, edges[1:])]
+    return [words[a:b] for a, b in zip(edges, edges[1:])]
 
 
 _folds = None

@@ -571,12 +571,23 @@ class Writer(Snapshot):
     def _ids(self, names: list[str]) -> list[int]:
         """The feature id of each name, interning the new ones in order (the process's
         cache in one pass; what it misses looked up in LMDB at once)."""
-        found = list(map(self._vocab.get, names))
+        vocab = self._vocab
+        found = list(map(vocab.get, names))
         missing = [i for i, fid in enumerate(found) if fid is None]
         if missing:
             stored = self._txn.feature_ids([names[i] for i in missing])
-            for i, fid in zip(missing, stored):
-                found[i] = self._intern_missing(names[i], fid)
+            new, next_id = self._new_names, self._next_feature
+            for i, fid in zip(missing, stored):   # (_intern_missing, inline: ~0.3 us less
+                name = names[i]                  # for each of ~1M new words at 1x)
+                if fid is None:
+                    fid = vocab.get(name)   # (twice in names)
+                    if fid is None:
+                        fid = next_id
+                        next_id += 1
+                        new.append(name)
+                vocab[name] = fid
+                found[i] = fid
+            self._next_feature = next_id
         return cast("list[int]", found)   # (every one found or interned)
 
     def _intern_missing(self, name: str, stored=_LOOK_UP) -> int:

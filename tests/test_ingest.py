@@ -557,7 +557,7 @@ def test_the_reading_process_sends_no_chunk_after_a_failure(tmp_path, monkeypatc
     chunks = list(stages.read(source, None, None, 1, None))[:4]
     assert len(chunks) == 4
 
-    def read_chunks(*args):
+    def read_chunks(*args, **options):
         for k, chunk in enumerate(chunks):
             if where == "reading" and k == 2:
                 raise OSError("the disk went away")

@@ -94,6 +94,38 @@ def test_bulk_tokenizer_grows_past_its_first_arrays():
     assert len(set(words)) == 20000 + 1 + 2
 
 
+_NO_SURROGATE = st.characters(exclude_categories=("Cs",))
+
+
+@settings(max_examples=300)
+@given(st.lists(st.text(alphabet=ALPHABET, max_size=30) | st.text(_NO_SURROGATE, max_size=30),
+                max_size=8), st.integers(16, 64))
+def test_bulk_tokenizer_of_utf8_equals_the_one_of_code_points(lines, piece):
+    """intern_tokens_utf8 (UTF-8 decoded a piece at a time, each piece ending after a
+    newline, or running on to the next one) gives what intern_tokens gives the same
+    text's code points."""
+    import numpy as np
+    from annodb import kernels
+    text = "\n".join(lines)
+    cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    want = kernels.intern_tokens(cps, tokenizer._class_table(), tokenizer._fold_table())
+    got = kernels.intern_tokens_utf8(np.frombuffer(text.encode(), dtype=np.uint8),
+                                     tokenizer._class_table(), tokenizer._fold_table(), piece)
+    assert [a.tolist() for a in got] == [a.tolist() for a in want]
+
+
+def test_bulk_tokenizer_of_utf8_grows_past_its_first_arrays():
+    import numpy as np
+    distinct = " ".join(f"w{i}x" for i in range(20000))
+    long_word = "Q" * 70000
+    text = f"{distinct}\n{long_word} {distinct.upper()}\na a a {long_word.lower()} 💙💙\n"
+    words, starts = _bulk(text)
+    got = tokenizer.distinct_utf8_tokens(np.frombuffer(text.encode(), dtype=np.uint8))
+    assert got[2] == list(dict.fromkeys(words))
+    assert [got[2][k] for k in got[1].tolist()] == words
+    assert got[0].tolist() == starts.tolist()
+
+
 def test_strip_diacritics():
     """NFD, the combining diacritical marks U+0300..U+036F dropped, NFC (what FTS5's
     remove_diacritics drops; for every script they decompose from)."""

@@ -24,7 +24,7 @@ import msgspec
 
 from .. import batch, children, database, records, storage, transaction
 from ..errors import AnnodbError, IngestError, WriterBusyError
-from . import inputs, process, stages
+from . import flat, inputs, process, stages
 from .formats import Problem
 from .inputs import Source, check_inputs, where
 
@@ -112,11 +112,12 @@ def _reader_main() -> None:
     failed = threading.Event()  # a chunk could not be made or sent: send none after it
     in_flight: list = []
 
-    def make_and_send(items: list, prepared: list, tell: int, sparse: tuple) -> None:
+    def make_and_send(items, prepared: list, tell: int, sparse: tuple) -> None:
         if failed.is_set():
             return
         try:
-            chunk = stages.encode(stages.make(items, prepared, tell, sparse))
+            chunk = stages.made(items, tell) if isinstance(items, flat.Scanned) else \
+                stages.encode(stages.make(items, prepared, tell, sparse))
             pickle.dump(("chunk", stages.packed(chunk)), out, protocol=pickle.HIGHEST_PROTOCOL)
             out.flush()
         except BaseException:
@@ -126,13 +127,16 @@ def _reader_main() -> None:
     try:
         source, id_field, text_fields, batch_bytes, batch_size, sparse = \
             pickle.load(sys.stdin.buffer)
-        # this thread reads, parses and prepares; a second one tokenizes (the kernel
-        # releases the GIL), encodes and sends, in order, at most a chunk behind
+        # this thread reads, parses and prepares (flat records: reads them by a kernel,
+        # see flat.py); a second one tokenizes (the kernel releases the GIL), encodes and
+        # sends, in order, at most a chunk behind
         for pending, tell in stages.read(source, id_field, text_fields, batch_bytes,
-                                         batch_size):
-            in_flight.append(worker.submit(make_and_send,
-                                           *stages.prepare(pending, sparse=sparse), tell,
-                                           sparse))
+                                         batch_size, fast_sparse=sparse):
+            items: list | flat.Scanned = pending   # (a Scanned: read by the kernel)
+            prepared: list = []
+            if not isinstance(pending, flat.Scanned):
+                items, prepared = stages.prepare(pending, sparse=sparse)
+            in_flight.append(worker.submit(make_and_send, items, prepared, tell, sparse))
             if len(in_flight) > 1:
                 in_flight.pop(0).result()
         while in_flight:
@@ -156,6 +160,19 @@ def _reader_main() -> None:
         pass
 
 
+PIPE_BYTES = 1 << 20   # the pipe from the reading process, where Linux allows it
+
+
+def _widen(pipe) -> None:
+    """The pipe's buffer made PIPE_BYTES (Linux; else left as it is): a batch is ~20 MB
+    and a 64 KiB pipe wakes the writer and the reading process in turn for each 64 KiB."""
+    try:
+        import fcntl
+        fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (ImportError, AttributeError, OSError):
+        pass
+
+
 def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
                          batch_size, sparse: tuple = ()
                          ) -> Generator[stages.Chunk, None, None]:
@@ -166,6 +183,7 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     stdin, stdout = child.stdin, child.stdout
     assert stdin is not None and stdout is not None   # (both opened as pipes above)
+    _widen(stdout)
     try:
         while True:
             try:

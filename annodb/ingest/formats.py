@@ -109,10 +109,16 @@ def check_docno(docno: str) -> str | None:
 
 
 def _read_jsonl(reader, source, id_field, text_fields) -> Iterator:
+    return jsonl_items(enumerate(reader, 1), source, id_field, text_fields)
+
+
+def jsonl_items(lines, source, id_field, text_fields) -> Iterator:
+    """The Docs and Problems of JSONL lines given as (line number, line) (see
+    _read_jsonl; ingest/flat.py reads the lines its kernel does not this way)."""
     decode = msgspec.json.Decoder().decode
     msmarco = source.format == "msmarco"
     resolve = record_docno
-    for lineno, line in enumerate(reader, 1):
+    for lineno, line in lines:
         if lineno == 1 and line.startswith(b"\xef\xbb\xbf"):
             line = line[3:]
         if not line.strip():

@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import batch
 from ..errors import IngestError
-from . import formats
+from . import flat, formats
 from .formats import Problem
 from .inputs import Source
 
@@ -41,6 +41,7 @@ class Chunk(NamedTuple):
     #                              tuple: a named one pickles several times slower)
     batch: batch.Batch | None    # the documents, in order (None when there is none)
     tell: int
+    lines: np.ndarray | None = None   # each document's line when there is no Problem
 
 
 def chunks(source: Source, id_field, text_fields, batch_bytes: int,
@@ -48,14 +49,25 @@ def chunks(source: Source, id_field, text_fields, batch_bytes: int,
            sparse: tuple = ()) -> Generator[Chunk, None, None]:
     """The file's batches, made ready to add (`sparse`: the sparse fields)."""
     for pending, tell in read(source, id_field, text_fields, batch_bytes, batch_size, stop):
+        assert isinstance(pending, list)   # (no fast_sparse: no flat.Scanned)
         yield make(*prepare(pending, stop, sparse), tell, sparse)
 
 
 def read(source: Source, id_field, text_fields, batch_bytes: int,
-         batch_size: int | None, stop: threading.Event | None = None
-         ) -> Iterator[tuple[list, int]]:
+         batch_size: int | None, stop: threading.Event | None = None,
+         fast_sparse: tuple | None = None) -> Iterator[tuple[list | flat.Scanned, int]]:
     """The file's batches as read: (Doc and Problem items, bytes consumed after them).
-    KeyboardInterrupt between two records once `stop` is set (see process.ctrl_c_noted)."""
+    KeyboardInterrupt between two records once `stop` is set (see process.ctrl_c_noted).
+    With `fast_sparse` (the sparse fields) given, a batch of flat JSONL records may come
+    as a flat.Scanned instead of its items (see flat.py; made by `made`)."""
+    if fast_sparse is not None and flat.usable(source, text_fields, fast_sparse):
+        try:
+            file = open(source.path, "rb")  # noqa: SIM115 - closed below
+        except OSError as err:
+            raise IngestError(f"{source.path}: cannot read: {err.strerror or err}") from None
+        with file:
+            yield from flat.read(file, source, id_field, batch_bytes, batch_size, stop)
+        return
     with contextlib.ExitStack() as stack:
         if source.format == "text":   # one file or a group: TextFiles opens each
             files = formats.TextFiles(source)
@@ -141,6 +153,14 @@ def make(items: list, prepared: list, tell: int, sparse: tuple = ()) -> Chunk:
     return Chunk(items, made, tell)
 
 
+def made(scanned: flat.Scanned, tell: int) -> Chunk:
+    """The chunk of a batch of flat records read by the kernel (see flat.py): what make
+    and encode give for the same records read the ordinary way."""
+    b = batch.make_scanned(scanned.scan)
+    lines = flat.lines_of(scanned)
+    return Chunk(list(zip(lines.tolist(), b.docnos)), b, tell, lines)
+
+
 def encode(chunk: Chunk) -> Chunk:
     """The chunk with its documents encoded for the writer (see batch.with_raws)."""
     if chunk.batch is None or any(d is None for d in chunk.batch.docnos):
@@ -155,6 +175,8 @@ def packed(chunk: Chunk) -> tuple:
     """The chunk as it crosses the pipe: its documents' lines as an array (their docnos
     are the batch's), its problems with their places: not a tuple per document, which
     took the reading process (the busier one) ~2 s to pickle on the scale corpus."""
+    if chunk.lines is not None:
+        return [], chunk.lines, chunk.batch, chunk.tell
     problems = [(i, item) for i, item in enumerate(chunk.items) if isinstance(item, Problem)]
     lines = np.fromiter((item[0] for item in chunk.items if not isinstance(item, Problem)),
                         dtype=np.int64)

@@ -1,6 +1,7 @@
 """The numba kernels (the only package that imports numba): the region algebra over
 GC-lists (algebra.py), the storage block codec (codec.py), tokenizing (text.py), BM25's
-counting (scoring.py) and check's look at each block (checking.py).
+counting (scoring.py), check's look at each block (checking.py) and reading flat JSONL
+records (jsonl.py).
 
 The modules are imported on first use of one of their names (`kernels.both_of`), not when
 annodb is: numba takes a fifth of a second to import, and `annodb --help` or a command that
@@ -19,13 +20,14 @@ _MODULES = {
                 "containing", "not_contained_in", "not_containing", "ssr", "ssr_touched",
                 "top", "merge_ranked", "drop_erased", "merge_ranges", "block_ranges", "runs_at",
                 "is_gc_list"),
-    "text": ("token_spans", "intern_tokens", "LoneSurrogate"),
+    "text": ("token_spans", "intern_tokens", "intern_tokens_utf8", "LoneSurrogate"),
     "codec": ("encode_block", "block_bytes", "decode_block", "decode_blocks",
               "encode_point_groups", "append_point_groups", "block_bounds", "group_order",
               "group_postings", "BadBlock"),
     "scoring": ("document_frequencies", "merge_scores", "best_windows", "context_sums",
                 "bm25_steps", "bm25_pick", "term_documents", "FORMS_PER_CALL"),
     "checking": ("BlockChecker",),
+    "jsonl": ("scan_flat", "write_documents", "CUT", "OTHER", "MORE", "END"),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
 

@@ -117,20 +117,20 @@ def _intern_run(cps, classes, fold, i, t, m, starts, kinds, table, hashes, bound
 
 
 @njit(cache=True, nogil=True)
-def _intern_tokens(cps, classes, fold):
+def _intern_more(cps, classes, fold, base, t, m, starts, kinds, table, hashes, bounds,
+                 arena):
+    """The tokens of cps interned after t tokens and m kinds (cps being the code points
+    from `base` on of the whole text: starts count from its start), the arrays grown as
+    need be. Returns (t, m, starts, kinds, table, hashes, bounds, arena, bad): bad >= 0
+    is where a lone surrogate is (in the whole text)."""
     n = len(cps)
-    starts = np.empty(max(16, n // 5), np.int64)
-    kinds = np.empty(len(starts), np.int64)
-    table = np.full(4096, -1, np.int64)   # open addressing, at most half full: slot -> kind
-    hashes = np.empty(2048, np.int64)     # kind -> hash
-    bounds = np.zeros(2048, np.int64)     # kind k's code points: arena[bounds[k]:bounds[k+1]]
-    arena = np.empty(16384, np.uint32)
-    i = t = m = 0
+    i = 0
+    t0 = t
     while True:
         i, t, m, bad = _intern_run(cps, classes, fold, i, t, m, starts, kinds, table, hashes,
                                    bounds, arena)
         if bad >= 0:
-            return starts[:0], kinds[:0], arena[:0], bounds[:1], bad
+            return t, m, starts, kinds, table, hashes, bounds, arena, bad + base
         if i >= n:
             break
         if t == len(starts):
@@ -148,8 +148,87 @@ def _intern_tokens(cps, classes, fold):
                     slot = (slot + 1) & mask
                 table[slot] = k
         arena = _room(arena, bounds[m], cps, classes, fold, i)
+    if base:
+        for j in range(t0, t):
+            starts[j] += base
+    return t, m, starts, kinds, table, hashes, bounds, arena, -1
+
+
+@njit(cache=True, nogil=True)
+def _intern_tokens(cps, classes, fold):
+    n = len(cps)
+    starts = np.empty(max(16, n // 5), np.int64)
+    kinds = np.empty(len(starts), np.int64)
+    table = np.full(4096, -1, np.int64)   # open addressing, at most half full: slot -> kind
+    hashes = np.empty(2048, np.int64)     # kind -> hash
+    bounds = np.zeros(2048, np.int64)     # kind k's code points: arena[bounds[k]:bounds[k+1]]
+    arena = np.empty(16384, np.uint32)
+    t, m, starts, kinds, table, hashes, bounds, arena, bad = _intern_more(
+        cps, classes, fold, 0, 0, 0, starts, kinds, table, hashes, bounds, arena)
+    if bad >= 0:
+        return starts[:0], kinds[:0], arena[:0], bounds[:1], bad
     return (starts[:t].copy(), kinds[:t].copy(), arena[:bounds[m]].copy(),
             bounds[:m + 1].copy(), -1)
+
+
+@njit(cache=True, nogil=True)
+def _decode_utf8(u8, a, b, out):
+    """The code points of the valid UTF-8 u8[a:b] into out; how many."""
+    n = 0
+    i = a
+    while i < b:
+        c = np.uint32(u8[i])
+        if c < 0x80:
+            i += 1
+        elif c < 0xE0:
+            c = ((c & 0x1F) << 6) | (u8[i + 1] & 0x3F)
+            i += 2
+        elif c < 0xF0:
+            c = ((c & 0x0F) << 12) | ((u8[i + 1] & 0x3F) << 6) | (u8[i + 2] & 0x3F)
+            i += 3
+        else:
+            c = (((c & 0x07) << 18) | ((u8[i + 1] & 0x3F) << 12) | ((u8[i + 2] & 0x3F) << 6)
+                 | (u8[i + 3] & 0x3F))
+            i += 4
+        out[n] = c
+        n += 1
+    return n
+
+
+@njit(cache=True, nogil=True)
+def _intern_utf8(u8, classes, fold, piece):
+    n = len(u8)
+    starts = np.empty(max(16, n // 5), np.int64)
+    kinds = np.empty(len(starts), np.int64)
+    table = np.full(4096, -1, np.int64)
+    hashes = np.empty(2048, np.int64)
+    bounds = np.zeros(2048, np.int64)
+    arena = np.empty(16384, np.uint32)
+    cps = np.empty(piece, np.uint32)
+    t = m = 0
+    base = 0
+    a = 0
+    while a < n:   # a piece at a time, each ending after a newline (no token spans one)
+        b = min(n, a + piece)
+        if b < n:
+            k = b
+            while k > a and u8[k - 1] != 10:
+                k -= 1
+            if k == a:   # no newline in the piece: on to the next one
+                k = b
+                while k < n and u8[k - 1] != 10:
+                    k += 1
+            b = k
+        if b - a > len(cps):
+            cps = np.empty(b - a, np.uint32)
+        used = _decode_utf8(u8, a, b, cps)
+        t, m, starts, kinds, table, hashes, bounds, arena, bad = _intern_more(
+            cps[:used], classes, fold, base, t, m, starts, kinds, table, hashes, bounds,
+            arena)
+        base += used
+        a = b
+    return (starts[:t].copy(), kinds[:t].copy(), arena[:bounds[m]].copy(),
+            bounds[:m + 1].copy())
 
 
 @njit(cache=True, nogil=True)
@@ -197,6 +276,19 @@ def intern_tokens(codepoints, classes, fold):
     if bad >= 0:
         raise LoneSurrogate(bad)
     return starts, kinds, arena, bounds
+
+
+def intern_tokens_utf8(text, classes, fold, piece: int = 1 << 16):
+    """intern_tokens of a text given as valid UTF-8 without surrogates (uint8, e.g. as
+    kernels.scan_flat writes it), decoded a piece of `piece` bytes at a time (each piece
+    ending after a newline), so no array of code points the text's size is made. Token
+    i starts at code point starts[i] of the text."""
+    data = np.ascontiguousarray(text, dtype=np.uint8)
+    table = np.ascontiguousarray(classes, dtype=np.uint8)
+    folding = np.ascontiguousarray(fold, dtype=np.uint32)
+    if len(table) != 0x110000 or len(folding) != 0x110000:
+        raise ValueError("the class and fold tables need one entry per code point (0x110000)")
+    return _intern_utf8(data, table, folding, max(int(piece), 16))
 
 
 class LoneSurrogate(ValueError):

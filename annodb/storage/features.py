@@ -6,7 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from .environment import Environment
-from .layout import _append_all, _meta_decoder, _meta_encoder, from_u64, name_key, u64, utf8
+import numpy as np
+
+from .layout import (_append_all, _keys8, _meta_decoder, _meta_encoder, _utf8_all, from_u64,
+                     name_key, name_keys, u64, utf8)
 
 
 class Features:
@@ -37,17 +40,21 @@ class Features:
 
     def feature_ids(self, names: list[str]) -> list[int | None]:
         """feature_id of each name, in one C-level getmulti."""
-        keys = [name_key(name) for name in names]
+        keys = name_keys(names)
         with self.txn.cursor(db=self.dbs["features"]) as cur:
             found = {bytes(k): from_u64(v) for k, v in cur.getmulti(keys)}
-        return [found.get(k) for k in keys]
+        if not found:   # (an ingest's new words: none stored)
+            return [None] * len(keys)
+        return list(map(found.get, keys))
 
     def add_features(self, items: list[tuple[str, int]]) -> None:
         """Intern new features: (name, id) pairs with ids above every stored one."""
+        names = [name for name, _ in items]
+        ids = _keys8(np.fromiter((fid for _, fid in items), dtype=np.int64, count=len(items)))
         with self.txn.cursor(db=self.dbs["features"]) as cur:
-            cur.putmulti(sorted((name_key(name), u64(fid)) for name, fid in items))
+            cur.putmulti(sorted(zip(name_keys(names), ids)))
         with self.txn.cursor(db=self.dbs["names"]) as cur:
-            _append_all(cur, sorted((u64(fid), name.encode()) for name, fid in items))
+            _append_all(cur, sorted(zip(ids, _utf8_all(names, "feature name"))))
 
     def feature_name(self, fid: int) -> str | None:
         raw = self.txn.get(u64(fid), db=self.dbs["names"])
