@@ -595,7 +595,9 @@ class Evaluator:
         if shape is None:
             return None
         words, toks, leaf_at, group_at = shape
-        arrays, counts, have = [], [], []
+        arrays: list[np.ndarray] = []
+        counts: list[int] = []
+        have: list[int] = []
         lists = self.lists
         distinct = list(dict.fromkeys(words))
         known = dict(zip(distinct, lists.at_hand(distinct)))
@@ -605,7 +607,7 @@ class Evaluator:
                 return None
             arrays.append(Intervals.empty().starts if found is None else found.starts)
             counts.append(count)
-            have.append(found is not None)
+            have.append(int(found is not None))
         while True:
             s, e, work, need, pos, runs, los, his = kernels.all_of_groups(
                 arrays, counts, have, toks, leaf_at, group_at, firsts)

@@ -726,7 +726,7 @@ class Lists:
                 if fid >= 0 and local.get(("list", fid), _ABSENT) is _ABSENT]
         found = dict(zip(keys, self._shared.get_many(keys))) if self._shared and keys \
             else {}
-        out = []
+        out: list[tuple[Intervals | None, int, bool]] = []
         for f, (fid, count, points, key) in zip(features, facts):
             if fid < 0:
                 out.append((Intervals.empty(), 0, True))
