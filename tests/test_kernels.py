@@ -372,20 +372,22 @@ def test_all_of_groups(case):
 
 
 @examples(400)
-@given(grouped_queries(), st.lists(st.booleans(), min_size=5, max_size=5))
-def test_all_of_groups_reads(case, missing):
+@given(grouped_queries(), st.lists(st.booleans(), min_size=15, max_size=15),
+       st.integers(0, 3))
+def test_all_of_groups_reads(case, missing, few):
     """Words not at hand are asked for where they are needed (at positions, or inside
-    ranges), and given only those points, round after round, the covers are the same."""
+    ranges: a phrase's one by one, or all at once at `few` candidates or fewer), and
+    given only those points, round after round, the covers are the same."""
     words, groups, firsts = case
     # (a place for each token, as gcl gives them: what is read for one phrase serves it)
     places = [t for g in groups for leaf in g for t in leaf]
     _, leaf_at, group_at = flat(groups)
-    have = [0 if missing[t] else 1 for t in places]
+    have = [0 if missing[i % 15] else 1 for i in range(len(places))]
     arrays = [words[t] if h else [] for t, h in zip(places, have)]
     counts = [len(words[t]) for t in places]
     for _ in range(len(places) + 1):
         s, e, _, need, pos, runs, los, his = K.all_of_groups(
-            arrays, counts, have, range(len(places)), leaf_at, group_at, firsts)
+            arrays, counts, have, range(len(places)), leaf_at, group_at, firsts, few)
         if not need.any():
             break
         if need[0] < 0:  # (the rarest group's words must be at hand)

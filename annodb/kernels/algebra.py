@@ -48,6 +48,7 @@ _I64_MAX = np.iinfo(np.int64).max
 _I64 = np.dtype(np.int64)
 _EMPTY_I = np.empty(0, np.int64)
 _WORDS_WIDTHS = (8, 16, 32, 64)  # all_of_groups: how many words a call may name
+FEW = 64  # all_of_groups: a phrase's words not at hand asked for at once at <= FEW candidates
 
 
 # ---------------------------------------------------------------- input conversion
@@ -711,14 +712,15 @@ def block_ranges(firsts, ps):
 
 
 @njit(cache=True, nogil=True)
-def _leaf_in(words, counts, have, toks, t0, t1, los, his, need):
+def _leaf_in(words, counts, have, toks, t0, t1, los, his, need, few):
     """The intervals of the word or phrase toks[t0:t1] (indices into words: each a word's
     sorted points) lying inside one of the sorted, disjoint ranges [los[r], his[r]], and
     the positions (word, address) at which words not at hand (have 0) must be read for
     them. A phrase is read from its rarest word (by counts); the others are galloped to
     at each candidate, those at hand first. Its rarest word not at hand: need[w] = 2 (read
     it inside the ranges) and nothing found; else the positions of the rarest word not
-    at hand at the candidates left (need[w] = 1) and nothing found."""
+    at hand at the candidates left (need[w] = 1; of every word not at hand when `few`
+    candidates or fewer are left) and nothing found."""
     n = t1 - t0
     k = 0  # (the rarest word's place in the phrase)
     for t in range(1, n):
@@ -770,24 +772,34 @@ def _leaf_in(words, counts, have, toks, t0, t1, los, his, need):
                 kept += 1
         m = kept
     if missing >= 0:  # (the candidates left, to be checked where that word is read)
-        w = toks[t0 + missing]
-        need[w] = max(need[w], 1)
-        rw = np.full(m, w, np.int64)
-        return out[:0], out[:0], rw, out[:m] + missing
+        if m > few:  # (the rarest first: its checks leave fewer for the others)
+            w = toks[t0 + missing]
+            need[w] = max(need[w], 1)
+            rw = np.full(m, w, np.int64)
+            return out[:0], out[:0], rw, out[:m] + missing
+        rw = np.empty(0, np.int64)  # (every one at once: one call less)
+        rx = np.empty(0, np.int64)
+        for t in range(n):
+            w = toks[t0 + t]
+            if not have[w]:
+                need[w] = max(need[w], 1)
+                rw = np.concatenate((rw, np.full(m, w, np.int64)))
+                rx = np.concatenate((rx, out[:m] + t))
+        return out[:0], out[:0], rw, rx
     out = out[:m].copy()
     return out, out + (n - 1) if n > 1 else out, rw, rw
 
 
 @njit(cache=True, nogil=True)
-def _group_in(words, counts, have, toks, leaf_at, group_at, g, los, his, need):
+def _group_in(words, counts, have, toks, leaf_at, group_at, g, los, his, need, few):
     """`(+ ...)` of group g's words and phrases, their intervals inside the ranges, and the
     positions words not at hand must be read at for them (see _leaf_in)."""
     l0 = group_at[g]
     s, e, rw, rx = _leaf_in(words, counts, have, toks, leaf_at[l0], leaf_at[l0 + 1], los,
-                            his, need)
+                            his, need, few)
     for leaf in range(l0 + 1, group_at[g + 1]):
         bs, be, bw, bx = _leaf_in(words, counts, have, toks, leaf_at[leaf],
-                                  leaf_at[leaf + 1], los, his, need)
+                                  leaf_at[leaf + 1], los, his, need, few)
         s, e = _one_of(s, e, bs, be)
         if bw.shape[0]:
             rw = np.concatenate((rw, bw))
@@ -832,7 +844,7 @@ def _complete(have, toks, leaf_at, group_at, g):
 
 
 @njit(cache=True, nogil=True)
-def _all_of_groups(words, counts, have, toks, leaf_at, group_at, firsts):
+def _all_of_groups(words, counts, have, toks, leaf_at, group_at, firsts, few):
     ng = group_at.shape[0] - 1
     nw = counts.shape[0]
     need = np.zeros(nw, np.int64)
@@ -851,7 +863,7 @@ def _all_of_groups(words, counts, have, toks, leaf_at, group_at, firsts):
     los = np.zeros(1, np.int64)
     his = np.full(1, _I64_MAX, np.int64)
     ds, de, _, _ = _group_in(words, counts, have, toks, leaf_at, group_at, order[0], los,
-                             his, need)
+                             his, need, few)
     work = ds.shape[0]
     los, his = _block_ranges(firsts, ds)
     s, e = _inside_ranges(ds, de, los, his)
@@ -875,7 +887,7 @@ def _all_of_groups(words, counts, have, toks, leaf_at, group_at, firsts):
         else:
             asked = (need == 2).sum()
             bs, be, bw, bx = _group_in(words, counts, have, toks, leaf_at, group_at, g,
-                                       los, his, need)
+                                       los, his, need, few)
             if rlos.shape[0] == 0 and (need == 2).sum() > asked:
                 rlos = los
                 rhis = his
@@ -907,7 +919,7 @@ def _all_of_groups(words, counts, have, toks, leaf_at, group_at, firsts):
     return s.copy(), e.copy(), work, need, none, none, los, his
 
 
-def all_of_groups(words, counts, have, toks, leaf_at, group_at, firsts):
+def all_of_groups(words, counts, have, toks, leaf_at, group_at, firsts, few=FEW):
     """The covers of `(^ G1 G2 ...)`, each G `(+ ...)` of words and phrases, lying inside
     the blocks of a disjoint container list that hold one of the rarest G's intervals, in
     one call, or what must be read first for them.
@@ -920,7 +932,10 @@ def all_of_groups(words, counts, have, toks, leaf_at, group_at, firsts):
     blocks' first starts, see block_ranges). Plans as the evaluator does: the rarest
     group found whole gives the blocks (their ranges); in them the groups rarest first,
     a phrase from its rarest word, the others galloped to at its candidates, a word
-    galloped through, stopping when nothing is left.
+    galloped through, stopping when nothing is left. A phrase's words not at hand are
+    asked for at its candidates one by one, the rarest first, or all at once when `few`
+    candidates or fewer are left (a common word read at many candidates costs more
+    than a call).
 
     Returns (cover starts, ends, intervals produced, need, positions, their runs, range
     starts, range ends). need[w] is 0 when word w was not needed beyond what is at hand,
@@ -952,7 +967,8 @@ def all_of_groups(words, counts, have, toks, leaf_at, group_at, firsts):
     padded = tuple(_ints(w, "words") for w in words) + (_EMPTY_I,) * (width - nw)
     return _all_of_groups(padded, np.array(counts, np.int64), np.array(have, np.int64),
                           np.array(toks, np.int64), np.array(leaf_at, np.int64),
-                          np.array(group_at, np.int64), _ints(firsts, "firsts"))
+                          np.array(group_at, np.int64), _ints(firsts, "firsts"),
+                          operator.index(few))
 
 
 def merge_ranges(starts, ends):
