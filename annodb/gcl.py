@@ -46,7 +46,7 @@ from .errors import QueryCostError, QueryError
 from .lists import Intervals
 from .query import (Combine, Compare, Feature, Link, Node, Parsed, Term, Window, map_leaves,
                     parse, resolve)
-from .storage import MAX_ADDRESS
+from .storage import MAX_ADDRESS, zero_values
 from .tokenizer import strip_diacritics
 
 MAX_WINDOWS = 20_000_000
@@ -56,6 +56,7 @@ MAX_WINDOWS = 20_000_000
 PARTIAL_OVER = 200_000
 PARTIAL_RATIO = 500  # ... and only when it holds PARTIAL_RATIO x more points than positions
 MAX_LEAVES = 10_000  # distinct terms, phrases and features in one query
+MAX_GROUPED_WORDS = 64  # words of a query's phrases and terms, at most, for covers_in_blocks
 _REGION_KEYS = itertools.count()
 _UNSEEN = object()
 _LEAF_COUNTS: dict = {}  # node -> its distinct leaves' number (Evaluator.check), bounded
@@ -580,6 +581,49 @@ class Evaluator:
 
     # ------------------------------------------------------------------ ranking
 
+    def covers_in_blocks(self, node: Node, firsts: np.ndarray) -> Intervals | None:
+        """The covers of a query of the common shape, `(^ G1 G2 ...)` of words, phrases and
+        `(+ ...)` of them (or one such G), lying in the blocks of a disjoint container
+        list (its directory `firsts`) that hold a driver, found by kernels.all_of_groups:
+        one call when every word's list is at hand (decoded already or short: see cheap),
+        else one more for each round of reads it asks for (a common word's blocks inside
+        those ranges, or only at the candidates of the phrases holding it); None when the
+        query has another shape or its rarest operand's words are not at hand. What a
+        ranking takes of them is what it takes of eval_in's in those blocks: the covers
+        inside the containers."""
+        shape = _grouped(self.folded(node))
+        if shape is None:
+            return None
+        words, toks, leaf_at, group_at = shape
+        arrays: list[np.ndarray] = []
+        counts: list[int] = []
+        have: list[int] = []
+        lists = self.lists
+        distinct = list(dict.fromkeys(words))
+        known = dict(zip(distinct, lists.at_hand(distinct)))
+        for w in words:
+            found, count, points = known[w]
+            if not points and (found is None or found.ends is not found.starts):
+                return None
+            arrays.append(Intervals.empty().starts if found is None else found.starts)
+            counts.append(count)
+            have.append(int(found is not None))
+        while True:
+            s, e, work, need, pos, runs, los, his = kernels.all_of_groups(
+                arrays, counts, have, toks, leaf_at, group_at, firsts)
+            self.charge(work)
+            if not need.any():
+                return Intervals(s, e, zero_values(len(s)))
+            if need[0] < 0:
+                return None
+            for i in np.flatnonzero(need).tolist():
+                if need[i] == 2:
+                    arrays[i] = lists.part(words[i], los, his).starts
+                else:
+                    at = pos[runs[i]:runs[i + 1]]
+                    arrays[i] = lists.part(words[i], at, at).starts
+                have[i] = 1
+
     def drivers(self, node: Node) -> Intervals:
         """A GC-list such that every container holding an interval of the node also holds
         one of these: what finds the containers a ranking needs. For all-of and followed-by
@@ -596,6 +640,38 @@ class Evaluator:
         if isinstance(node, Compare):
             return self.eval(node)
         return self.eval(node)
+
+
+def _grouped(node: Node):
+    """A query `(^ G1 G2 ...)` (or one G), each G a word, a phrase or `(+ ...)` of them, as
+    kernels.all_of_groups takes it: (its words, one place for each word of each word or
+    phrase, so that what is read of a word for one phrase serves that phrase only; those
+    places in order; where each word or phrase's run of them begins; where each G's run
+    of words and phrases begins); None for any other shape."""
+    if isinstance(node, Combine) and node.op == "^":
+        groups = _distinct(node.args)
+    elif isinstance(node, (Term, Combine)):
+        groups = [node]
+    else:
+        return None
+    words: list[str] = []
+    leaf_at, group_at = [0], [0]
+    for g in groups:
+        if isinstance(g, Term):
+            leaves = [g]
+        elif isinstance(g, Combine) and g.op == "+":
+            leaves = _distinct(g.args)
+        else:
+            return None
+        for leaf in leaves:
+            if not isinstance(leaf, Term) or not leaf.tokens:
+                return None
+            words += leaf.tokens
+            leaf_at.append(len(words))
+        group_at.append(len(leaf_at) - 1)
+    if len(words) > MAX_GROUPED_WORDS:
+        return None
+    return words, range(len(words)), leaf_at, group_at
 
 
 def _strip_term(node: Term | Feature) -> Node:

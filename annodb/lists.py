@@ -583,6 +583,11 @@ class Lists:
         fid = self.fid(feature)
         return fid is not None and not self._state(fid)[2] & (OVERLAPPING | UNKNOWN)
 
+    def directory(self, feature: str) -> np.ndarray:
+        """The list's directory: its blocks' first starts, increasing (see block_ranges)."""
+        fid = self.fid(feature)
+        return EMPTY_I if fid is None else self._firsts(fid)
+
     def block_ranges(self, feature: str, ps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The ranges [firsts[j], firsts[j + 1] - 1] of the blocks j of a disjoint list that
         hold the last interval starting at or before one of the sorted positions ps: for
@@ -759,6 +764,41 @@ class Lists:
         if found is None and self.count(feature) <= SMALL_LIST:
             found = self.whole(feature)
         return found
+
+    def at_hand(self, features: list[str]) -> list[tuple[Intervals | None, int, bool]]:
+        """For each feature: its whole list when decoded already or about a block long, as
+        _whole_if_cheap gives it, else None; how many intervals it holds (the stored
+        count when not decoded); whether it holds points only (points_only). Ids, states
+        and cache keys are looked up once per committed state, the decoded lists under
+        one hold of the shared cache's lock: what a query asks of each of its words."""
+        def look(key):
+            fid = self.fid(key[1])
+            if fid is None:
+                return (-1, 0, True, None)
+            state = self._state(fid)
+            return (fid, state[0], state[3] is not None, self._key("list", fid))
+        facts = self.remembered_many([("at-hand", f) for f in features], look)
+        local = self._local
+        keys = [key for fid, _, _, key in facts
+                if fid >= 0 and local.get(("list", fid), _ABSENT) is _ABSENT]
+        found = dict(zip(keys, self._shared.get_many(keys))) if self._shared and keys \
+            else {}
+        out: list[tuple[Intervals | None, int, bool]] = []
+        for f, (fid, count, points, key) in zip(features, facts):
+            if fid < 0:
+                out.append((Intervals.empty(), 0, True))
+                continue
+            have = local.get(("list", fid))
+            if have is None or have is _ABSENT:
+                have = found.get(key)
+                if have is None:
+                    have = self._patched(fid)
+                if have is not None:
+                    local[("list", fid)] = have
+                elif count <= SMALL_LIST:
+                    have = self.whole(f)
+            out.append((have, count if have is None else len(have), points))
+        return out
 
     def _blocks_or_whole(self, feature: str, fid: int, firsts: np.ndarray, needed):
         """The intervals of the needed blocks (indices into firsts), or the whole list when

@@ -227,6 +227,9 @@ def _covers_and_boxes(ev: Evaluator, node, cnode) -> tuple[Intervals, Intervals]
     if name is None:
         boxes = ev.eval(cnode)
     elif ev.lists.disjoint(name):
+        covers = ev.covers_in_blocks(node, ev.lists.directory(name))
+        if covers is not None:  # (the common shape, in one kernel call)
+            return covers, ev.lists.containing(name, covers.starts, covers.ends)
         drivers = ev.drivers(node)
         los, his = ev.lists.block_ranges(name, drivers.starts)
         covers = ev.eval_in(node, Region(los, his))

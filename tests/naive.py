@@ -22,6 +22,9 @@ hold the two equal.
     drop_erased            K.drop_erased                       test_kernels: test_drop_erased
     runs_at                K.runs_at                           test_kernels: test_runs_at
     merge_ranges           K.merge_ranges                      test_kernels: test_merge_ranges
+    all_of_groups          K.all_of_groups (a ranking's        test_kernels: test_all_of_groups,
+                           covers of (^ (+ ...) ...) in one    test_all_of_groups_reads
+                           call, gcl.covers_in_blocks)
     Model, evaluate        gcl.Evaluator (Snapshot.query)      test_engine: test_queries_agree_
                                                                with_reference, and others
     search                 ranking.rank (Snapshot.search)      test_engine
@@ -208,6 +211,26 @@ def block_ranges(firsts, ps):
                      for p in ps if firsts and firsts[0] <= p})
     return [(firsts[j], 2**63 - 1 if j == len(firsts) - 1 else firsts[j + 1] - 1)
             for j in blocks]
+
+
+def all_of_groups(words, groups, firsts):
+    """The covers of (^ G1 G2 ...), each G (+ ...) of words and phrases (a tuple of indices
+    into words, each a word's sorted points), lying inside one of the block ranges
+    (block_ranges of firsts) holding a start of the rarest G's intervals: the rarest by
+    the sum over its words and phrases of their rarest word's count, the first on ties."""
+    def group(g):
+        acc = []
+        for toks in g:
+            n = len(toks)
+            acc = one_of(acc, [(p, p + n - 1) for p in phrase([words[t] for t in toks])])
+        return acc
+    counts = [sum(min(len(words[t]) for t in toks) for toks in g) for g in groups]
+    rarest = groups[counts.index(min(counts))]
+    covers = group(groups[0])
+    for g in groups[1:]:
+        covers = both_of(covers, group(g))
+    ranges = block_ranges(firsts, sorted(p for p, _ in group(rarest)))
+    return [c for c in covers if any(_inside(c, r) for r in ranges)]
 
 
 def merge_ranges(ranges):

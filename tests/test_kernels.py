@@ -338,6 +338,85 @@ def test_block_ranges(firsts, ps):
     assert pairs(*K.block_ranges(firsts, ps)) == naive.block_ranges(firsts, ps)
 
 
+@st.composite
+def grouped_queries(draw):
+    """(words, groups, firsts) for all_of_groups: a few words' points over 0..50, groups of
+    words and phrases naming them, a container list's directory."""
+    words = draw(st.lists(st.lists(st.integers(0, 50), max_size=25).map(
+        lambda xs: sorted(set(xs))), min_size=1, max_size=5))
+    leaf = st.lists(st.integers(0, len(words) - 1), min_size=1, max_size=3).map(tuple)
+    groups = draw(st.lists(st.lists(leaf, min_size=1, max_size=3), min_size=1, max_size=3))
+    firsts = sorted(set(draw(st.lists(st.integers(0, 50), min_size=1, max_size=8))))
+    return words, groups, firsts
+
+
+def flat(groups):
+    """groups -> (toks, leaf_at, group_at) as all_of_groups takes them."""
+    toks, leaf_at, group_at = [], [0], [0]
+    for g in groups:
+        for leaf in g:
+            toks += leaf
+            leaf_at.append(len(toks))
+        group_at.append(len(leaf_at) - 1)
+    return toks, leaf_at, group_at
+
+
+@examples(400)
+@given(grouped_queries())
+def test_all_of_groups(case):
+    words, groups, firsts = case
+    s, e, _, need, *_ = K.all_of_groups(words, [len(w) for w in words], [1] * len(words),
+                                        *flat(groups), firsts)
+    assert not need.any()
+    assert pairs(s, e) == naive.all_of_groups(words, groups, firsts)
+
+
+@examples(400)
+@given(grouped_queries(), st.lists(st.booleans(), min_size=15, max_size=15),
+       st.sampled_from([0, 2, 100]))
+def test_all_of_groups_reads(case, missing, few):
+    """Words not at hand are asked for where they are needed (at positions, or inside
+    ranges: a phrase's one by one, or all at once at `few` candidates or fewer), and
+    given only those points, round after round, the covers are the same."""
+    words, groups, firsts = case
+    # (a place for each token, as gcl gives them: what is read for one phrase serves it)
+    places = [t for g in groups for leaf in g for t in leaf]
+    _, leaf_at, group_at = flat(groups)
+    # (the rarest group is found whole: its words at hand, the others' maybe not)
+    sums = [sum(min(len(words[t]) for t in leaf) for leaf in g) for g in groups]
+    rarest = set(range(leaf_at[group_at[sums.index(min(sums))]],
+                       leaf_at[group_at[sums.index(min(sums)) + 1]]))
+    have = [0 if missing[i % 15] and i not in rarest else 1 for i in range(len(places))]
+    arrays = [words[t] if h else [] for t, h in zip(places, have)]
+    counts = [len(words[t]) for t in places]
+    for _ in range(len(places) + 1):
+        s, e, _, need, pos, runs, los, his = K.all_of_groups(
+            arrays, counts, have, range(len(places)), leaf_at, group_at, firsts, few)
+        if not need.any():
+            break
+        if need[0] < 0:  # (the rarest group's words must be at hand)
+            return
+        for i in np.flatnonzero(need).tolist():
+            if need[i] == 2:
+                arrays[i] = [x for x in words[places[i]]
+                             if any(lo <= x <= hi for lo, hi in zip(los.tolist(), his.tolist()))]
+            else:
+                asked = set(pos[runs[i]:runs[i + 1]].tolist())
+                arrays[i] = [x for x in words[places[i]] if x in asked]
+            have[i] = 1
+    assert not need.any()
+    assert pairs(s, e) == naive.all_of_groups(words, groups, firsts)
+
+
+def test_all_of_groups_refuses_a_malformed_query():
+    with pytest.raises(ValueError, match="non-empty runs"):
+        K.all_of_groups([[1]], [1], [1], [0], [0, 1], [0, 0, 1], [0])
+    with pytest.raises(ValueError, match="names no word"):
+        K.all_of_groups([[1]], [1], [1], [1], [0, 1], [0, 1], [0])
+    with pytest.raises(ValueError, match="named more than once"):
+        K.all_of_groups([[]], [5], [0], [0, 0], [0, 2], [0, 1], [0])
+
+
 @given(st.lists(st.integers(0, 40), max_size=60), st.lists(st.integers(0, 45), max_size=30),
        st.integers(1, 4))
 def test_runs_at(points, at, length):
