@@ -64,7 +64,8 @@ that tells her news for the name alone). It saturates (below 1 + length), it sca
 what the memory matched (so a memory matching the question better is not overtaken for
 its length alone, however small the words' idf), and it reads nothing but the memory's
 extent.
-and the k best memories with a score > 0 are returned, ties by address. The settings
+
+The k best memories with a score > 0 are returned, ties by address. The settings
 (`Context`) were chosen on half of LoCoMo's conversations and measured on the other half
 (benchmarks/memory.py, benchmarks/RESULTS.md, where every variant tried is listed).
 
