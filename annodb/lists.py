@@ -641,26 +641,32 @@ class Lists:
                 for i, found in zip(ask, shared.get_many([dkeys[i] for i in ask])):
                     if found is not None:
                         kept[i] = local[dkeys[i]] = found
-        keys = [key for record, have in zip(records, kept) if have is None
-                for fid, key in zip(record[1], record[2])
-                if local.get(("list", fid), _ABSENT) is _ABSENT]
-        found = dict(zip(keys, shared.get_many(keys))) if shared and keys else {}
+        decoded = self._decoded([(fid, key) for record, have in zip(records, kept)
+                                 if have is None for fid, key in zip(record[1], record[2])])
         out = []
-        for (fs, fids, lkeys, stored, dkey), have_kept in zip(records, kept):
-            got: list = []
-            if have_kept is None:
-                for fid, key in zip(fids, lkeys):
-                    have = local.get(("list", fid))
-                    if have is None or have is _ABSENT:
-                        have = found.get(key)
-                        if have is None:
-                            have = self._patched(fid)
-                        if have is not None:
-                            local[("list", fid)] = have
-                    got.append(have)
-            else:
-                got = [None] * len(fs)
+        for (fs, fids, _, stored, dkey), have_kept in zip(records, kept):
+            got = [decoded[fid] for fid in fids] if have_kept is None else [None] * len(fs)
             out.append((fs, got, stored, have_kept, dkey))
+        return out
+
+    def _decoded(self, lists: list[tuple[int, tuple]]) -> dict[int, Intervals | None]:
+        """For each (fid, its cache key): the whole list if decoded already, in this
+        snapshot, the shared cache (those not here asked for under one hold of its lock)
+        or patched from an earlier version's (see _patched), kept for the snapshot; else
+        None."""
+        local, shared = self._local, self._shared
+        keys = [key for fid, key in lists if local.get(("list", fid), _ABSENT) is _ABSENT]
+        found = dict(zip(keys, shared.get_many(keys))) if shared is not None and keys else {}
+        out: dict[int, Intervals | None] = {}
+        for fid, key in lists:
+            have = local.get(("list", fid))
+            if have is None or have is _ABSENT:
+                have = found.get(key)
+                if have is None:
+                    have = self._patched(fid)
+                if have is not None:
+                    local[("list", fid)] = have
+            out[fid] = have
         return out
 
     def stored_count(self, feature: str) -> int:
@@ -778,25 +784,15 @@ class Lists:
             state = self._state(fid)
             return (fid, state[0], state[3] is not None, self._key("list", fid))
         facts = self.remembered_many([("at-hand", f) for f in features], look)
-        local = self._local
-        keys = [key for fid, _, _, key in facts
-                if fid >= 0 and local.get(("list", fid), _ABSENT) is _ABSENT]
-        found = dict(zip(keys, self._shared.get_many(keys))) if self._shared and keys \
-            else {}
+        decoded = self._decoded([(fid, key) for fid, _, _, key in facts if fid >= 0])
         out: list[tuple[Intervals | None, int, bool]] = []
-        for f, (fid, count, points, key) in zip(features, facts):
+        for f, (fid, count, points, _) in zip(features, facts):
             if fid < 0:
                 out.append((Intervals.empty(), 0, True))
                 continue
-            have = local.get(("list", fid))
-            if have is None or have is _ABSENT:
-                have = found.get(key)
-                if have is None:
-                    have = self._patched(fid)
-                if have is not None:
-                    local[("list", fid)] = have
-                elif count <= SMALL_LIST:
-                    have = self.whole(f)
+            have = decoded[fid]
+            if have is None and count <= SMALL_LIST:
+                have = self.whole(f)
             out.append((have, count if have is None else len(have), points))
         return out
 

@@ -54,15 +54,21 @@ def build(path, docs, erased, deleted):
             w.add(" ".join(toks), docno=f"d{i}")
             model.add(f"d{i}", toks)
     with db.write() as w:
-        for p, q in erased:
-            w.erase(p, q)
-            model.erase(p, q)
-        for i in deleted:
-            doc = next((d for d in model.docs if d[0] == f"d{i}"), None)
-            if doc is not None:
-                assert w.delete(f"d{i}")
-                model.erase(doc[1], doc[2])
+        erase_and_delete(w, model, erased, deleted)
     return db, model
+
+
+def erase_and_delete(w, model, erased, deleted) -> None:
+    """The ranges `erased` erased and the documents d<i> of `deleted` deleted, in the
+    writer w and in the model alike."""
+    for p, q in erased:
+        w.erase(p, q)
+        model.erase(p, q)
+    for i in deleted:
+        doc = next((d for d in model.docs if d[0] == f"d{i}"), None)
+        if doc is not None:
+            assert w.delete(f"d{i}")
+            model.erase(doc[1], doc[2])
 
 
 def engine_top(r, query, k, prune=True, k1=0.9, b=0.4, compiled=True):
@@ -300,14 +306,7 @@ def test_words_documents_kept_for_one_state_follow_commits(tmp_path_factory, col
                     w.add(" ".join(toks), docno=f"m{i}")
                     model.add(f"m{i}", toks)
             else:
-                for p, q in erased:
-                    w.erase(p, q)
-                    model.erase(p, q)
-                for i in deleted:
-                    doc = next((d for d in model.docs if d[0] == f"d{i}"), None)
-                    if doc is not None:
-                        assert w.delete(f"d{i}")
-                        model.erase(doc[1], doc[2])
+                erase_and_delete(w, model, erased, deleted)
     db.close()
 
 
