@@ -866,6 +866,24 @@ class Lists:
                 found = self._live(s, e, v)
         return found.take(kernels.containing(found.starts, found.ends, ps, qs))
 
+    def in_blocks(self, feature: str, firsts: np.ndarray) -> Intervals:
+        """The intervals of the list's blocks whose first starts are `firsts` (some of its
+        directory's, increasing): those blocks as containing reads them (kept decoded), or
+        the whole list when it is decoded or short, or they are most of it."""
+        if not len(firsts):
+            return Intervals.empty()
+        found = self._whole_if_cheap(feature)
+        if found is not None:
+            return found
+        fid = self.fid(feature)
+        if fid is None:
+            return Intervals.empty()
+        if len(firsts) >= WHOLE_FRACTION * len(self._firsts(fid)):
+            return self.whole(feature, container=True)
+        s, e, v = self._blocks(fid, firsts)
+        self.read += len(s)
+        return self._live(s, e, v)
+
     def near(self, feature: str, xs: np.ndarray) -> np.ndarray:
         """For sorted positions xs, the points of the list (a word's postings: see
         points_only) just at or before and at or after each: sorted, distinct."""

@@ -190,10 +190,10 @@ def ranked(snapshot, node, ranker: RankedBy, *, depth: int = DEPTH, container: s
     ev.check(node)
     cnode = as_node(container)[0]
     covers, boxes = _covers_and_boxes(ev, node, cnode)
-    idx, scores, best = kernels.ssr_touched(covers.starts, covers.ends, boxes.starts,
-                                            boxes.ends, K)
     scored = ranker.scored
     if scored is not None:  # the containers holding a match, ranked by another score
+        idx, scores, best = kernels.ssr_touched(covers.starts, covers.ends, boxes.starts,
+                                                boxes.ends, K)
         matched = Intervals(boxes.starts[idx], boxes.ends[idx], scores)
         scored = scored.resolved(snapshot)
         terms = _terms(snapshot, ev, cnode, scored.query_terms(node) if words is None else
@@ -205,11 +205,10 @@ def ranked(snapshot, node, ranker: RankedBy, *, depth: int = DEPTH, container: s
         b, d = best[at], idx[at]
         return Ranking(snapshot, _text(node), [], boxes.starts[d], boxes.ends[d], sc,
                        covers.starts[b], covers.ends[b], len(idx))
-    order = kernels.top(scores, depth)  # ties: container order, i.e. by address
-    b = best[order]
-    d = idx[order]
-    return Ranking(snapshot, _text(node), [], boxes.starts[d], boxes.ends[d],
-                   scores[order], covers.starts[b], covers.ends[b], len(idx))
+    # (ssr_touched then top, ties in container order, i.e. by address, in one call)
+    s, e, sc, cp, cq, total = kernels.ssr_top(covers.starts, covers.ends, boxes.starts,
+                                              boxes.ends, K, depth)
+    return Ranking(snapshot, _text(node), [], s, e, sc, cp, cq, total)
 
 
 def _covers_and_boxes(ev: Evaluator, node, cnode) -> tuple[Intervals, Intervals]:
@@ -219,7 +218,9 @@ def _covers_and_boxes(ev: Evaluator, node, cnode) -> tuple[Intervals, Intervals]
     A container list named by a feature (`:` or a field) is probed only where the query's
     drivers are. When its intervals never overlap (documents), the query is evaluated
     inside the address ranges of the list's blocks holding a driver — read from the
-    list's directory, nothing decoded — and only its covers' containers are looked up;
+    list's directory, nothing decoded — and only its covers' containers are looked up
+    (for the common shape, Evaluator.covers_in_blocks, every container of the blocks
+    holding a cover: a ranking takes those holding one);
     else the containers holding a driver are looked up first, and the query evaluated
     inside them. Another container query is evaluated whole."""
     cnode = ev.folded(cnode)
@@ -227,9 +228,10 @@ def _covers_and_boxes(ev: Evaluator, node, cnode) -> tuple[Intervals, Intervals]
     if name is None:
         boxes = ev.eval(cnode)
     elif ev.lists.disjoint(name):
-        covers = ev.covers_in_blocks(node, ev.lists.directory(name))
-        if covers is not None:  # (the common shape, in one kernel call)
-            return covers, ev.lists.containing(name, covers.starts, covers.ends)
+        found = ev.covers_in_blocks(node, ev.lists.directory(name))
+        if found is not None:  # (the common shape, in one kernel call; the containers:
+            covers, blocks = found  # every one of the blocks holding a cover)
+            return covers, ev.lists.in_blocks(name, blocks)
         drivers = ev.drivers(node)
         los, his = ev.lists.block_ranges(name, drivers.starts)
         covers = ev.eval_in(node, Region(los, his))

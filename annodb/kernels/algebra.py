@@ -919,6 +919,7 @@ def _all_of_groups(words, counts, have, toks, leaf_at, group_at, firsts, few):
         at = np.searchsorted(pw, np.arange(nw + 1))
         return none, none, work, need, px, at, rlos, rhis
     s, e = _inside_ranges(s, e, los, his)
+    los, his = _holding(s, e, los, his)
     return s.copy(), e.copy(), work, need, none, none, los, his
 
 
@@ -945,8 +946,9 @@ def all_of_groups(words, counts, have, toks, leaf_at, group_at, firsts, few=FEW)
     1 when its points at positions[runs[w]:runs[w + 1]] must be read, 2 when its points
     inside the ranges must be, -1 everywhere when the rarest group has a word not at
     hand (nothing can be done). When no word is needed, the covers are those inside a
-    range, and every cover inside a container of those blocks is one of them; a second
-    call with the needed words' points there (and have 1) gives them. What is read of a
+    range, every cover inside a container of those blocks is one of them, and the ranges
+    are those of the blocks holding a cover; a second call with the needed words' points
+    there (and have 1) gives them. What is read of a
     word at positions serves only the phrase that asked: a word not at hand is named by
     one token only (the caller gives each token its own place)."""
     nw = len(words)
