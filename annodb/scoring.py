@@ -82,7 +82,7 @@ class Ranking:
     """The ranked containers of one query: arrays to `depth`, hits made on demand."""
 
     snapshot: Any                   # the read it was made in (None once it has ended)
-    query: str                      # canonical text of what was run
+    _query: Any                     # the query text (query), or the node it is made of
     warnings: list[str]
     starts: np.ndarray              # container intervals, in rank order
     ends: np.ndarray
@@ -93,6 +93,14 @@ class Ranking:
 
     def __len__(self) -> int:
         return len(self.starts)
+
+    @property
+    def query(self) -> str:
+        """The canonical text of what was run, made from its node when first asked for
+        (a server or a search shows it; a ranking alone need not pay ~5 us for it)."""
+        if not isinstance(self._query, str):
+            self._query = _text(self._query)
+        return self._query
 
     def __reduce__(self):
         """Pickled as one buffer holding its five arrays: a shard's worker sends a ranking
@@ -203,12 +211,12 @@ def ranked(snapshot, node, ranker: RankedBy, *, depth: int = DEPTH, container: s
         if ranker.fuses:  # the whole rankings of the matches
             at, sc = fuse(kernels.top(scores, len(matched)), at, depth, len(matched))
         b, d = best[at], idx[at]
-        return Ranking(snapshot, _text(node), [], boxes.starts[d], boxes.ends[d], sc,
+        return Ranking(snapshot, node, [], boxes.starts[d], boxes.ends[d], sc,
                        covers.starts[b], covers.ends[b], len(idx))
     # (ssr_touched then top, ties in container order, i.e. by address, in one call)
     s, e, sc, cp, cq, total = kernels.ssr_top(covers.starts, covers.ends, boxes.starts,
                                               boxes.ends, K, depth)
-    return Ranking(snapshot, _text(node), [], s, e, sc, cp, cq, total)
+    return Ranking(snapshot, node, [], s, e, sc, cp, cq, total)
 
 
 def _covers_and_boxes(ev: Evaluator, node, cnode) -> tuple[Intervals, Intervals]:
