@@ -822,6 +822,9 @@ class Lists:
         if fid is None:
             return Intervals.empty()
         firsts = self._firsts(fid)
+        if los is his:  # (points, as a phrase's candidates ask: each in one block or none)
+            b = np.searchsorted(firsts, los, side="right") - 1
+            return self._blocks_or_whole(feature, fid, firsts, _distinct(b[b >= 0]))
         # an interval starting in [lo, hi] is in the block holding lo or a later one whose
         # first start is <= hi
         a = np.maximum(np.searchsorted(firsts, los, side="right") - 1, 0)

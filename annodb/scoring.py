@@ -121,14 +121,7 @@ class Ranking:
         p, q = int(self.cover_starts[i]), int(self.cover_ends[i])
         if doc is False:
             doc = (snapshot or self.snapshot).document_at(s)
-        docno = doc.docno if doc is not None else f"@{s}"
-        text = None
-        if snippet and doc is not None:
-            # (a cover of -1: none to show; the document's opening, nothing marked)
-            text = snippets.make(doc, p, q).marked() if p >= 0 else snippets.make(
-                doc, s, s).text
-        return Hit(i + 1, docno, float(self.scores[i]), s, e, (p, q) if p >= 0 else None,
-                   text)
+        return _hit(i + 1, doc, s, e, float(self.scores[i]), p, q, snippet)
 
     def hits(self, k: int | None = None, snippet: bool = True) -> list[Hit]:
         """The first k hits (all: None), their documents read at once (documents_at; only
@@ -137,16 +130,32 @@ class Ranking:
         if not n:
             return []
         starts = self.starts[:n].tolist()
-        if snippet:
-            docs = self.snapshot.documents_at(starts)
-            return [self.hit(i, snippet, doc=doc) for i, doc in zip(range(n), docs)]
-        docnos = self.snapshot.docnos_at(starts)
         ends, scores = self.ends[:n].tolist(), self.scores[:n].tolist()
         cps, cqs = self.cover_starts[:n].tolist(), self.cover_ends[:n].tolist()
+        if snippet:  # (each number taken out of its array once, not a hit at a time)
+            docs = self.snapshot.documents_at(starts)
+            return [_hit(i + 1, doc, s, e, sc, p, q, True)
+                    for i, (doc, s, e, sc, p, q) in enumerate(zip(docs, starts, ends,
+                                                                  scores, cps, cqs))]
+        docnos = self.snapshot.docnos_at(starts)
         return [Hit(i + 1, f"@{s}" if d is None else d, sc, s, e,
                     (p, q) if p >= 0 else None, None)
                 for i, (d, s, e, sc, p, q) in enumerate(zip(docnos, starts, ends, scores,
                                                             cps, cqs))]
+
+
+def _hit(rank: int, doc, s: int, e: int, score: float, p: int, q: int, snippet: bool
+         ) -> Hit:
+    """The hit of a container [s, e] with its score and cover [p, q] (-1: none), named
+    by its document (a Document, or None: `@s`), its snippet made when asked for."""
+    if doc is None:
+        return Hit(rank, f"@{s}", score, s, e, (p, q) if p >= 0 else None, None)
+    text = None
+    if snippet:
+        # (a cover of -1: none to show; the document's opening, nothing marked)
+        text = snippets.make(doc, p, q).marked() if p >= 0 else snippets.make(
+            doc, s, s).text
+    return Hit(rank, doc.docno, score, s, e, (p, q) if p >= 0 else None, text)
 
 
 def _unpacked(snapshot, query: str, warnings: list, total: int, n: int,
