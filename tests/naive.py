@@ -781,6 +781,81 @@ def context_sums(values, runs, before, after, reach):
     return out
 
 
+def context_scores(tf, counts, idfs, pidfs, lengths, runs, dated, avglen, settings,
+                   named=None):
+    """recall.score's formula in numpy, array by array (what recall.score computed before
+    kernels.context_scores): the same float64 to the bit is asked of the kernel."""
+    import numpy as np
+    lengths = np.asarray(lengths, dtype=np.float64)
+    n = len(lengths)
+    if not n:
+        return np.zeros(0)
+    tf = np.asarray(tf, dtype=np.float64).reshape(len(counts), n)
+    s = settings
+    held = (tf > 0).astype(np.float64)
+    lent = np.array(context_sums_fast(np.vstack((lengths[None, :], tf)), runs, s.before,
+                                      s.after, s.window))
+    near = np.array(context_sums_fast(np.vstack((np.ones((1, n)), held)), runs, 1.0, 1.0,
+                                      s.window))
+    flat = np.array(context_sums_fast(np.vstack((lengths[None, :], tf)), runs, 1.0, 1.0,
+                                      s.reach))
+    norm = s.k1 * (1.0 - s.b + s.b * (lengths + lent[0]) / (avglen * s.spread()))
+    passage_norm = s.passage_k1 * (1.0 - s.passage_b + s.passage_b * (lengths + flat[0]) /
+                                   (avglen * (2 * s.reach + 1)))
+    limit = np.maximum(s.common * (1.0 + near[0]), 1.0)
+    turn = np.zeros(n)
+    passage = np.zeros(n)
+    for w in range(len(counts)):
+        x = tf[w]
+        wide = x + np.where(held[w] + near[w + 1] <= limit, lent[w + 1], 0.0)
+        turn += counts[w] * idfs[w] * wide / (wide + norm)
+        p = x + flat[w + 1]
+        passage += counts[w] * pidfs[w] * p / (p + passage_norm)
+    extra = s.passage * passage + s.dates * np.asarray(dated, float)
+    if named is not None:
+        extra = extra + s.labels * np.asarray(named, float)
+    return (turn + (turn > 0) * extra) * (1.0 + s.length * lengths / (lengths + avglen))
+
+
+def context_sums_fast(values, runs, before, after, reach):
+    """context_sums as kernels.context_sums adds its terms (prefix sums where nothing
+    decays; else from the nearest neighbour out, those before first), in Python floats:
+    the same float64 as the kernel, for context_scores' comparisons to the bit."""
+    out = []
+    for row in values:
+        row = [float(x) for x in row]
+        n = len(row)
+        first = [0] * n
+        last = [n - 1] * n
+        for i in range(1, n):
+            first[i] = first[i - 1] if runs[i] == runs[i - 1] else i
+        for i in range(n - 2, -1, -1):
+            last[i] = last[i + 1] if runs[i] == runs[i + 1] else i
+        sums = []
+        if before == 1.0 and after == 1.0:
+            total = [0.0]
+            for x in row:
+                total.append(total[-1] + x)
+            for i in range(n):
+                lo, hi = max(i - reach, first[i]), min(i + reach, last[i])
+                sums.append((total[hi + 1] - total[lo]) - row[i])
+        else:
+            down, up = [1.0], [1.0]
+            for _ in range(reach):
+                down.append(down[-1] * before)
+                up.append(up[-1] * after)
+            for i in range(n):
+                lo, hi = max(i - reach, first[i]), min(i + reach, last[i])
+                acc = 0.0
+                for j in range(i - 1, lo - 1, -1):
+                    acc += down[i - j] * row[j]
+                for j in range(i + 1, hi + 1):
+                    acc += up[j - i] * row[j]
+                sums.append(acc)
+        out.append(sums)
+    return out
+
+
 def context_recall(memories, selected, words, dates, k, settings, labels=None):
     """annodb/recall.py's context recall by its definition. memories: [(docno, tokens,
     time or None)], every document of the collection in address order (N, df and the mean
