@@ -7,9 +7,10 @@
                                                  dates, labels and the length prior
 
 One call scores every memory of a recall, where numpy made a dozen arrays of the
-memories' length per query word (five times the time, benchmarks/RESULTS.md, "Recall
-without a filter"). The score is recall.py's formula operation for operation, so the same
-float64 to the bit; the brute-force twins are in tests/naive.py.
+memories' length per query word (a recall without a filter over 94,112 memories: 44 ->
+14 ms; benchmarks/RESULTS.md, "Recall without a filter"). The score is recall.py's
+formula operation for operation, so the same float64 to the bit; the brute-force twins
+are in tests/naive.py.
 """
 
 from __future__ import annotations
