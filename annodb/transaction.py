@@ -441,6 +441,8 @@ class Writer(Snapshot):
         self._named = 0  # how many of them are written
         self._next_feature = txn.meta("next_feature", 1)
         self._first_new_feature = self._next_feature  # ids from here have no blocks yet
+        # every stored name in the cache (none new looked up in LMDB; see vocab_through)
+        self._all_known = db._env.vocab_through == self._next_feature
         self._next_address = txn.meta("next_address", 0)
         self._documents = txn.meta("documents", 0)
         self._tokens = txn.meta("tokens", 0)
@@ -500,6 +502,8 @@ class Writer(Snapshot):
             if self._format != storage.FORMAT_VERSION:
                 txn.set_meta("format", storage.FORMAT_VERSION)  # what it writes now
             txn.commit()
+            if self._all_known:
+                self.db._env.vocab_through = self._next_feature
         except BaseException as err:
             self._abort()
             if isinstance(err, AnnodbError) or not isinstance(err, Exception):
@@ -558,7 +562,8 @@ class Writer(Snapshot):
         self._check()
         found = self._txn.docnos_present(docnos)
         new = self._new_docnos
-        found.update((d, new[d]) for d in docnos if d in new)
+        if new:
+            found.update((d, new[d]) for d in docnos if d in new)
         return found
 
     # features
@@ -575,7 +580,8 @@ class Writer(Snapshot):
         found = list(map(vocab.get, names))
         missing = [i for i, fid in enumerate(found) if fid is None]
         if missing:
-            stored = self._txn.feature_ids([names[i] for i in missing])
+            stored = [None] * len(missing) if self._all_known else \
+                self._txn.feature_ids([names[i] for i in missing])
             new, next_id = self._new_names, self._next_feature
             for i, fid in zip(missing, stored):   # (_intern_missing, inline: ~0.3 us less
                 name = names[i]                  # for each of ~1M new words at 1x)
@@ -594,7 +600,7 @@ class Writer(Snapshot):
         """A name not in the process's cache: its stored id (`stored`, None when it has
         none; looked up unless given), or the next id."""
         if stored is _LOOK_UP:
-            stored = self._txn.feature_id(name)
+            stored = None if self._all_known else self._txn.feature_id(name)
         fid = stored if stored is not None else self._vocab.get(name)  # (twice in a batch)
         if fid is None:
             fid = self._next_feature
