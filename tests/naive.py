@@ -37,6 +37,8 @@ hold the two equal.
                                                                equal_the_naive_ones
     group_postings         K.group_postings                    test_kernels: test_group_
                                                                postings_against_numpy_and_naive
+    join_groups            K.join_groups (a flush's spilling   test_kernels: test_join_groups_
+                           tails' points, then the new ones)   equals_the_naive_one
     block_facts            kernels.checking.BlockChecker       test_kernels: test_block_checker_
                                                                equals_the_brute_force
     document_frequencies   K.document_frequencies              test_bm25: test_document_
@@ -530,6 +532,17 @@ def group_postings(ids, runs):
         out += sorted(groups[f])
         bounds.append(len(out))
     return fids, bounds, out
+
+
+def join_groups(first, first_bounds, second, los, his):
+    """(values, bounds): group g is first[first_bounds[g]:first_bounds[g+1]] followed by
+    second[los[g]:his[g]]."""
+    values, bounds = [], [0]
+    for g in range(len(los)):
+        values += list(first[first_bounds[g]:first_bounds[g + 1]])
+        values += list(second[los[g]:his[g]])
+        bounds.append(len(values))
+    return values, bounds
 
 
 def block_facts(intervals, values, last_end, docs, erased, last_doc):
