@@ -119,15 +119,37 @@ def is_gcl(text: str) -> bool:
 
 
 def rank_memories(snapshot, text: str, k: int, box: _query.Node, gcl: bool,
-                  rank: str | None):
+                  rank: str | None, ties: bool = False):
     """The best k memories inside `box` (the filter) for a GCL query or free text: the one
     place recall ranks. Returns a ranking.Results (hits with start, score, snippet; the
-    query that ran; warnings)."""
+    query that ran; warnings). `ties`: also every other memory scoring as the k-th (in
+    one ranking with recall's context ranker over one database; with another ranker by
+    ranking twice as deep until the tie ends), for a caller ordering ties itself."""
     if gcl:
-        return snapshot.search(text, k=k, container=box, lenient=True, rank=rank or "ssr")
-    ranker = _rankers.make(rank or _rankers.Context.name, names=_rankers.MEMORY_RANKS)
-    # (a container is as_node'd: a node is one as its text is)
-    return _ranking.search_text(snapshot, text, ranker, k=k, container=cast(str, box))
+        def ranked(depth):
+            return snapshot.search(text, k=depth, container=box, lenient=True,
+                                   rank=rank or "ssr")
+    else:
+        ranker = _rankers.make(rank or _rankers.Context.name, names=_rankers.MEMORY_RANKS)
+        if ties and isinstance(ranker, _rankers.Context) and \
+                getattr(snapshot, "lists", None) is not None:   # (one database's)
+            return _recall.search(snapshot, text, k=k, container=box,
+                                  settings=ranker.params, ties=True)
+
+        def ranked(depth):
+            # (a container is as_node'd: a node is one as its text is)
+            return _ranking.search_text(snapshot, text, ranker, k=depth,
+                                        container=cast(str, box))
+    if not ties or k <= 0:
+        return ranked(k)
+    depth = k
+    results = ranked(depth + 1)
+    while len(results) > depth and results[-1].score == results[k - 1].score:
+        depth *= 2                 # a tie across the cut: see all of it
+        results = ranked(depth + 1)
+    hits = [h for h in results if h.score >= results[k - 1].score] \
+        if len(results) > k else list(results)
+    return _ranking.Results(hits, results.query, results.warnings, results.total)
 
 
 def _check_path(path) -> str | None:
@@ -474,13 +496,8 @@ class Memory:
             if k <= 0:
                 return Recalled([], "", _query.format(box))
             depth = k if half is None else max(4 * k, RECENCY_POOL)
-            results = rank_memories(r, query_or_text, depth + 1, box, use_gcl, rank)
-            hits, cut = list(results), depth
-            while len(hits) > depth and hits[-1].score == hits[cut - 1].score:
-                depth *= 2                 # a tie across the cut: see all of it
-                results = rank_memories(r, query_or_text, depth + 1, box, use_gcl, rank)
-                hits = list(results)
-            hits = self._order(r, hits, k, half, as_of)
+            results = rank_memories(r, query_or_text, depth, box, use_gcl, rank, ties=True)
+            hits = self._order(r, list(results), k, half, as_of)
             entries = _entries(r, r.documents_at([h.start for h, _ in hits]),
                                [s for _, s in hits], [h.snippet for h, _ in hits])
             warnings = list(results.warnings)

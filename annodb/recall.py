@@ -183,34 +183,11 @@ def score(tf: np.ndarray, counts: np.ndarray, idfs: np.ndarray, pidfs: np.ndarra
     session (ids nondecreasing; a new one also where the memories are not consecutive),
     dated[i] the weights of the dates its time falls in, avglen the collection's mean
     length, named[i] the sum of qtf x idf over the query's words its labels hold."""
-    lengths = np.asarray(lengths, dtype=np.float64)
-    n = len(lengths)
-    if not n:
-        return np.zeros(0)
-    tf = np.asarray(tf, dtype=np.float64).reshape(len(counts), n)
     s = settings
-    held = (tf > 0).astype(np.float64)
-    lent = kernels.context_sums(np.vstack((lengths[None, :], tf)), runs, s.before,
-                                s.after, s.window)
-    near = kernels.context_sums(np.vstack((np.ones((1, n)), held)), runs, 1.0, 1.0,
-                                s.window)
-    flat = kernels.context_sums(np.vstack((lengths[None, :], tf)), runs, 1.0, 1.0, s.reach)
-    norm = s.k1 * (1.0 - s.b + s.b * (lengths + lent[0]) / (avglen * s.spread()))
-    passage_norm = s.passage_k1 * (1.0 - s.passage_b + s.passage_b * (lengths + flat[0]) /
-                                   (avglen * (2 * s.reach + 1)))
-    limit = np.maximum(s.common * (1.0 + near[0]), 1.0)
-    turn = np.zeros(n)
-    passage = np.zeros(n)
-    for w in range(len(counts)):
-        x = tf[w]
-        wide = x + np.where(held[w] + near[w + 1] <= limit, lent[w + 1], 0.0)
-        turn += counts[w] * idfs[w] * wide / (wide + norm)
-        p = x + flat[w + 1]
-        passage += counts[w] * pidfs[w] * p / (p + passage_norm)
-    extra = s.passage * passage + s.dates * np.asarray(dated, float)
-    if named is not None:
-        extra = extra + s.labels * np.asarray(named, float)
-    return (turn + (turn > 0) * extra) * (1.0 + s.length * lengths / (lengths + avglen))
+    return kernels.context_scores(
+        tf, counts, idfs, pidfs, lengths, runs, dated, named, avglen,
+        (s.k1, s.b, s.before, s.after, s.window, s.common, s.passage, s.reach, s.passage_k1,
+         s.passage_b, s.dates, s.labels, s.length, s.spread()))
 
 
 # dates ----------------------------------------------------------------------------------
@@ -297,15 +274,16 @@ class _Word:
 
 
 def search(snapshot, text: str, *, k: int = 10, container=":", settings: Context = CONTEXT,
-           time_feature: str = TIME, snippets: bool = True, scan: bool | None = None
-           ) -> ranking.Results:
+           time_feature: str = TIME, snippets: bool = True, scan: bool | None = None,
+           ties: bool = False) -> ranking.Results:
     """The k best of the memories `container` selects (a GCL query or node; default every
     document) for free text, by the module docstring's score; their times are the values
     of `time_feature` over them. One database's snapshot (a sharded collection has no
     single address space to find neighbours in). `scan`: True reads the filter whole,
     False follows the postings, None chooses by the filter's size (the same results
     either way); `total` counts the memories scored above 0 (following the postings, the
-    ones looked at)."""
+    ones looked at). `ties`: the k best and every other memory scoring as the k-th (in
+    address order), so that a caller ordering ties otherwise sees all of them."""
     words = ranking.text_words(snapshot, text)
     shown = [Term(f) if len(f) == 1 else Combine("+", tuple(Term((x,)) for x in f))
              for f, _ in words]
@@ -349,9 +327,13 @@ def search(snapshot, text: str, *, k: int = 10, container=":", settings: Context
     else:
         s, e, scores = found
     pick = kernels.top(scores, max(k, 0))
+    if ties and k > 0 and len(pick) == k:
+        tied = np.flatnonzero(scores == scores[pick[-1]])
+        pick = np.concatenate((pick, tied[tied > pick[-1]]))   # (top: ties by address)
     rs, re_, rsc = s[pick], e[pick], scores[pick]
     cs, ce = snapshot.word_covers([f for f, _ in words], rs, re_) if snippets else (rs, rs)
-    hits = ranking.Ranking(snapshot, query, [], rs, re_, rsc, cs, ce).hits(k, snippets)
+    hits = ranking.Ranking(snapshot, query, [], rs, re_, rsc, cs, ce).hits(len(pick),
+                                                                             snippets)
     return ranking.Results(hits, query, [], int(np.count_nonzero(scores > 0)))
 
 
@@ -406,7 +388,7 @@ def _scored(ev: Evaluator, docs: Intervals, region: Region, cuts: np.ndarray, te
         if not parts:
             continue      # (a word only labels hold)
         points = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
-        tf[w] = np.searchsorted(points, e, "right") - np.searchsorted(points, s, "left")
+        tf[w] = kernels.word_counts(points, s, e)
     held = tf > 0
     named = np.zeros(n)
     for w, term in enumerate(terms):

@@ -5,6 +5,7 @@ return. `annodb.database` opens the database that hands them out."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import threading
 import warnings
@@ -441,6 +442,8 @@ class Writer(Snapshot):
         self._named = 0  # how many of them are written
         self._next_feature = txn.meta("next_feature", 1)
         self._first_new_feature = self._next_feature  # ids from here have no blocks yet
+        # every stored name in the cache (none new looked up in LMDB; see vocab_through)
+        self._all_known = db._env.vocab_through == self._next_feature
         self._next_address = txn.meta("next_address", 0)
         self._documents = txn.meta("documents", 0)
         self._tokens = txn.meta("tokens", 0)
@@ -500,6 +503,8 @@ class Writer(Snapshot):
             if self._format != storage.FORMAT_VERSION:
                 txn.set_meta("format", storage.FORMAT_VERSION)  # what it writes now
             txn.commit()
+            if self._all_known:
+                self.db._env.vocab_through = self._next_feature
         except BaseException as err:
             self._abort()
             if isinstance(err, AnnodbError) or not isinstance(err, Exception):
@@ -558,7 +563,8 @@ class Writer(Snapshot):
         self._check()
         found = self._txn.docnos_present(docnos)
         new = self._new_docnos
-        found.update((d, new[d]) for d in docnos if d in new)
+        if new:
+            found.update((d, new[d]) for d in docnos if d in new)
         return found
 
     # features
@@ -568,33 +574,43 @@ class Writer(Snapshot):
             return fid
         return self._intern_missing(name)
 
-    def _ids(self, names: list[str]) -> list[int]:
-        """The feature id of each name, interning the new ones in order (the process's
-        cache in one pass; what it misses looked up in LMDB at once)."""
+    def _ids(self, names: list[str]) -> np.ndarray:
+        """The feature id of each name (int64), interning the new ones in order (the
+        process's cache in one pass; what it misses looked up in LMDB at once, unless the
+        cache holds every stored name: then new distinct names take the next ids in one
+        step, not a Python step each: ~1M new words at 1x)."""
         vocab = self._vocab
-        found = list(map(vocab.get, names))
-        missing = [i for i, fid in enumerate(found) if fid is None]
-        if missing:
-            stored = self._txn.feature_ids([names[i] for i in missing])
-            new, next_id = self._new_names, self._next_feature
-            for i, fid in zip(missing, stored):   # (_intern_missing, inline: ~0.3 us less
-                name = names[i]                  # for each of ~1M new words at 1x)
+        found = np.fromiter(map(vocab.get, names, itertools.repeat(-1)), dtype=np.int64,
+                            count=len(names))
+        missing = np.flatnonzero(found < 0).tolist()
+        if not missing:
+            return found
+        new, next_id = self._new_names, self._next_feature
+        fresh = [names[i] for i in missing]
+        if self._all_known and len(set(fresh)) == len(fresh):
+            found[missing] = np.arange(next_id, next_id + len(fresh))
+            vocab.update(zip(fresh, range(next_id, next_id + len(fresh))))
+            new.extend(fresh)
+            self._next_feature = next_id + len(fresh)
+            return found
+        stored = [None] * len(fresh) if self._all_known else self._txn.feature_ids(fresh)
+        for i, name, fid in zip(missing, fresh, stored):   # (_intern_missing, inline)
+            if fid is None:
+                fid = vocab.get(name)   # (twice in names)
                 if fid is None:
-                    fid = vocab.get(name)   # (twice in names)
-                    if fid is None:
-                        fid = next_id
-                        next_id += 1
-                        new.append(name)
-                vocab[name] = fid
-                found[i] = fid
-            self._next_feature = next_id
-        return cast("list[int]", found)   # (every one found or interned)
+                    fid = next_id
+                    next_id += 1
+                    new.append(name)
+            vocab[name] = fid
+            found[i] = fid
+        self._next_feature = next_id
+        return found
 
     def _intern_missing(self, name: str, stored=_LOOK_UP) -> int:
         """A name not in the process's cache: its stored id (`stored`, None when it has
         none; looked up unless given), or the next id."""
         if stored is _LOOK_UP:
-            stored = self._txn.feature_id(name)
+            stored = None if self._all_known else self._txn.feature_id(name)
         fid = stored if stored is not None else self._vocab.get(name)  # (twice in a batch)
         if fid is None:
             fid = self._next_feature
@@ -651,12 +667,13 @@ class Writer(Snapshot):
             storage.check_address(self._next_address + int(b.spans().sum()) - 1,
                                   f"adding {len(b)} documents at {self._next_address:,}")
         named = [d for d in b.docnos if d is not None]
-        for docno in named:
-            if not docno or len(docno) > storage.MAX_KEY // 4:  # (else short enough)
-                check_docno(docno)
+        if not all(named) or max(map(len, named), default=0) > storage.MAX_KEY // 4:
+            for docno in named:   # (else every one is short enough)
+                if not docno or len(docno) > storage.MAX_KEY // 4:
+                    check_docno(docno)
         stored = self.present(named)  # (and a clear error for a lone surrogate)
         seen = set()
-        for i, docno in enumerate(b.docnos):
+        for i, docno in enumerate(b.docnos if stored or len(set(named)) < len(named) else ()):
             if docno is None:
                 continue
             if docno in seen or docno in stored:
@@ -668,7 +685,7 @@ class Writer(Snapshot):
                     return out + self.add_batch(b.subset(range(i, len(b))), replace=True,
                                                 starts=tail)
             seen.add(docno)
-        if replace:
+        if replace and stored:   # (present: in the database or added by this writer)
             for docno in b.docnos:
                 if docno is not None and (docno in self._new_docnos or
                                           self._txn.doc_start(docno) is not None):
@@ -729,7 +746,7 @@ class Writer(Snapshot):
         # tokens: the ids of their words, and the runs of addresses they fill
         names = b.names if not self.fold_diacritics else \
             list(map(tokenizer.strip_diacritics, b.names))
-        fids = np.array(self._ids(names), dtype=np.int64)
+        fids = self._ids(names)
         ids = fids[b.kinds]
         self._tok_ids.append(ids)
         self._tok_count += len(ids)
@@ -746,7 +763,7 @@ class Writer(Snapshot):
             self._sparse = sorted(set(self.sparse_fields()) | set(b.sparse))
         # annotations
         self._ann_flush_list()
-        ann_fids = np.array(self._ids(b.ann_names), dtype=np.int64)
+        ann_fids = self._ids(b.ann_names)
         at = starts[b.ann_doc]
         self._ann_arrays.append((ann_fids[b.ann_name], at + b.ann_p, at + b.ann_q, b.ann_v))
         self._new_docnos.update(zip(docnos, starts_list))

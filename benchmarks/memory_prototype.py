@@ -9,6 +9,7 @@ the ones that lost (RESULTS.md, "Agent memory on LoCoMo", lists them all).
     python benchmarks/memory_prototype.py --third      # the third: labels, depth
     python benchmarks/memory_prototype.py --fourth     # the fourth: a length prior (the
                                                        # tuning half; --held-out: all)
+    python benchmarks/memory_prototype.py --fifth      # the fifth: names, BM25+, priors
 
 Its figures differ from annodb's by a few tenths: it conflates every word with its stem
 (annodb: the words of the database sharing the stem, at most 32), and it lends context
@@ -620,7 +621,9 @@ def scorer4(corpus, labels=0.3, passage=0.5, pdecay=None, reach=10, cover=0.0, c
             smooth=0.0, smooth_r=1, missing=0.0, miss_top=10, miss_head=0, lend_r=8,
             nb=0.0, nb_top=10, nb_r=1, nb_head=0, rich=0.0, rich_mode="rare",
             rich_df=0.01, rich_mul=False, rich_norm=True, opener=0.0, b=0.4, pb=0.6,
-            dates=1.5, before=0.5, after=0.3, adapt=None):
+            dates=1.5, before=0.5, after=0.3, adapt=None, name_text=1.0, name_label=None,
+            name_pass=None, delta=0.0, idfp=1.0, rich2=0.0, rich2_mode="distinct",
+            localmix=0.0, p2=0.0, reach2=3, burst=0.0):
     """scorer3's score (the third round's default, labels 0.3) with the fourth round's
     variants: the passage decayed by pdecay a step or its reach a share (adapt) of the
     session; scores smoothed over neighbours; coverage (the idf share of the question's
@@ -628,7 +631,12 @@ def scorer4(corpus, labels=0.3, passage=0.5, pdecay=None, reach=10, cover=0.0, c
     `missing` (below the best miss_head); neighbours of the best nb_top raised by nb x
     its score; a prior (rich, rich_mode: rare words, distinct words, content words,
     the idf sum, lengths in several forms; added or, rich_mul, a factor); a session's
-    first memories raised (opener)."""
+    first memories raised (opener). The fifth round's (rows_fifth): a question word that
+    is a speaker's name weighed name_text in the text and passage (name_pass) and
+    name_label as a label; BM25+'s delta; idf ** idfp; a second prior added (rich2,
+    rich2_mode: distinct, rare or long words); idf mixed with the conversation's
+    (localmix); a second passage of reach2 weighing p2; idf x (turn df / session df) **
+    burst."""
     from annodb.recall import date_ranges
     N, avg0 = corpus.n, corpus.avg
     spread = 1 + sum(before ** d + after ** d for d in range(1, lend_r + 1))
@@ -669,18 +677,29 @@ def scorer4(corpus, labels=0.3, passage=0.5, pdecay=None, reach=10, cover=0.0, c
         if terms:
             T = np.stack([c["inv"][t] for t, _ in terms], 1)
             qv = np.array([q for _, q in terms])
-            iv = np.array([idf(corpus.df[t], N) for t, _ in terms])
+            iv = np.array([idf(corpus.df[t], N) for t, _ in terms]) ** idfp
+            if burst:
+                iv = iv * np.array([(corpus.df[t] / max(corpus.sdf[t], 1)) ** burst
+                                    for t, _ in terms])
+            if localmix:
+                nl = len(c["len"])
+                liv = np.array([idf((c["inv"][t] > 0).sum(), nl) for t, _ in terms])
+                iv = (1 - localmix) * iv + localmix * liv
             M = np.stack([(c["spk"] == t).astype(float) for t, _ in terms], 1)
+            isname = M.any(0)
+            wt = np.where(isname, name_text, 1.0)
             share = (f8 @ (T > 0)) / f8.sum(1)[:, None]
             X = T + (lendm @ T) * (share <= 0.4)
             norm = 0.9 * (1 - b + b * (L + lendm @ L) / (avg0 * spread))
-            turn = (X / (X + norm[:, None]) * (qv * iv)).sum(1)
-            named = (M * (qv * iv)).sum(1)
+            turn = ((X / (X + norm[:, None]) + delta * (X > 0)) * (qv * iv) * wt).sum(1)
+            lw = 1.0 if name_label is None else name_label / labels
+            named = (M * (qv * iv) * np.where(isname, lw, 1.0)).sum(1)
             W, wl = pm @ T, pm @ L
             piv = np.array([idf(N * (1 - (1 - corpus.df[t] / N) ** (2 * reach + 1)), N)
                             for t, _ in terms])
             pas = (W / (W + (0.9 * (1 - pb + pb * wl / (avg0 * (2 * reach + 1))))[:, None])
-                   * (qv * piv)).sum(1)
+                   * (qv * piv) * (wt if name_pass is None else
+                                   np.where(isname, name_pass, 1.0))).sum(1)
             if cover:
                 held = (cm @ (T > 0)) > 0
                 cov = (held * (qv * iv)).sum(1) / (qv * iv).sum()
@@ -688,6 +707,13 @@ def scorer4(corpus, labels=0.3, passage=0.5, pdecay=None, reach=10, cover=0.0, c
         for lo, hi in date_ranges(text):
             dated += math.log(1 + 365.0 / ((hi - lo) / 86400.0)) * \
                 ((c["time"] >= lo) & (c["time"] < hi))
+        if p2 and terms:
+            pm2 = band(c["sess"], reach2, 1, 1, 1.0)
+            W2, wl2 = pm2 @ T, pm2 @ L
+            piv2 = np.array([idf(N * (1 - (1 - corpus.df[t] / N) ** (2 * reach2 + 1)), N)
+                             for t, _ in terms])
+            norm2 = 0.9 * (1 - pb + pb * wl2 / (avg0 * (2 * reach2 + 1)))
+            pas = pas + p2 / passage * (W2 / (W2 + norm2[:, None]) * (qv * piv2)).sum(1)
         out = turn + (turn > 0) * (passage * pas + dates * dated + labels * named)
         if cover:
             out = out * (1 + cover * cov)
@@ -724,6 +750,19 @@ def scorer4(corpus, labels=0.3, passage=0.5, pdecay=None, reach=10, cover=0.0, c
                 out = out * np.maximum(1 + rich * cache[key], 0.1)
             else:
                 out = out + (out > 0) * rich * cache[key]
+        if rich2:
+            key2 = ("rich2", id(c), rich2_mode)
+            if key2 not in cache:
+                if rich2_mode == "distinct":
+                    v = np.log1p(np.array([len(set(t)) for t in c["toks"]], float))
+                elif rich2_mode == "rare":
+                    v = np.log1p(np.array([len({w for w in t if corpus.df[w] <= 0.01 * N})
+                                           for t in c["toks"]], float))
+                elif rich2_mode == "long":
+                    v = np.log1p(np.array([len({w for w in t if len(w) >= 6})
+                                           for t in c["toks"]], float))
+                cache[key2] = v / v.mean()
+            out = out + (out > 0) * rich2 * cache[key2]
         if opener:
             sess = c["sess"]
             first = np.r_[True, sess[1:] != sess[:-1]]
@@ -847,6 +886,42 @@ def rows_fourth(corpus):
     ]
 
 
+def rows_fifth(corpus):
+    """The fifth round's variants, on top of the fourth round's default (the length prior
+    x (1 + 0.3 L / (L + avglen))): (name, scorer). The tuning half only."""
+    prepare3(corpus)
+    L3 = dict(rich_mode="sat", rich_norm=False, rich_mul=True, rich=0.3)
+    S = lambda **kw: scorer4(corpus, **{**L3, **kw})  # noqa: E731
+    return [
+        ("**the default (length prior 0.3)**", S()),
+        ("a speaker's name in the question weighs 0.5 in the text", S(name_text=0.5)),
+        ("... 0 in the text (a label only)", S(name_text=0.0)),
+        ("... 0.5 in the text, 0.6 as a label", S(name_text=0.5, name_label=0.6)),
+        ("BM25+: + 0.1 x idf for a word held", S(delta=0.1)),
+        ("BM25+: + 0.3 x idf", S(delta=0.3)),
+        ("idf ** 1.3", S(idfp=1.3)),
+        ("idf ** 0.8", S(idfp=0.8)),
+        ("+ 0.5 x ln(1 + distinct words) / mean", S(rich2=0.5)),
+        ("+ 1.0 x ln(1 + distinct words) / mean", S(rich2=1.0)),
+        ("+ 0.5 x ln(1 + rare words) / mean (df <= 1%; not storable)",
+         S(rich2=0.5, rich2_mode="rare")),
+        ("+ 1.0 x the same", S(rich2=1.0, rich2_mode="rare")),
+        ("+ 0.5 x ln(1 + words of 6+ letters) / mean", S(rich2=0.5, rich2_mode="long")),
+        ("+ 1.0 x the same", S(rich2=1.0, rich2_mode="long")),
+        ("b 0.7", S(b=0.7)),
+        ("b 0.55", S(b=0.55)),
+        ("idf 0.3 from the conversation, 0.7 the collection's", S(localmix=0.3)),
+        ("idf half and half", S(localmix=0.5)),
+        ("a second passage: reach 3, weight 0.25", S(p2=0.25)),
+        ("the same, the first passage 0.35", S(p2=0.25, passage=0.35)),
+        ("a second passage: reach 25, weight 0.3", S(p2=0.3, reach2=25)),
+        ("a second passage: reach 40, weight 0.2", S(p2=0.2, reach2=40)),
+        ("idf x (df / session df) ** 0.2 (bursty words up)", S(burst=0.2)),
+        ("idf x (df / session df) ** 0.5", S(burst=0.5)),
+        ("idf x (df / session df) ** -0.2 (bursty words down)", S(burst=-0.2)),
+    ]
+
+
 def run(corpus, fn, qs):
     out = {}
     for q in qs:
@@ -862,13 +937,13 @@ def main() -> int:
         print(f"needs LoCoMo in {DATA} (not found); set ANNODB_SHARED", file=sys.stderr)
         return 1
     corpus, qs = Corpus(), questions()
-    if "--fourth" in sys.argv:
+    if "--fourth" in sys.argv or "--fifth" in sys.argv:
         held = "--held-out" in sys.argv     # (the fourth round chose on the tuning half)
         tune = [q for q in qs if q["conv"] in TUNE]
         print("| prototype variant | tune: @5 / @10 / @25 / @50 | sum |"
               + (" held out | all ten |" if held else ""))
         print("|---|---|---|" + ("---|---|" if held else ""))
-        for name, fn in rows_fourth(corpus):
+        for name, fn in (rows_fifth if "--fifth" in sys.argv else rows_fourth)(corpus):
             got = run(corpus, fn, qs if held else tune)
             t = {k: recall_at(got, tune, k) for k in (5, 10, 25, 50)}
             cells = [" / ".join(f"{t[k]:.1f}" for k in t), f"{sum(t.values()):.1f}"]

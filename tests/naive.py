@@ -39,6 +39,8 @@ hold the two equal.
                                                                equal_the_naive_ones
     group_postings         K.group_postings                    test_kernels: test_group_
                                                                postings_against_numpy_and_naive
+    join_groups            K.join_groups (a flush's spilling   test_kernels: test_join_groups_
+                           tails' points, then the new ones)   equals_the_naive_one
     block_facts            kernels.checking.BlockChecker       test_kernels: test_block_checker_
                                                                equals_the_brute_force
     document_frequencies   K.document_frequencies              test_bm25: test_document_
@@ -542,6 +544,17 @@ def group_postings(ids, runs):
     return fids, bounds, out
 
 
+def join_groups(first, first_bounds, second, los, his):
+    """(values, bounds): group g is first[first_bounds[g]:first_bounds[g+1]] followed by
+    second[los[g]:his[g]]."""
+    values, bounds = [], [0]
+    for g in range(len(los)):
+        values += list(first[first_bounds[g]:first_bounds[g + 1]])
+        values += list(second[los[g]:his[g]])
+        bounds.append(len(values))
+    return values, bounds
+
+
 def block_facts(intervals, values, last_end, docs, erased, last_doc):
     """What annodb.check learns of one block (kernels/checking.py): (flags, held, last_doc,
     high). flags: 1 an interval ends before it starts, 2 two starts in a row do not rise,
@@ -787,6 +800,81 @@ def context_sums(values, runs, before, after, reach):
                         all(runs[x] == runs[i] for x in range(lo, hi + 1)):
                     total += (before ** (i - j) if j < i else after ** (j - i)) * row[j]
             sums.append(total)
+        out.append(sums)
+    return out
+
+
+def context_scores(tf, counts, idfs, pidfs, lengths, runs, dated, avglen, settings,
+                   named=None):
+    """recall.score's formula in numpy, array by array (what recall.score computed before
+    kernels.context_scores): the same float64 to the bit is asked of the kernel."""
+    import numpy as np
+    lengths = np.asarray(lengths, dtype=np.float64)
+    n = len(lengths)
+    if not n:
+        return np.zeros(0)
+    tf = np.asarray(tf, dtype=np.float64).reshape(len(counts), n)
+    s = settings
+    held = (tf > 0).astype(np.float64)
+    lent = np.array(context_sums_fast(np.vstack((lengths[None, :], tf)), runs, s.before,
+                                      s.after, s.window))
+    near = np.array(context_sums_fast(np.vstack((np.ones((1, n)), held)), runs, 1.0, 1.0,
+                                      s.window))
+    flat = np.array(context_sums_fast(np.vstack((lengths[None, :], tf)), runs, 1.0, 1.0,
+                                      s.reach))
+    norm = s.k1 * (1.0 - s.b + s.b * (lengths + lent[0]) / (avglen * s.spread()))
+    passage_norm = s.passage_k1 * (1.0 - s.passage_b + s.passage_b * (lengths + flat[0]) /
+                                   (avglen * (2 * s.reach + 1)))
+    limit = np.maximum(s.common * (1.0 + near[0]), 1.0)
+    turn = np.zeros(n)
+    passage = np.zeros(n)
+    for w in range(len(counts)):
+        x = tf[w]
+        wide = x + np.where(held[w] + near[w + 1] <= limit, lent[w + 1], 0.0)
+        turn += counts[w] * idfs[w] * wide / (wide + norm)
+        p = x + flat[w + 1]
+        passage += counts[w] * pidfs[w] * p / (p + passage_norm)
+    extra = s.passage * passage + s.dates * np.asarray(dated, float)
+    if named is not None:
+        extra = extra + s.labels * np.asarray(named, float)
+    return (turn + (turn > 0) * extra) * (1.0 + s.length * lengths / (lengths + avglen))
+
+
+def context_sums_fast(values, runs, before, after, reach):
+    """context_sums as kernels.context_sums adds its terms (prefix sums where nothing
+    decays; else from the nearest neighbour out, those before first), in Python floats:
+    the same float64 as the kernel, for context_scores' comparisons to the bit."""
+    out = []
+    for row in values:
+        row = [float(x) for x in row]
+        n = len(row)
+        first = [0] * n
+        last = [n - 1] * n
+        for i in range(1, n):
+            first[i] = first[i - 1] if runs[i] == runs[i - 1] else i
+        for i in range(n - 2, -1, -1):
+            last[i] = last[i + 1] if runs[i] == runs[i + 1] else i
+        sums = []
+        if before == 1.0 and after == 1.0:
+            total = [0.0]
+            for x in row:
+                total.append(total[-1] + x)
+            for i in range(n):
+                lo, hi = max(i - reach, first[i]), min(i + reach, last[i])
+                sums.append((total[hi + 1] - total[lo]) - row[i])
+        else:
+            down, up = [1.0], [1.0]
+            for _ in range(reach):
+                down.append(down[-1] * before)
+                up.append(up[-1] * after)
+            for i in range(n):
+                lo, hi = max(i - reach, first[i]), min(i + reach, last[i])
+                acc = 0.0
+                for j in range(i - 1, lo - 1, -1):
+                    acc += down[i - j] * row[j]
+                for j in range(i + 1, hi + 1):
+                    acc += up[j - i] * row[j]
+                sums.append(acc)
         out.append(sums)
     return out
 

@@ -989,6 +989,36 @@ def test_group_postings_against_numpy_and_naive(spec, n_ids, rnd, spread):
         assert addrs.tolist() == all_addrs[order].tolist()
 
 
+@examples(100)
+@given(st.lists(st.tuples(st.lists(st.integers(-5, 10**15), max_size=6),
+                          st.integers(0, 8), st.integers(0, 8)), max_size=12),
+       st.lists(st.integers(-5, 10**15), max_size=30))
+def test_join_groups_equals_the_naive_one(groups, second):
+    """Each group of the result is its run of `first`, then its run of `second` (which
+    may be empty, overlap other groups' or leave parts of `second` out)."""
+    first = [x for f, _, _ in groups for x in f]
+    first_bounds = np.cumsum([0] + [len(f) for f, _, _ in groups]).tolist()
+    los = [min(a, len(second)) for _, a, _ in groups]
+    his = [min(a + b, len(second)) for _, a, b in groups]
+    values, bounds = K.join_groups(np.array(first, dtype=np.int64), first_bounds,
+                                   np.array(second, dtype=np.int64), los, his)
+    assert values.dtype == bounds.dtype == np.int64
+    assert (values.tolist(), bounds.tolist()) == naive.join_groups(first, first_bounds,
+                                                                   second, los, his)
+
+
+def test_join_groups_validation():
+    K.join_groups([], [0], [], [], [])
+    with pytest.raises(ValueError):
+        K.join_groups([1], [0, 1], [5], [0], [2])      # a second group past its end
+    with pytest.raises(ValueError):
+        K.join_groups([1], [0, 2], [5], [0], [1])      # a first group past its end
+    with pytest.raises(ValueError):
+        K.join_groups([1], [0], [5], [0], [1])         # one first group per group
+    with pytest.raises(ValueError):
+        K.join_groups([1, 2], [0, 2, 1], [5], [0, 0], [1, 1])   # bounds fall
+
+
 def test_group_postings_edges_and_validation():
     fids, bounds, addrs = K.group_postings(np.zeros(0, np.int64), [], [], 5)
     assert fids.tolist() == [] and bounds.tolist() == [0] and addrs.tolist() == []

@@ -119,9 +119,14 @@ def test_the_newer_of_two_equal_scores_comes_first(mem):
 
 
 def test_a_tie_across_the_cut_is_broken_by_age(mem):
-    """k=2 of 30 equally scored memories: the two newest, wherever their addresses are."""
+    """k=2 of 30 equally scored memories: the two newest, wherever their addresses are,
+    by every ranker (the context ranking gives the whole tie in one ranking; the others
+    rank deeper until it ends)."""
     made = [mem.remember("note about the garden", time=NOW - i * DAY) for i in range(30)]
-    assert [e.docno for e in mem.recall("garden", k=2)] == made[:2]
+    mem.remember("a note on something else", time=NOW + DAY)
+    for rank in (None, "bm25", "ssr", "fused"):
+        assert [e.docno for e in mem.recall("garden", k=2, rank=rank)] == made[:2], rank
+        assert [e.docno for e in mem.recall("garden", k=29, rank=rank)] == made[:29], rank
 
 
 def test_recency_blends_age_into_the_score(mem):

@@ -198,6 +198,90 @@ def test_context_sums_is_its_definition(shape, before, after, reach):
     assert np.allclose(got, np.array(want).reshape(got.shape), rtol=1e-9, atol=1e-9)
 
 
+@st.composite
+def score_inputs(draw):
+    """Random arguments of recall.score: counts of 1-3 words over 0-30 memories in runs,
+    lengths, dates, labels (or none) and settings (decayed or not, k1 0 included)."""
+    n = draw(st.integers(0, 30))
+    words = draw(st.integers(1, 3))
+    tf = np.array(draw(st.lists(st.sampled_from([0, 0, 0, 1, 2, 5]), min_size=n * words,
+                                max_size=n * words)), dtype=np.float64).reshape(words, n)
+    runs = np.cumsum(draw(st.lists(st.sampled_from([0, 0, 0, 1]), min_size=n,
+                                   max_size=n))).astype(np.int64)
+    lengths = np.array(draw(st.lists(st.integers(1, 50), min_size=n, max_size=n)), float)
+    dated = np.array(draw(st.lists(st.sampled_from([0.0, 0.0, 1.7]), min_size=n,
+                                   max_size=n)))
+    named = draw(st.sampled_from([None, "some"]))
+    if named:
+        named = np.array(draw(st.lists(st.sampled_from([0.0, 0.4]), min_size=n,
+                                       max_size=n)))
+    counts = np.array(draw(st.lists(st.integers(1, 2), min_size=words, max_size=words)),
+                      float)
+    idfs = np.array(draw(st.lists(st.floats(0.01, 5), min_size=words, max_size=words)))
+    pidfs = np.array(draw(st.lists(st.floats(0.0, 2), min_size=words, max_size=words)))
+    settings_ = recall.Context(
+        k1=draw(st.sampled_from([0.9, 1.2, 0.0])), b=draw(st.sampled_from([0.4, 0.0, 1.0])),
+        before=draw(st.sampled_from([0.5, 1.0, 0.0, 0.3])),
+        after=draw(st.sampled_from([0.3, 1.0, 0.7])), window=draw(st.integers(0, 9)),
+        reach=draw(st.integers(0, 12)), common=draw(st.sampled_from([0.4, 1.0, 0.0])),
+        passage_b=draw(st.sampled_from([0.6, 0.0])))
+    return tf, counts, idfs, pidfs, lengths, runs, dated, draw(st.floats(1, 30)), \
+        settings_, named
+
+
+@settings(max_examples=300)
+@given(score_inputs())
+def test_context_scores_is_the_formula_to_the_bit(args):
+    """kernels.context_scores (recall.score) gives the float64 the formula computed array
+    by array in numpy gives (tests/naive.py), to the bit, 0 / 0 included (k1 = 0)."""
+    tf, counts, idfs, pidfs, lengths, runs, dated, avglen, settings_, named = args
+    got = recall.score(tf, counts, idfs, pidfs, lengths, runs, dated, avglen, settings_,
+                       named)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = naive.context_scores(tf, counts, idfs, pidfs, lengths, runs, dated, avglen,
+                                    settings_, named)
+    assert np.array_equal(got, want, equal_nan=True)
+
+
+@given(st.lists(st.integers(0, 60), max_size=30),
+       st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5)), max_size=12))
+def test_word_counts_is_the_points_inside(points, steps):
+    """kernels.word_counts counts the points inside each interval of a GC-list
+    (overlapping ones too), as two searchsorted calls do."""
+    pts = np.sort(np.array(points, dtype=np.int64))
+    s, e, at = [], [], 0
+    for gap, width in steps:        # starts and ends both ascending
+        at += gap + 1
+        start = at
+        end = max(start + width, (e[-1] + 1) if e else 0)
+        s.append(start)
+        e.append(end)
+    s, e = np.array(s, dtype=np.int64), np.array(e, dtype=np.int64)
+    want = np.searchsorted(pts, e, "right") - np.searchsorted(pts, s, "left")
+    assert np.array_equal(kernels.word_counts(pts, s, e), want.astype(np.float64))
+    if len(s) > 1:
+        with pytest.raises(ValueError, match="GC-list"):
+            kernels.word_counts(pts, s[::-1].copy(), e[::-1].copy())
+
+
+def test_ties_give_every_memory_scoring_as_the_kth(tmp_path):
+    """recall.search(ties=True): the k best and every other memory scoring as the k-th,
+    in address order after them; without it, the k best only."""
+    db = annodb.open(str(tmp_path / "t.db"))
+    with db.write() as w:
+        for i in range(12):
+            w.add({"text": "apple pie" if i % 3 else "apple"}, docno=f"d{i}")
+    with db.read() as r:
+        plain = recall.search(r, "apple pie", k=2)
+        tied = recall.search(r, "apple pie", k=2, ties=True)
+        every = recall.search(r, "apple pie", k=12)
+    db.close()
+    assert [h.docno for h in plain] == [h.docno for h in every][:2]
+    kth = every[1].score
+    assert [h.docno for h in tied] == [h.docno for h in every if h.score >= kth]
+    assert len(tied) == 8 and len({h.score for h in tied}) == 1
+
+
 WORDS = ["w1", "w2", "w3", "w4", "w5"]
 BASE = datetime.datetime(2023, 5, 1, tzinfo=UTC).timestamp()
 

@@ -414,3 +414,46 @@ def test_writer_busy_names_the_timeout_it_was_given(db):
         assert storage.seconds(4.99999) == "5s" and storage.seconds(0.25) == "0.25s"
     finally:
         os.close(fd)
+
+
+def test_a_word_another_process_interned_keeps_its_id(tmp_path):
+    """A writer whose process has seen every stored word takes new words' ids without
+    looking them up; once another process has interned words since, it looks them up
+    again: a word that process stored keeps its one id and list (no second feature)."""
+    path = tmp_path / "d.db"
+    with annodb.open(path) as db:
+        with db.write() as w:                       # every stored word seen here
+            w.add_many([("alpha gamma", "a1")])
+        other = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+            import annodb
+            with annodb.open({str(path)!r}, timeout=10) as db, db.write() as w:
+                w.add("beta delta", docno="o1")
+        """)], capture_output=True, text=True, timeout=60)
+        assert other.returncode == 0, other.stderr
+        with db.write() as w:
+            w.add_many([("beta alpha epsilon", "a2")])
+        with db.write() as w:                       # its own commit: seen again
+            w.add_many([("epsilon zeta beta", "a3")])
+        with db.read() as r:
+            assert [r.document_at(s).docno for s in r.term("beta").starts.tolist()] == \
+                ["o1", "a2", "a3"]
+            assert r.term("epsilon").starts.tolist() == [6, 7]
+        ids = list(db._env.vocab.values())
+        assert len(ids) == len(set(ids)) and db._env.vocab["beta"] < db._env.vocab["epsilon"]
+        assert check(db) == []
+
+
+def test_a_writer_sees_the_docnos_it_flushed_and_deleted(db):
+    """present() asked again after the writer flushed its documents, or deleted one,
+    answers from what is stored now, not from its earlier answer."""
+    with db.write() as w:
+        w.add("kept", docno="k")
+    with db.write() as w:
+        assert w.present(["k", "n"]) == {"k": 0}
+        w.add("new one", docno="n")
+        w.query("new")                              # a read: the writer flushes
+        assert w.present(["k", "n"]) == {"k": 0, "n": 1}
+        assert w.delete("k")
+        assert w.present(["k", "n"]) == {"n": 1}
+    with db.read() as r:
+        assert r.present(["k", "n"]) == {"n": 1}

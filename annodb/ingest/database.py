@@ -283,11 +283,14 @@ class Run:
                 if self.stop is not None and self.stop.is_set():
                     raise KeyboardInterrupt
                 docs: list[tuple[int, str]] = []
-                for item in chunk.items:
-                    if isinstance(item, Problem):
-                        self.problem(source, item.line, item.message, len(docs))
-                    else:
-                        docs.append(item)
+                if chunk.lines is not None and len(chunk.lines) == len(chunk.items):
+                    docs = chunk.items   # (no Problem among them: no loop a document)
+                else:
+                    for item in chunk.items:
+                        if isinstance(item, Problem):
+                            self.problem(source, item.line, item.message, len(docs))
+                        else:
+                            docs.append(item)
                 if docs:
                     assert chunk.batch is not None   # (a chunk's documents are its batch's)
                     self.write(docs, chunk.batch, source)
@@ -356,9 +359,13 @@ class Run:
         replace = self.replace
         added = []
         with self.db.write(self.timeout) as w:
-            present = w.present([d for _, d in docs])  # before any add: no flush
+            docnos = made.docnos   # (docs' docnos, in order: docs are made's documents)
+            present = w.present(docnos)  # before any add: no flush
             in_batch = set()
             todo = []
+            if not present and len(set(docnos)) == len(docnos):   # (the common case:
+                todo, docs = list(range(len(docs))), []           # all new, no repeats)
+                counts["added"] = len(todo)
             for index, (line, docno) in enumerate(docs):
                 repeated = docno in in_batch or (docno in present and
                                                  self._ours(present[docno]))
@@ -379,12 +386,12 @@ class Run:
                 todo.append(index)
                 in_batch.add(docno)
             if todo:
+                part = made if len(todo) == len(docnos) else made.subset(todo)
                 try:
-                    added = w.add_batch(made if len(todo) == len(docs) else made.subset(todo),
-                                        replace=replace)
+                    added = w.add_batch(part, replace=replace)
                 except Exception as err:  # the transaction is thrown away, redone without it
                     raise _Rejected(self._culprit(made, todo), err) from err
-                counts["tokens"] += sum(a.end - a.start + 1 for a in added)
+                counts["tokens"] += int(part.spans().sum())   # (each added document's)
         if added:  # (committed: one batch's addresses are consecutive)
             self.firsts.append(added[0].start)
             self.lasts.append(added[-1].end)

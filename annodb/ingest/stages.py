@@ -192,4 +192,4 @@ def unpacked(data: tuple) -> Chunk:
         items.extend(itertools.islice(docs, i - len(items)))
         items.append(problem)
     items.extend(docs)
-    return Chunk(items, made, tell)
+    return Chunk(items, made, tell, None if problems else lines)

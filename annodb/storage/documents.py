@@ -428,6 +428,7 @@ class Documents(Features):
 
     _entries: dict[bytes, _Entry]  # decoded docs entries (see _entry)
     _pending: tuple[bytes, _Entry] | None  # a group delete_doc has not rewritten yet
+    _present: tuple[list, dict] | None  # docnos_present's last question and answer
 
     def _entry(self, key, value) -> _Entry:
         """The decoded docs entry under `key` (cached: a write to docs clears the cache)."""
@@ -514,6 +515,7 @@ class Documents(Features):
     def put_docnos(self, items: list[tuple[str, int]]) -> None:
         """Map docnos to document starts (items sorted by docno). Those past every stored
         docno are appended, which fills pages (an insert splits a full page in half)."""
+        self._present = None
         pairs = list(zip(_utf8_all([d for d, _ in items], "docno"),
                          map(_U64.pack, [s for _, s in items])))
         with self.txn.cursor(db=self.dbs["docnos"]) as cur:
@@ -546,6 +548,7 @@ class Documents(Features):
             entry = pending[1]
             for part in (entry.starts, entry.ends, entry.raws, entry.docnos):
                 del part[i]
+        self._present = None
         self.txn.delete(doc.docno.encode(), db=self.dbs["docnos"])
 
     def _flush_deletions(self) -> None:
@@ -561,9 +564,14 @@ class Documents(Features):
     def docnos_present(self, docnos: list[str]) -> dict[str, int]:
         """The docnos among these that are stored, with their documents' starts (one
         C-level getmulti, not a get each)."""
+        memo = self._present
+        if memo is not None and memo[0] == docnos:   # (asked again, none written since:
+            return dict(memo[1])                      # an ingest's check, then add_batch's)
         with self.txn.cursor(db=self.dbs["docnos"]) as cur:
             found = cur.getmulti(_utf8_all(docnos, "docno"))
-        return {bytes(k).decode(): from_u64(v) for k, v in found}
+        out = {bytes(k).decode(): from_u64(v) for k, v in found}
+        self._present = (list(docnos), dict(out))
+        return out
 
     def doc_start(self, docno: str) -> int | None:
         raw = self.txn.get(utf8(docno, "docno"), db=self.dbs["docnos"])

@@ -8,8 +8,8 @@ from typing import Any
 from .environment import Environment
 import numpy as np
 
-from .layout import (_append_all, _keys8, _meta_decoder, _meta_encoder, _utf8_all, from_u64,
-                     name_key, name_keys, u64, utf8)
+from .layout import (_append_all, _keys8, _keys_of_names, _meta_decoder, _meta_encoder,
+                     _utf8_all, from_u64, name_key, name_keys, u64, utf8)
 
 
 class Features:
@@ -49,12 +49,12 @@ class Features:
 
     def add_features(self, items: list[tuple[str, int]]) -> None:
         """Intern new features: (name, id) pairs with ids above every stored one."""
-        names = [name for name, _ in items]
+        raws = _utf8_all([name for name, _ in items], "feature name")
         ids = _keys8(np.fromiter((fid for _, fid in items), dtype=np.int64, count=len(items)))
         with self.txn.cursor(db=self.dbs["features"]) as cur:
-            cur.putmulti(sorted(zip(name_keys(names), ids)))
+            cur.putmulti(sorted(zip(_keys_of_names(raws), ids)))
         with self.txn.cursor(db=self.dbs["names"]) as cur:
-            _append_all(cur, sorted(zip(ids, _utf8_all(names, "feature name"))))
+            _append_all(cur, sorted(zip(ids, raws)))
 
     def feature_name(self, fid: int) -> str | None:
         raw = self.txn.get(u64(fid), db=self.dbs["names"])

@@ -243,7 +243,11 @@ def name_key(name: str) -> bytes:
 def name_keys(names: list[str]) -> list[bytes]:
     """name_key of each name (in one pass: a call or two per name cost ~1 us each, and a
     batch interns tens of thousands of new words)."""
-    raws = _utf8_all(names, "feature name")
+    return _keys_of_names(_utf8_all(names, "feature name"))
+
+
+def _keys_of_names(raws: list[bytes]) -> list[bytes]:
+    """name_keys of names given as their UTF-8."""
     if all(len(raw) <= MAX_KEY for raw in raws):
         return raws
     return [raw if len(raw) <= MAX_KEY else

@@ -305,19 +305,11 @@ class Postings(Counts):
             in_tail[has] = _header_numbers(joined_tails, tail_offsets[:-1][has], 4, 4)
             tail_points = kernels.decode_blocks(joined_tails, tail_offsets[np.r_[has, True]]
                                                 if not has.all() else tail_offsets)[0]
-        new = his - los
-        bounds = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(in_tail + new, out=bounds[1:])
-        points = np.empty(int(bounds[-1]), dtype=np.int64)
-        # the tails' points go first in each list, the new ones after them
-        group_of_tail = np.repeat(np.arange(n), in_tail)
-        tail_rank = np.arange(len(tail_points)) - np.repeat(np.cumsum(in_tail) - in_tail,
-                                                             in_tail)
-        points[bounds[group_of_tail] + tail_rank] = tail_points
-        group_of_new = np.repeat(np.arange(n), new)
-        new_rank = np.arange(int(new.sum())) - np.repeat(np.cumsum(new) - new, new)
-        points[bounds[group_of_new] + in_tail[group_of_new] + new_rank] = \
-            addresses[los[group_of_new] + new_rank]
+        # the tails' points go first in each list, the new ones after them (one kernel
+        # call: numpy took ~0.9 s of CPU at 1x for its temporary arrays of every point)
+        tail_bounds = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(in_tail, out=tail_bounds[1:])
+        points, bounds = kernels.join_groups(tail_points, tail_bounds, addresses, los, his)
         last_offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.fromiter(map(len, lasts), dtype=np.int64, count=n), out=last_offsets[1:])
         buf, offs, group, first, ok = kernels.append_point_groups(

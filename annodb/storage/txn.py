@@ -58,6 +58,7 @@ class Txn(Postings, Documents):
         self.block_bytes, self.block_count = env.block_bytes, env.block_count
         self._entries = {}
         self._pending = None
+        self._present = None
 
     def commit(self) -> None:
         self._flush_deletions()
