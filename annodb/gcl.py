@@ -581,10 +581,12 @@ class Evaluator:
 
     # ------------------------------------------------------------------ ranking
 
-    def covers_in_blocks(self, node: Node, firsts: np.ndarray) -> Intervals | None:
+    def covers_in_blocks(self, node: Node, firsts: np.ndarray
+                         ) -> tuple[Intervals, np.ndarray] | None:
         """The covers of a query of the common shape, `(^ G1 G2 ...)` of words, phrases and
         `(+ ...)` of them (or one such G), lying in the blocks of a disjoint container
-        list (its directory `firsts`) that hold a driver, found by kernels.all_of_groups:
+        list (its directory `firsts`) that hold a driver, and the first starts of the
+        blocks holding them (where their containers are), found by kernels.all_of_groups:
         one call when every word's list is at hand (decoded already or short: see cheap),
         else one more for each round of reads it asks for (a common word's blocks inside
         those ranges, or only at the candidates of the phrases holding it); None when the
@@ -613,7 +615,7 @@ class Evaluator:
                 arrays, counts, have, toks, leaf_at, group_at, firsts)
             self.charge(work)
             if not need.any():
-                return Intervals(s, e, zero_values(len(s)))
+                return Intervals(s, e, zero_values(len(s))), los
             if need[0] < 0:
                 return None
             for i in np.flatnonzero(need).tolist():

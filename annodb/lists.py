@@ -822,6 +822,9 @@ class Lists:
         if fid is None:
             return Intervals.empty()
         firsts = self._firsts(fid)
+        if los is his:  # (points, as a phrase's candidates ask: each in one block or none)
+            b = np.searchsorted(firsts, los, side="right") - 1
+            return self._blocks_or_whole(feature, fid, firsts, _distinct(b[b >= 0]))
         # an interval starting in [lo, hi] is in the block holding lo or a later one whose
         # first start is <= hi
         a = np.maximum(np.searchsorted(firsts, los, side="right") - 1, 0)
@@ -865,6 +868,24 @@ class Lists:
                 self.read += len(s)
                 found = self._live(s, e, v)
         return found.take(kernels.containing(found.starts, found.ends, ps, qs))
+
+    def in_blocks(self, feature: str, firsts: np.ndarray) -> Intervals:
+        """The intervals of the list's blocks whose first starts are `firsts` (some of its
+        directory's, increasing): those blocks as containing reads them (kept decoded), or
+        the whole list when it is decoded or short, or they are most of it."""
+        if not len(firsts):
+            return Intervals.empty()
+        found = self._whole_if_cheap(feature)
+        if found is not None:
+            return found
+        fid = self.fid(feature)
+        if fid is None:
+            return Intervals.empty()
+        if len(firsts) >= WHOLE_FRACTION * len(self._firsts(fid)):
+            return self.whole(feature, container=True)
+        s, e, v = self._blocks(fid, firsts)
+        self.read += len(s)
+        return self._live(s, e, v)
 
     def near(self, feature: str, xs: np.ndarray) -> np.ndarray:
         """For sorted positions xs, the points of the list (a word's postings: see

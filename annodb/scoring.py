@@ -82,7 +82,7 @@ class Ranking:
     """The ranked containers of one query: arrays to `depth`, hits made on demand."""
 
     snapshot: Any                   # the read it was made in (None once it has ended)
-    query: str                      # canonical text of what was run
+    _query: Any                     # the query text (query), or the node it is made of
     warnings: list[str]
     starts: np.ndarray              # container intervals, in rank order
     ends: np.ndarray
@@ -93,6 +93,14 @@ class Ranking:
 
     def __len__(self) -> int:
         return len(self.starts)
+
+    @property
+    def query(self) -> str:
+        """The canonical text of what was run, made from its node when first asked for
+        (a server or a search shows it; a ranking alone need not pay ~5 us for it)."""
+        if not isinstance(self._query, str):
+            self._query = _text(self._query)
+        return self._query
 
     def __reduce__(self):
         """Pickled as one buffer holding its five arrays: a shard's worker sends a ranking
@@ -113,14 +121,7 @@ class Ranking:
         p, q = int(self.cover_starts[i]), int(self.cover_ends[i])
         if doc is False:
             doc = (snapshot or self.snapshot).document_at(s)
-        docno = doc.docno if doc is not None else f"@{s}"
-        text = None
-        if snippet and doc is not None:
-            # (a cover of -1: none to show; the document's opening, nothing marked)
-            text = snippets.make(doc, p, q).marked() if p >= 0 else snippets.make(
-                doc, s, s).text
-        return Hit(i + 1, docno, float(self.scores[i]), s, e, (p, q) if p >= 0 else None,
-                   text)
+        return _hit(i + 1, doc, s, e, float(self.scores[i]), p, q, snippet)
 
     def hits(self, k: int | None = None, snippet: bool = True) -> list[Hit]:
         """The first k hits (all: None), their documents read at once (documents_at; only
@@ -129,16 +130,32 @@ class Ranking:
         if not n:
             return []
         starts = self.starts[:n].tolist()
-        if snippet:
-            docs = self.snapshot.documents_at(starts)
-            return [self.hit(i, snippet, doc=doc) for i, doc in zip(range(n), docs)]
-        docnos = self.snapshot.docnos_at(starts)
         ends, scores = self.ends[:n].tolist(), self.scores[:n].tolist()
         cps, cqs = self.cover_starts[:n].tolist(), self.cover_ends[:n].tolist()
+        if snippet:  # (each number taken out of its array once, not a hit at a time)
+            docs = self.snapshot.documents_at(starts)
+            return [_hit(i + 1, doc, s, e, sc, p, q, True)
+                    for i, (doc, s, e, sc, p, q) in enumerate(zip(docs, starts, ends,
+                                                                  scores, cps, cqs))]
+        docnos = self.snapshot.docnos_at(starts)
         return [Hit(i + 1, f"@{s}" if d is None else d, sc, s, e,
                     (p, q) if p >= 0 else None, None)
                 for i, (d, s, e, sc, p, q) in enumerate(zip(docnos, starts, ends, scores,
                                                             cps, cqs))]
+
+
+def _hit(rank: int, doc, s: int, e: int, score: float, p: int, q: int, snippet: bool
+         ) -> Hit:
+    """The hit of a container [s, e] with its score and cover [p, q] (-1: none), named
+    by its document (a Document, or None: `@s`), its snippet made when asked for."""
+    if doc is None:
+        return Hit(rank, f"@{s}", score, s, e, (p, q) if p >= 0 else None, None)
+    text = None
+    if snippet:
+        # (a cover of -1: none to show; the document's opening, nothing marked)
+        text = snippets.make(doc, p, q).marked() if p >= 0 else snippets.make(
+            doc, s, s).text
+    return Hit(rank, doc.docno, score, s, e, (p, q) if p >= 0 else None, text)
 
 
 def _unpacked(snapshot, query: str, warnings: list, total: int, n: int,
@@ -190,10 +207,10 @@ def ranked(snapshot, node, ranker: RankedBy, *, depth: int = DEPTH, container: s
     ev.check(node)
     cnode = as_node(container)[0]
     covers, boxes = _covers_and_boxes(ev, node, cnode)
-    idx, scores, best = kernels.ssr_touched(covers.starts, covers.ends, boxes.starts,
-                                            boxes.ends, K)
     scored = ranker.scored
     if scored is not None:  # the containers holding a match, ranked by another score
+        idx, scores, best = kernels.ssr_touched(covers.starts, covers.ends, boxes.starts,
+                                                boxes.ends, K)
         matched = Intervals(boxes.starts[idx], boxes.ends[idx], scores)
         scored = scored.resolved(snapshot)
         terms = _terms(snapshot, ev, cnode, scored.query_terms(node) if words is None else
@@ -203,13 +220,12 @@ def ranked(snapshot, node, ranker: RankedBy, *, depth: int = DEPTH, container: s
         if ranker.fuses:  # the whole rankings of the matches
             at, sc = fuse(kernels.top(scores, len(matched)), at, depth, len(matched))
         b, d = best[at], idx[at]
-        return Ranking(snapshot, _text(node), [], boxes.starts[d], boxes.ends[d], sc,
+        return Ranking(snapshot, node, [], boxes.starts[d], boxes.ends[d], sc,
                        covers.starts[b], covers.ends[b], len(idx))
-    order = kernels.top(scores, depth)  # ties: container order, i.e. by address
-    b = best[order]
-    d = idx[order]
-    return Ranking(snapshot, _text(node), [], boxes.starts[d], boxes.ends[d],
-                   scores[order], covers.starts[b], covers.ends[b], len(idx))
+    # (ssr_touched then top, ties in container order, i.e. by address, in one call)
+    s, e, sc, cp, cq, total = kernels.ssr_top(covers.starts, covers.ends, boxes.starts,
+                                              boxes.ends, K, depth)
+    return Ranking(snapshot, node, [], s, e, sc, cp, cq, total)
 
 
 def _covers_and_boxes(ev: Evaluator, node, cnode) -> tuple[Intervals, Intervals]:
@@ -219,7 +235,9 @@ def _covers_and_boxes(ev: Evaluator, node, cnode) -> tuple[Intervals, Intervals]
     A container list named by a feature (`:` or a field) is probed only where the query's
     drivers are. When its intervals never overlap (documents), the query is evaluated
     inside the address ranges of the list's blocks holding a driver — read from the
-    list's directory, nothing decoded — and only its covers' containers are looked up;
+    list's directory, nothing decoded — and only its covers' containers are looked up
+    (for the common shape, Evaluator.covers_in_blocks, every container of the blocks
+    holding a cover: a ranking takes those holding one);
     else the containers holding a driver are looked up first, and the query evaluated
     inside them. Another container query is evaluated whole."""
     cnode = ev.folded(cnode)
@@ -227,9 +245,10 @@ def _covers_and_boxes(ev: Evaluator, node, cnode) -> tuple[Intervals, Intervals]
     if name is None:
         boxes = ev.eval(cnode)
     elif ev.lists.disjoint(name):
-        covers = ev.covers_in_blocks(node, ev.lists.directory(name))
-        if covers is not None:  # (the common shape, in one kernel call)
-            return covers, ev.lists.containing(name, covers.starts, covers.ends)
+        found = ev.covers_in_blocks(node, ev.lists.directory(name))
+        if found is not None:  # (the common shape, in one kernel call; the containers:
+            covers, blocks = found  # every one of the blocks holding a cover)
+            return covers, ev.lists.in_blocks(name, blocks)
         drivers = ev.drivers(node)
         los, his = ev.lists.block_ranges(name, drivers.starts)
         covers = ev.eval_in(node, Region(los, his))

@@ -18,6 +18,8 @@ hold the two equal.
     phrase                 gcl.Evaluator's phrases             (through evaluate)
     ssr                    K.ssr, ssr_touched                  test_kernels: test_ssr
     top                    K.top                               test_kernels: test_top
+    ssr_top                K.ssr_top (SSR's ranking in one     test_kernels: test_ssr_top
+                           call, scoring.ranked)
     merge_ranked           K.merge_ranked (shards' merge)      test_kernels: test_merge_ranked
     drop_erased            K.drop_erased                       test_kernels: test_drop_erased
     runs_at                K.runs_at                           test_kernels: test_runs_at
@@ -184,6 +186,14 @@ def top(scores, n):
     """Indices of the scores > 0, by score descending then index ascending, at most n."""
     ranked = sorted((i for i, s in enumerate(scores) if s > 0), key=lambda i: (-scores[i], i))
     return ranked[:n]
+
+
+def ssr_top(covers, containers, k, n):
+    """The best n containers by ssr's scores, in top's order, each (container, score, its
+    best cover); and how many containers hold a cover."""
+    scores, best = ssr(covers, containers, k)
+    return ([(containers[d], scores[d], covers[best[d]]) for d in top(scores, n)],
+            sum(b >= 0 for b in best))
 
 
 def merge_ranked(scores, starts, lengths, n):

@@ -231,6 +231,22 @@ def test_ssr(covers, containers, k):
     assert sparse_best.tolist() == [best[d] for d in want]
 
 
+@examples(250)
+@given(
+    st.one_of(small, dense_lists()),
+    st.one_of(gc_lists(40, 15), gc_lists(2000, 300, 0, 6), dense_lists()),
+    st.sampled_from([42.0, 1.0, 0.5]),
+    st.integers(0, 12),
+)
+def test_ssr_top(covers, containers, k, n):
+    """SSR's ranking in one call: the best n containers holding a cover, by score then
+    container order, with their scores and best covers, and how many hold one in all."""
+    s, e, sc, cp, cq, total = K.ssr_top(*cols(covers), *cols(containers), k, n)
+    got = [((p, q), x, (a, b)) for p, q, x, a, b in zip(s.tolist(), e.tolist(), sc.tolist(),
+                                                        cp.tolist(), cq.tolist())]
+    assert (got, total) == naive.ssr_top(covers, containers, k, n)
+
+
 def test_ssr_examples():
     covers = [(1, 2), (5, 5), (9, 12)]
     scores, best = run_ssr(covers, [(0, 6), (6, 8), (8, 20)])
@@ -365,10 +381,12 @@ def flat(groups):
 @given(grouped_queries())
 def test_all_of_groups(case):
     words, groups, firsts = case
-    s, e, _, need, *_ = K.all_of_groups(words, [len(w) for w in words], [1] * len(words),
-                                        *flat(groups), firsts)
+    s, e, _, need, _, _, los, his = K.all_of_groups(
+        words, [len(w) for w in words], [1] * len(words), *flat(groups), firsts)
     assert not need.any()
     assert pairs(s, e) == naive.all_of_groups(words, groups, firsts)
+    # (the ranges: the blocks holding a cover, what a ranking reads its containers from)
+    assert pairs(los, his) == naive.block_ranges(firsts, s.tolist())
 
 
 @examples(400)

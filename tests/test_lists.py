@@ -62,6 +62,36 @@ def test_probing_by_blocks_gives_what_the_whole_list_gives(path, feature):
                 a <= p and q <= b for a, b in zip(los.tolist(), his.tolist())))
 
 
+@pytest.mark.parametrize("feature", [":", "title:"])
+def test_a_part_at_points_and_whole_blocks_give_what_the_whole_list_gives(path, feature):
+    """A list's part at points (what a phrase's candidates ask) holds every interval
+    starting at one of them and nothing the list does not; its blocks by their first
+    starts (in_blocks, what a ranking's containers are) are the intervals starting in
+    those blocks' ranges, erased ones dropped alike."""
+    rng = np.random.default_rng(12)
+    with annodb.open(path, readonly=True, cache_bytes=0) as db:
+        with db.read() as r:
+            whole = r.lists.whole(feature)
+            firsts = r.lists.directory(feature)
+        listed = set(pairs(whole))
+        for n in (1, 3, 10):
+            at = np.unique(np.concatenate((rng.choice(whole.starts, n),
+                                           rng.integers(0, int(whole.starts[-1]) + 9, n))))
+            with db.read() as r:
+                got = set(pairs(r.lists.part(feature, at, at)))
+            asked = set(at.tolist())
+            assert {(p, q) for p, q in listed if p in asked} <= got <= listed
+            # (and the block holding the erased range's start: its erased intervals dropped)
+            erased = int(np.searchsorted(firsts, 1000, side="right")) - 1
+            blocks = np.unique(np.append(rng.choice(len(firsts) - 1, n, replace=False),
+                                         erased))
+            ranges = [(int(firsts[j]), int(firsts[j + 1]) - 1) for j in blocks.tolist()]
+            with db.read() as r:
+                got_blocks = pairs(r.lists.in_blocks(feature, firsts[blocks]))
+            assert got_blocks == brute(whole, lambda p, q, ranges=ranges: any(
+                lo <= p <= hi for lo, hi in ranges))
+
+
 def test_near_gives_the_points_at_or_around_each_position(path):
     with annodb.open(path, readonly=True, cache_bytes=0) as db:
         with db.read() as r:

@@ -1,8 +1,8 @@
 """The numba kernels (the only package that imports numba): the region algebra over
-GC-lists (algebra.py), the storage block codec (codec.py), tokenizing (text.py), BM25's
-counting (scoring.py), recall's context score (context.py), check's look at each block
-(checking.py), reading flat JSONL records (jsonl.py) and a flush's layout of many lists
-(writing.py).
+GC-lists (algebra.py), SSR's ranking in one call (ranked.py), the storage block codec
+(codec.py), tokenizing (text.py), BM25's counting (scoring.py), recall's context score
+(context.py), check's look at each block (checking.py), reading flat JSONL records
+(jsonl.py) and a flush's layout of many lists (writing.py).
 
 The modules are imported on first use of one of their names (`kernels.both_of`), not when
 annodb is: numba takes a fifth of a second to import, and `annodb --help` or a command that
@@ -27,6 +27,7 @@ _MODULES = {
               "group_postings", "BadBlock"),
     "scoring": ("document_frequencies", "merge_scores", "best_windows", "context_sums",
                 "bm25_steps", "bm25_pick", "term_documents", "FORMS_PER_CALL"),
+    "ranked": ("ssr_top",),
     "checking": ("BlockChecker",),
     "jsonl": ("scan_flat", "write_documents", "CUT", "OTHER", "MORE", "END"),
     "context": ("word_counts", "context_scores"),

@@ -847,7 +847,13 @@ def _complete(have, toks, leaf_at, group_at, g):
 
 
 @njit(cache=True, nogil=True)
-def _all_of_groups(words, counts, have, toks, leaf_at, group_at, firsts, few):
+def _all_of_groups(words, plan, nw, nt, nl, firsts, few):
+    # (plan: counts, have, toks, leaf_at, group_at laid end to end, one array to pass)
+    counts = plan[:nw]
+    have = plan[nw:2 * nw]
+    toks = plan[2 * nw:2 * nw + nt]
+    leaf_at = plan[2 * nw + nt:2 * nw + nt + nl]
+    group_at = plan[2 * nw + nt + nl:]
     ng = group_at.shape[0] - 1
     nw = counts.shape[0]
     need = np.zeros(nw, np.int64)
@@ -919,6 +925,7 @@ def _all_of_groups(words, counts, have, toks, leaf_at, group_at, firsts, few):
         at = np.searchsorted(pw, np.arange(nw + 1))
         return none, none, work, need, px, at, rlos, rhis
     s, e = _inside_ranges(s, e, los, his)
+    los, his = _holding(s, e, los, his)
     return s.copy(), e.copy(), work, need, none, none, los, his
 
 
@@ -945,32 +952,37 @@ def all_of_groups(words, counts, have, toks, leaf_at, group_at, firsts, few=FEW)
     1 when its points at positions[runs[w]:runs[w + 1]] must be read, 2 when its points
     inside the ranges must be, -1 everywhere when the rarest group has a word not at
     hand (nothing can be done). When no word is needed, the covers are those inside a
-    range, and every cover inside a container of those blocks is one of them; a second
-    call with the needed words' points there (and have 1) gives them. What is read of a
-    word at positions serves only the phrase that asked: a word not at hand is named by
-    one token only (the caller gives each token its own place)."""
+    range, every cover inside a container of those blocks is one of them, and the ranges
+    are those of the blocks holding a cover; a second call with the needed words' points
+    there (and have 1) gives them. What is read of a word at positions serves only the
+    phrase that asked: a word not at hand is named by one token only (the caller gives
+    each token its own place)."""
     nw = len(words)
     width = next((w for w in _WORDS_WIDTHS if w >= nw), None)
     if width is None:
         raise ValueError(f"all_of_groups: at most {_WORDS_WIDTHS[-1]} words, got {nw}")
-    toks, leaf_at, group_at = list(toks), list(leaf_at), list(group_at)
+    leaf_at, group_at = list(leaf_at), list(group_at)
+    # (each word once, in order, as gcl names them: nothing more to check of the tokens)
+    plain = type(toks) is range and toks == range(nw)
+    toks = list(toks)
     if len(group_at) < 2 or group_at[0] != 0 or group_at[-1] != len(leaf_at) - 1 or \
             leaf_at[0] != 0 or leaf_at[-1] != len(toks) or \
-            any(a >= b for a, b in zip(group_at, group_at[1:])) or \
-            any(a >= b for a, b in zip(leaf_at, leaf_at[1:])):
+            not all(map(operator.lt, group_at, group_at[1:])) or \
+            not all(map(operator.lt, leaf_at, leaf_at[1:])):
         raise ValueError("all_of_groups: group_at and leaf_at must split the leaves and "
                          "tokens into non-empty runs")
-    if any(not 0 <= t < nw for t in toks) or len(counts) != nw or len(have) != nw:
+    if len(counts) != nw or len(have) != nw or not plain and \
+            any(not 0 <= t < nw for t in toks):
         raise ValueError("all_of_groups: a token names no word, or counts or have are "
                          "not one a word")
-    missing = [t for t in toks if not have[t]]
-    if len(set(missing)) != len(missing):
-        raise ValueError("all_of_groups: a word not at hand is named more than once")
+    if not plain:
+        missing = [t for t in toks if not have[t]]
+        if len(set(missing)) != len(missing):
+            raise ValueError("all_of_groups: a word not at hand is named more than once")
     # (the tuple padded to one of a few widths: numba compiles one kernel per width)
-    padded = tuple(_ints(w, "words") for w in words) + (_EMPTY_I,) * (width - nw)
-    return _all_of_groups(padded, np.array(counts, np.int64), np.array(have, np.int64),
-                          np.array(toks, np.int64), np.array(leaf_at, np.int64),
-                          np.array(group_at, np.int64), _ints(firsts, "firsts"),
+    padded = tuple([_ints(w, "words") for w in words]) + (_EMPTY_I,) * (width - nw)
+    plan = np.array([*counts, *have, *toks, *leaf_at, *group_at], np.int64)
+    return _all_of_groups(padded, plan, nw, len(toks), len(leaf_at), _ints(firsts, "firsts"),
                           operator.index(few))
 
 
