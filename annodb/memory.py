@@ -64,7 +64,8 @@ __all__ = ["Memory", "Entry", "Recalled", "History", "label", "where_node", "is_
 _VALUE_FEATURE = re.compile(r":[^:]+:")
 _GCL_START = re.compile(r"\(\s*(?:" + "|".join(
     re.escape(op) for op in sorted(_query.OPERATORS, key=len, reverse=True)) + r")(?=[\s()\"]|$)")
-_OWN_FILES = {"lock.mdb", "writer.lock", "turnstile.lock"}   # (a database begun, not made)
+_OWN_FILES = {"lock.mdb", "writer.lock", "turnstile.lock",   # (a database begun, not made)
+              "create.lock"}
 RECENCY_POOL = 100      # recall with a recency prior re-ranks at least this many
 
 

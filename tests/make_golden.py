@@ -60,7 +60,7 @@ def main(version: int) -> None:
                       sparse_fields=["splade"])
     # format 5 stores what format 4 came to store (golden-v4 was written at its end): the
     # same content, under the number that an annodb of early format 4 refuses
-    for name in ("lock.mdb", "writer.lock", "turnstile.lock"):          # per-machine files, not part of it
+    for name in ("lock.mdb", "writer.lock", "turnstile.lock", "create.lock"):  # per-machine files
         path = target / name
         if path.exists():
             os.remove(path)

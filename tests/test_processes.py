@@ -121,6 +121,42 @@ def test_opening_while_another_process_writes_waits_at_most_the_timeout(tmp_path
     db.close()
 
 
+def test_opening_a_database_another_process_is_making_waits_for_it(tmp_path):
+    """A process making a new database holds create.lock until it is made; another process
+    opening it meanwhile (data.mdb there but still empty) waits and then opens it, where it
+    reported the file truncated (three `annodb ingest` of one new database at once failed
+    so, now and then). Here the test is the process making it: it holds the lock over an
+    empty data.mdb while the child opens, then puts the made file in place."""
+    import fcntl
+    path = tmp_path / "db"
+    made = tmp_path / "made"
+    with annodb.open(made) as db, db.write() as w:
+        w.add("hello", docno="d")
+    path.mkdir()
+    fd = os.open(path / "create.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    (path / "data.mdb").write_bytes(b"")
+    proc = child(f"""
+        print("opening", flush=True)
+        try:
+            with annodb.open({str(path)!r}, readonly=True) as db, db.read() as r:
+                print("count", r.count("hello"))
+        except annodb.AnnodbError as err:
+            print("error", err)
+    """)
+    try:
+        assert proc.stdout.readline().strip() == "opening"
+        try:
+            proc.wait(timeout=1.0)                  # (the old open failed at once)
+        except subprocess.TimeoutExpired:
+            pass
+        os.replace(made / "data.mdb", path / "data.mdb")
+    finally:
+        os.close(fd)                                # made: the lock released
+    out, err = proc.communicate(timeout=60)
+    assert out.strip() == "count 1", out + err
+
+
 def test_a_busy_writer_does_not_starve_another(tmp_path):
     """A process committing back to back, with no pause between its transactions, until
     told to stop (at most 120 s): another writer still gets its turns, each within its

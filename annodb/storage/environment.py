@@ -5,7 +5,9 @@ map's size and the pages of it a process has touched, and copies of it.
 A database is one LMDB environment (a directory holding data.mdb and lock.mdb) and files
 writer.lock and turnstile.lock that writers take (with a timeout, fairly) before LMDB's
 own writer mutex, so a second writer waits for a bounded time and then gets a clear error
-instead of hanging. What is stored in it: layout.py.
+instead of hanging, and create.lock, which the process making the database holds until
+it is made (LMDB's meta pages and annodb's meta written), so that another process opening
+it meanwhile waits instead of finding data.mdb empty. What is stored in it: layout.py.
 """
 
 from __future__ import annotations
@@ -152,23 +154,51 @@ def seconds(t: float) -> str:
     return (f"{t:.2f}".rstrip("0").rstrip(".") or "0") + "s"
 
 
-def _flock_wait(fd: int, timeout: float, path: str, asked: float | None = None) -> None:
-    """Take the exclusive writer flock on `fd`, waiting at most `timeout` seconds (of the
-    `asked` timeout, which the error names)."""
+def _flock_wait(fd: int, timeout: float, path: str, asked: float | None = None,
+                shared: bool = False, doing: str = "writing") -> None:
+    """Take the exclusive (or shared) flock on `fd`, waiting at most `timeout` seconds (of
+    the `asked` timeout, which the error names, with what the holder is `doing`)."""
     deadline = time.monotonic() + timeout
     delay = 0.001
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
             return
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 raise WriterBusyError(
-                    f"{path}: another process has been writing for longer than the "
+                    f"{path}: another process has been {doing} for longer than the "
                     f"timeout ({seconds(timeout if asked is None else asked)}); retry when it "
                     "finishes, or raise the timeout") from None
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
+
+
+CREATE_LOCK = "create.lock"
+
+
+def _making(real: str, path: str, timeout: float, exists: bool) -> int | None:
+    """create.lock, held (its descriptor; close it to release): exclusively by a process
+    about to make the database (`exists` False), shared by one opening it (waiting, at most
+    `timeout` seconds, for the one making it to finish). None for a database made before
+    create.lock (or a reader that may not create it): no one is making it now."""
+    name = os.path.join(real, CREATE_LOCK)
+    try:
+        fd = os.open(name, os.O_RDWR | os.O_CREAT, 0o644) if not exists else \
+            os.open(name, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        if exists:
+            return None   # (unreadable: a reader of another user's database goes on)
+        raise StorageError(f"{path}: cannot open database: {err.strerror}") from None
+    _lock_fds.add(fd)
+    try:
+        _flock_wait(fd, timeout, path, shared=exists, doing="making the database")
+    except BaseException:
+        _close_lock_file(fd)
+        raise
+    return fd
 
 
 def _take_writer_lock(real: str, timeout: float, path: str, asked: float | None = None
@@ -191,6 +221,12 @@ def _take_writer_lock(real: str, timeout: float, path: str, asked: float | None 
         return fd
     finally:
         _close_lock_file(turn)  # closing the descriptor releases the turnstile
+
+
+def _close_making(fd: int | None) -> None:
+    """Release create.lock (see _making); None."""
+    if fd is not None:
+        _close_lock_file(fd)
 
 
 LOCK_FILE_BYTES = 128 << 10  # lock.mdb with MAX_READERS reader slots fits in this
@@ -292,17 +328,31 @@ def open_environment(path: str, *, readonly: bool = False, create: bool = True,
         lock_mdb = os.path.join(real, "lock.mdb")
         unlocked = readonly and not os.access(lock_mdb if os.path.exists(lock_mdb) else real,
                                               os.W_OK)
-        if exists:
-            check_file_at_open(path, real)
+        making = None
         try:
-            if not readonly:
+            if not exists:
                 os.makedirs(real, exist_ok=True)
+            # (held until the database is made: another process opening it meanwhile
+            # waits, where it found data.mdb empty, "truncated")
+            making = _making(real, path, timeout, exists)
+            if not exists and os.path.exists(os.path.join(real, "data.mdb")):
+                _close_making(making)     # made meanwhile by another process: open it
+                making = _making(real, path, timeout, True)   # as it is
+                exists = True
+            if exists:
+                check_file_at_open(path, real)
+            if not readonly:
                 _reserve_lock_file(real, path)
             env = _open_lmdb(real, readonly, lock=not unlocked)
         except lmdb.Error as err:
+            _close_making(making)
             raise StorageError(f"{path}: cannot open database: {err}") from None
         except OSError as err:
+            _close_making(making)
             raise StorageError(f"{path}: cannot open database: {err.strerror}") from None
+        except BaseException:
+            _close_making(making)
+            raise
         guard = None
         try:
             guard = _shared_flock(real, timeout) if unlocked else None
@@ -336,6 +386,7 @@ def open_environment(path: str, *, readonly: bool = False, create: bool = True,
         finally:
             if guard is not None:
                 _close_lock_file(guard)
+            _close_making(making)
         try:
             env.reader_check()  # slots left by killed readers would pin old pages forever
         except lmdb.Error:
