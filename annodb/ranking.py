@@ -120,6 +120,12 @@ def load_kernels(db, container: str = ":") -> None:
                       depth=1, container=container)
     except Exception:  # noqa: BLE001 - what fails here fails again for the client, said
         pass
+    # (the common shape's kernel is compiled once per width of its words: a query of more
+    # words than the one above names loads its width then, at a client's query otherwise)
+    none = np.empty(0, np.int64)
+    for width in kernels.ALL_OF_WIDTHS:
+        kernels.all_of_groups([none] * width, [0] * width, [1] * width, range(width),
+                              list(range(width + 1)), [0, width], none)
 
 
 

@@ -48,7 +48,8 @@ _I64_MAX = np.iinfo(np.int64).max
 _I64 = np.dtype(np.int64)
 _F64 = np.dtype(np.float64)
 _EMPTY_I = np.empty(0, np.int64)
-_WORDS_WIDTHS = (8, 16, 32, 64)  # all_of_groups: how many words a call may name
+_WORDS_WIDTHS = (8, 16, 32, 64)  # all_of_groups: how many words a call may name (one
+ALL_OF_WIDTHS = _WORDS_WIDTHS    # compiled kernel each: ranking.load_kernels loads them)
 FEW = 64  # all_of_groups: a phrase's words not at hand asked for at once at <= FEW candidates
 
 
