@@ -328,7 +328,11 @@ class _Words(_Term):
 
         def make():
             forms = self.at_hand()
-            if forms is None:   # (read whole once: kept, they spare reading them again)
+            if forms is None:   # read whole once, when kept without dropping others
+                # (else a set of words a little larger than the budget would each be read
+                # whole again at every query: as they were before, they go by postings)
+                if not self.ev.lists.derived_room(16 * self.stored + 200):
+                    return None
                 forms = _few([self.ev._whole(f).starts for f in self.forms],
                              kernels.FORMS_PER_CALL)
             found = kernels.term_documents(forms, box_s, box_e)

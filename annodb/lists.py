@@ -58,6 +58,7 @@ from .storage import MAX_ADDRESS, OVERLAPPING, UNKNOWN, zero_values
 EMPTY_I = np.empty(0, dtype=np.int64)
 EMPTY_F = np.empty(0, dtype=np.float64)
 CACHE_BYTES = 256 << 20
+DERIVED_SHARE = 2.0  # what derived() keeps (a word's documents) has this x the budget, apart
 FACTS = 200_000  # lookups kept per committed state (ListCache.facts), ~100 bytes each
 WHOLE_FRACTION = 0.5  # probes in this share of a list's blocks or more: decode it whole
 SMALL_LIST = 4096     # a list this short is decoded whole rather than probed (about a block)
@@ -188,6 +189,7 @@ class ListCache:
         # of its own as large, so that the longest lists cannot push it out, nor it them:
         # key -> (value, bytes), least recently used first; and for each group of lists
         # (a kind and their ids) the key and the lists' keys of its newest version
+        self.derived_max = int(self.max_bytes * DERIVED_SHARE)
         self.derived_bytes = 0
         self._derived: OrderedDict = OrderedDict()
         self.derived_newest: dict[tuple, tuple[str, tuple]] = {}
@@ -227,12 +229,16 @@ class ListCache:
                 out.append(found)
         return out
 
+    def derived_room(self, size: int) -> bool:
+        """Whether `size` bytes more fit what derived() keeps without dropping any."""
+        return self.derived_bytes + size <= self.derived_max
+
     def put_derived(self, key: str, value, size: int, group: tuple | None = None,
                     lists: tuple = ()) -> None:
         """Keep value under key (derived from the lists whose cache keys are `lists`, of
         `group`); an earlier version of the group's is dropped (a snapshot of its state
         keeps its own)."""
-        if size > self.max_bytes // 4:
+        if size > self.derived_max // 4:
             return
         with self._lock:
             items = self._derived
@@ -248,7 +254,7 @@ class ListCache:
                         items.pop(newest[0], None)
                     if gone is not None:
                         self.derived_bytes -= gone[1]
-            while self.derived_bytes > self.max_bytes:
+            while self.derived_bytes > self.derived_max:
                 _, (_, old) = items.popitem(last=False)
                 self.derived_bytes -= old
 
@@ -463,6 +469,11 @@ class Lists:
                                        else ())
             self._local[key] = found
         return found
+
+    def derived_room(self, size: int) -> bool:
+        """Whether `size` bytes more fit the budget of what derived() keeps without
+        dropping any of it (ListCache.derived_room; False without a shared cache)."""
+        return self._shared is not None and self._shared.derived_room(size)
 
     def _changed_since(self, fids, old_keys, keys) -> tuple[int | None, bool] | None:
         """(the lowest start changed in the lists `fids` since their cache keys were
