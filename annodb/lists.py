@@ -189,7 +189,6 @@ class ListCache:
         # of its own as large, so that the longest lists cannot push it out, nor it them:
         # key -> (value, bytes), least recently used first; and for each group of lists
         # (a kind and their ids) the key and the lists' keys of its newest version
-        self.derived_max = int(self.max_bytes * DERIVED_SHARE)
         self.derived_bytes = 0
         self._derived: OrderedDict = OrderedDict()
         self.derived_newest: dict[tuple, tuple[str, tuple]] = {}
@@ -229,6 +228,11 @@ class ListCache:
                 out.append(found)
         return out
 
+    @property
+    def derived_max(self) -> int:
+        """The budget of what derived() keeps (DERIVED_SHARE x max_bytes)."""
+        return int(self.max_bytes * DERIVED_SHARE)
+
     def derived_room(self, size: int) -> bool:
         """Whether `size` bytes more fit what derived() keeps without dropping any."""
         return self.derived_bytes + size <= self.derived_max
@@ -254,7 +258,8 @@ class ListCache:
                         items.pop(newest[0], None)
                     if gone is not None:
                         self.derived_bytes -= gone[1]
-            while self.derived_bytes > self.derived_max:
+            most = self.derived_max
+            while self.derived_bytes > most:
                 _, (_, old) = items.popitem(last=False)
                 self.derived_bytes -= old
 

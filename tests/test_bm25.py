@@ -349,7 +349,8 @@ def test_words_documents_extended_after_commits_equal_documents_made_anew(
     with reads between some: the documents a
     snapshot gives (extended from the earlier version's by what the lists' records of
     changes say changed, _Words._documents_since) equal those made anew from the whole
-    lists, and the top k by them the exhaustive one; appends and deletes extend them."""
+    lists, and the top k by them the exhaustive one; appends and deletes extend them, and
+    an earlier version is not kept beside the newer one."""
     db = annodb.open(tmp_path_factory.mktemp("docs") / "db")
     model = naive.Model()
     for i, toks in enumerate(docs):
@@ -378,6 +379,8 @@ def test_words_documents_extended_after_commits_equal_documents_made_anew(
                     assert got is not None and want is not None
                     assert np.array_equal(got[0], want[0]), t.forms
                     assert np.array_equal(got[1], want[1]), t.forms
+                kept = r.lists._shared   # (one version of each group's documents kept)
+                assert set(kept._derived) <= {v[0] for v in kept.derived_newest.values()}
                 query = [(g, 1) for g in GROUPS[:3]]
                 pruned = engine_top(r, [(g[0], 1) for g, _ in query], k)
                 same_ranking(named(r, *pruned), naive.bm25(model, query, k))
