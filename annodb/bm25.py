@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -296,6 +297,7 @@ class _Words(_Term):
         self.docs = docs        # its documents (see documents) if kept already
         self.docs_key = docs_key  # the key they are kept under (Lists.held, derived)
         self.docs_lists = docs_lists  # (the kind, the lists' ids and keys: Lists.held)
+        self.tried = False      # documents() asked already
 
     def size(self) -> int:
         return sum(self.ev.lists.count(f) for f in self.forms)
@@ -323,15 +325,20 @@ class _Words(_Term):
         hand (see at_hand) and they hold DOCUMENTS_MOST postings or fewer: made once for
         the lists as they are, kept for the snapshots that see them so (Lists.derived).
         Else None."""
-        if self.docs is not None or not self.docs_key or self.stored > DOCUMENTS_MOST:
+        if self.docs is not None or self.tried or not self.docs_key or \
+                self.stored > DOCUMENTS_MOST:
             return self.docs
+        self.tried = True   # (asked once a query: see make)
 
         def make():
             forms = self.at_hand()
             if forms is None:   # read whole once, when kept without dropping others
                 # (else a set of words a little larger than the budget would each be read
-                # whole again at every query: as they were before, they go by postings)
-                if not self.ev.lists.derived_room(16 * self.stored + 200):
+                # whole again at every query: as they were before, they go by postings),
+                # for words asked for before (a query of words seen once, as most are in
+                # a stream of new queries, only probes their lists, as before)
+                if not self.docs_lists or not self.ev.lists.derived_room(
+                        16 * self.stored + 200, self.docs_lists):
                     return None
                 forms = _few([self.ev._whole(f).starts for f in self.forms],
                              kernels.FORMS_PER_CALL)
@@ -340,7 +347,9 @@ class _Words(_Term):
 
         def extend(old, low, erased):
             found = self._documents_since(old, low, erased, box_s, box_e)
-            return None if found is None else (found, 16 * len(found[0]) + 200)
+            return None if found is None else \
+                (found, found.room.nbytes if isinstance(found, _Documents)
+                 else 16 * len(found[0]) + 200)
         self.docs = self.ev.lists.derived(self.docs_key, make, self.docs_lists, extend)
         return self.docs
 
@@ -351,47 +360,60 @@ class _Words(_Term):
         erased: ranges were erased since, as well): the documents starting before the one
         holding low are kept, the rest made from the postings from there on, and those
         touching an erased range counted again. The same arrays as made from scratch
-        (box_s, box_e: the documents' list as it is now). None when they do not pack."""
+        (box_s, box_e: the documents' list as it is now). None when they do not pack.
+        What only appends is written in place after the earlier version's documents when
+        they are the newest (_DocumentsRoom), else copied into a room of their own."""
         vs, vp = old
+        if low is None:
+            return self._recounted(vs, vp.copy(), box_s) if erased else old
         lists = self.ev.lists
-        if low is not None:
-            j = int(np.searchsorted(box_s, low, side="right")) - 1
-            since = int(box_s[j]) if j >= 0 and box_e[j] >= low else low  # (its document)
-            cut = int(np.searchsorted(vs, since, side="left"))
-            if cut < len(vs):
-                since = min(since, int(vs[cut]))
-            forms = _few([lists.since(f, since).starts for f in self.forms],
-                         kernels.FORMS_PER_CALL)
-            self.ev.charge(sum(len(f) for f in forms))
-            found = kernels.term_documents(forms, box_s, box_e)
-            if found is None:
-                return None
-            vs, vp = np.concatenate((vs[:cut], found[0])), np.concatenate((vp[:cut], found[1]))
+        j = int(np.searchsorted(box_s, low, side="right")) - 1
+        since = int(box_s[j]) if j >= 0 and box_e[j] >= low else low  # (its document)
+        cut = int(np.searchsorted(vs, since, side="left"))
+        if cut < len(vs):
+            since = min(since, int(vs[cut]))
+        forms = _few([lists.since(f, since).starts for f in self.forms],
+                     kernels.FORMS_PER_CALL)
+        self.ev.charge(sum(len(f) for f in forms))
+        found = kernels.term_documents(forms, box_s, box_e)
+        if found is None:
+            return None
         if erased:
-            es, ee = lists.erased()
-            ends = vs + (vp >> 32) - 1
-            a = np.searchsorted(ends, es, side="left")   # the documents touching each range
-            z = np.searchsorted(vs, ee, side="right")
-            n = np.maximum(z - a, 0)
-            if n.sum():
-                at = _distinct(np.sort(np.repeat(a - (np.cumsum(n) - n), n)
-                                       + np.arange(int(n.sum()))))
-                s, e = vs[at], ends[at]
-                region = _region(s, e)
-                tf = np.zeros(len(at), np.int64)
-                for f in self.forms:
-                    points = lists.inside(f, region.los, region.his).starts
-                    self.ev.charge(len(points))
-                    lo, hi = _inside_counts(points, points, s, e)
-                    tf += hi - lo
-                b = np.minimum(np.searchsorted(box_s, s), len(box_s) - 1)
-                live = box_s[b] == s if len(box_s) else np.zeros(len(s), bool)
-                keep = np.ones(len(vs), bool)
-                keep[at] = (tf > 0) & live
-                vp = vp.copy() if low is None else vp
-                vp[at] = (vp[at] >> 32 << 32) | tf
-                vs, vp = vs[keep], vp[keep]
-        return [vs, vp]
+            return self._recounted(np.concatenate((vs[:cut], found[0])),
+                                   np.concatenate((vp[:cut], found[1])), box_s)
+        room = getattr(old, "room", None)
+        grown = None if room is None or cut < len(vs) else room.append(len(vs), *found)
+        return grown or _DocumentsRoom([(vs[:cut], vp[:cut]), found]).view()
+
+    def _recounted(self, vs: np.ndarray, vp: np.ndarray, box_s: np.ndarray
+                   ) -> list[np.ndarray]:
+        """The documents (vs, vp: vp the caller's own, changed in place) with those
+        touching an erased range counted again (dropped when they hold none of the term
+        or are erased)."""
+        lists = self.ev.lists
+        es, ee = lists.erased()
+        ends = vs + (vp >> 32) - 1
+        a = np.searchsorted(ends, es, side="left")   # the documents touching each range
+        z = np.searchsorted(vs, ee, side="right")
+        n = np.maximum(z - a, 0)
+        if not n.sum():
+            return [vs, vp]
+        at = _distinct(np.sort(np.repeat(a - (np.cumsum(n) - n), n)
+                               + np.arange(int(n.sum()))))
+        s, e = vs[at], ends[at]
+        region = _region(s, e)
+        tf = np.zeros(len(at), np.int64)
+        for f in self.forms:
+            points = lists.inside(f, region.los, region.his).starts
+            self.ev.charge(len(points))
+            lo, hi = _inside_counts(points, points, s, e)
+            tf += hi - lo
+        b = np.minimum(np.searchsorted(box_s, s), len(box_s) - 1)
+        live = box_s[b] == s if len(box_s) else np.zeros(len(s), bool)
+        keep = np.ones(len(vs), bool)
+        keep[at] = (tf > 0) & live
+        vp[at] = (vp[at] >> 32 << 32) | tf
+        return [vs[keep], vp[keep]]
 
     def _postings(self, region: Region | None) -> np.ndarray:
         parts = []
@@ -447,6 +469,54 @@ class _Words(_Term):
         c = self.factor * saturation(tf, (e - s + 1).astype(np.float64), st.avglen,
                                      st.scoring.k1, st.scoring.b)
         return np.where(tf > 0, c, 0.0)
+
+
+class _DocumentsRoom:
+    """A word's documents (as _Words.documents gives them) in arrays with room at their
+    end, so that the next version, when a commit only appends documents, is written in
+    place (as lists._Room does for lists): the views older snapshots hold stay as
+    they are."""
+
+    def __init__(self, pairs):
+        """The documents of pairs ((starts, packed) each), one after the other, with room
+        for a sixteenth more (and 1,024)."""
+        n = sum(len(a) for a, _ in pairs)
+        cap = n + n // 16 + 1024
+        self.s = np.empty(cap, np.int64)
+        self.p = np.empty(cap, np.int64)
+        self.used = 0
+        self.lock = threading.Lock()
+        for a, b in pairs:
+            self.s[self.used:self.used + len(a)] = a
+            self.p[self.used:self.used + len(a)] = b
+            self.used += len(a)
+
+    @property
+    def nbytes(self) -> int:
+        return self.s.nbytes + self.p.nbytes + 200
+
+    def view(self) -> "_Documents":
+        n = self.used
+        return _Documents([self.s[:n], self.p[:n]], self)
+
+    def append(self, at: int, s: np.ndarray, p: np.ndarray) -> "_Documents | None":
+        """The documents with (s, p) written after the first `at`, when those are the
+        newest version's (nothing was appended since) and there is room; else None."""
+        with self.lock:
+            if self.used != at or at + len(s) > len(self.s):
+                return None
+            self.s[at:at + len(s)] = s
+            self.p[at:at + len(s)] = p
+            self.used = at + len(s)
+            return self.view()
+
+
+class _Documents(list):
+    """A word's documents, [starts, packed], in a _DocumentsRoom's arrays."""
+
+    def __init__(self, arrays: list[np.ndarray], room: _DocumentsRoom):
+        super().__init__(arrays)
+        self.room = room
 
 
 class _Sparse(_Term):

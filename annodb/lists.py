@@ -192,6 +192,7 @@ class ListCache:
         # (a kind and their ids) the key and the lists' keys of its newest version
         self.derived_bytes = 0
         self._derived: OrderedDict = OrderedDict()
+        self._asked: dict[tuple, bool] = {}  # groups derived() was asked for (see again)
         self.derived_newest: dict[tuple, tuple[str, tuple]] = {}
 
     def get(self, key):
@@ -228,6 +229,17 @@ class ListCache:
                     found = found[0]
                 out.append(found)
         return out
+
+    def again(self, group: tuple) -> bool:
+        """Whether `group` was asked about before (by again(); the record is started over
+        past FACTS groups)."""
+        with self._lock:
+            if group in self._asked:
+                return True
+            if len(self._asked) >= FACTS:
+                self._asked.clear()
+            self._asked[group] = True
+            return False
 
     @property
     def derived_max(self) -> int:
@@ -332,6 +344,7 @@ class ListCache:
             self.newest.clear()
             self.facts = (-1, {})
             self._derived.clear()
+            self._asked.clear()
             self.derived_bytes = 0
             self.derived_newest.clear()
         self.documents.clear()
@@ -476,10 +489,14 @@ class Lists:
             self._local[key] = found
         return found
 
-    def derived_room(self, size: int) -> bool:
+    def derived_room(self, size: int, lists: tuple) -> bool:
         """Whether `size` bytes more fit the budget of what derived() keeps without
-        dropping any of it (ListCache.derived_room; False without a shared cache)."""
-        return self._shared is not None and self._shared.derived_room(size)
+        dropping any of it (ListCache.derived_room; False without a shared cache), and
+        the lists (held's `lists`: a kind, their ids, ...) were asked about before, in
+        this state or another (ListCache.again)."""
+        shared = self._shared
+        return shared is not None and shared.derived_room(size) and \
+            shared.again((lists[0],) + tuple(lists[1]))
 
     def _changed_since(self, fids, old_keys, keys) -> tuple[int | None, bool] | None:
         """(the lowest start changed in the lists `fids` since their cache keys were

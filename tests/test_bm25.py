@@ -349,8 +349,9 @@ def test_words_documents_extended_after_commits_equal_documents_made_anew(
     with reads between some: the documents a
     snapshot gives (extended from the earlier version's by what the lists' records of
     changes say changed, _Words._documents_since) equal those made anew from the whole
-    lists, and the top k by them the exhaustive one; appends and deletes extend them, and
-    an earlier version is not kept beside the newer one."""
+    lists, and the top k by them the exhaustive one; appends and deletes extend them (an
+    append in place: what earlier snapshots were given stays as it was), and an earlier
+    version is not kept beside the newer one."""
     db = annodb.open(tmp_path_factory.mktemp("docs") / "db")
     model = naive.Model()
     for i, toks in enumerate(docs):
@@ -364,8 +365,12 @@ def test_words_documents_extended_after_commits_equal_documents_made_anew(
         extended = []
         since = bm25._Words._documents_since
 
+        views = []   # (documents a snapshot was given, a copy of them)
+
         def read():
             extended.clear()
+            for got, copy in views:   # (what is written in place is after theirs)
+                assert np.array_equal(got[0], copy[0]) and np.array_equal(got[1], copy[1])
             with db.read() as r:
                 ev = Evaluator(r)
                 boxes = r.lists.whole(":", container=True)
@@ -379,6 +384,7 @@ def test_words_documents_extended_after_commits_equal_documents_made_anew(
                     assert got is not None and want is not None
                     assert np.array_equal(got[0], want[0]), t.forms
                     assert np.array_equal(got[1], want[1]), t.forms
+                    views.append((got, (got[0].copy(), got[1].copy())))
                 kept = r.lists._shared   # (one version of each group's documents kept)
                 assert set(kept._derived) <= {v[0] for v in kept.derived_newest.values()}
                 query = [(g, 1) for g in GROUPS[:3]]
@@ -418,6 +424,37 @@ def test_words_documents_extended_after_commits_equal_documents_made_anew(
         assert read() == len(GROUPS)
     finally:
         bm25._Words._documents_since = since
+        db.close()
+
+
+def test_a_words_documents_are_read_whole_for_it_when_it_is_asked_again(tmp_path,
+                                                                          monkeypatch):
+    """A word whose lists are not at hand has its documents made (its lists read whole)
+    only when it is asked for again, and while they fit their budget without dropping
+    others: a stream of new queries only probes its words' lists, as before."""
+    monkeypatch.setattr(lists_module, "SMALL_LIST", -1)   # (no list about a block long)
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        for i in range(40):
+            w.add(f"goth rock {'jazz ' * (i % 3)}note {i}", docno=f"d{i}")
+    made = []
+    real = kernels.term_documents
+    monkeypatch.setattr(kernels, "term_documents", lambda *a: made.append(1) or real(*a))
+    try:
+        with db.read() as r:
+            first = [(h.docno, h.score) for h in r.search_text("jazz", rank="bm25", k=5)]
+        assert made == []
+        with db.read() as r:
+            again = [(h.docno, h.score) for h in r.search_text("jazz", rank="bm25", k=5)]
+        assert made == [1] and again == first
+        db._lists.clear()
+        db._lists.max_bytes = 100   # (no room: its documents would drop others)
+        for _ in range(2):
+            with db.read() as r:
+                assert [(h.docno, h.score) for h in r.search_text("jazz", rank="bm25",
+                                                                  k=5)] == first
+        assert made == [1]
+    finally:
         db.close()
 
 
