@@ -353,19 +353,20 @@ class _Words(_Term):
         self.docs = self.ev.lists.derived(self.docs_key, make, self.docs_lists, extend)
         return self.docs
 
-    def _documents_since(self, old: list[np.ndarray], low: int | None, erased: bool,
+    def _documents_since(self, old: list[np.ndarray], low: int | None, erased,
                          box_s: np.ndarray, box_e: np.ndarray) -> list[np.ndarray] | None:
         """The term's documents (see documents) from those of an earlier version of its
         lists (old), where nothing changed before start `low` (None: nothing changed;
-        erased: ranges were erased since, as well): the documents starting before the one
-        holding low are kept, the rest made from the postings from there on, and those
-        touching an erased range counted again. The same arrays as made from scratch
-        (box_s, box_e: the documents' list as it is now). None when they do not pack.
+        erased: ranges were erased since, as well, their version then; else None): the
+        documents starting before the one holding low are kept, the rest made from the
+        postings from there on, and those touching a range erased since counted again.
+        The same arrays as made from scratch (box_s, box_e: the documents' list as it is
+        now). None when they do not pack.
         What only appends is written in place after the earlier version's documents when
         they are the newest (_DocumentsRoom), else copied into a room of their own."""
         vs, vp = old
         if low is None:
-            return self._recounted(vs, vp.copy(), box_s) if erased else old
+            return old if erased is None else self._recounted(vs, vp, box_s, erased)
         lists = self.ev.lists
         j = int(np.searchsorted(box_s, low, side="right")) - 1
         since = int(box_s[j]) if j >= 0 and box_e[j] >= low else low  # (its document)
@@ -378,20 +379,20 @@ class _Words(_Term):
         found = kernels.term_documents(forms, box_s, box_e)
         if found is None:
             return None
-        if erased:
+        if erased is not None:
             return self._recounted(np.concatenate((vs[:cut], found[0])),
-                                   np.concatenate((vp[:cut], found[1])), box_s)
+                                   np.concatenate((vp[:cut], found[1])), box_s, erased)
         room = getattr(old, "room", None)
         grown = None if room is None or cut < len(vs) else room.append(len(vs), *found)
         return grown or _DocumentsRoom([(vs[:cut], vp[:cut]), found]).view()
 
-    def _recounted(self, vs: np.ndarray, vp: np.ndarray, box_s: np.ndarray
+    def _recounted(self, vs: np.ndarray, vp: np.ndarray, box_s: np.ndarray, version
                    ) -> list[np.ndarray]:
-        """The documents (vs, vp: vp the caller's own, changed in place) with those
-        touching an erased range counted again (dropped when they hold none of the term
+        """The documents (vs, vp; not changed) with those touching a range erased since
+        erased version `version` counted again (dropped when they hold none of the term
         or are erased)."""
         lists = self.ev.lists
-        es, ee = lists.erased()
+        es, ee = lists.erased_since(version)
         ends = vs + (vp >> 32) - 1
         a = np.searchsorted(ends, es, side="left")   # the documents touching each range
         z = np.searchsorted(vs, ee, side="right")
@@ -412,6 +413,7 @@ class _Words(_Term):
         live = box_s[b] == s if len(box_s) else np.zeros(len(s), bool)
         keep = np.ones(len(vs), bool)
         keep[at] = (tf > 0) & live
+        vp = vp.copy()
         vp[at] = (vp[at] >> 32 << 32) | tf
         return [vs[keep], vp[keep]]
 
@@ -466,8 +468,9 @@ class _Words(_Term):
     def _score_tf(self, tf, s, e) -> np.ndarray:
         """BM25's contributions (no fields) to the containers (s, e) holding tf each."""
         st = self.stats
-        c = self.factor * saturation(tf, (e - s + 1).astype(np.float64), st.avglen,
-                                     st.scoring.k1, st.scoring.b)
+        with np.errstate(invalid="ignore", divide="ignore"):  # (0 / 0 where tf = k1 = 0)
+            c = self.factor * saturation(tf, (e - s + 1).astype(np.float64), st.avglen,
+                                         st.scoring.k1, st.scoring.b)
         return np.where(tf > 0, c, 0.0)
 
 

@@ -457,9 +457,10 @@ class Lists:
         `lists`: (a kind, the lists' ids, their cache keys) as held() gives them;
         `extend(old, low, erased)` -> (value, bytes) or None: the value of an earlier
         version of the same lists made the value of these, given the lowest start changed
-        since in any of them (None: none) and whether ranges were erased since (a subset
-        of those erased now): used instead of make() when such a version is kept and the
-        lists' records of changes reach back to it (see _patched)."""
+        since in any of them (None: none) and, when ranges were erased since (those then
+        a subset of those now), the erased ranges' version then (else None): used instead
+        of make() when such a version is kept and the lists' records of changes reach
+        back to it (see _patched)."""
         found = self._local.get(key)
         if found is None:
             shared = self._shared
@@ -498,13 +499,13 @@ class Lists:
         return shared is not None and shared.derived_room(size) and \
             shared.again((lists[0],) + tuple(lists[1]))
 
-    def _changed_since(self, fids, old_keys, keys) -> tuple[int | None, bool] | None:
+    def _changed_since(self, fids, old_keys, keys) -> tuple[int | None, object] | None:
         """(the lowest start changed in the lists `fids` since their cache keys were
-        old_keys (now keys), None when none; whether ranges were erased since), or None
-        when that is not known: a list without a version or a record of changes reaching
-        back, or erased ranges given back."""
+        old_keys (now keys), None when none; the erased ranges' version then when ranges
+        were erased since, else None), or None when that is not known: a list without a
+        version or a record of changes reaching back, or erased ranges given back."""
         low: int | None = None
-        erased = False
+        erased = None
         for fid, old, key in zip(fids, old_keys, keys):
             if old == key:
                 continue
@@ -513,13 +514,25 @@ class Lists:
             if old[3] != key[3]:
                 if not self._erased_grew(old[3]):
                     return None
-                erased = True
+                erased = old[3]
             if old[2] != key[2]:
                 since = _low_since(self._txn.list_changes(fid), old[2], key[2])
                 if since is None:
                     return None
                 low = since if low is None else min(low, since)
         return low, erased
+
+    def erased_since(self, version) -> tuple[np.ndarray, np.ndarray]:
+        """The erased ranges that were not, as they are, erased ranges as of erased
+        version `version` (all of them when that is no longer cached)."""
+        es, ee = self.erased()
+        found = None if self._shared is None else self._shared.get(("erased", version))
+        if found is None or not len(found[0]) or not len(es):
+            return es, ee
+        os_, oe = found
+        at = np.minimum(np.searchsorted(os_, es), len(os_) - 1)
+        new = (os_[at] != es) | (oe[at] != ee)
+        return es[new], ee[new]
 
     def since(self, feature: str, low: int) -> Intervals:
         """The list's intervals starting at or after `low` (erased content removed): a
