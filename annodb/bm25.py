@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -61,7 +62,7 @@ from . import kernels
 from .errors import RankingError
 from .feedback import Feedback
 from .gcl import Evaluator, Region, list_name
-from .lists import EMPTY_F, EMPTY_I, SMALL_LIST, Intervals
+from .lists import EMPTY_F, EMPTY_I, SMALL_LIST, Intervals, _distinct
 from .query import Combine, Compare, Link, Node, Term
 from .records import MAX_WEIGHT
 
@@ -286,7 +287,7 @@ class _Words(_Term):
     """A word (or a word and its forms, conflated) scored by BM25, or BM25F over fields."""
 
     def __init__(self, ev, boxes, forms, weight, term_idf, stats, decoded=None, stored=0,
-                 docs=None, docs_key=None):
+                 docs=None, docs_key=None, docs_lists=()):
         self.ev, self.boxes, self.forms = ev, boxes, forms
         self.factor = weight * term_idf
         self.bound = self.factor
@@ -295,6 +296,8 @@ class _Words(_Term):
         self.stored = stored    # the postings its lists hold as stored
         self.docs = docs        # its documents (see documents) if kept already
         self.docs_key = docs_key  # the key they are kept under (Lists.held, derived)
+        self.docs_lists = docs_lists  # (the kind, the lists' ids and keys: Lists.held)
+        self.tried = False      # documents() asked already
 
     def size(self) -> int:
         return sum(self.ev.lists.count(f) for f in self.forms)
@@ -322,15 +325,97 @@ class _Words(_Term):
         hand (see at_hand) and they hold DOCUMENTS_MOST postings or fewer: made once for
         the lists as they are, kept for the snapshots that see them so (Lists.derived).
         Else None."""
-        if self.docs is not None or not self.docs_key or self.stored > DOCUMENTS_MOST:
+        if self.docs is not None or self.tried or not self.docs_key or \
+                self.stored > DOCUMENTS_MOST:
             return self.docs
+        self.tried = True   # (asked once a query: see make)
 
         def make():
             forms = self.at_hand()
-            found = None if forms is None else kernels.term_documents(forms, box_s, box_e)
+            if forms is None:   # read whole once, when kept without dropping others
+                # (else a set of words a little larger than the budget would each be read
+                # whole again at every query: as they were before, they go by postings),
+                # for words asked for before (a query of words seen once, as most are in
+                # a stream of new queries, only probes their lists, as before)
+                if not self.docs_lists or not self.ev.lists.derived_room(
+                        16 * self.stored + 200, self.docs_lists):
+                    return None
+                forms = _few([self.ev._whole(f).starts for f in self.forms],
+                             kernels.FORMS_PER_CALL)
+            found = kernels.term_documents(forms, box_s, box_e)
             return None if found is None else (list(found), 16 * len(found[0]) + 200)
-        self.docs = self.ev.lists.derived(self.docs_key, make)
+
+        def extend(old, low, erased):
+            found = self._documents_since(old, low, erased, box_s, box_e)
+            return None if found is None else \
+                (found, found.room.nbytes if isinstance(found, _Documents)
+                 else 16 * len(found[0]) + 200)
+        self.docs = self.ev.lists.derived(self.docs_key, make, self.docs_lists, extend)
         return self.docs
+
+    def _documents_since(self, old: list[np.ndarray], low: int | None, erased,
+                         box_s: np.ndarray, box_e: np.ndarray) -> list[np.ndarray] | None:
+        """The term's documents (see documents) from those of an earlier version of its
+        lists (old), where nothing changed before start `low` (None: nothing changed;
+        erased: ranges were erased since, as well, their version then; else None): the
+        documents starting before the one holding low are kept, the rest made from the
+        postings from there on, and those touching a range erased since counted again.
+        The same arrays as made from scratch (box_s, box_e: the documents' list as it is
+        now). None when they do not pack.
+        What only appends is written in place after the earlier version's documents when
+        they are the newest (_DocumentsRoom), else copied into a room of their own."""
+        vs, vp = old
+        if low is None:
+            return old if erased is None else self._recounted(vs, vp, box_s, erased)
+        lists = self.ev.lists
+        j = int(np.searchsorted(box_s, low, side="right")) - 1
+        since = int(box_s[j]) if j >= 0 and box_e[j] >= low else low  # (its document)
+        cut = int(np.searchsorted(vs, since, side="left"))
+        if cut < len(vs):
+            since = min(since, int(vs[cut]))
+        forms = _few([lists.since(f, since).starts for f in self.forms],
+                     kernels.FORMS_PER_CALL)
+        self.ev.charge(sum(len(f) for f in forms))
+        found = kernels.term_documents(forms, box_s, box_e)
+        if found is None:
+            return None
+        if erased is not None:
+            return self._recounted(np.concatenate((vs[:cut], found[0])),
+                                   np.concatenate((vp[:cut], found[1])), box_s, erased)
+        room = getattr(old, "room", None)
+        grown = None if room is None or cut < len(vs) else room.append(len(vs), *found)
+        return grown or _DocumentsRoom([(vs[:cut], vp[:cut]), found]).view()
+
+    def _recounted(self, vs: np.ndarray, vp: np.ndarray, box_s: np.ndarray, version
+                   ) -> list[np.ndarray]:
+        """The documents (vs, vp; not changed) with those touching a range erased since
+        erased version `version` counted again (dropped when they hold none of the term
+        or are erased)."""
+        lists = self.ev.lists
+        es, ee = lists.erased_since(version)
+        ends = vs + (vp >> 32) - 1
+        a = np.searchsorted(ends, es, side="left")   # the documents touching each range
+        z = np.searchsorted(vs, ee, side="right")
+        n = np.maximum(z - a, 0)
+        if not n.sum():
+            return [vs, vp]
+        at = _distinct(np.sort(np.repeat(a - (np.cumsum(n) - n), n)
+                               + np.arange(int(n.sum()))))
+        s, e = vs[at], ends[at]
+        region = _region(s, e)
+        tf = np.zeros(len(at), np.int64)
+        for f in self.forms:
+            points = lists.inside(f, region.los, region.his).starts
+            self.ev.charge(len(points))
+            lo, hi = _inside_counts(points, points, s, e)
+            tf += hi - lo
+        b = np.minimum(np.searchsorted(box_s, s), len(box_s) - 1)
+        live = box_s[b] == s if len(box_s) else np.zeros(len(s), bool)
+        keep = np.ones(len(vs), bool)
+        keep[at] = (tf > 0) & live
+        vp = vp.copy()
+        vp[at] = (vp[at] >> 32 << 32) | tf
+        return [vs[keep], vp[keep]]
 
     def _postings(self, region: Region | None) -> np.ndarray:
         parts = []
@@ -352,14 +437,22 @@ class _Words(_Term):
     def at(self, s, e, region):
         return self._score(self._postings(region), s, e)
 
+    def at_documents(self, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+        """at() of documents (s, e) (the documents' list's: not any other container) by
+        the term's documents, kept already (self.docs: no list is read), as at() gives."""
+        assert self.docs is not None
+        vs, vp = self.docs
+        if not len(vs):
+            return np.zeros(len(s))
+        at = np.minimum(np.searchsorted(vs, s), len(vs) - 1)
+        tf = np.where(vs[at] == s, vp[at] & 0xFFFFFFFF, 0)  # (length << 32 | tf)
+        return self._score_tf(tf.astype(np.float64), s, e)
+
     def _score(self, points, s, e) -> np.ndarray:
         st = self.stats
-        a, z = _inside_counts(points, points, s, e)
-        tf = (z - a).astype(np.float64)
         if not st.scoring.fields:
-            c = self.factor * saturation(tf, (e - s + 1).astype(np.float64), st.avglen,
-                                         st.scoring.k1, st.scoring.b)
-            return np.where(tf > 0, c, 0.0)
+            a, z = _inside_counts(points, points, s, e)
+            return self._score_tf((z - a).astype(np.float64), s, e)
         tilde = np.zeros(len(s))
         for f in st.scoring.fields:
             fi = st.field_intervals(self.ev, f.name, s, e)
@@ -371,6 +464,62 @@ class _Words(_Term):
             tilde += np.where(tf_f > 0, f.weight * tf_f / np.where(norm > 0, norm, 1.0), 0.0)
         c = self.factor * (tilde / (st.scoring.k1 + tilde))
         return np.where(tilde > 0, c, 0.0)
+
+    def _score_tf(self, tf, s, e) -> np.ndarray:
+        """BM25's contributions (no fields) to the containers (s, e) holding tf each."""
+        st = self.stats
+        with np.errstate(invalid="ignore", divide="ignore"):  # (0 / 0 where tf = k1 = 0)
+            c = self.factor * saturation(tf, (e - s + 1).astype(np.float64), st.avglen,
+                                         st.scoring.k1, st.scoring.b)
+        return np.where(tf > 0, c, 0.0)
+
+
+class _DocumentsRoom:
+    """A word's documents (as _Words.documents gives them) in arrays with room at their
+    end, so that the next version, when a commit only appends documents, is written in
+    place (as lists._Room does for lists): the views older snapshots hold stay as
+    they are."""
+
+    def __init__(self, pairs):
+        """The documents of pairs ((starts, packed) each), one after the other, with room
+        for a sixteenth more (and 1,024)."""
+        n = sum(len(a) for a, _ in pairs)
+        cap = n + n // 16 + 1024
+        self.s = np.empty(cap, np.int64)
+        self.p = np.empty(cap, np.int64)
+        self.used = 0
+        self.lock = threading.Lock()
+        for a, b in pairs:
+            self.s[self.used:self.used + len(a)] = a
+            self.p[self.used:self.used + len(a)] = b
+            self.used += len(a)
+
+    @property
+    def nbytes(self) -> int:
+        return self.s.nbytes + self.p.nbytes + 200
+
+    def view(self) -> "_Documents":
+        n = self.used
+        return _Documents([self.s[:n], self.p[:n]], self)
+
+    def append(self, at: int, s: np.ndarray, p: np.ndarray) -> "_Documents | None":
+        """The documents with (s, p) written after the first `at`, when those are the
+        newest version's (nothing was appended since) and there is room; else None."""
+        with self.lock:
+            if self.used != at or at + len(s) > len(self.s):
+                return None
+            self.s[at:at + len(s)] = s
+            self.p[at:at + len(s)] = p
+            self.used = at + len(s)
+            return self.view()
+
+
+class _Documents(list):
+    """A word's documents, [starts, packed], in a _DocumentsRoom's arrays."""
+
+    def __init__(self, arrays: list[np.ndarray], room: _DocumentsRoom):
+        super().__init__(arrays)
+        self.room = room
 
 
 class _Sparse(_Term):
@@ -454,12 +603,12 @@ def word_terms(ev, cnode, settings: Scoring, words, known) -> list[_Term]:
     dfs = known.df
     # (BM25 of documents: each word's documents kept, if they are, instead of its lists)
     kind = "documents" if not settings.fields and boxes.name == ":" else None
-    for (forms, weight), (held, decoded, stored, docs, docs_key) in zip(
+    for (forms, weight), (held, decoded, stored, docs, docs_key, docs_lists) in zip(
             words, ev.lists.held([f for f, _ in words], kind)):
         if held:  # (the forms this database holds; df: the collection's)
             df = min(sum(dfs.get(f, 0) for f in forms), n)
             out.append(_Words(ev, boxes, list(held), float(weight), _idf(int(df), int(n)),
-                              stats, decoded, stored, docs, docs_key))
+                              stats, decoded, stored, docs, docs_key, docs_lists))
     return out
 
 
@@ -539,10 +688,13 @@ def top(terms: list[_Term], k: int, matches: Intervals | None = None, *,
 
 
 LEADERS_OVER = 50_000  # a term with more postings than this is read whole only when needed
-# A word's documents (_Words.documents) are made for words of this many postings or fewer:
-# remade after a commit that changes its lists, so that work is bounded by this, not by
-# the collection.
-DOCUMENTS_MOST = 1 << 16
+LEADERS = 8  # the best LEADERS x k candidates so far are completed for the floor (_leaders)
+# A word's documents (_Words.documents) are made for words of this many postings or fewer
+# (16 bytes a document, in the list cache's budget for them: ListCache.put_derived). After
+# a commit that changes its lists they are extended by what changed (_documents_since),
+# or remade when the lists' records of changes do not reach back: that work is bounded by
+# this, not by the collection.
+DOCUMENTS_MOST = 1 << 20
 
 
 def _top_compiled(terms: list[_Words], k: int, matches: Intervals | None, prune: bool,
@@ -579,25 +731,29 @@ def _top_compiled(terms: list[_Words], k: int, matches: Intervals | None, prune:
         counts = [0]
         end = t
         views = None   # (the call's terms: all by their documents, or all by postings)
-        while end < n_terms:  # the terms at hand from t on
-            got = terms[end].documents(bs, be) if by_documents else None
-            kind = got is not None
-            if got is None:
-                got = terms[end].at_hand()
-            if got is None or len(forms) + len(got) > most or views not in (None, kind):
-                break
-            views = kind
-            forms += got
-            counts.append(len(forms))
-            end += 1
-        if end == t:  # term t alone: its whole list, or its postings inside the candidates
-            term = terms[t]
-            if phase == 1 and prune and led != t and len(sc) >= k > 0 and \
-                    term.size() > LEADERS_OVER:
-                led = t
-                floor = max(floor, _leaders(terms, t, cs, ce, sc, k))
-                # (the kernel takes the floor into account, reading nothing)
-            else:
+        if phase == 1 and prune and led != t and len(sc) >= k > 0 and \
+                terms[t].size() > LEADERS_OVER:
+            # before a long term is read whole (by its documents or its postings): the
+            # leaders' floor, which may end phase 1 here (the kernel takes it, reading
+            # nothing: the term comes in the next call)
+            led = t
+            floor = max(floor, _leaders(terms, t, cs, ce, sc, k, by_documents))
+        else:
+            while end < n_terms:  # the terms at hand from t on
+                if phase == 1 and prune and end > t and terms[end].size() > LEADERS_OVER:
+                    break  # (a long term starts a call of its own, after the leaders' floor)
+                got = terms[end].documents(bs, be) if by_documents else None
+                kind = got is not None
+                if got is None:
+                    got = terms[end].at_hand()
+                if got is None or len(forms) + len(got) > most or views not in (None, kind):
+                    break
+                views = kind
+                forms += got
+                counts.append(len(forms))
+                end += 1
+            if end == t:  # term t alone: its whole list, or its postings inside the candidates
+                term = terms[t]
                 if phase == 1:
                     forms = [ev._whole(f).starts for f in term.forms]
                 else:
@@ -623,17 +779,22 @@ def _few(forms: list[np.ndarray], most: int) -> list[np.ndarray]:
     return forms[:most - 1] + [np.sort(np.concatenate(forms[most - 1:]))]
 
 
-def _leaders(terms, i, cs, ce, sc, k) -> float:
-    """The least whole score of the k containers best so far (terms i.. added where they
-    are): a lower bound of the final k-th best, found by probing a few blocks of each
-    list left, which can spare reading a long one whole."""
-    best = np.sort(np.argpartition(-sc, k - 1)[:k])
+def _leaders(terms, i, cs, ce, sc, k, documents: bool = False) -> float:
+    """The k-th best whole score of the LEADERS x k containers best so far (terms i..
+    added where they are): a lower bound of the final k-th best, found by probing a few
+    blocks of each list left, which can spare reading a long one whole. (More than k:
+    the best so far are often not the best in the end.) `documents`: the candidates are
+    documents of the documents' list, so a term whose documents are kept is looked up
+    in them (_Words.at_documents)."""
+    m = min(len(sc), k * LEADERS)
+    best = np.sort(np.argpartition(-sc, m - 1)[:m])
     s, e = cs[best], ce[best]
     region = _region(s, e)
     whole = sc[best].copy()
     for t in terms[i:]:
-        whole += t.at(s, e, region)
-    return float(whole.min())
+        whole += t.at_documents(s, e) if documents and getattr(t, "docs", None) is not None \
+            else t.at(s, e, region)
+    return _kth(whole, k)
 
 
 def _region(s, e) -> Region:

@@ -23,7 +23,8 @@ def open(path: str | os.PathLike | None = None, *, readonly: bool = False,
     `readonly` or `create=False`. `timeout` bounds how long a writer waits for another.
     `cache_bytes` is the budget of decoded lists this process keeps for its snapshots
     (default 256 MiB; every opening of one path in a process shares one cache, and the
-    last budget given applies). `fold_diacritics=True` makes a new (empty) database fold
+    last budget given applies), and three times it the budget of the documents kept
+    for BM25's words. `fold_diacritics=True` makes a new (empty) database fold
     diacritics in its words and queries (tokenizer.strip_diacritics: `cafe` finds `Café`),
     recorded in it for good; a database that holds content keeps what it was created with
     (asking for another is an error). None: as recorded.

@@ -58,6 +58,8 @@ from .storage import MAX_ADDRESS, OVERLAPPING, UNKNOWN, zero_values
 EMPTY_I = np.empty(0, dtype=np.int64)
 EMPTY_F = np.empty(0, dtype=np.float64)
 CACHE_BYTES = 256 << 20
+DERIVED_SHARE = 3.0  # what derived() keeps (a word's documents) has this x the budget, apart
+# (at 4x the scale corpus the 86 RAG questions' words, BM25 then RM3, keep 626 MB of them)
 FACTS = 200_000  # lookups kept per committed state (ListCache.facts), ~100 bytes each
 WHOLE_FRACTION = 0.5  # probes in this share of a list's blocks or more: decode it whole
 SMALL_LIST = 4096     # a list this short is decoded whole rather than probed (about a block)
@@ -184,6 +186,14 @@ class ListCache:
         self._lock = threading.Lock()
         self.newest: dict[tuple, tuple] = {}  # (kind, fid) -> key of its newest version
         self.documents = DocumentCache()  # decoded documents by start (doc_cache.py)
+        # what is derived from whole lists (Lists.derived: a word's documents), in a budget
+        # of its own as large, so that the longest lists cannot push it out, nor it them:
+        # key -> (value, bytes), least recently used first; and for each group of lists
+        # (a kind and their ids) the key and the lists' keys of its newest version
+        self.derived_bytes = 0
+        self._derived: OrderedDict = OrderedDict()
+        self._asked: dict[tuple, bool] = {}  # groups derived() was asked for (see again)
+        self.derived_newest: dict[tuple, tuple[str, tuple]] = {}
 
     def get(self, key):
         with self._lock:
@@ -205,6 +215,66 @@ class ListCache:
                     found = found[0]
                 out.append(found)
         return out
+
+    def get_derived_many(self, keys: list) -> list:
+        """What derived() keeps under each key (None where nothing), under one hold of
+        the lock."""
+        out = []
+        with self._lock:
+            items = self._derived
+            for key in keys:
+                found = items.get(key)
+                if found is not None:
+                    items.move_to_end(key)
+                    found = found[0]
+                out.append(found)
+        return out
+
+    def again(self, group: tuple) -> bool:
+        """Whether `group` was asked about before (by again(); the record is started over
+        past FACTS groups)."""
+        with self._lock:
+            if group in self._asked:
+                return True
+            if len(self._asked) >= FACTS:
+                self._asked.clear()
+            self._asked[group] = True
+            return False
+
+    @property
+    def derived_max(self) -> int:
+        """The budget of what derived() keeps (DERIVED_SHARE x max_bytes)."""
+        return int(self.max_bytes * DERIVED_SHARE)
+
+    def derived_room(self, size: int) -> bool:
+        """Whether `size` bytes more fit what derived() keeps without dropping any."""
+        return self.derived_bytes + size <= self.derived_max
+
+    def put_derived(self, key: str, value, size: int, group: tuple | None = None,
+                    lists: tuple = ()) -> None:
+        """Keep value under key (derived from the lists whose cache keys are `lists`, of
+        `group`); an earlier version of the group's is dropped (a snapshot of its state
+        keeps its own)."""
+        if size > self.derived_max // 4:
+            return
+        with self._lock:
+            items = self._derived
+            if key in items:
+                return
+            items[key] = (value, size)
+            self.derived_bytes += size
+            if group is not None:
+                newest = self.derived_newest.get(group)
+                if newest is None or all(o[2:] <= n[2:] for o, n in zip(newest[1], lists)):
+                    self.derived_newest[group] = (key, lists)
+                    gone = None if newest is None or newest[0] == key else \
+                        items.pop(newest[0], None)
+                    if gone is not None:
+                        self.derived_bytes -= gone[1]
+            most = self.derived_max
+            while self.derived_bytes > most:
+                _, (_, old) = items.popitem(last=False)
+                self.derived_bytes -= old
 
     def admits(self, size: int, container: bool = False) -> bool:
         return size <= (self.max_bytes if container else self.max_bytes // 4)
@@ -273,6 +343,10 @@ class ListCache:
             self.bytes = 0
             self.newest.clear()
             self.facts = (-1, {})
+            self._derived.clear()
+            self._asked.clear()
+            self.derived_bytes = 0
+            self.derived_newest.clear()
         self.documents.clear()
 
 
@@ -372,24 +446,108 @@ class Lists:
                         table[item] = found
         return out
 
-    def derived(self, key: str, make):
+    def derived(self, key: str, make, lists: tuple = (), extend=None):
         """make() -> (value, its bytes) or None: something computed from whole lists alone
         (bm25.py: a word's documents), kept under `key` (held's: a kind and the lists'
         cache keys, i.e. their versions and the erased ranges', in a string) for every
         snapshot that sees those lists as they are, in this snapshot and the shared
-        cache. None (not kept) when make() gives None."""
+        cache (its own budget: ListCache.put_derived). None (not kept) when make() gives
+        None.
+
+        `lists`: (a kind, the lists' ids, their cache keys) as held() gives them;
+        `extend(old, low, erased)` -> (value, bytes) or None: the value of an earlier
+        version of the same lists made the value of these, given the lowest start changed
+        since in any of them (None: none) and, when ranges were erased since (those then
+        a subset of those now), the erased ranges' version then (else None): used instead
+        of make() when such a version is kept and the lists' records of changes reach
+        back to it (see _patched)."""
         found = self._local.get(key)
         if found is None:
-            found = None if self._shared is None else self._shared.get(key)
+            shared = self._shared
+            found = None if shared is None else shared.get_derived_many([key])[0]
             if found is None:
-                made = make()
+                group = (lists[0],) + tuple(lists[1]) if lists else None
+                made = None
+                if extend is not None and shared is not None and group is not None:
+                    earlier = shared.derived_newest.get(group)
+                    if earlier is not None and earlier[0] != key:
+                        change = self._changed_since(lists[1], earlier[1], lists[2])
+                        old = None if change is None else \
+                            shared.get_derived_many([earlier[0]])[0]
+                        if old is not None:
+                            assert change is not None
+                            made = extend(old, *change)
+                            if made is not None:
+                                self.patched += 1
+                if made is None:
+                    made = make()
                 if made is None:
                     return None
                 found, size = made
-                if self._shared is not None:
-                    self._shared.put(key, found, size)
+                if shared is not None:
+                    shared.put_derived(key, found, size, group, tuple(lists[2]) if lists
+                                       else ())
             self._local[key] = found
         return found
+
+    def derived_room(self, size: int, lists: tuple) -> bool:
+        """Whether `size` bytes more fit the budget of what derived() keeps without
+        dropping any of it (ListCache.derived_room; False without a shared cache), and
+        the lists (held's `lists`: a kind, their ids, ...) were asked about before, in
+        this state or another (ListCache.again)."""
+        shared = self._shared
+        return shared is not None and shared.derived_room(size) and \
+            shared.again((lists[0],) + tuple(lists[1]))
+
+    def _changed_since(self, fids, old_keys, keys) -> tuple[int | None, object] | None:
+        """(the lowest start changed in the lists `fids` since their cache keys were
+        old_keys (now keys), None when none; the erased ranges' version then when ranges
+        were erased since, else None), or None when that is not known: a list without a
+        version or a record of changes reaching back, or erased ranges given back."""
+        low: int | None = None
+        erased = None
+        for fid, old, key in zip(fids, old_keys, keys):
+            if old == key:
+                continue
+            if old[0] != "list" or key[0] != "list" or old[2] > key[2]:
+                return None
+            if old[3] != key[3]:
+                if not self._erased_grew(old[3]):
+                    return None
+                erased = old[3]
+            if old[2] != key[2]:
+                since = _low_since(self._txn.list_changes(fid), old[2], key[2])
+                if since is None:
+                    return None
+                low = since if low is None else min(low, since)
+        return low, erased
+
+    def erased_since(self, version) -> tuple[np.ndarray, np.ndarray]:
+        """The erased ranges that were not, as they are, erased ranges as of erased
+        version `version` (all of them when that is no longer cached)."""
+        es, ee = self.erased()
+        found = None if self._shared is None else self._shared.get(("erased", version))
+        if found is None or not len(found[0]) or not len(es):
+            return es, ee
+        os_, oe = found
+        at = np.minimum(np.searchsorted(os_, es), len(os_) - 1)
+        new = (os_[at] != es) | (oe[at] != ee)
+        return es[new], ee[new]
+
+    def since(self, feature: str, low: int) -> Intervals:
+        """The list's intervals starting at or after `low` (erased content removed): a
+        slice of the whole list when it is decoded, else decoded from the block holding
+        low on."""
+        fid = self.fid(feature)
+        if fid is None:
+            return Intervals.empty()
+        found = self._get("list", fid)
+        if found is not None:
+            at = int(np.searchsorted(found.starts, low, side="left"))
+            return Intervals(found.starts[at:], found.ends[at:], found.values[at:])
+        s, e, v = self._txn.read_list(fid, low)
+        self.read += len(s)
+        return self._live(s, e, v)
 
     def meta(self, name: str, default=None):
         """The committed state's meta value `name` (storage's meta), kept for the process's
@@ -611,13 +769,14 @@ class Lists:
         return self._patched(fid) if found is None else found
 
     def held(self, groups: list[tuple[str, ...]], kind: str | None = None
-             ) -> list[tuple[tuple[str, ...], list, int, object, str]]:
+             ) -> list[tuple[tuple[str, ...], list, int, object, str, tuple]]:
         """For each group of features: (those whose stored list holds an interval
         (stored_count > 0); each one's whole list if decoded already (see cached), else
         None; the intervals they hold as stored; what derived() keeps of them under
         `kind` if it is kept already (their lists are not looked for then: None each),
-        else None; the key derived() keeps it under). Which they are is kept for the
-        committed state (a query asks for the same words again)."""
+        else None; the key derived() keeps it under; and (kind, their ids, their cache
+        keys), derived()'s `lists`). Which they are is kept for the committed state (a
+        query asks for the same words again)."""
         def look(group):
             fs = tuple(f for f in group if self.stored_count(f))
             fids = tuple(self.fid(f) for f in fs)
@@ -638,15 +797,15 @@ class Lists:
                 if kept[i] is None and records[i][0]:
                     ask.append(i)
             if ask and shared is not None:
-                for i, found in zip(ask, shared.get_many([dkeys[i] for i in ask])):
+                for i, found in zip(ask, shared.get_derived_many([dkeys[i] for i in ask])):
                     if found is not None:
                         kept[i] = local[dkeys[i]] = found
         decoded = self._decoded([(fid, key) for record, have in zip(records, kept)
                                  if have is None for fid, key in zip(record[1], record[2])])
         out = []
-        for (fs, fids, _, stored, dkey), have_kept in zip(records, kept):
+        for (fs, fids, keys, stored, dkey), have_kept in zip(records, kept):
             got = [decoded[fid] for fid in fids] if have_kept is None else [None] * len(fs)
-            out.append((fs, got, stored, have_kept, dkey))
+            out.append((fs, got, stored, have_kept, dkey, (kind, fids, keys)))
         return out
 
     def _decoded(self, lists: list[tuple[int, tuple]]) -> dict[int, Intervals | None]:

@@ -122,11 +122,14 @@ def test_pruning_on_larger_collections(tmp_path_factory, docs, query, k):
     db, model = build(str(tmp_path_factory.mktemp("p") / "db"), docs, [], [])
     with db.read() as r:
         full = engine_top(r, query, k, False)
-        for leaders in (bm25.LEADERS_OVER, 0):  # 0: the leaders' scores before every term
-            # (and words given by their postings, not by their documents, when none may be)
+        # leaders 0: the leaders' scores before every term, the words given by their
+        # postings (most -1: no documents made) or by their documents (kept, and looked
+        # up in for the leaders' scores: _Words.at_documents)
+        for leaders, most in ((bm25.LEADERS_OVER, bm25.DOCUMENTS_MOST), (0, -1),
+                              (0, bm25.DOCUMENTS_MOST)):
             old, bm25.LEADERS_OVER = bm25.LEADERS_OVER, leaders
             old_most = bm25.DOCUMENTS_MOST
-            bm25.DOCUMENTS_MOST = old_most if leaders else -1
+            bm25.DOCUMENTS_MOST = most
             try:
                 for compiled in (True, False):
                     pruned = engine_top(r, query, k, True, compiled=compiled)
@@ -308,6 +311,159 @@ def test_words_documents_kept_for_one_state_follow_commits(tmp_path_factory, col
             else:
                 erase_and_delete(w, model, erased, deleted)
     db.close()
+
+
+@pytest.fixture(params=[(None, 2), (24, 1000)], ids=["2 a block", "24 bytes a block"])
+def changes_kept(monkeypatch, request):
+    """Lists of at most 2 intervals a block (or blocks of 24 bytes: a tail's postings may
+    join the block before, which is rewritten), every list keeping a record of its last
+    two changes (storage's `changes`), so a few commits use the record and some reach
+    past it."""
+    from annodb import storage
+    from annodb.storage import counts, environment
+    size, count = request.param
+    monkeypatch.setattr(environment, "block_limits", lambda psize: (size or psize - 16, count))
+    monkeypatch.setattr(storage, "ANNOTATION_BLOCK", 2)
+    monkeypatch.setattr(counts, "CHANGES_OVER", 1)
+    monkeypatch.setattr(counts, "CHANGES_KEPT", 2)
+
+
+GROUPS = [("a",), ("b",), ("c",), ("e",), ("a", "g"), ("d", "f", "zz")]
+edits = st.lists(st.one_of(
+    st.tuples(st.just("add"), st.lists(st.sampled_from(WORDS), max_size=6)),
+    st.tuples(st.just("delete"), st.integers(0, 9)),
+    st.tuples(st.just("erase"), st.integers(0, 60), st.integers(0, 3)),
+    st.tuples(st.just("annotate"), st.sampled_from("abcg"), st.integers(0, 60)),
+    st.tuples(st.just("delete and add"), st.integers(0, 9),
+              st.lists(st.sampled_from(WORDS), max_size=4)),
+    st.tuples(st.just("read"),)), min_size=1, max_size=10)
+
+
+@SETTINGS
+@given(st.lists(st.lists(st.sampled_from(WORDS), max_size=6), min_size=1, max_size=8), edits,
+       st.integers(1, 5))
+def test_words_documents_extended_after_commits_equal_documents_made_anew(
+        changes_kept, tmp_path_factory, docs, steps, k):
+    """A word's documents made once, then commits (documents added, deleted, ranges
+    erased, a word's posting put inside a document, a delete and an add in one commit),
+    with reads between some: the documents a
+    snapshot gives (extended from the earlier version's by what the lists' records of
+    changes say changed, _Words._documents_since) equal those made anew from the whole
+    lists, and the top k by them the exhaustive one; appends and deletes extend them (an
+    append in place: what earlier snapshots were given stays as it was), and an earlier
+    version is not kept beside the newer one."""
+    db = annodb.open(tmp_path_factory.mktemp("docs") / "db")
+    model = naive.Model()
+    for i, toks in enumerate(docs):
+        model.add(f"d{i}", toks)
+    try:
+        with db.write() as w:
+            for i, toks in enumerate(docs):
+                w.add(" ".join(toks), docno=f"d{i}")
+        n = len(docs)
+
+        extended = []
+        since = bm25._Words._documents_since
+
+        views = []   # (documents a snapshot was given, a copy of them)
+
+        def read():
+            extended.clear()
+            for got, copy in views:   # (what is written in place is after theirs)
+                assert np.array_equal(got[0], copy[0]) and np.array_equal(got[1], copy[1])
+            with db.read() as r:
+                ev = Evaluator(r)
+                boxes = r.lists.whole(":", container=True)
+                fresh = lists_module.Lists(r._txn, None)
+                terms = bm25.word_terms(ev, DOC, bm25.Scoring(), [(g, 1) for g in GROUPS],
+                                        r.statistics([f for g in GROUPS for f in g]))
+                for t in terms:
+                    got = t.documents(boxes.starts, boxes.ends)
+                    want = kernels.term_documents([fresh.whole(f).starts for f in t.forms],
+                                                  boxes.starts, boxes.ends)
+                    assert got is not None and want is not None
+                    assert np.array_equal(got[0], want[0]), t.forms
+                    assert np.array_equal(got[1], want[1]), t.forms
+                    views.append((got, (got[0].copy(), got[1].copy())))
+                kept = r.lists._shared   # (one version of each group's documents kept)
+                assert set(kept._derived) <= {v[0] for v in kept.derived_newest.values()}
+                query = [(g, 1) for g in GROUPS[:3]]
+                pruned = engine_top(r, [(g[0], 1) for g, _ in query], k)
+                same_ranking(named(r, *pruned), naive.bm25(model, query, k))
+                return len(extended)
+
+        bm25._Words._documents_since = lambda *a: extended.append(1) or since(*a)
+        read()
+        for step in steps:
+            if step[0] == "read":
+                read()
+                continue
+            with db.write() as w:
+                if step[0] in ("delete", "delete and add"):
+                    erase_and_delete(w, model, [], [step[1]])
+                size = model.size or 1
+                if step[0] == "erase":
+                    erase_and_delete(w, model, [(step[1] % size,
+                                                 min(step[1] % size + step[2], size - 1))], [])
+                if step[0] == "annotate":  # (a posting put inside a document, not after)
+                    w.annotate(step[1], step[2] % size, step[2] % size, 0.0)
+                    model.annotate(step[1], step[2] % size, step[2] % size, 0.0)
+                if step[0] in ("add", "delete and add"):
+                    w.add(" ".join(step[-1]), docno=f"d{n}")
+                    model.add(f"d{n}", step[-1])
+                    n += 1
+        for docno, text in (("every", "a b c d e f g"), ("last", "a b c e g d")):
+            with db.write() as w:  # after a read, an append: every group extended
+                w.add(text, docno=docno)
+                model.add(docno, text.split())
+            read()
+        assert len(extended) == len(GROUPS)
+        with db.write() as w:  # a delete: the documents less what it erased
+            assert w.delete("last")
+            model.erase(*next((d[1], d[2]) for d in model.docs if d[0] == "last"))
+        assert read() == len(GROUPS)
+    finally:
+        bm25._Words._documents_since = since
+        db.close()
+
+
+def test_a_words_documents_are_read_whole_for_it_when_it_is_asked_again(tmp_path,
+                                                                          monkeypatch):
+    """A word whose lists are not at hand has its documents made (its lists read whole)
+    only when it is asked for again, and while they fit their budget without dropping
+    others: a stream of new queries only probes its words' lists, as before."""
+    monkeypatch.setattr(lists_module, "SMALL_LIST", -1)   # (no list about a block long)
+    monkeypatch.setattr(bm25, "SMALL_LIST", -1)
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        for i in range(40):
+            w.add(f"goth rock {'jazz ' * (i % 3)}note {i}", docno=f"d{i}")
+    made = []
+    real = kernels.term_documents
+    monkeypatch.setattr(kernels, "term_documents", lambda *a: made.append(1) or real(*a))
+    cache = db._lists
+
+    def ask():
+        cache._items.clear()   # (no list decoded: the documents' kept, if any)
+        cache.bytes = 0
+        cache.newest.clear()
+        with db.read() as r:
+            r.lists.whole(":", container=True)   # (at hand, as in a warm process)
+            return [(h.docno, h.score) for h in r.search_text("jazz", rank="bm25", k=5,
+                                                              snippets=False)]
+
+    try:
+        first = ask()
+        assert made == []
+        assert ask() == first and made == [1]
+        assert ask() == first and made == [1]   # (kept)
+        cache.clear()
+        cache.max_bytes = 100   # (no room: its documents would drop others)
+        for _ in range(3):
+            assert ask() == first
+        assert made == [1]
+    finally:
+        db.close()
 
 
 @SETTINGS
