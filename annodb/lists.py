@@ -261,7 +261,7 @@ class ListCache:
             items = self._derived
             if key in items:
                 return
-            items[key] = (value, size)
+            items[key] = (value, size, group)
             self.derived_bytes += size
             if group is not None:
                 newest = self.derived_newest.get(group)
@@ -273,8 +273,11 @@ class ListCache:
                         self.derived_bytes -= gone[1]
             most = self.derived_max
             while self.derived_bytes > most:
-                _, (_, old) = items.popitem(last=False)
+                old_key, (_, old, old_group) = items.popitem(last=False)
                 self.derived_bytes -= old
+                newest = self.derived_newest.get(old_group)
+                if newest is not None and newest[0] == old_key:   # (what names the group's
+                    del self.derived_newest[old_group]            # newest is gone: forgotten)
 
     def admits(self, size: int, container: bool = False) -> bool:
         return size <= (self.max_bytes if container else self.max_bytes // 4)

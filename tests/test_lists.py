@@ -155,3 +155,18 @@ def test_blocks_kept_decoded_are_those_of_the_state_read(tmp_path, monkeypatch):
     assert probe(old) == first  # (the old snapshot reads its own state)
     old.close()
     db.close()
+
+
+def test_what_derived_keeps_forgets_the_groups_it_drops():
+    """ListCache's derived budget drops the least recently used values past it, and with
+    them its record of each dropped group's newest version (which would otherwise grow
+    with every word ever asked for)."""
+    from annodb.lists import DERIVED_SHARE, ListCache
+    cache = ListCache(max_bytes=4000)
+    budget = int(4000 * DERIVED_SHARE)
+    for i in range(100):
+        cache.put_derived(f"k{i}", object(), 600, group=("docs", i), lists=(("list", i, 1),))
+    assert cache.derived_bytes <= budget
+    kept = {key for key in cache._derived}
+    assert len(kept) == budget // 600
+    assert {newest[0] for newest in cache.derived_newest.values()} == kept
