@@ -205,23 +205,18 @@ class ListCache:
 
     def get_many(self, keys: list) -> list:
         """get of each key (None where absent), under one hold of the lock."""
-        out = []
-        with self._lock:
-            items = self._items
-            for key in keys:
-                found = items.get(key)
-                if found is not None:
-                    items.move_to_end(key)
-                    found = found[0]
-                out.append(found)
-        return out
+        return self._many(self._items, keys)
 
     def get_derived_many(self, keys: list) -> list:
         """What derived() keeps under each key (None where nothing), under one hold of
         the lock."""
+        return self._many(self._derived, keys)
+
+    def _many(self, items: OrderedDict, keys: list) -> list:
+        """The value under each key of `items` (None where absent), each found made the
+        most recently used, under one hold of the lock."""
         out = []
         with self._lock:
-            items = self._derived
             for key in keys:
                 found = items.get(key)
                 if found is not None:

@@ -71,11 +71,32 @@ def _plain_sums(values, first, last, reach, out):
 
 
 @njit(cache=True, nogil=True)
+def _decayed_at(values, nz, m, p, i, lo, hi, down, up):
+    """The decayed sum of item i's neighbours in [lo, hi] (nz[:m]: the nonzero items in
+    order, p the first at or after i), added in the order kernels.context_sums adds
+    them (j = i - 1 down, then i + 1 up), its zero terms skipped (adding 0.0 changes no
+    sum): the same float64."""
+    acc = 0.0
+    q = p - 1
+    while q >= 0 and nz[q] >= lo:
+        j = nz[q]
+        acc += down[i - j] * values[j]
+        q -= 1
+    q = p
+    if q < m and nz[q] == i:
+        q += 1
+    while q < m and nz[q] <= hi:
+        j = nz[q]
+        acc += up[j - i] * values[j]
+        q += 1
+    return acc
+
+
+@njit(cache=True, nogil=True)
 def _decayed_sums(values, first, last, before, after, reach, out):
     """out[i] = the sum over j != i of i's run at most reach away of before ** (i - j)
-    values[j] (j before i) or after ** (j - i) values[j] (after), added in the order
-    kernels.context_sums adds them (j = i - 1 down, then i + 1 up), its zero terms
-    skipped (adding 0.0 changes no sum): the same float64."""
+    values[j] (j before i) or after ** (j - i) values[j] (after), as kernels.context_sums
+    gives it (_decayed_at)."""
     n = values.shape[0]
     if before == 1.0 and after == 1.0:
         _plain_sums(values, first, last, reach, out)
@@ -95,22 +116,8 @@ def _decayed_sums(values, first, last, before, after, reach, out):
     for i in range(n):
         while p < m and nz[p] < i:
             p += 1
-        lo = max(i - reach, first[i])
-        hi = min(i + reach, last[i])
-        acc = 0.0
-        q = p - 1
-        while q >= 0 and nz[q] >= lo:
-            j = nz[q]
-            acc += down[i - j] * values[j]
-            q -= 1
-        q = p
-        if q < m and nz[q] == i:
-            q += 1
-        while q < m and nz[q] <= hi:
-            j = nz[q]
-            acc += up[j - i] * values[j]
-            q += 1
-        out[i] = acc
+        out[i] = _decayed_at(values, nz, m, p, i, max(i - reach, first[i]),
+                             min(i + reach, last[i]), down, up)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")   # (x / 0.0 as numpy: inf or nan)
@@ -192,19 +199,7 @@ def _context_scores(tf, counts, idfs, pidfs, lengths, runs, dated, named, has_na
             if plain:
                 lent = (tx[whi[i] + 1] - tx[wlo[i]]) - x[i]
             else:
-                lent = 0.0
-                q = p - 1
-                while q >= 0 and nz[q] >= wlo[i]:
-                    j = nz[q]
-                    lent += down[i - j] * x[j]
-                    q -= 1
-                q = p
-                if q < m and nz[q] == i:
-                    q += 1
-                while q < m and nz[q] <= whi[i]:
-                    j = nz[q]
-                    lent += up[j - i] * x[j]
-                    q += 1
+                lent = _decayed_at(x, nz, m, p, i, wlo[i], whi[i], down, up)
             h = 1.0 if x[i] > 0 else 0.0
             near = (th[whi[i] + 1] - th[wlo[i]]) - h
             flat = (tx[rhi[i] + 1] - tx[rlo[i]]) - x[i]
