@@ -614,7 +614,7 @@ class Evaluator:
             s, e, work, need, pos, runs, los, his = kernels.all_of_groups(
                 arrays, counts, have, toks, leaf_at, group_at, firsts)
             self.charge(work)
-            if not need.any():
+            if not np.count_nonzero(need):
                 return Intervals(s, e, zero_values(len(s))), los
             if need[0] < 0:
                 return None

@@ -812,17 +812,19 @@ class Lists:
         or patched from an earlier version's (see _patched), kept for the snapshot; else
         None."""
         local, shared = self._local, self._shared
-        keys = [key for fid, key in lists if local.get(("list", fid), _ABSENT) is _ABSENT]
+        keys = [key for fid, key in lists if ("list", fid) not in local]
         found = dict(zip(keys, shared.get_many(keys))) if shared is not None and keys else {}
         out: dict[int, Intervals | None] = {}
         for fid, key in lists:
             have = local.get(("list", fid))
-            if have is None or have is _ABSENT:
+            if have is _ABSENT:
+                have = None
+            elif have is None:
                 have = found.get(key)
                 if have is None:
                     have = self._patched(fid)
-                if have is not None:
-                    local[("list", fid)] = have
+                # (not held: the next question in this snapshot is one local lookup, as _get's)
+                local[("list", fid)] = _ABSENT if have is None else have
             out[fid] = have
         return out
 
