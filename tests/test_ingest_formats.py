@@ -285,6 +285,32 @@ def test_plain_text_files_are_named_by_their_path_below_the_common_root(db, tmp_
         assert r.document("b/deeper/notes.txt").text == "deep notes\n"
 
 
+def test_a_directory_leaves_out_binary_files_and_says_so(db, tmp_path):
+    """A folder of notes often holds images and PDFs: a file that would be read as plain
+    text but has a NUL byte in its first 8 KB is left out with a note naming it (not an
+    error for the whole run); a file named for its format (.jsonl) is read as that
+    format whatever it holds, and a binary file given by name is refused before anything
+    is written."""
+    tree = tmp_path / "notes"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "meeting.md").write_text("We moved the launch to June.\n")
+    (tree / "sub" / "photo.jpg").write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF" + bytes(5000))
+    (tree / "sub" / "scan.pdf").write_bytes(b"%PDF-1.7\n" + b"\x00\x01" * 100)
+    (tree / "records.jsonl").write_bytes(b'{"id": "r1", "text": "fine"}\n{"id": "r2\x00"\n')
+    s = run(db, tree)
+    assert sorted(docs(db)) == ["meeting.md", "r1"]
+    assert s.error_count == 1                      # the .jsonl's bad line: reported, not left out
+    assert s.notes == [f"{tree}: left out 2 binary files (a NUL byte in the first 8 KB: not "
+                       f"text): {tree}/sub/photo.jpg, {tree}/sub/scan.pdf"]
+    with pytest.raises(annodb.IngestError, match="photo.jpg: a binary file, not text"):
+        run(db, tree / "meeting.md", tree / "sub" / "photo.jpg")
+    only = tmp_path / "only"
+    only.mkdir()
+    (only / "a.bin").write_bytes(bytes(10))
+    with pytest.raises(annodb.IngestError, match="no files in this directory .1 binary"):
+        run(db, only)
+
+
 def test_a_directory_leaves_out_hidden_entries_and_says_so(db, tmp_path):
     tree = tmp_path / "tree"
     (tree / ".git").mkdir(parents=True)
