@@ -194,6 +194,28 @@ def test_csv_without_an_id_column_uses_the_first_and_says_so(db, tmp_path):
         assert [d.docno for d in r.documents()] == ["green", "blue"]
 
 
+def test_a_csv_file_written_with_semicolons_is_read_with_them_and_says_so(db, tmp_path):
+    """A spreadsheet where the comma is the decimal mark writes ';' between cells (with a
+    byte-order mark and CRLF): a header row with no comma outside quotes but semicolons
+    is read with them, and a note says so; a header with commas, or a single column,
+    stays comma-separated."""
+    path = tmp_path / "euro.csv"
+    path.write_bytes('\ufeffid;"Titel, kurz";Text\r\n1;Erste;"Hallo; Welt"\r\n'
+                     '2;Zweite;Grüße aus Köln, 3,5 km\r\n'.encode())
+    s = run(db, path)
+    assert (s.added, s.skipped) == (2, 0)
+    assert s.notes == [f"{path}: read with ';' between cells (its header row has no comma "
+                       "and holds those)"]
+    found = docs(db)
+    assert found["1"].field_text("Text") == "Hallo; Welt"
+    assert found["2"].field_text("Text") == "Grüße aus Köln, 3,5 km"
+    assert found["2"].field_text("Titel, kurz") == "Zweite"
+    one = tmp_path / "one.csv"
+    one.write_text("id\na;b\n")
+    s = run(db, one)
+    assert "a;b" in docs(db) and s.notes == []       # one column: nothing to split
+
+
 def test_csv_rows_that_cannot_be_stored_are_reported(db, tmp_path):
     path = tmp_path / "bad.csv"
     path.write_bytes(b"id,text\na,fine\nb,one,two\nc,bad \xff byte\n,no id\nd,last one")

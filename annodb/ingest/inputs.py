@@ -61,6 +61,7 @@ class Source:
     size: int
     docno: str | None = None     # a plain-text file's docno
     header: bool = False         # a TSV file with a header row
+    delimiter: str = ","         # a CSV file's (";" or "|" when its header row says so)
     notes: tuple = ()            # what the summary should say about how it was read
     files: tuple = ()            # a group's plain-text files (Sources)
 
@@ -196,11 +197,31 @@ def _source(path: str, format, id_field, text_fields, note) -> Source:
             raise IngestError(f"{path}: {option} names a field of records, and this file "
                               f"holds {kind}, which have none: ingest it in a run of its own")
         return source
+    if fmt == "csv":
+        source = _csv_delimiter(source, head)
     if fmt in ("csv", "tsv"):
         return _check_table(source, id_field, text_fields)
     if id_field or text_fields:
         _check_record_fields(source, id_field, text_fields)
     return source
+
+
+def _csv_delimiter(source: Source, head: bytes) -> Source:
+    """A CSV file whose header row holds no comma outside quotes but semicolons (what a
+    spreadsheet writes where the comma is the decimal mark), tabs or bars is read with
+    that delimiter, and the summary says so."""
+    line = _first_line(head).decode("utf-8", "replace")
+    outside = re.sub(r'"[^"]*"', "", line)
+    if "," in outside:
+        return source
+    counts = {d: outside.count(d) for d in ";\t|"}
+    best = max(counts, key=lambda d: counts[d])
+    if not counts[best]:
+        return source
+    shown = {";": "';'", "\t": "tabs", "|": "'|'"}[best]
+    note = (f"{source.path}: read with {shown} between cells (its header row has no comma "
+            "and holds those)")
+    return dataclasses.replace(source, delimiter=best, notes=source.notes + (note,))
 
 
 def _tsv_source(source: Source, head: bytes, id_field, text_fields) -> Source:
