@@ -542,3 +542,13 @@ def test_a_file_size_limit_is_named_not_an_input_output_error(tmp_path, growing)
     assert f"file too large (the file size limit, ulimit -f, is {limit:,} bytes" in line
     assert "Input/output error" not in line and "run the same ingest again" in line
     assert invoke("check", "--db", path).stdout == "ok\n"
+
+
+def test_bare_words_given_to_query_and_an_empty_search_say_what_to_do(db):
+    """`annodb query 'two words'` says to join the terms with an operator or search them
+    as free text; `annodb search ''` is a usage error, not "no word is in the database"."""
+    line = one_error_line(invoke("query", "--db", db, "river sea"), 2)
+    assert "trailing input" in line and "(^ a b) all of them" in line
+    assert "free text" in line
+    line = one_error_line(invoke("search", "--db", db, "  "), 2)
+    assert line == "annodb: error: an empty query: give the words to search for"
