@@ -121,6 +121,7 @@ def number(key: str, value) -> float:
             return value
         raise AnnodbError(f"metadata {key!r}: {value!r} is not a finite number")
     kind = ("None: leave the key out instead" if value is None else
+            "a string, not a number" if isinstance(value, str) else
             "a list: a key holds one value (a string, number, bool or time); give one "
             "string, or a key for each" if isinstance(value, (list, tuple, set, frozenset))
             else f"a {type(value).__name__}: a key holds a string (a label), a number or "
