@@ -272,6 +272,14 @@ def latency(path: str, con, qs: list[dict], k: int) -> dict:
     return out
 
 
+def _memories(rows: list[dict], tag: str = "") -> list[dict]:
+    """remember_many's arguments for LoCoMo's turns (a copy's: docnos and conv ids
+    tagged)."""
+    return [{"text": d["text"], "docno": d["docid"] + tag, "conv": d["conv"] + tag,
+             "session": d["session"], "speaker": d["speaker"], "time": when(d["date_time"])}
+            for d in rows]
+
+
 def growth(sizes=(1, 4, 16), n_questions: int = 400, k: int = 10) -> str:
     """Recall latency as the memory grows: LoCoMo's turns remembered `size` times (each
     copy a conversation of its own: new conv ids and docnos, the same text and times),
@@ -293,11 +301,7 @@ def growth(sizes=(1, 4, 16), n_questions: int = 400, k: int = 10) -> str:
         shutil.rmtree(path, ignore_errors=True)
         mem = annodb.Memory(path)
         for copy in range(size):
-            tag = "" if copy == 0 else f"-r{copy}"
-            mem.remember_many([{"text": d["text"], "docno": d["docid"] + tag,
-                                "conv": d["conv"] + tag, "session": d["session"],
-                                "speaker": d["speaker"], "time": when(d["date_time"])}
-                               for d in rows])
+            mem.remember_many(_memories(rows, "" if copy == 0 else f"-r{copy}"))
         cells = []
         for where in (None, "conv"):
             times = {"recall": [], "follow": [], "scan": []}
@@ -370,9 +374,7 @@ def growth_filler(sizes=(1, 4, 16), n_questions: int = 400) -> str:
         path = os.path.join(WORK, f"filler-{size}x.db")
         shutil.rmtree(path, ignore_errors=True)
         mem = annodb.Memory(path)
-        mem.remember_many([{"text": d["text"], "docno": d["docid"], "conv": d["conv"],
-                            "session": d["session"], "speaker": d["speaker"],
-                            "time": when(d["date_time"])} for d in rows])
+        mem.remember_many(_memories(rows))
         start = when("1:00 pm on 1 January, 2020")
         extra = more[:(size - 1) * len(rows)]
         for at in range(0, len(extra), 20_000):
