@@ -502,6 +502,36 @@ def test_batches_committed_together_give_what_each_alone_gives(tmp_path, monkeyp
                         "(refused)" for line in (15, 16, 17)]
 
 
+def test_ctrl_c_commits_the_batches_of_the_open_transaction_first(tmp_path):
+    """Ctrl-C (a real SIGINT to this process) while a transaction holds some batches of its
+    commit_batches: they are committed before the ingest stops, so Interrupted's summary
+    is exactly what the database holds, whole batches in input order, and the same ingest
+    again completes it."""
+    import signal
+    per_batch, width = 20, 48   # every line as long: a batch is per_batch records
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(f'{{"docid": "d{i}", "text": "line {i}"}}'.ljust(width - 1) + "\n"
+                           for i in range(400)))
+    reports = []
+
+    def progress(done, read, total):   # Ctrl-C after the 7th batch: 5 committed, 2 open
+        reports.append(done)
+        if len(reports) == 7:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    path = tmp_path / "p.db"
+    with pytest.raises(annodb.ingest.Interrupted) as info:
+        ingest(path, [src], batch_bytes=per_batch * width, commit_batches=5,
+               progress=progress)
+    s = info.value.summary
+    assert (s.documents, s.batches) == (7 * per_batch, 7)
+    with annodb.open(path) as db:
+        assert docnos(db) == [f"d{i}" for i in range(7 * per_batch)]
+        assert check(db) == []
+    s = ingest(path, [src], batch_bytes=per_batch * width, commit_batches=5)
+    assert (s.present, s.added) == (7 * per_batch, 400 - 7 * per_batch)
+
+
 def test_strict_in_a_second_process(db):
     with pytest.raises(annodb.IngestError, match="malformed.jsonl:2"):
         ingest(db, [DATA / "malformed.jsonl"], strict=True, parallel=True)
