@@ -39,7 +39,7 @@ class AsyncMemory:
         return await loop.run_in_executor(self._pool, functools.partial(method, *args,
                                                                         **kwargs))
 
-    async def remember(self, text: str, /, **kwargs) -> str:
+    async def remember(self, text: str | None = None, /, **kwargs) -> str:
         return await self._run(self.memory.remember, text, **kwargs)
 
     async def remember_many(self, memories) -> list[str]:

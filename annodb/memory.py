@@ -14,9 +14,10 @@ A memory is a document: its text is the record field `text`, its docno `m<addres
 memory's first address: unique for ever, even after forget, and increasing in the order
 memories were committed) unless one is given. Its metadata follows metadata.py's rules:
 numbers (and times) are values on `:key:`, strings are labels `key:value`, `:time:` is
-when it was remembered (seconds since the epoch; `time=` a datetime or seconds sets it; a
-naive datetime is UTC), and the RESERVED keys (text, docno, key, superseded, and annodb's
-own judgment, note, order and call) are refused.
+when it was remembered (seconds since the epoch; `time=` a datetime, seconds or an ISO
+8601 string sets it; a naive datetime or a string without a zone is UTC), and the
+RESERVED keys (text, docno, key, superseded, and annodb's own judgment, note, order and
+call) are refused.
 
 Facts change: `remember(text, key=K)` supersedes the memories with key K remembered at or
 before its time (their `:superseded:` is set to that time; they stay stored), and is
@@ -51,7 +52,7 @@ from . import recall as _recall
 from .collection import open as _open
 from .errors import AnnodbError, NotFoundError, StorageError
 from .metadata import (DOCUMENT, KEY, RESERVED, SUPERSEDED, TEXT, TIME, check_own_key,
-                       current_node, duration, label, number, seconds,
+                       current_node, duration, label, needed, number, seconds,
                        stored, value_feature, where_node as _where_node)
 from .query import Combine, Feature
 from .ranking import text_words
@@ -178,7 +179,9 @@ class Memory:
     folder of other files are refused.
 
     Metadata (keyword arguments of remember): a string is an exact label, a number or a
-    bool a value, a datetime a time (seconds since the epoch; naive means UTC). Keys are
+    bool a value, a datetime a time (seconds since the epoch; naive means UTC; `time=`
+    also takes an ISO 8601 string, "2025-03-01T09:00:00Z", no zone meaning UTC). A list,
+    None or a dict is refused (a key holds one value). Keys are
     names without whitespace or ( ) " : and not one of RESERVED: text, docno, key,
     superseded, judgment, note, order, call (annodb writes those itself).
 
@@ -188,11 +191,13 @@ class Memory:
         {"user": ["alice", "bob"]}         any of (also ("in", [...]))
         {"user": ("not in", ["bob"])}      none of
         {"importance": (">=", 2)}          = != < <= > >= (strings: = and != only)
-        {"time": (">=", datetime(2024, 1, 1))}
+        {"time": (">=", datetime(2024, 1, 1))}   (or ">=", "2024-01-01")
         {"key": ("exists", True)}          the key is there (False: it is not)
 
     A condition on a key a memory lacks is false for =, comparisons and in, and true for
-    != and not in, for numbers and strings alike.
+    != and not in, for numbers and strings alike. An operator not in the list above is
+    an error. A recall that finds nothing says in its warnings which keys of `where` no
+    memory has, and which strings no memory has for their key.
     """
 
     def __init__(self, path, *, readonly: bool = False, timeout: float = 30.0,
@@ -215,13 +220,15 @@ class Memory:
         return f"annodb.Memory({self.db.path!r})"
 
     # writing
-    def remember(self, text: str, /, *, docno: str | None = None, key: str | None = None,
-                 supersedes: str | None = None, **metadata) -> str:
+    def remember(self, text: str | None = None, /, *, docno: str | None = None,
+                 key: str | None = None, supersedes: str | None = None, **metadata) -> str:
         """Store `text` with `metadata` (time= sets when, default now); returns its docno.
         `key` names what it is about: it supersedes the memories with that key remembered
         at or before its time. `supersedes=docno` supersedes that memory (and takes its
         key). Giving the docno of an existing memory replaces it (the latest remember
         wins)."""
+        if text is None and TEXT in metadata:    # (remember(text="...") as a keyword)
+            text = metadata.pop(TEXT)
         for name in metadata:
             check_own_key(name)
         return self.remember_many([dict(metadata, text=text, docno=docno, key=key,
@@ -482,7 +489,8 @@ class Memory:
         max(4k, 100) by relevance are re-ranked so). No query
         (None or "") gives the latest k. `gcl`: True reads the query as GCL (so a raw term
         like `user:alice` names a feature), False as words; None (the default) decides by
-        `is_gcl`. `warnings` says when no word of the question is in the memory."""
+        `is_gcl`. `warnings` says when no word of the question is in the memory and, when
+        nothing is found, which keys (or key = string) of `where` no memory has."""
         as_of = None if as_of is None else seconds(as_of, "as_of")
         half = None if recency is None else duration(recency)
         if not query_or_text or not query_or_text.strip():
@@ -504,6 +512,8 @@ class Memory:
             warnings = list(results.warnings)
             if not entries and not use_gcl and not text_words(r, query_or_text):
                 warnings.append(f"no word of {query_or_text!r} is in the memory")
+            if not entries:
+                warnings += _absent(r, where)
         return Recalled(entries, results.query, _query.format(box), warnings)
 
     @staticmethod
@@ -566,6 +576,19 @@ class Memory:
             return r.features_with_prefix(f"{key}:", sys.maxsize)
         return current_node(_where_node(where, base, labels_of), as_of, include_superseded,
                             r.has_feature(value_feature(SUPERSEDED)))
+
+
+def _absent(r, where: dict | None) -> list[str]:
+    """Warnings for the conditions of `where` that no memory can satisfy: a key no memory
+    has, or a string no memory has for its key (a typo filters everything out)."""
+    out = []
+    for key, value in needed(where):
+        if not r.has_feature(value_feature(key)) and \
+                not r.features_with_prefix(f"{key}:", 1):
+            out.append(f"no memory has the key {key!r}")
+        elif value is not None and not r.has_feature(label(key, value)):
+            out.append(f"no memory has {key} = {value!r}")
+    return out
 
 
 def _cursor(text) -> tuple[float, int]:

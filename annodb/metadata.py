@@ -84,7 +84,14 @@ def value_feature(key: str) -> str:
 
 
 def seconds(value, what: str = "time") -> float:
-    """A time as seconds since the epoch: a number, or a datetime (naive: UTC)."""
+    """A time as seconds since the epoch: a number, a datetime (naive: UTC) or an ISO 8601
+    string ("2025-03-01", "2025-03-01T09:00:00Z"; no zone: UTC), as MCP's tools take."""
+    if isinstance(value, str):
+        try:
+            value = _dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise AnnodbError(f"{what}: {value!r} is neither a datetime, seconds since the "
+                              "epoch nor an ISO 8601 time (2025-03-01T09:00:00Z)") from None
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=_dt.timezone.utc)
@@ -112,7 +119,14 @@ def number(key: str, value) -> float:
         value = float(value)
         if math.isfinite(value):
             return value
-    raise AnnodbError(f"metadata {key!r}: {value!r} is not a finite number")
+        raise AnnodbError(f"metadata {key!r}: {value!r} is not a finite number")
+    kind = ("None: leave the key out instead" if value is None else
+            "a string, not a number" if isinstance(value, str) else
+            "a list: a key holds one value (a string, number, bool or time); give one "
+            "string, or a key for each" if isinstance(value, (list, tuple, set, frozenset))
+            else f"a {type(value).__name__}: a key holds a string (a label), a number or "
+            "bool (a value) or a time (a datetime)")
+    raise AnnodbError(f"metadata {key!r}: {value!r} is {kind}")
 
 
 def stored(key: str, value):
@@ -153,8 +167,14 @@ def conditions(key: str, want, labels_of) -> list[tuple[str, _query.Node]]:
     `>>` (contains the node) or `!>` (contains none). `labels_of(key)` lists the key's
     string labels (for exists)."""
     check_key(key)
+    if isinstance(want, (list, tuple)) and len(want) == 2 and isinstance(want[0], str) \
+            and want[0] and set(want[0]) <= set("<>=!~^$*%") and not _is_pair(want):
+        raise AnnodbError(f"where {key!r}: unknown operator {want[0]!r}; the operators: "
+                          f"{', '.join(OPERATORS + SET_OPERATORS)}, exists")
     if _is_pair(want):
         op, value = want
+        if key == TIME and isinstance(value, str) and op in OPERATORS:
+            value = seconds(value, f"where {key!r}")     # (an ISO 8601 time, as remember's)
         if op == "exists":
             if not isinstance(value, bool):
                 raise AnnodbError(f"where {key!r}: exists takes True or False")
@@ -177,6 +197,22 @@ def conditions(key: str, want, labels_of) -> list[tuple[str, _query.Node]]:
     if isinstance(want, (list, tuple, set, frozenset)):
         return [(">>", _any_of(key, want))]
     return [(">>", _term(key, want))]
+
+
+def needed(where: dict | None) -> list[tuple[str, str | None]]:
+    """(key, string or None) for each condition of `where` that only a memory holding the
+    key satisfies (=, in, comparisons, exists True), with the string label it names (a
+    plain string or ("=", string)): what to look for when a filter matched nothing."""
+    out: list[tuple[str, str | None]] = []
+    for key, want in (where or {}).items():
+        if _is_pair(want):
+            op, value = want
+            if op in ("!=", "not in") or (op == "exists" and not value):
+                continue
+            out.append((key, value if op == "=" and isinstance(value, str) else None))
+        else:
+            out.append((key, want if isinstance(want, str) else None))
+    return out
 
 
 def where_node(where: dict | None, base: _query.Node = DOCUMENT, labels_of=None

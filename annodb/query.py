@@ -289,7 +289,9 @@ def _parse_full(text: str, lenient: bool) -> Parsed:
             continue
         # An operand starts here: does one fit?
         if not stack and top:
-            raise QueryError("trailing input after a complete query", start, "end of query")
+            raise QueryError("trailing input after a complete query (several terms? join "
+                             "them with an operator: (^ a b) all of them, (+ a b) any of "
+                             "them; or search them as free text)", start, "end of query")
         slot = stack[-1].slot(start) if stack else "e"
         if slot != "e":
             items.append(_number(kind, value, slot, start))

@@ -26,7 +26,11 @@ from .storage import Document
 
 
 FOLD_DIACRITICS = "fold_diacritics"  # meta: True when words are stored without diacritics
-FLUSH_TOKENS = 4_000_000  # buffered tokens that trigger a write to LMDB inside the transaction
+# buffered tokens that trigger a write to LMDB inside the transaction: an ingest's
+# transaction of four batches (~4M tokens) flushes twice (its peak private memory at 1x
+# ~80 MB lower than with 4M, its CPU the same within the noise: RESULTS.md, "Ingest CPU
+# beside SQLite FTS5, 1x: fourth round")
+FLUSH_TOKENS = 2_000_000
 DOCUMENT = batch.DOCUMENT
 NOTES = "note:"           # the container of notes (Writer.note): apart from the collection
 

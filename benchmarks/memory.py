@@ -6,6 +6,7 @@ latency with a filter, for annodb's Memory and SQLite FTS5 side by side.
     python -m benchmarks.memory --no-record   # print only
     python -m benchmarks.memory --quick       # the default and the peers only
     python -m benchmarks.memory --growth      # recall latency over 1x, 4x, 16x LoCoMo
+    python -m benchmarks.memory --growth-filler   # the memory grown with other text
 
 The memory: every turn remembered in conversation order with `conv`, `session`, `speaker`
 and `time` (its session's date_time, as UTC) as metadata; its text is corpus.jsonl's
@@ -271,6 +272,14 @@ def latency(path: str, con, qs: list[dict], k: int) -> dict:
     return out
 
 
+def _memories(rows: list[dict], tag: str = "") -> list[dict]:
+    """remember_many's arguments for LoCoMo's turns (a copy's: docnos and conv ids
+    tagged)."""
+    return [{"text": d["text"], "docno": d["docid"] + tag, "conv": d["conv"] + tag,
+             "session": d["session"], "speaker": d["speaker"], "time": when(d["date_time"])}
+            for d in rows]
+
+
 def growth(sizes=(1, 4, 16), n_questions: int = 400, k: int = 10) -> str:
     """Recall latency as the memory grows: LoCoMo's turns remembered `size` times (each
     copy a conversation of its own: new conv ids and docnos, the same text and times),
@@ -292,11 +301,7 @@ def growth(sizes=(1, 4, 16), n_questions: int = 400, k: int = 10) -> str:
         shutil.rmtree(path, ignore_errors=True)
         mem = annodb.Memory(path)
         for copy in range(size):
-            tag = "" if copy == 0 else f"-r{copy}"
-            mem.remember_many([{"text": d["text"], "docno": d["docid"] + tag,
-                                "conv": d["conv"] + tag, "session": d["session"],
-                                "speaker": d["speaker"], "time": when(d["date_time"])}
-                               for d in rows])
+            mem.remember_many(_memories(rows, "" if copy == 0 else f"-r{copy}"))
         cells = []
         for where in (None, "conv"):
             times = {"recall": [], "follow": [], "scan": []}
@@ -326,6 +331,108 @@ def growth(sizes=(1, 4, 16), n_questions: int = 400, k: int = 10) -> str:
     return "\n".join(lines)
 
 
+SCALE_CORPUS = os.path.join(HERE, "work", "corpus.jsonl")
+
+
+def filler(n: int, path: str = SCALE_CORPUS) -> list[str]:
+    """n passages spread evenly over the scale corpus (benchmarks/work/corpus.jsonl: a
+    dictionary, manuals, books and MS MARCO segments, ../shared/tools), every passage at
+    the same stride from the first, so each size's filler holds the smaller ones'."""
+    with open(path, "rb") as f:
+        total = sum(1 for _ in f)
+    stride = max(total // max(n, 1), 1)
+    out = []
+    with open(path, "rb") as f:
+        for i, line in enumerate(f):
+            if i % stride == 0:
+                out.append(json.loads(line)["text"])
+                if len(out) == n:
+                    break
+    return out
+
+
+def growth_filler(sizes=(1, 4, 16), n_questions: int = 400) -> str:
+    """Recall as the memory grows with other text, not with copies of itself: LoCoMo's
+    5,882 turns, then (size - 1) x 5,882 passages of the scale corpus as memories of
+    their own (conv "filler", an hour apart: each its own session), so the words the
+    conversations share stay as rare as they were and the filler brings its own. All
+    1,986 questions with no `where` (the ten conversations and the filler compete):
+    evidence recall at 10 and 50 (the paper's metric); and for the first `n_questions`,
+    p50 / p99 ms of Memory.recall at k = 10, the default (following the postings where
+    that reads less) beside recall.search(scan=True) (every memory scored), after a
+    warm-up pass. The copies of `--growth` make every word's df grow with the memory, so
+    no exact top k can read less than a share of it; text that is new is the other
+    extreme."""
+    import annodb
+    from annodb import memory as M, recall
+    rows, qs = turns(), questions()
+    more = filler((max(sizes) - 1) * len(rows))
+    lines = ["| memories | no `where`: recall @10 / @50 | Memory.recall p50 / p99 ms | "
+             "recall.search (default) | every memory scored (scan) | read whole |",
+             "|---:|---:|---:|---:|---:|---:|"]
+    for size in sizes:
+        path = os.path.join(WORK, f"filler-{size}x.db")
+        shutil.rmtree(path, ignore_errors=True)
+        mem = annodb.Memory(path)
+        mem.remember_many(_memories(rows))
+        start = when("1:00 pm on 1 January, 2020")
+        extra = more[:(size - 1) * len(rows)]
+        for at in range(0, len(extra), 20_000):
+            mem.remember_many([{"text": t, "docno": f"filler:{at + i}", "conv": "filler",
+                                "time": start + 3600.0 * (at + i)}
+                               for i, t in enumerate(extra[at:at + 20_000])])
+        run = {q["qid"]: [e.docno for e in mem.recall(q["question"], k=DEPTH)] for q in qs}
+        quality = f"{recall_at(run, qs, 10):.1f} / {recall_at(run, qs, 50):.1f}"
+        times: dict = {"recall": [], "follow": [], "scan": []}
+        whole = 0
+        node = M.where_node(None)
+        for rep in range(2):
+            for q in qs[:n_questions]:
+                t0 = time.perf_counter()
+                mem.recall(q["question"], k=10)
+                t1 = time.perf_counter()
+                with mem.db.read() as r:
+                    recall.search(r, q["question"], k=10, container=node)
+                t2 = time.perf_counter()
+                with mem.db.read() as r:
+                    recall.search(r, q["question"], k=10, container=node, scan=True)
+                t3 = time.perf_counter()
+                if rep:
+                    for name, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2)):
+                        times[name].append(dt * 1000)
+                    whole += _reads_whole(mem, q["question"], node)
+        cells = []
+        for name in times:
+            v = sorted(times[name])
+            cells.append(f"{v[len(v) // 2]:.2f} / {v[int(len(v) * 0.99)]:.2f}")
+        mem.close()
+        lines.append(f"| {size * len(rows):,} ({size}x) | {quality} | " + " | ".join(cells)
+                     + f" | {whole / n_questions:.0%} |")
+        print(lines[-1], flush=True)
+        shutil.rmtree(path, ignore_errors=True)
+    return "\n".join(lines)
+
+
+def _reads_whole(mem, question: str, node) -> bool:
+    """Whether recall.search read every memory for this question (following the postings
+    would have read too much), by asking its _followed directly."""
+    from annodb import recall
+    said = []
+    original = recall._followed
+
+    def spy(*args, **kwargs):
+        out = original(*args, **kwargs)
+        said.append(out is None)
+        return out
+    recall._followed = spy
+    try:
+        with mem.db.read() as r:
+            recall.search(r, question, k=10, container=node)
+    finally:
+        recall._followed = original
+    return bool(said and said[-1])
+
+
 def row(name: str, figures: dict) -> str:
     cells = [" / ".join(f"{figures[h][k]:.1f}" for k in KS) for h in ("tune", "held out",
                                                                        "all")]
@@ -340,6 +447,9 @@ def main(argv=None) -> int:
                     help="the default and the peers only (no variants)")
     ap.add_argument("--growth", action="store_true",
                     help="only recall latency over 1x, 4x and 16x LoCoMo")
+    ap.add_argument("--growth-filler", action="store_true",
+                    help="only recall and its latency over LoCoMo grown 4x and 16x with "
+                         "passages of the scale corpus (benchmarks/work/corpus.jsonl)")
     args = ap.parse_args(argv)
     if not os.path.isfile(os.path.join(DATA, "corpus.jsonl")):
         print(f"benchmarks.memory needs LoCoMo in {DATA} (not found); set "
@@ -348,6 +458,19 @@ def main(argv=None) -> int:
     from annodb import recall
     from benchmarks.common.results import machine, record
     os.makedirs(WORK, exist_ok=True)
+    if args.growth_filler:
+        if not os.path.isfile(SCALE_CORPUS):
+            print(f"--growth-filler needs the scale corpus at {SCALE_CORPUS} (not found; "
+                  "build it with ../shared/tools)", file=sys.stderr)
+            return 1
+        table = growth_filler()
+        if not args.no_record:
+            now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+            record("memory-filler", "## Agent memory grown with other text (`python -m "
+                   f"benchmarks.memory --growth-filler`)\n\nRun {now} on {machine()}, under "
+                   "the shared CPU lock. " + growth_filler.__doc__.replace("\n    ", " ")
+                   + "\n\n" + table)
+        return 0
     if args.growth:
         table = growth()
         if not args.no_record:

@@ -10,6 +10,8 @@ the ones that lost (RESULTS.md, "Agent memory on LoCoMo", lists them all).
     python benchmarks/memory_prototype.py --fourth     # the fourth: a length prior (the
                                                        # tuning half; --held-out: all)
     python benchmarks/memory_prototype.py --fifth      # the fifth: names, BM25+, priors
+    python benchmarks/memory_prototype.py --sixth      # the sixth: a thesaurus (WordNet
+                                                       # 3.0, Debian's wordnet-base)
 
 Its figures differ from annodb's by a few tenths: it conflates every word with its stem
 (annodb: the words of the database sharing the stem, at most 32), and it lends context
@@ -922,6 +924,114 @@ def rows_fifth(corpus):
     ]
 
 
+# the sixth round: a thesaurus (WordNet 3.0 as Debian's wordnet-base installs it) -------
+
+WORDNET = os.environ.get("WORDNET_DIR", "/usr/share/wordnet")
+WN_POS = {"n": "noun", "v": "verb", "a": "adj", "r": "adv"}
+WN_RULES = {"n": [("s", ""), ("ses", "s"), ("xes", "x"), ("zes", "z"), ("ches", "ch"),
+                  ("shes", "sh"), ("men", "man"), ("ies", "y")],
+            "v": [("s", ""), ("ies", "y"), ("es", "e"), ("es", ""), ("ed", "e"), ("ed", ""),
+                  ("ing", "e"), ("ing", "")],
+            "a": [("er", ""), ("est", ""), ("er", "e"), ("est", "e")], "r": []}
+
+
+class WordNet:
+    """WordNet's index, data and exception files read as they are: a word's senses in
+    order of frequency (index.POS), each sense's lemmas and pointers (data.POS), and the
+    base form by the exception lists and WordNet's own suffix rules (its morphy)."""
+
+    def __init__(self, folder=WORDNET):
+        self.index, self.data, self.exc = {}, {}, {}
+        for p, name in WN_POS.items():
+            for line in open(os.path.join(folder, f"index.{name}"), encoding="latin-1"):
+                if not line.startswith(" "):
+                    f = line.split()
+                    self.index[(f[0], p)] = f[4 + int(f[3]) + 2:]
+            for line in open(os.path.join(folder, f"data.{name}"), encoding="latin-1"):
+                if line.startswith(" "):
+                    continue
+                f = line.split("|")[0].split()
+                n = int(f[3], 16)
+                k = 5 + 2 * n
+                ptrs = [(f[k + 4 * i], f[k + 1 + 4 * i],
+                         "a" if f[k + 2 + 4 * i] == "s" else f[k + 2 + 4 * i])
+                        for i in range(int(f[k - 1]))]
+                self.data[(f[0], p)] = ([f[4 + 2 * i].lower() for i in range(n)], ptrs)
+            for line in open(os.path.join(folder, f"{name}.exc"), encoding="latin-1"):
+                f = line.split()
+                self.exc.setdefault((f[0], p), f[1])
+
+    def base(self, w, p):
+        if (w, p) in self.exc:
+            return self.exc[(w, p)]
+        if (w, p) in self.index:
+            return w
+        for a, b in WN_RULES[p]:
+            if w.endswith(a) and (w[:len(w) - len(a)] + b, p) in self.index:
+                return w[:len(w) - len(a)] + b
+        return None
+
+    def related(self, w, senses=1, rels=("syn",), pos="nv"):
+        """The one-word lemmas of w's first `senses` senses in each part of speech:
+        their synonyms (syn), direct hyponyms (hypo), hypernyms (hyper), derivationally
+        related forms (deriv)."""
+        kinds = {"~": "hypo", "~i": "hypo", "@": "hyper", "@i": "hyper", "+": "deriv"}
+        out = set()
+        for p in pos:
+            lemma = self.base(w, p)
+            for off in self.index.get((lemma, p), [])[:senses]:
+                words, ptrs = self.data[(off, p)]
+                if "syn" in rels:
+                    out.update(words)
+                for sym, o, pp in ptrs:
+                    if kinds.get(sym) in rels:
+                        out.update(self.data[(o, pp)][0])
+        return {x for x in out if x.isalpha() and x != w}
+
+
+def thesaurus(corpus, base, wordnet, weight, **kw):
+    """base's score for the question expanded by WordNet: each word of three letters or
+    more that is not a stop word nor a speaker's name adds its related words at `weight`
+    of a question word (a word the question holds keeps its own weight)."""
+    from annodb.feedback import STOP_WORDS
+    names = {s for c in corpus.convs.values() for s in c["spk"].tolist()}
+    def f(c, text):
+        ws = corpus.tokens(text)
+        qt = collections.Counter(corpus.stem(w) for w in ws)
+        for w in ws:
+            if w in STOP_WORDS or len(w) < 3 or corpus.stem(w) in names:
+                continue
+            for r in wordnet.related(w, **kw):
+                if corpus.stem(r) not in qt or qt[corpus.stem(r)] < 1:
+                    qt[corpus.stem(r)] += weight
+        return base(c, text, qt)
+    return f
+
+
+def rows_sixth(corpus):
+    """The sixth round: the fifth's default with the question expanded by WordNet."""
+    prepare3(corpus)
+    base = scorer4(corpus, rich_mode="sat", rich_norm=False, rich_mul=True, rich=0.3)
+    wn = WordNet()
+    T = lambda w, **kw: thesaurus(corpus, base, wn, w, **kw)  # noqa: E731
+    return [
+        ("**the default (length prior 0.3)**", base),
+        ("synonyms of the first sense (nouns), 0.1", T(0.1, pos="n")),
+        ("the same, nouns and verbs, 0.2", T(0.2)),
+        ("the same, 0.4", T(0.4)),
+        ("synonyms and hyponyms of the first two senses (nouns), 0.05",
+         T(0.05, senses=2, rels=("syn", "hypo"), pos="n")),
+        ("the same, 0.2", T(0.2, senses=2, rels=("syn", "hypo"), pos="n")),
+        ("synonyms and hyponyms of the first sense (nouns, verbs), 0.2",
+         T(0.2, rels=("syn", "hypo"))),
+        ("synonyms, hyponyms and hypernyms of three senses, 0.1",
+         T(0.1, senses=3, rels=("syn", "hypo", "hyper"))),
+        ("derivationally related forms (nouns, verbs, adjectives), 0.2",
+         T(0.2, rels=("deriv",), pos="nva")),
+        ("the same, three senses, nouns and verbs, 0.4", T(0.4, senses=3, rels=("deriv",))),
+    ]
+
+
 def run(corpus, fn, qs):
     out = {}
     for q in qs:
@@ -937,13 +1047,19 @@ def main() -> int:
         print(f"needs LoCoMo in {DATA} (not found); set ANNODB_SHARED", file=sys.stderr)
         return 1
     corpus, qs = Corpus(), questions()
-    if "--fourth" in sys.argv or "--fifth" in sys.argv:
+    if "--sixth" in sys.argv and not os.path.isfile(os.path.join(WORDNET, "index.noun")):
+        print(f"needs WordNet 3.0 in {WORDNET} (not found: apt install wordnet-base, or set "
+              "WORDNET_DIR)", file=sys.stderr)
+        return 1
+    rounds = {"--fourth": rows_fourth, "--fifth": rows_fifth, "--sixth": rows_sixth}
+    chosen = [r for a, r in rounds.items() if a in sys.argv]
+    if chosen:
         held = "--held-out" in sys.argv     # (the fourth round chose on the tuning half)
         tune = [q for q in qs if q["conv"] in TUNE]
         print("| prototype variant | tune: @5 / @10 / @25 / @50 | sum |"
               + (" held out | all ten |" if held else ""))
         print("|---|---|---|" + ("---|---|" if held else ""))
-        for name, fn in (rows_fifth if "--fifth" in sys.argv else rows_fourth)(corpus):
+        for name, fn in chosen[0](corpus):
             got = run(corpus, fn, qs if held else tune)
             t = {k: recall_at(got, tune, k) for k in (5, 10, 25, 50)}
             cells = [" / ".join(f"{t[k]:.1f}" for k in t), f"{sum(t.values()):.1f}"]

@@ -29,7 +29,8 @@ from .main import MAX_PROBLEMS_SHOWN, _Bar, db_option, echo_json
               help="The input format (default: from the file name; see above).")
 @click.option("--batch-size", type=click.IntRange(min=1), metavar="N",
               help="Commit every N documents (default: every "
-              f"{_ingest.DEFAULT_BATCH_BYTES >> 20} MiB of input).")
+              f"{(_ingest.DEFAULT_BATCH_BYTES >> 20) * _ingest.COMMIT_BATCHES} MiB "
+              "of input).")
 @click.option("--replace", is_flag=True, help="Replace documents whose docno is already "
               "in the database (default: leave them as they are).")
 @click.option("--skip-bad", is_flag=True, help="Exit 0 even if bad records or repeated "

@@ -7,12 +7,12 @@ The tools are thin wrappers of Memory's methods; `make_server(memory)` builds th
 from __future__ import annotations
 
 import threading
-from datetime import datetime
 from typing import Any
 
 import click
 
 from annodb.errors import AnnodbError
+from annodb.metadata import seconds
 from annodb.memory import Memory
 from .main import db_option
 
@@ -56,10 +56,7 @@ def _time(value, what: str):
     if value is None or isinstance(value, (int, float)):
         return value
     if isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            pass
+        return seconds(value, what)
     raise AnnodbError(f"{what}: {value!r} is neither seconds since the epoch nor an ISO "
                       "8601 time")
 

@@ -171,6 +171,8 @@ def search(db, text, k, as_json, ranking):
       annodb search --db bible.db 'contact bob@example.com at 10:30'   # any text
       annodb search --db bible.db --rank bm25 --k1 1.2 --b 0.75 'living water'
     """
+    if not text.strip():
+        fail("an empty query: give the words to search for", 2)
     database = open_db(db, readonly=True)
     with database.read() as r:
         try:

@@ -369,6 +369,37 @@ def test_the_first_compilation_is_announced_once(monkeypatch):
         assert calls == [1]
 
 
+def test_compile_seconds_count_a_real_compilation_once_with_its_callees():
+    """kernels.compile_seconds grows by the time numba spends compiling, a kernel's
+    callees (compiled inside its compilation) counted once: never more than the wall
+    time of the call that compiled them."""
+    import time
+
+    import numba
+    from annodb import kernels
+    inner = numba.njit(lambda x: x * 3 + 1)
+    outer = numba.njit(lambda x: inner(x) + inner(x + 1))
+    before = kernels.compile_seconds()
+    started = time.perf_counter()
+    assert outer(2) == 17
+    wall = time.perf_counter() - started
+    spent = kernels.compile_seconds() - before
+    assert 0 < spent <= wall
+    outer(3)                                   # compiled now: nothing more
+    assert kernels.compile_seconds() - before == spent
+
+
+def test_an_ingest_summary_tells_compiling_apart_from_the_rate():
+    """A first run's summary says how much of its time went to compiling the kernels and
+    gives the rate over the rest; without compiling, the line is as it was."""
+    from annodb.ingest.database import Summary
+    first = Summary(added=2, files=1, tokens=2000, seconds=10.0, compiling=8.0).line()
+    assert "2,000 tokens in 10.0 s (8.0 s of it compiling the kernels, once" in first
+    assert "1,000 tokens/s in the rest" in first
+    warm = Summary(added=2, files=1, tokens=2000, seconds=2.0).line()
+    assert warm.endswith("2,000 tokens in 2.0 s (1,000 tokens/s)")
+
+
 def test_ingest_fold_diacritics_only_into_a_new_database(tmp_path, db):
     src = tmp_path / "cafes.jsonl"
     src.write_text('{"id": "a", "text": "Un Café crème"}\n')
@@ -511,3 +542,13 @@ def test_a_file_size_limit_is_named_not_an_input_output_error(tmp_path, growing)
     assert f"file too large (the file size limit, ulimit -f, is {limit:,} bytes" in line
     assert "Input/output error" not in line and "run the same ingest again" in line
     assert invoke("check", "--db", path).stdout == "ok\n"
+
+
+def test_bare_words_given_to_query_and_an_empty_search_say_what_to_do(db):
+    """`annodb query 'two words'` says to join the terms with an operator or search them
+    as free text; `annodb search ''` is a usage error, not "no word is in the database"."""
+    line = one_error_line(invoke("query", "--db", db, "river sea"), 2)
+    assert "trailing input" in line and "(^ a b) all of them" in line
+    assert "free text" in line
+    line = one_error_line(invoke("search", "--db", db, "  "), 2)
+    assert line == "annodb: error: an empty query: give the words to search for"

@@ -118,3 +118,50 @@ def test_sigkill_mid_ingest_leaves_whole_batches(corpus, tmp_path):
     assert committed(db) == docnos
     with annodb.open(db, readonly=True) as database:
         assert database.stats().documents == len(docnos)
+
+
+GROUPED = 3   # batches a transaction in the test below
+PER_BATCH = 40
+
+
+def test_sigkill_mid_ingest_leaves_whole_transactions_of_batches(corpus, tmp_path):
+    """An ingest committing several batches a transaction (commit_batches, the default
+    without --batch-size), killed with SIGKILL mid-way, leaves a prefix of the input made of
+    whole transactions, each of whole batches; running it again completes it."""
+    path, docnos = corpus
+    width = max(len(line) for line in path.read_bytes().splitlines()) + 1
+    fixed = tmp_path / "fixed.jsonl"   # every line as long: a batch is PER_BATCH records
+    fixed.write_bytes(b"".join(line.ljust(width - 1) + b"\n"
+                               for line in path.read_bytes().splitlines()))
+    code = ("import sys; from annodb.ingest import ingest; "
+            f"s = ingest(sys.argv[1], [sys.argv[2]], batch_bytes={PER_BATCH * width}, "
+            f"commit_batches={GROUPED}); print(s.present, s.added)")
+    whole = PER_BATCH * GROUPED
+    rng = random.Random(SEED)
+    partial = []
+    for kill in range(3):
+        db = tmp_path / f"kill{kill}.db"
+        proc = subprocess.Popen([sys.executable, "-c", code, str(db), str(fixed)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            wait_for_documents(db, rng.randint(1, 20) * whole, proc)
+            time.sleep(rng.uniform(0, 0.05))
+            proc.send_signal(signal.SIGKILL)
+        finally:
+            proc.wait(timeout=60)
+            proc.stderr.close()
+        found = committed(db)
+        n = len(found)
+        print(f"kill {kill}: {n} documents committed")
+        assert found == docnos[:n]
+        assert n % whole == 0 or n == len(docnos)
+        if 0 < n < len(docnos):
+            partial.append(db)
+    assert partial, "the kills should land mid-ingest"
+    db = partial[0]
+    before = len(committed(db))
+    done = subprocess.run([sys.executable, "-c", code, str(db), str(fixed)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(before), str(len(docnos) - before)]
+    assert committed(db) == docnos

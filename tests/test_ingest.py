@@ -11,6 +11,7 @@ import msgspec
 import pytest
 
 import annodb
+from annodb import storage
 from annodb.check import check
 from annodb.ingest import Summary, check_inputs, ingest
 
@@ -462,6 +463,73 @@ def test_reading_in_a_second_process_gives_the_same_database(tmp_path):
                 s.seconds = 0.0
                 results.append((s, dump(db)))
         assert results[0] == results[1], paths
+
+
+def test_batches_committed_together_give_what_each_alone_gives(tmp_path, monkeypatch):
+    """Batches committed several to a transaction (commit_batches) leave the database,
+    summary and problems that one transaction a batch leaves, whatever the input holds:
+    malformed records, repeated docnos (within one transaction and across two), a record
+    the database refuses at add (the transaction is thrown away and its batches redone a
+    transaction each), replace."""
+    encode = storage.encode_relative
+
+    def refusing(doc):   # the stored form of the documents "x..." cannot be made
+        if doc[0].startswith("x"):
+            raise UnicodeError("refused")
+        return encode(doc)
+
+    monkeypatch.setattr(storage, "encode_relative", refusing)
+    refused = tmp_path / "refused.jsonl"
+    refused.write_text("".join(f'{{"docid": "r{i}", "text": "word{i % 7} and more"}}\n'
+                               for i in range(12)) +
+                       '{"docid": "r3", "text": "again"}\n{"docid": "r12", "text": "twelve"}\n' +
+                       "".join(f'{{"docid": "x{i}", "text": "refused"}}\n' for i in range(3)) +
+                       "".join(f'{{"docid": "s{i}", "text": "after {i}"}}\n'
+                               for i in range(12)))
+    scenarios = _scenario_files(tmp_path) + [([refused], {}), ([refused], {"replace": True})]
+    for n, (paths, options) in enumerate(scenarios):
+        results = []
+        for together in (1, 3):
+            with annodb.open(tmp_path / f"{n}-{together}.db") as db:
+                small = {} if "batch_size" in options else {"batch_bytes": 60}
+                s = run(db, *paths, commit_batches=together, **small, **options)
+                s.seconds = 0.0
+                results.append((s, dump(db)))
+        assert results[0] == results[1], paths
+    s = results[0][0]   # (the last: 29 records in 15 batches, the 8th and 9th refused)
+    assert (s.batches, s.added, s.replaced, s.duplicates, s.error_count) == (14, 25, 0, 1, 3)
+    assert s.errors == [f"{refused}:{line}: not stored: document is not valid Unicode "
+                        "(refused)" for line in (15, 16, 17)]
+
+
+def test_ctrl_c_commits_the_batches_of_the_open_transaction_first(tmp_path):
+    """Ctrl-C (a real SIGINT to this process) while a transaction holds some batches of its
+    commit_batches: they are committed before the ingest stops, so Interrupted's summary
+    is exactly what the database holds, whole batches in input order, and the same ingest
+    again completes it."""
+    import signal
+    per_batch, width = 20, 48   # every line as long: a batch is per_batch records
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(f'{{"docid": "d{i}", "text": "line {i}"}}'.ljust(width - 1) + "\n"
+                           for i in range(400)))
+    reports = []
+
+    def progress(done, read, total):   # Ctrl-C after the 7th batch: 5 committed, 2 open
+        reports.append(done)
+        if len(reports) == 7:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    path = tmp_path / "p.db"
+    with pytest.raises(annodb.ingest.Interrupted) as info:
+        ingest(path, [src], batch_bytes=per_batch * width, commit_batches=5,
+               progress=progress)
+    s = info.value.summary
+    assert (s.documents, s.batches) == (7 * per_batch, 7)
+    with annodb.open(path) as db:
+        assert docnos(db) == [f"d{i}" for i in range(7 * per_batch)]
+        assert check(db) == []
+    s = ingest(path, [src], batch_bytes=per_batch * width, commit_batches=5)
+    assert (s.present, s.added) == (7 * per_batch, 400 - 7 * per_batch)
 
 
 def test_strict_in_a_second_process(db):

@@ -194,6 +194,28 @@ def test_csv_without_an_id_column_uses_the_first_and_says_so(db, tmp_path):
         assert [d.docno for d in r.documents()] == ["green", "blue"]
 
 
+def test_a_csv_file_written_with_semicolons_is_read_with_them_and_says_so(db, tmp_path):
+    """A spreadsheet where the comma is the decimal mark writes ';' between cells (with a
+    byte-order mark and CRLF): a header row with no comma outside quotes but semicolons
+    is read with them, and a note says so; a header with commas, or a single column,
+    stays comma-separated."""
+    path = tmp_path / "euro.csv"
+    path.write_bytes('\ufeffid;"Titel, kurz";Text\r\n1;Erste;"Hallo; Welt"\r\n'
+                     '2;Zweite;Grüße aus Köln, 3,5 km\r\n'.encode())
+    s = run(db, path)
+    assert (s.added, s.skipped) == (2, 0)
+    assert s.notes == [f"{path}: read with ';' between cells (its header row has no comma "
+                       "and holds those)"]
+    found = docs(db)
+    assert found["1"].field_text("Text") == "Hallo; Welt"
+    assert found["2"].field_text("Text") == "Grüße aus Köln, 3,5 km"
+    assert found["2"].field_text("Titel, kurz") == "Zweite"
+    one = tmp_path / "one.csv"
+    one.write_text("id\na;b\n")
+    s = run(db, one)
+    assert "a;b" in docs(db) and s.notes == []       # one column: nothing to split
+
+
 def test_csv_rows_that_cannot_be_stored_are_reported(db, tmp_path):
     path = tmp_path / "bad.csv"
     path.write_bytes(b"id,text\na,fine\nb,one,two\nc,bad \xff byte\n,no id\nd,last one")
@@ -283,6 +305,32 @@ def test_plain_text_files_are_named_by_their_path_below_the_common_root(db, tmp_
         assert [d.docno for d in r.documents()] == [
             "a/README.md", "b/README.md", "b/deeper/notes.txt"]
         assert r.document("b/deeper/notes.txt").text == "deep notes\n"
+
+
+def test_a_directory_leaves_out_binary_files_and_says_so(db, tmp_path):
+    """A folder of notes often holds images and PDFs: a file that would be read as plain
+    text but has a NUL byte in its first 8 KB is left out with a note naming it (not an
+    error for the whole run); a file named for its format (.jsonl) is read as that
+    format whatever it holds, and a binary file given by name is refused before anything
+    is written."""
+    tree = tmp_path / "notes"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "meeting.md").write_text("We moved the launch to June.\n")
+    (tree / "sub" / "photo.jpg").write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF" + bytes(5000))
+    (tree / "sub" / "scan.pdf").write_bytes(b"%PDF-1.7\n" + b"\x00\x01" * 100)
+    (tree / "records.jsonl").write_bytes(b'{"id": "r1", "text": "fine"}\n{"id": "r2\x00"\n')
+    s = run(db, tree)
+    assert sorted(docs(db)) == ["meeting.md", "r1"]
+    assert s.error_count == 1                      # the .jsonl's bad line: reported, not left out
+    assert s.notes == [f"{tree}: left out 2 binary files (a NUL byte in the first 8 KB: not "
+                       f"text): {tree}/sub/photo.jpg, {tree}/sub/scan.pdf"]
+    with pytest.raises(annodb.IngestError, match="photo.jpg: a binary file, not text"):
+        run(db, tree / "meeting.md", tree / "sub" / "photo.jpg")
+    only = tmp_path / "only"
+    only.mkdir()
+    (only / "a.bin").write_bytes(bytes(10))
+    with pytest.raises(annodb.IngestError, match="no files in this directory .1 binary"):
+        run(db, only)
 
 
 def test_a_directory_leaves_out_hidden_entries_and_says_so(db, tmp_path):

@@ -1,6 +1,7 @@
 """annodb.Memory end to end on real LMDB files, several processes on one memory, and the
 `annodb mcp` server driven by the mcp package's own client."""
 
+import datetime
 import os
 import shutil
 import subprocess
@@ -214,7 +215,7 @@ def test_metadata_errors(mem):
         mem.remember("x", text="y")
     with pytest.raises(AnnodbError, match="not a finite number"):
         mem.remember("x", score=float("nan"))
-    with pytest.raises(AnnodbError, match="not a finite number"):
+    with pytest.raises(AnnodbError, match="is a list: a key holds one value"):
         mem.remember("x", tags=["a", "b"])
     with pytest.raises(AnnodbError, match="metadata key"):
         mem.remember("x", **{"two words": "y"})
@@ -415,3 +416,56 @@ def test_mcp_search_takes_a_rank(tmp_path):
             assert bad.is_error and "choose one of ssr, bm25" in bad.content[0].text
 
     anyio.run(session)
+
+
+def test_a_filter_no_memory_can_satisfy_says_why_it_is_empty(mem):
+    """An empty recall whose `where` names a key no memory has, or a string no memory has
+    for its key, says so in warnings (a typo would otherwise filter everything out in
+    silence); conditions a missing key satisfies (!=, exists False) warn of nothing."""
+    mem.remember("Alice takes her tea green", user="alice", importance=2)
+    r = mem.recall("tea", where={"usr": "alice"})
+    assert list(r) == [] and r.warnings == ["no memory has the key 'usr'"]
+    r = mem.recall("tea", where={"user": "alicee"})
+    assert list(r) == [] and r.warnings == ["no memory has user = 'alicee'"]
+    r = mem.recall("tea", where={"user": ["bob"], "level": (">", 3)})
+    assert r.warnings == ["no memory has the key 'level'"]
+    r = mem.recall("tea", where={"importance": (">", 5), "mood": ("exists", False)})
+    assert list(r) == [] and r.warnings == []          # the keys are there: just no match
+    assert docnos(mem.recall("tea", where={"level": ("!=", 3)})) != []
+
+
+def test_an_unknown_operator_in_where_is_refused_not_read_as_values(mem):
+    """A pair whose first element is an operator-like symbol that is not one of where's
+    operators is an error; before, ("~", 3) read as "any of '~' and 3" and matched
+    nothing in silence."""
+    mem.remember("a note", n=3)
+    for op in ("~", "==", "=>", "<>"):
+        with pytest.raises(annodb.AnnodbError, match="unknown operator"):
+            mem.recall("note", where={"n": (op, 3)})
+    assert len(mem.recall("note", where={"n": ("=", 3)})) == 1
+
+
+def test_times_may_be_iso_8601_strings_as_over_mcp(mem):
+    """remember's time=, as_of= and where's comparisons on time take an ISO 8601 string
+    (no zone: UTC), as MCP's tools do; a string that is no time is an error naming it."""
+    old = mem.remember("Alice lives in Paris", key="alice/city", time="2025-03-01")
+    new = mem.remember("Alice lives in Berlin", key="alice/city", time="2025-03-10T09:00:00Z")
+    assert mem.get(old).metadata["time"] == datetime.datetime(
+        2025, 3, 1, tzinfo=datetime.timezone.utc).timestamp()
+    assert docnos(mem.recall("alice lives", as_of="2025-03-05")) == [old]
+    assert docnos(mem.recall("alice lives")) == [new]
+    assert docnos(mem.recall("alice", where={"time": (">=", "2025-03-02")},
+                             include_superseded=True)) == [new]
+    with pytest.raises(annodb.AnnodbError, match="'yesterday' is neither"):
+        mem.remember("x", time="yesterday")
+
+
+def test_metadata_values_of_the_wrong_kind_are_named_in_the_error(mem):
+    """remember(text=...) works as a keyword; a list, None or a dict as a metadata value is
+    refused with what to do instead, not "is not a finite number"."""
+    assert mem.get(mem.remember(text="by keyword")).text == "by keyword"
+    for value, said in ((["a", "b"], "is a list: a key holds one value"),
+                        (None, "is None: leave the key out"),
+                        ({"a": 1}, "is a dict: a key holds a string")):
+        with pytest.raises(annodb.AnnodbError, match=said):
+            mem.remember("x", tags=value)

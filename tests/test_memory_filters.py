@@ -100,7 +100,8 @@ def test_a_question_none_of_whose_words_is_in_the_memory_says_so(mem):
     found = mem.recall("allergies")
     assert found == [] and found.warnings == ["no word of 'allergies' is in the memory"]
     assert mem.recall("allergic").warnings == []
-    assert mem.recall("peanuts", where={"user": "bob"}).warnings == []  # words there
+    assert mem.recall("peanuts", where={"user": "bob"}).warnings == [  # words there
+        "no memory has the key 'user'"]                                   # (the filter's)
 
 
 def test_paths_that_are_not_a_memory_are_refused(tmp_path, monkeypatch):

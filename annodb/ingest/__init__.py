@@ -7,13 +7,14 @@ Which files are read in which format (JSONL, JSON, MS MARCO segments, CSV, TSV, 
 plain text; `.gz` too; directories) is decided in inputs.py, how each format is read in
 formats.py.
 
-Every batch is one write transaction, so an interrupted ingest leaves whole batches and
-never a half-written document. Ingest is idempotent by docno: a document whose docno is
-already in the database is left as it is (counted as `present`), so re-running an ingest
-changes nothing and resumes an interrupted one; `replace=True` replaces such documents
-instead. Inside one input a repeated docno keeps its first occurrence (later ones are
-reported and skipped), unless `replace=True`, where the later one replaces it. Plain-text
-files are batched like the lines of one file (a batch spans many small files).
+Every commit holds whole batches (one with batch_size, else four: see database.ingest),
+so an interrupted ingest leaves whole batches and never a half-written document. Ingest
+is idempotent by docno: a document whose docno is already in the database is left as it
+is (counted as `present`), so re-running an ingest changes nothing and resumes an
+interrupted one; `replace=True` replaces such documents instead. Inside one input a
+repeated docno keeps its first occurrence (later ones are reported and skipped), unless
+`replace=True`, where the later one replaces it. Plain-text files are batched like the
+lines of one file (a batch spans many small files).
 
 A malformed record (bad JSON, not an object, no id, invalid UTF-8, a TSV line without a
 tab, a cut-off last line, a DOC without DOCNO, a record the database refuses) is reported
@@ -34,13 +35,13 @@ import os
 
 from ..paths import is_collection
 from . import database, sharded
-from .database import (DEFAULT_BATCH_BYTES, MAX_MESSAGES, PARALLEL_OVER, Interrupted, Progress,
-                       Summary)
+from .database import (COMMIT_BATCHES, DEFAULT_BATCH_BYTES, MAX_MESSAGES, PARALLEL_OVER,
+                       Interrupted, Progress, Summary)
 from .formats import FORMATS
 from .inputs import check_inputs
 
 __all__ = ["ingest", "Summary", "Interrupted", "Progress", "check_inputs", "FORMATS",
-           "DEFAULT_BATCH_BYTES", "MAX_MESSAGES", "PARALLEL_OVER"]
+           "DEFAULT_BATCH_BYTES", "COMMIT_BATCHES", "MAX_MESSAGES", "PARALLEL_OVER"]
 
 
 def ingest(db, paths, **options) -> Summary:

@@ -22,13 +22,14 @@ from typing import Callable, Generator
 
 import msgspec
 
-from .. import batch, children, database, records, storage, transaction
+from .. import batch, children, database, kernels, records, storage, transaction
 from ..errors import AnnodbError, IngestError, WriterBusyError
 from . import flat, inputs, process, stages
 from .formats import Problem
 from .inputs import Source, check_inputs, where
 
 DEFAULT_BATCH_BYTES = 8 << 20   # a batch ends after this much input (and at batch_size docs)
+COMMIT_BATCHES = 4                # without batch_size: batches a commit holds (32 MiB of input)
 MAX_MESSAGES = 1000              # problems kept in the summary (all are counted)
 PARALLEL_OVER = 64 << 20          # inputs this big are read and tokenized in a second process
 
@@ -57,6 +58,7 @@ class Summary(msgspec.Struct):
     bytes: int = 0
     batches: int = 0
     seconds: float = 0.0
+    compiling: float = 0.0   # of the seconds, compiling kernels (a first run's, once)
 
     @property
     def documents(self) -> int:
@@ -65,7 +67,8 @@ class Summary(msgspec.Struct):
 
     def line(self) -> str:
         """A one-line human summary, starting `added N, skipped M`."""
-        rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
+        working = self.seconds - self.compiling
+        rate = self.tokens / working if working > 0 else 0.0
         files = "file" if self.files == 1 else "files"
         text = f"added {self.added:,}, skipped {self.skipped:,}"
         if self.skipped:
@@ -76,17 +79,33 @@ class Summary(msgspec.Struct):
             text += f" ({', '.join(parts)})"
         text += (f", already present {self.present:,}, replaced {self.replaced:,}; "
                  f"{self.files:,} {files}, {self.tokens:,} tokens in {self.seconds:.1f} s "
-                 f"({rate:,.0f} tokens/s)")
+                 + (f"({self.compiling:.1f} s of it compiling the kernels, once: they are "
+                    f"cached now; {rate:,.0f} tokens/s in the rest)" if self.compiling >= 0.5
+                    else f"({rate:,.0f} tokens/s)"))
         return text
 
 
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C stopped an ingest: `summary` is what was committed before it (whole batches;
-    the one in progress was thrown away). Running the same ingest again resumes it."""
+    """Ctrl-C stopped an ingest: `summary` is what was committed before it (whole batches:
+    those added when it came were committed first, the one in progress was thrown away).
+    Running the same ingest again resumes it."""
 
     def __init__(self, summary: Summary):
         super().__init__("ingest interrupted")
         self.summary = summary
+
+
+class _Open:
+    """A write transaction holding batches not yet committed (Run.commit_batches): what each
+    will add to the Summary once it is, and the batches themselves, redone one
+    transaction each if anything goes wrong before then."""
+
+    def __init__(self, writer, marks: int):
+        self.writer = writer
+        self.batches: list[tuple[list, batch.Batch, Source]] = []
+        self.counts: dict[str, int] = {}
+        self.warnings: list[str] = []
+        self.marks = marks   # Run.firsts' length before its batches
 
 
 class _Rejected(Exception):
@@ -214,14 +233,19 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
 
 class Run:
     """An ingest's writing side: each batch (a Chunk's documents) committed as one write
-    transaction (`write`: idempotent by docno, repeats reported, a document the database
-    refuses reported and the rest of its batch written), its problems reported, its
-    Summary kept. `file` drives one input through it. `db`: a Database, or what a sharded
-    ingest's writer gives for its shard (write(timeout), release_mapped_pages(), path)."""
+    transaction, or a file's batches commit_batches to a transaction (`write`: idempotent
+    by docno, repeats reported, a document the database refuses reported and the rest of
+    its batch written), its problems reported, its Summary kept. `file` drives one input
+    through it. `db`: a Database, or what a sharded ingest's writer gives for its shard
+    (write(timeout), release_mapped_pages(), path)."""
 
     def __init__(self, db, *, replace, strict, timeout, batch_size, batch_bytes, progress,
-                 on_problem, total_bytes, parallel=None, stop=None) -> None:
+                 on_problem, total_bytes, parallel=None, stop=None, commit_batches=1) -> None:
         self.db = db
+        # a file's batches committed together, commit_batches a transaction (1: each its
+        # own); the transaction still open, if any
+        self.commit_batches = max(1, int(commit_batches))
+        self._open: _Open | None = None
         self.stop = stop            # set by Ctrl-C: stop before the next batch
         self.parallel = parallel
         self.replace = replace
@@ -244,6 +268,7 @@ class Run:
     def problem(self, source: Source, line: int, message: str, pending: int = 0) -> None:
         text = f"{where(source, line)}: {message}"
         if self.strict:
+            self.commit_open()   # (the batches before this one's)
             s = self.summary
             raise IngestError(
                 f"{text} (stopped by strict; {s.added + s.replaced} documents of earlier "
@@ -266,7 +291,9 @@ class Run:
 
     def done(self) -> int:
         s = self.summary
-        return s.added + s.replaced + s.present + s.duplicates
+        pending = self._open.counts if self._open is not None else {}
+        return sum(getattr(s, name) + pending.get(name, 0)
+                   for name in ("added", "replaced", "present", "duplicates"))
 
     # one file
     def file(self, source: Source, id_field, text_fields, sparse: tuple = ()) -> None:
@@ -278,33 +305,110 @@ class Run:
         notes.extend(source.notes[:MAX_MESSAGES - len(notes)])
         chunks = _chunks_from_process(*args) if parallel else \
             stages.chunks(*args[:5], stop=self.stop, sparse=sparse)
-        with contextlib.closing(chunks):
-            for chunk in chunks:
-                if self.stop is not None and self.stop.is_set():
-                    raise KeyboardInterrupt
-                docs: list[tuple[int, str]] = []
-                if chunk.lines is not None and len(chunk.lines) == len(chunk.items):
-                    docs = chunk.items   # (no Problem among them: no loop a document)
-                else:
-                    for item in chunk.items:
-                        if isinstance(item, Problem):
-                            self.problem(source, item.line, item.message, len(docs))
-                        else:
-                            docs.append(item)
-                if docs:
-                    assert chunk.batch is not None   # (a chunk's documents are its batch's)
-                    self.write(docs, chunk.batch, source)
-                self.report(self.done(), chunk.tell)
+        try:
+            with contextlib.closing(chunks):
+                for chunk in chunks:
+                    if self.stop is not None and self.stop.is_set():
+                        raise KeyboardInterrupt
+                    docs: list[tuple[int, str]] = []
+                    if chunk.lines is not None and len(chunk.lines) == len(chunk.items):
+                        docs = chunk.items   # (no Problem among them: no loop a document)
+                    else:
+                        for item in chunk.items:
+                            if isinstance(item, Problem):
+                                self.problem(source, item.line, item.message, len(docs))
+                            else:
+                                docs.append(item)
+                    if docs:
+                        assert chunk.batch is not None   # (a chunk's documents are its batch's)
+                        self.write(docs, chunk.batch, source, together=True)
+                    if self._open is not None and \
+                            len(self._open.batches) >= self.commit_batches:
+                        self.commit_open()
+                    self.report(self.done(), chunk.tell)
+            self.commit_open()
+        except BaseException:
+            # stopped between two batches (Ctrl-C, strict, the input failed): those added
+            # are committed, as each would have been alone (a failed commit aborted the
+            # transaction and left none open)
+            self.commit_open()
+            raise
         self.bytes_before += source.size
         self.summary.files += len(source.files) or 1
         self.report(self.done(), 0)
 
-    # one batch = one transaction
-    def write(self, docs: list[tuple[int, str]], made: batch.Batch, source: Source) -> None:
-        """Write a chunk's documents ((line, docno) each, their batch `made`)."""
+    # one batch = one transaction, or several batches one (commit_batches)
+    def write(self, docs: list[tuple[int, str]], made: batch.Batch, source: Source,
+              together: bool = False) -> None:
+        """Write a chunk's documents ((line, docno) each, their batch `made`): committed
+        now, or with `together` (and commit_batches), added to the open transaction, which
+        commit_open commits."""
+        if not together or self.commit_batches == 1:
+            return self._write_alone(docs, made, source)
+        if self._open is None:
+            self._open = _Open(self.db.write(self.timeout), len(self.firsts))
+        opened = self._open
+        try:
+            counts, warnings, took = self._write_once(docs, made, source, opened.writer)
+            self._took(took)
+        except BaseException as err:
+            batches = self._drop_open() + [(docs, made, source)]
+            if not isinstance(err, Exception):   # (a second Ctrl-C)
+                raise
+            self._redo(batches)   # one transaction each: a refused document reported
+            return                # and the rest written, or the batch's failure raised
+        opened.batches.append((docs, made, source))
+        for name, n in counts.items():
+            opened.counts[name] = opened.counts.get(name, 0) + n
+        opened.warnings += warnings
+
+    def commit_open(self) -> None:
+        """Commit the open transaction's batches, if any (should the commit fail, each is
+        redone as a transaction of its own)."""
+        opened = self._open
+        if opened is None:
+            return
+        self._open = None
+        try:
+            opened.writer.commit()
+        except BaseException as err:   # (the commit aborted the transaction)
+            del self.firsts[opened.marks:], self.lasts[opened.marks:]
+            if not isinstance(err, Exception):
+                raise
+            self._redo(opened.batches)
+            return
+        self._committed(opened.counts, opened.warnings, len(opened.batches))
+
+    def _drop_open(self) -> list:
+        """Abort the open transaction; its batches."""
+        opened = self._open
+        if opened is None:
+            return []
+        self._open = None
+        del self.firsts[opened.marks:], self.lasts[opened.marks:]
+        opened.writer.abort()
+        return opened.batches
+
+    def _redo(self, batches: list) -> None:
+        for docs, made, source in batches:
+            self._write_alone(docs, made, source)
+
+    def _committed(self, counts: dict, warnings: list[str], batches: int) -> None:
+        s = self.summary
+        for name, n in counts.items():
+            setattr(s, name, getattr(s, name) + n)
+        s.batches += batches
+        for text in warnings:
+            self.warn(text)
+        self.db.release_mapped_pages()  # (resident memory stays flat)
+
+    def _write_alone(self, docs: list[tuple[int, str]], made: batch.Batch,
+                     source: Source) -> None:
+        """Write a chunk's documents as one transaction."""
         while docs:
             try:
-                counts, warnings = self._write_once(docs, made, source)
+                with self.db.write(self.timeout) as w:
+                    counts, warnings, took = self._write_once(docs, made, source, w)
             except _Rejected as rejected:
                 bad = docs[rejected.index]
                 message = f"not stored: {rejected.err}"
@@ -324,14 +428,15 @@ class Run:
                     f"{span}: the batch of {len(docs)} documents could not be committed: "
                     f"{_commit_failure(self.db, err)} ({s.added + s.replaced} documents of "
                     "earlier batches stay committed)") from err
-            s = self.summary
-            for name, n in counts.items():
-                setattr(s, name, getattr(s, name) + n)
-            s.batches += 1
-            for text in warnings:
-                self.warn(text)
-            self.db.release_mapped_pages()  # (resident memory stays flat)
+            self._took(took)
+            self._committed(counts, warnings, 1)
             return
+
+    def _took(self, took: tuple[int, int] | None) -> None:
+        """Note the address range a batch took (see _ours)."""
+        if took is not None:
+            self.firsts.append(took[0])
+            self.lasts.append(took[1])
 
     @staticmethod
     def _culprit(made: batch.Batch, todo: list[int]) -> int:
@@ -353,49 +458,49 @@ class Run:
         i = bisect.bisect_right(self.firsts, start) - 1
         return i >= 0 and start <= self.lasts[i]
 
-    def _write_once(self, docs: list[tuple[int, str]], made: batch.Batch, source: Source):
+    def _write_once(self, docs: list[tuple[int, str]], made: batch.Batch, source: Source,
+                    w) -> tuple[dict, list, tuple[int, int] | None]:
+        """Add a chunk's documents through the write transaction `w`: (what it adds to the
+        Summary, its warnings, the address range it took, or None)."""
         counts = dict(added=0, replaced=0, skipped=0, present=0, duplicates=0, tokens=0)
         warnings = []
         replace = self.replace
         added = []
-        with self.db.write(self.timeout) as w:
-            docnos = made.docnos   # (docs' docnos, in order: docs are made's documents)
-            present = w.present(docnos)  # before any add: no flush
-            in_batch = set()
-            todo = []
-            if not present and len(set(docnos)) == len(docnos):   # (the common case:
-                todo, docs = list(range(len(docs))), []           # all new, no repeats)
-                counts["added"] = len(todo)
-            for index, (line, docno) in enumerate(docs):
-                repeated = docno in in_batch or (docno in present and
-                                                 self._ours(present[docno]))
-                if repeated:
-                    counts["duplicates"] += 1
-                    verb = "replaces the earlier one" if replace else "skipped (the first is kept)"
-                    warnings.append(f"{where(source, line)}: duplicate docno {docno!r} {verb}")
-                    if not replace:
-                        counts["skipped"] += 1
-                        continue
-                elif docno in present:
-                    if not replace:
-                        counts["present"] += 1
-                        continue
-                    counts["replaced"] += 1
-                else:
-                    counts["added"] += 1
-                todo.append(index)
-                in_batch.add(docno)
-            if todo:
-                part = made if len(todo) == len(docnos) else made.subset(todo)
-                try:
-                    added = w.add_batch(part, replace=replace)
-                except Exception as err:  # the transaction is thrown away, redone without it
-                    raise _Rejected(self._culprit(made, todo), err) from err
-                counts["tokens"] += int(part.spans().sum())   # (each added document's)
-        if added:  # (committed: one batch's addresses are consecutive)
-            self.firsts.append(added[0].start)
-            self.lasts.append(added[-1].end)
-        return counts, warnings
+        docnos = made.docnos   # (docs' docnos, in order: docs are made's documents)
+        present = w.present(docnos)  # before any add: no flush
+        in_batch = set()
+        todo = []
+        if not present and len(set(docnos)) == len(docnos):   # (the common case:
+            todo, docs = list(range(len(docs))), []           # all new, no repeats)
+            counts["added"] = len(todo)
+        for index, (line, docno) in enumerate(docs):
+            repeated = docno in in_batch or (docno in present and
+                                             self._ours(present[docno]))
+            if repeated:
+                counts["duplicates"] += 1
+                verb = "replaces the earlier one" if replace else "skipped (the first is kept)"
+                warnings.append(f"{where(source, line)}: duplicate docno {docno!r} {verb}")
+                if not replace:
+                    counts["skipped"] += 1
+                    continue
+            elif docno in present:
+                if not replace:
+                    counts["present"] += 1
+                    continue
+                counts["replaced"] += 1
+            else:
+                counts["added"] += 1
+            todo.append(index)
+            in_batch.add(docno)
+        if todo:
+            part = made if len(todo) == len(docnos) else made.subset(todo)
+            try:
+                added = w.add_batch(part, replace=replace)
+            except Exception as err:  # the transaction is thrown away, redone without it
+                raise _Rejected(self._culprit(made, todo), err) from err
+            counts["tokens"] += int(part.spans().sum())   # (each added document's)
+        # (one batch's addresses are consecutive)
+        return counts, warnings, (added[0].start, added[-1].end) if added else None
 
 
 def _commit_failure(db, err: AnnodbError) -> str:
@@ -424,18 +529,24 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
            strict: bool = False, progress: Progress | None = None,
            on_problem: Callable[[str], None] | None = None,
            timeout: float | None = None, parallel: bool | None = None,
-           sparse_fields=()) -> Summary:
+           sparse_fields=(), commit_batches: int | None = None) -> Summary:
     """Ingest the files `paths` into `db` (an open Database, or a path: then the inputs are
     checked before the database is opened or created). Returns a Summary.
 
-    Each batch is one transaction: it ends after `batch_bytes` of input (DEFAULT_BATCH_BYTES,
-    8 MiB: about 1.3 million tokens) or, when given, `batch_size` documents. Fewer, larger
-    commits leave a smaller file (every commit rewrites the last block of each feature it
-    touches, and LMDB keeps the replaced pages as free space: on the 62M-token scale corpus,
-    in format 2, 793 MB with 16 MiB batches, 767 MB with 64 MiB) but hold more memory (peak
-    RSS 1.8 and 2.7 GB), and were not faster (39.5 and 38.0 s against 37.1 with 32 MiB);
-    the reading process holds two batches (32 MiB ones took ~1 GB there), hence 8 MiB.
-    Smaller ones lose less work to a crash.
+    The input is read and tokenized in batches: each ends after `batch_bytes` of input
+    (DEFAULT_BATCH_BYTES, 8 MiB: about a million tokens) or, when given, `batch_size`
+    documents; the reading process holds two batches (32 MiB ones took ~1 GB there), hence
+    8 MiB. With batch_size, each batch is one transaction. Without it, a file's batches are
+    committed together, `commit_batches` a transaction (COMMIT_BATCHES: four, 32 MiB of
+    input; 1: a transaction each): every commit reads and rewrites the tail and the
+    counts of each list its batches touched, and LMDB writes every page they dirtied, so
+    four batches in one commit take a quarter less of the writer's CPU than four commits
+    (benchmarks/RESULTS.md, "Ingest CPU beside SQLite FTS5, 1x: fourth round"). The batches
+    are kept until their commit: should it fail, or a batch be refused, each is redone as a
+    transaction of its own, as if commit_batches were 1. An ingest stopped between batches
+    (Ctrl-C, strict, an input that breaks off) commits the batches it has added first.
+    Larger commits also leave a larger file (LMDB cannot reuse the pages a transaction
+    frees before it commits) and lose more work to a crash.
 
     A file of PARALLEL_OVER bytes or more is read, parsed and tokenized in a second process
     while this one writes (`parallel` True or False forces the choice).
@@ -448,7 +559,7 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
     (before writing anything) and, with strict, at the first malformed record (earlier
     batches stay committed); Interrupted (a KeyboardInterrupt) on Ctrl-C.
     """
-    started = time.perf_counter()
+    started, compiled = time.perf_counter(), kernels.compile_seconds()
     text_fields = list(text_fields) if text_fields else None
     sparse = tuple(records.check_sparse_field(f) for f in sparse_fields)
     own = not isinstance(db, database.Database)
@@ -459,10 +570,12 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
     try:
         with process.ctrl_c_noted() as stop, process.no_cyclic_gc(), \
                 process.keep_freed_memory():
+            if commit_batches is None:
+                commit_batches = 1 if batch_size else COMMIT_BATCHES
             run = Run(db, replace=replace, strict=strict, timeout=timeout,
                        batch_size=batch_size, batch_bytes=batch_bytes, progress=progress,
                        on_problem=on_problem, total_bytes=sum(s.size for s in sources),
-                       parallel=parallel, stop=stop)
+                       parallel=parallel, stop=stop, commit_batches=commit_batches)
             try:
                 for source in sources:
                     run.file(source, id_field, text_fields, sparse)
@@ -472,6 +585,7 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
                 raise
             finally:
                 run.summary.seconds = time.perf_counter() - started
+                run.summary.compiling = kernels.compile_seconds() - compiled
                 run.summary.bytes = run.bytes_before
         return run.summary
     finally:

@@ -17,10 +17,12 @@ files are read, in which format, and the plain-text docnos are decided in inputs
              segment (in that order, each annotated `title:` and so on); url and the other
              scalars stay with the document, start_char and end_char also as values.
     csv      `.csv`: comma-separated with a header row (the csv module's Excel dialect,
-             quoted cells may span lines). Each row is a record whose fields are the columns
-             (names stripped of spaces); every cell is text, as written: CSV has no types,
-             and reading "007" or "02134" as numbers would change them (for values to
-             filter on, give JSONL with numbers). The id column is the --id-field, else the
+             quoted cells may span lines; ';', tab or '|' when the header row has no
+             comma outside quotes and holds those: inputs._csv_delimiter). Each row is a
+             record whose fields are the columns (names stripped of spaces); every cell
+             is text, as written: CSV has no types, and reading "007" or "02134" as
+             numbers would change them (for values to filter on, give JSONL with
+             numbers). The id column is the --id-field, else the
              first of docid, docno, id, _id in the header, else the first column.
     tsv      `.tsv`: tab-separated: a table like CSV, without quoting (a line is a row),
              when its first line is a header row (see inputs.py for how that is decided),
@@ -401,7 +403,7 @@ class Table:
         if source.format == "tsv":
             self.rows = csv.reader(self.lines, delimiter="\t", quoting=csv.QUOTE_NONE)
         else:
-            self.rows = csv.reader(self.lines)
+            self.rows = csv.reader(self.lines, delimiter=source.delimiter)
         self.header = None
         self.before = 0      # lines before the next row
         for _line, row in self._rows():

@@ -61,6 +61,7 @@ class Source:
     size: int
     docno: str | None = None     # a plain-text file's docno
     header: bool = False         # a TSV file with a header row
+    delimiter: str = ","         # a CSV file's (";" or "|" when its header row says so)
     notes: tuple = ()            # what the summary should say about how it was read
     files: tuple = ()            # a group's plain-text files (Sources)
 
@@ -82,10 +83,23 @@ def _first_line(head: bytes) -> bytes:
     return b""
 
 
-def _walk(top: str, database: str | None) -> tuple[list[str], int]:
-    """The regular files under the directory `top`, in name order, and how many entries
-    were left out (hidden names, links to directories, special files, the database)."""
-    files, left_out = [], 0
+def _binary(path: str) -> bool:
+    """A file of bytes, not text: a NUL byte in its first 8 KB (git's and grep's test; an
+    image, a PDF, an archive, a database; UTF-16 text too, which annodb does not read)."""
+    try:
+        with open(path, "rb") as f:
+            return b"\x00" in f.read(8192)
+    except OSError:
+        return False    # (_source says why it cannot be read)
+
+
+def _walk(top: str, database: str | None, format: str | None = None
+          ) -> tuple[list[str], int, list[str]]:
+    """The regular files under the directory `top`, in name order, how many entries were
+    left out (hidden names, links to directories, special files, the database) and the
+    binary files left out: those that would be read as plain text (no format given or
+    named by their extension) and hold a NUL byte (see _binary)."""
+    files, left_out, binary = [], 0, []
 
     def fail(err: OSError):
         raise IngestError(f"{err.filename}: cannot read the directory: "
@@ -101,9 +115,13 @@ def _walk(top: str, database: str | None) -> tuple[list[str], int]:
             path = os.path.join(here, name)
             if name.startswith(".") or not os.path.isfile(path):
                 left_out += 1
+            elif format in (None, "text") and not name.endswith(".gz") and \
+                    (format or _EXTENSIONS.get(os.path.splitext(name)[1].lower()) is None) \
+                    and _binary(path):
+                binary.append(path)
             else:
                 files.append(path)
-    return files, left_out
+    return files, left_out, binary
 
 
 def check_inputs(paths, format: str | None = None, id_field: str | None = None,
@@ -129,12 +147,19 @@ def check_inputs(paths, format: str | None = None, id_field: str | None = None,
         if not os.path.isdir(path):
             found.append((path, None, None))
             continue
-        files, left_out = _walk(path, database)
+        files, left_out, binary = _walk(path, database, format)
         if not files:
             raise IngestError(f"{path}: no files in this directory" + (
-                f" ({left_out} hidden or special entries left out)" if left_out else ""))
-        note = (f"{path}: left out {left_out} entries: names starting with '.', links to "
-                "directories, special files, the database" if left_out else None)
+                f" ({left_out} hidden or special entries left out)" if left_out else "") + (
+                f" ({len(binary)} binary files left out, as {binary[0]})" if binary else ""))
+        notes = [f"left out {left_out} entries: names starting with '.', links to "
+                 "directories, special files, the database"] if left_out else []
+        if binary:
+            shown = ", ".join(binary[:3]) + (f" and {len(binary) - 3} more"
+                                             if len(binary) > 3 else "")
+            notes.append(f"left out {len(binary)} binary file{'s' * (len(binary) > 1)} "
+                         f"(a NUL byte in the first 8 KB: not text): {shown}")
+        note = f"{path}: " + "; ".join(notes) if notes else None
         found.extend((f, path, note if i == 0 else None) for i, f in enumerate(files))
     sources = [_source(path, format, id_field, text_fields, note)
                for path, _, note in found]
@@ -158,6 +183,9 @@ def _source(path: str, format, id_field, text_fields, note) -> Source:
         fmt = _EXTENSIONS.get(os.path.splitext(name)[1].lower())
     if fmt is None:
         fmt = "trec" if _first_line(head).startswith(b"<DOC>") else "text"
+    if fmt == "text" and b"\x00" in head[:8192]:
+        raise IngestError(f"{path}: a binary file, not text (a NUL byte in its first 8 KB); "
+                          "ingest reads JSONL, JSON, CSV, TSV, TREC and plain text")
     source = Source(path, fmt, gz, os.path.getsize(path), notes=(note,) if note else ())
     if fmt == "tsv":
         source = _tsv_source(source, head, id_field, text_fields)
@@ -169,11 +197,31 @@ def _source(path: str, format, id_field, text_fields, note) -> Source:
             raise IngestError(f"{path}: {option} names a field of records, and this file "
                               f"holds {kind}, which have none: ingest it in a run of its own")
         return source
+    if fmt == "csv":
+        source = _csv_delimiter(source, head)
     if fmt in ("csv", "tsv"):
         return _check_table(source, id_field, text_fields)
     if id_field or text_fields:
         _check_record_fields(source, id_field, text_fields)
     return source
+
+
+def _csv_delimiter(source: Source, head: bytes) -> Source:
+    """A CSV file whose header row holds no comma outside quotes but semicolons (what a
+    spreadsheet writes where the comma is the decimal mark), tabs or bars is read with
+    that delimiter, and the summary says so."""
+    line = _first_line(head).decode("utf-8", "replace")
+    outside = re.sub(r'"[^"]*"', "", line)
+    if "," in outside:
+        return source
+    counts = {d: outside.count(d) for d in ";\t|"}
+    best = max(counts, key=lambda d: counts[d])
+    if not counts[best]:
+        return source
+    shown = {";": "';'", "\t": "tabs", "|": "'|'"}[best]
+    note = (f"{source.path}: read with {shown} between cells (its header row has no comma "
+            "and holds those)")
+    return dataclasses.replace(source, delimiter=best, notes=source.notes + (note,))
 
 
 def _tsv_source(source: Source, head: bytes, id_field, text_fields) -> Source:

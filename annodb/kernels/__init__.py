@@ -35,10 +35,11 @@ _MODULES = {
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
 
-__all__ = list(_WHERE) + ["on_compile"]
+__all__ = list(_WHERE) + ["on_compile", "compile_seconds"]
 
 _callbacks: list = []
 _listening = False
+_compiling = [0, 0.0, 0.0]   # (compiles under way, when the outermost began, seconds so far)
 
 
 def __getattr__(name: str):
@@ -65,19 +66,35 @@ def on_compile(callback) -> None:
         _listen()
 
 
+def compile_seconds() -> float:
+    """The seconds this process has spent compiling kernels (rather than loading them from
+    numba's cache) since it first called this or on_compile: a caller timing its work
+    takes the difference of two calls, to tell the one-time compilation apart."""
+    if not _listening:
+        _listen()
+    return _compiling[2]
+
+
 def _listen() -> None:
     global _listening
+    import time
+
     from numba.core import event
 
     class FirstCompile(event.Listener):
         def on_start(self, ev):
+            if not _compiling[0]:
+                _compiling[1] = time.perf_counter()
+            _compiling[0] += 1     # (a kernel's callees compile inside its compilation)
             callbacks = list(_callbacks)
             _callbacks.clear()
             for callback in callbacks:
                 callback()
 
         def on_end(self, ev):
-            pass
+            _compiling[0] -= 1
+            if not _compiling[0]:
+                _compiling[2] += time.perf_counter() - _compiling[1]
 
     _listening = True
     event.register("numba:compile", FirstCompile())

@@ -120,6 +120,54 @@ def _decayed_sums(values, first, last, before, after, reach, out):
                              min(i + reach, last[i]), down, up)
 
 
+@njit(cache=True, nogil=True, error_model="numpy")
+def _sparse_word(x, nz, m, cx, far, weight, pweight, norm, pnorm, limit, wlo, whi, rlo, rhi,
+                 down, up, plain, turn, passage):
+    """One word's terms, added only to the memories at most `far` from one holding it
+    (nz[:m]): any other's window and passage hold none of it, so its term is 0.0 and
+    adding it changes nothing (the caller made sure: norms > 0, finite weights, counts
+    >= 0). The window's and the passage's sums from prefix sums over the holders alone
+    (cx), which add the same nonzero terms in the same order as the dense path's prefix
+    sums over every memory: the same float64. A rare word costs what is near it, not a
+    pass over every memory."""
+    n = x.shape[0]
+    for k in range(m):
+        cx[k + 1] = cx[k] + x[nz[k]]
+    p = 0      # the first holder at or after i
+    a = 0      # ... at or after wlo[i]; b: after whi[i]; c: at or after rlo[i]; d: after rhi[i]
+    b = 0
+    c = 0
+    d = 0
+    done = -1  # the memories up to here are done
+    for j in range(m):
+        lo = max(nz[j] - far, done + 1)
+        hi = min(nz[j] + far, n - 1)
+        for i in range(lo, hi + 1):
+            while p < m and nz[p] < i:
+                p += 1
+            while a < m and nz[a] < wlo[i]:
+                a += 1
+            while b < m and nz[b] <= whi[i]:
+                b += 1
+            while c < m and nz[c] < rlo[i]:
+                c += 1
+            while d < m and nz[d] <= rhi[i]:
+                d += 1
+            if plain:
+                lent = (cx[b] - cx[a]) - x[i]
+            else:
+                lent = _decayed_at(x, nz, m, p, i, wlo[i], whi[i], down, up)
+            h = 1.0 if x[i] > 0 else 0.0
+            near = float(b - a) - h
+            flat = (cx[d] - cx[c]) - x[i]
+            wide = x[i] + (lent if h + near <= limit[i] else 0.0)
+            turn[i] += weight * wide / (wide + norm[i])
+            pp = x[i] + flat
+            passage[i] += pweight * pp / (pp + pnorm[i])
+        if hi > done:
+            done = hi
+
+
 @njit(cache=True, nogil=True, error_model="numpy")   # (x / 0.0 as numpy: inf or nan)
 def _context_scores(tf, counts, idfs, pidfs, lengths, runs, dated, named, has_named,
                     avglen, st):
@@ -177,20 +225,30 @@ def _context_scores(tf, counts, idfs, pidfs, lengths, runs, dated, named, has_na
     th = np.zeros(n + 1, np.float64)     # prefix sums of held, and of the counts
     tx = np.zeros(n + 1, np.float64)
     nz = np.empty(n, np.int64)
+    cx = np.zeros(n + 1, np.float64)     # (the sparse path's prefix sums, over nz)
+    far = max(window, reach)
     for w in range(words):
         x = tf[w]
         m = 0
+        counts_only = True   # (every count >= 0: held is nonzero)
         for i in range(n):
-            h = 1.0 if x[i] > 0 else 0.0
-            th[i + 1] = th[i] + h
-            tx[i + 1] = tx[i] + x[i]
             if x[i] != 0.0:
                 nz[m] = i
                 m += 1
+            if not x[i] >= 0.0:
+                counts_only = False
         if m == 0 and skip:
             continue
         weight = counts[w] * idfs[w]
         pweight = counts[w] * pidfs[w]
+        if skip and counts_only and np.isfinite(weight) and np.isfinite(pweight):
+            _sparse_word(x, nz, m, cx, far, weight, pweight, norm, pnorm, limit, wlo, whi,
+                         rlo, rhi, down, up, plain, turn, passage)
+            continue
+        for i in range(n):
+            h = 1.0 if x[i] > 0 else 0.0
+            th[i + 1] = th[i] + h
+            tx[i + 1] = tx[i] + x[i]
         p = 0
         for i in range(n):
             while p < m and nz[p] < i:
