@@ -300,7 +300,8 @@ class _Words(_Term):
         self.tried = False      # documents() asked already
 
     def size(self) -> int:
-        return sum(self.ev.lists.count(f) for f in self.forms)
+        lists = self.ev.lists  # (nothing erased: the count of each form is as stored)
+        return self.stored if lists.intact() else sum(lists.count(f) for f in self.forms)
 
     def at_hand(self) -> list[np.ndarray] | None:
         """Each form's postings when every form's list is decoded already or about a block

@@ -611,13 +611,23 @@ class Evaluator:
             counts.append(count)
             have.append(int(found is not None))
         while True:
-            s, e, work, need, pos, runs, los, his = kernels.all_of_groups(
-                arrays, counts, have, toks, leaf_at, group_at, firsts)
+            # (its arrays end to end in one, each taken out as it is needed: see
+            # kernels.all_of_groups_packed)
+            out, work = kernels.all_of_groups_packed(arrays, counts, have, toks, leaf_at,
+                                                     group_at, firsts)
             self.charge(work)
-            if not need.any():
-                return Intervals(s, e, zero_values(len(s))), los
+            ns, nn, npos, nruns, nlos = out[:5].tolist()
+            a = 5 + 2 * ns
+            need = out[a:a + nn]
+            d = a + nn + npos + nruns
+            if not np.count_nonzero(need):
+                return Intervals(out[5:5 + ns], out[5 + ns:a], zero_values(ns)), \
+                    out[d:d + nlos]
             if need[0] < 0:
                 return None
+            pos = out[a + nn:a + nn + npos]
+            runs = out[a + nn + npos:d].tolist()
+            los, his = out[d:d + nlos], out[d + nlos:d + 2 * nlos]
             for i in np.flatnonzero(need).tolist():
                 if need[i] == 2:
                     arrays[i] = lists.part(words[i], los, his).starts

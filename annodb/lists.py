@@ -812,17 +812,19 @@ class Lists:
         or patched from an earlier version's (see _patched), kept for the snapshot; else
         None."""
         local, shared = self._local, self._shared
-        keys = [key for fid, key in lists if local.get(("list", fid), _ABSENT) is _ABSENT]
+        keys = [key for fid, key in lists if ("list", fid) not in local]
         found = dict(zip(keys, shared.get_many(keys))) if shared is not None and keys else {}
         out: dict[int, Intervals | None] = {}
         for fid, key in lists:
             have = local.get(("list", fid))
-            if have is None or have is _ABSENT:
+            if have is _ABSENT:
+                have = None
+            elif have is None:
                 have = found.get(key)
                 if have is None:
                     have = self._patched(fid)
-                if have is not None:
-                    local[("list", fid)] = have
+                # (not held: the next question in this snapshot is one local lookup, as _get's)
+                local[("list", fid)] = _ABSENT if have is None else have
             out[fid] = have
         return out
 
@@ -833,16 +835,21 @@ class Lists:
         fid = self.fid(feature)
         return 0 if fid is None else self._state(fid)[0]
 
+    def intact(self) -> bool:
+        """Whether this is a read snapshot of a state with nothing erased: every list's
+        count is then its stored count (stored_count), decoded or not."""
+        if self._intact is None:
+            self._intact = self._shared is not None and self._erased_version() == 0
+        return self._intact
+
     def count(self, feature: str) -> int:
         """How many intervals the list holds, without reading it (erased ones included
         unless it is decoded: an upper bound)."""
         fid = self.fid(feature)
         if fid is None:
             return 0
-        if self._intact is None:
-            self._intact = self._shared is not None and self._erased_version() == 0
-        if self._intact:  # (nothing erased: the stored count is the decoded list's length)
-            return self._state(fid)[0]
+        if self._intact if self._intact is not None else self.intact():
+            return self._state(fid)[0]  # (the stored count is the decoded list's length)
         found = self._get("list", fid)
         return len(found) if found is not None else self._state(fid)[0]
 
@@ -934,13 +941,13 @@ class Lists:
         count when not decoded); whether it holds points only (points_only). Ids, states
         and cache keys are looked up once per committed state, the decoded lists under
         one hold of the shared cache's lock: what a query asks of each of its words."""
-        def look(key):
-            fid = self.fid(key[1])
+        def look(feature):
+            fid = self.fid(feature)
             if fid is None:
                 return (-1, 0, True, None)
             state = self._state(fid)
             return (fid, state[0], state[3] is not None, self._key("list", fid))
-        facts = self.remembered_many([("at-hand", f) for f in features], look)
+        facts = self.remembered_each("at-hand", features, look)
         decoded = self._decoded([(fid, key) for fid, _, _, key in facts if fid >= 0])
         out: list[tuple[Intervals | None, int, bool]] = []
         for f, (fid, count, points, _) in zip(features, facts):

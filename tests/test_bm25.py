@@ -759,3 +759,31 @@ def test_merge_scores_kernel(a, b):
     s, e, v = kernels.merge_scores(cols(a, 0), cols(a, 1), cols(a, 2), cols(b, 0), cols(b, 1),
                                    cols(b, 2))
     assert list(zip(s.tolist(), e.tolist(), v.tolist())) == naive.merge_scores(a, b)
+
+
+def test_a_words_size_is_its_lists_counts_live_ones_once_decoded_after_an_erase(tmp_path):
+    """A BM25 word's size (whether its list is long enough to wait for the leaders' floor
+    before it is read whole) is its forms' list counts: the stored postings while nothing
+    is erased, and once a range is erased, a decoded list's live postings."""
+    from annodb import rankers
+    from annodb.gcl import as_node
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        for i in range(10):
+            w.add(f"jazz note {i}", docno=f"d{i}")
+
+    def size():
+        with db.read() as r:
+            r.lists.whole("jazz")   # (decoded: its count is exact)
+            [term] = rankers.make("bm25").terms(Evaluator(r), as_node(":")[0],
+                                                [(("jazz",), 1)], r.statistics(["jazz"]))
+            return term.size(), r.lists.stored_count("jazz")
+
+    try:
+        assert size() == (10, 10)
+        with db.write() as w:
+            d0 = w.document("d0")
+            w.erase(d0.start, d0.end)
+        assert size() == (9, 10)
+    finally:
+        db.close()

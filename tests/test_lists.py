@@ -157,6 +157,37 @@ def test_blocks_kept_decoded_are_those_of_the_state_read(tmp_path, monkeypatch):
     db.close()
 
 
+def test_a_list_the_shared_cache_did_not_hold_is_asked_for_once_a_snapshot(tmp_path,
+                                                                           monkeypatch):
+    """A snapshot that found a query's word not decoded in the shared cache (Lists.at_hand)
+    does not ask the cache again for it (each question is its lock and a key made) when
+    the same snapshot asks for the word again; what it gives is unchanged, and a list it
+    decodes itself is what it finds next."""
+    from annodb import lists
+    monkeypatch.setattr(lists, "SMALL_LIST", -1)     # (no list read whole for being short)
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        for i in range(20):
+            w.add(f"jazz note {i}", docno=f"d{i}")
+    asked = []
+    with db.read() as r:
+        cache = r.lists._shared
+        cache.clear()
+        real_many, real_get = cache.get_many, cache.get
+        monkeypatch.setattr(cache, "get_many", lambda keys: asked.extend(keys) or
+                            real_many(keys))
+        monkeypatch.setattr(cache, "get", lambda key: asked.append(key) or real_get(key))
+        [(found, count, points)] = r.lists.at_hand(["jazz"])
+        assert found is None and count == 20 and points
+        assert sum(key[0] == "list" for key in asked) == 1
+        asked.clear()
+        assert r.lists.at_hand(["jazz"])[0][0] is None and r.lists.cached("jazz") is None
+        assert [key for key in asked if key[0] == "list"] == []
+        whole = r.lists.whole("jazz")
+        assert r.lists.at_hand(["jazz"])[0][0] is whole and len(whole) == 20
+    db.close()
+
+
 def test_what_derived_keeps_forgets_the_groups_it_drops():
     """ListCache's derived budget drops the least recently used values past it, and with
     them its record of each dropped group's newest version (which would otherwise grow

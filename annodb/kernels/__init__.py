@@ -20,7 +20,7 @@ _MODULES = {
     "algebra": ("normalize", "both_of", "one_of", "followed_by", "contained_in",
                 "containing", "not_contained_in", "not_containing", "ssr", "ssr_touched",
                 "top", "merge_ranked", "drop_erased", "merge_ranges", "block_ranges",
-                "all_of_groups", "ALL_OF_WIDTHS", "runs_at", "is_gc_list"),
+                "all_of_groups", "all_of_groups_packed", "ALL_OF_WIDTHS", "runs_at", "is_gc_list"),
     "text": ("token_spans", "intern_tokens", "intern_tokens_utf8", "LoneSurrogate"),
     "codec": ("encode_block", "block_bytes", "decode_block", "decode_blocks",
               "encode_point_groups", "append_point_groups", "block_bounds", "group_order",

@@ -39,6 +39,7 @@ __all__ = [
     "merge_ranges",
     "block_ranges",
     "all_of_groups",
+    "all_of_groups_packed",
     "runs_at",
     "merge_ranked",
     "is_gc_list",
@@ -848,6 +849,32 @@ def _complete(have, toks, leaf_at, group_at, g):
 
 
 @njit(cache=True, nogil=True)
+def _packed(s, e, need, pos, runs, los, his):
+    """all_of_groups' arrays as one (each array a kernel returns is boxed by a call back
+    into Python): their lengths (s's, need's, pos's, runs', los'), then the arrays end to
+    end (e as long as s, his as los)."""
+    ns, nn, npos, nruns, nlos = s.shape[0], need.shape[0], pos.shape[0], runs.shape[0], \
+        los.shape[0]
+    out = np.empty(5 + 2 * ns + nn + npos + nruns + 2 * nlos, np.int64)
+    out[0], out[1], out[2], out[3], out[4] = ns, nn, npos, nruns, nlos
+    o = _put(out, 5, s)
+    o = _put(out, o, e)
+    o = _put(out, o, need)
+    o = _put(out, o, pos)
+    o = _put(out, o, runs)
+    o = _put(out, o, los)
+    _put(out, o, his)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _put(out, o, a):
+    for i in range(a.shape[0]):
+        out[o + i] = a[i]
+    return o + a.shape[0]
+
+
+@njit(cache=True, nogil=True)
 def _all_of_groups(words, plan, nw, nt, nl, firsts, few):
     # (plan: counts, have, toks, leaf_at, group_at laid end to end, one array to pass)
     counts = plan[:nw]
@@ -869,7 +896,7 @@ def _all_of_groups(words, plan, nw, nt, nl, firsts, few):
     none = np.empty(0, np.int64)
     if not _complete(have, toks, leaf_at, group_at, order[0]):
         need[:] = -1  # (the rarest group is found whole: its words must be at hand)
-        return none, none, 0, need, none, none, none, none
+        return _packed(none, none, need, none, none, none, none), 0
     los = np.zeros(1, np.int64)
     his = np.full(1, _I64_MAX, np.int64)
     ds, de, _, _ = _group_in(words, counts, have, toks, leaf_at, group_at, order[0], los,
@@ -911,7 +938,7 @@ def _all_of_groups(words, plan, nw, nt, nl, firsts, few):
         work += s.shape[0]
     if s.shape[0] == 0:  # (no cover: nothing more to read)
         need[:] = 0
-        return none, none, work, need, none, none, none, none
+        return _packed(none, none, need, none, none, none, none), work
     if (need > 0).any():
         # the positions asked of each word, sorted and distinct, one run a word
         order = np.argsort(rx, kind="mergesort")
@@ -924,13 +951,13 @@ def _all_of_groups(words, plan, nw, nt, nl, firsts, few):
         pw = pw[keep]
         px = px[keep]
         at = np.searchsorted(pw, np.arange(nw + 1))
-        return none, none, work, need, px, at, rlos, rhis
+        return _packed(none, none, need, px, at, rlos, rhis), work
     s, e = _inside_ranges(s, e, los, his)
     los, his = _holding(s, e, los, his)
-    return s.copy(), e.copy(), work, need, none, none, los, his
+    return _packed(s, e, need, none, none, los, his), work
 
 
-def all_of_groups(words, counts, have, toks, leaf_at, group_at, firsts, few=FEW):
+def all_of_groups_packed(words, counts, have, toks, leaf_at, group_at, firsts, few=FEW):
     """The covers of `(^ G1 G2 ...)`, each G `(+ ...)` of words and phrases, lying inside
     the blocks of a disjoint container list that hold one of the rarest G's intervals, in
     one call, or what must be read first for them.
@@ -948,8 +975,10 @@ def all_of_groups(words, counts, have, toks, leaf_at, group_at, firsts, few=FEW)
     candidates or fewer are left (a common word read at many candidates costs more
     than a call).
 
-    Returns (cover starts, ends, intervals produced, need, positions, their runs, range
-    starts, range ends). need[w] is 0 when word w was not needed beyond what is at hand,
+    Returns (one array, intervals produced): the array holds the lengths of the cover
+    starts, need, the positions, their runs and the range starts, then the cover starts,
+    ends, need, positions, their runs, range starts, range ends end to end (all_of_groups
+    gives them apart). need[w] is 0 when word w was not needed beyond what is at hand,
     1 when its points at positions[runs[w]:runs[w + 1]] must be read, 2 when its points
     inside the ranges must be, -1 everywhere when the rarest group has a word not at
     hand (nothing can be done). When no word is needed, the covers are those inside a
@@ -985,6 +1014,20 @@ def all_of_groups(words, counts, have, toks, leaf_at, group_at, firsts, few=FEW)
     plan = np.array([*counts, *have, *toks, *leaf_at, *group_at], np.int64)
     return _all_of_groups(padded, plan, nw, len(toks), len(leaf_at), _ints(firsts, "firsts"),
                           operator.index(few))
+
+
+def all_of_groups(words, counts, have, toks, leaf_at, group_at, firsts, few=FEW):
+    """all_of_groups_packed's arrays apart: (cover starts, ends, intervals produced, need,
+    positions, their runs, range starts, range ends), as all_of_groups_packed says."""
+    out, work = all_of_groups_packed(words, counts, have, toks, leaf_at, group_at, firsts,
+                                     few)
+    ns, nn, npos, nruns, nlos = out[:5].tolist()
+    a = 5 + 2 * ns
+    b = a + nn
+    c = b + npos
+    d = c + nruns
+    return (out[5:5 + ns], out[5 + ns:a], work, out[a:b], out[b:c], out[c:d],
+            out[d:d + nlos], out[d + nlos:d + 2 * nlos])
 
 
 def merge_ranges(starts, ends):
