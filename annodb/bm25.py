@@ -62,7 +62,8 @@ from . import kernels
 from .errors import RankingError
 from .feedback import Feedback
 from .gcl import Evaluator, Region, list_name
-from .lists import EMPTY_F, EMPTY_I, SMALL_LIST, Intervals, _distinct
+from .intervals import EMPTY_F, EMPTY_I, Intervals
+from .lists import SMALL_LIST, _distinct
 from .query import Combine, Compare, Link, Node, Term
 from .records import MAX_WEIGHT
 
@@ -478,7 +479,7 @@ class _Words(_Term):
 class _DocumentsRoom:
     """A word's documents (as _Words.documents gives them) in arrays with room at their
     end, so that the next version, when a commit only appends documents, is written in
-    place (as lists._Room does for lists): the views older snapshots hold stay as
+    place (as list_cache._Room does for lists): the views older snapshots hold stay as
     they are."""
 
     def __init__(self, pairs):

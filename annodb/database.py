@@ -29,9 +29,10 @@ import shutil
 import tempfile
 import threading
 
-from . import lists, purge, storage
+from . import list_cache, purge, storage
 from .errors import StorageError
-from .lists import Intervals, ListCache
+from .intervals import Intervals
+from .list_cache import ListCache
 from .paths import DEFAULT_PATH, default_path, is_collection
 from .transaction import DOCUMENT, Added, Snapshot, Stats, Writer
 
@@ -76,7 +77,7 @@ class Database:
         self._env = env
         if env.lists is None:
             cache = self._cache_bytes
-            env.lists = ListCache(lists.CACHE_BYTES if cache is None else cache)
+            env.lists = ListCache(list_cache.CACHE_BYTES if cache is None else cache)
         elif self._cache_bytes is not None:
             assert isinstance(env.lists, ListCache)   # (storage, below lists, holds an object)
             env.lists.max_bytes = int(self._cache_bytes)

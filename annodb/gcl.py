@@ -43,7 +43,7 @@ import numpy as np
 
 from . import kernels
 from .errors import QueryCostError, QueryError
-from .lists import Intervals
+from .intervals import Intervals
 from .query import (Combine, Compare, Feature, Link, Node, Parsed, Term, Window, map_leaves,
                     parse, resolve)
 from .storage import MAX_ADDRESS, zero_values

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from .gcl import Budget
-    from .lists import Intervals
+    from .intervals import Intervals
     from .scoring import Ranking, RankedBy, WordScorer
     from .statistics import Statistics
     from .storage import Document

@@ -102,7 +102,7 @@ import numpy as np
 from . import kernels, ranking
 from .bm25 import idf
 from .gcl import Evaluator, Region, as_node
-from .lists import Intervals
+from .intervals import Intervals
 from .query import Combine, Feature, Term, format as format_query
 from .tokenizer import strip_diacritics, tokens
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import bm25, kernels, snippets
 from .gcl import Budget, Evaluator, Region, as_node, list_name
-from .lists import Intervals
+from .intervals import Intervals
 from .query import format as format_query
 
 

@@ -19,7 +19,8 @@ from . import (batch, bm25, kernels, rankers, ranking, reading, records, scoring
                storage, tokenizer)
 from .errors import AbandonedWriteWarning, AnnodbError, NotFoundError, StorageError
 from .gcl import evaluate
-from .lists import Intervals, Lists
+from .intervals import Intervals
+from .lists import Lists
 from .query import STRUCTURAL
 from .snippets import token_offsets
 from .storage import Document

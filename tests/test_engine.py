@@ -280,13 +280,13 @@ def read_by_blocks(monkeypatch):
     """Lists of at most 2 intervals a block, never decoded whole nor cached: every probe
     of a list (ranking's containers, a word inside them, a phrase's candidates) reads
     blocks."""
-    from annodb import lists, storage
+    from annodb import list_cache, lists, storage
     from annodb.storage import environment
     monkeypatch.setattr(environment, "block_limits", lambda psize: (psize - 16, 2))
     monkeypatch.setattr(storage, "ANNOTATION_BLOCK", 2)
     monkeypatch.setattr(lists, "SMALL_LIST", -1)
     monkeypatch.setattr(lists, "WHOLE_FRACTION", 2.0)
-    monkeypatch.setattr(lists, "CACHE_BYTES", 0)
+    monkeypatch.setattr(list_cache, "CACHE_BYTES", 0)
 
 
 @pytest.fixture

@@ -192,7 +192,7 @@ def test_what_derived_keeps_forgets_the_groups_it_drops():
     """ListCache's derived budget drops the least recently used values past it, and with
     them its record of each dropped group's newest version (which would otherwise grow
     with every word ever asked for)."""
-    from annodb.lists import DERIVED_SHARE, ListCache
+    from annodb.list_cache import DERIVED_SHARE, ListCache
     cache = ListCache(max_bytes=4000)
     budget = int(4000 * DERIVED_SHARE)
     for i in range(100):

@@ -18,7 +18,7 @@ from .. import (batch, bm25, kernels, rankers, ranking, reading, records, scorin
                transaction)
 from ..errors import AnnodbError, NotFoundError, StorageError
 from ..gcl import Budget, prepare
-from ..lists import Intervals
+from ..intervals import Intervals
 from ..statistics import Statistics
 from ..transaction import DOCUMENT, Stats
 from .routing import route, shard_name

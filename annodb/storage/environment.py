@@ -58,7 +58,7 @@ class Environment:
     #   added; a name missing is looked up by the writer: transaction.Writer._ids)
     vocab_through: int = 1  # vocab holds every feature below this id (a writer here
     #   committed them all; next_feature still this: no other process interned one since)
-    lists: object = None  # transaction.ListCache, shared by this process's snapshots
+    lists: object = None  # list_cache.ListCache, shared by this process's snapshots
     block_bytes: int = BLOCK_BYTES  # block_limits of the page size
     block_count: int = BLOCK_SIZE
     guard: float | None = None  # read without lock.mdb: the timeout of its shared flock
