@@ -380,23 +380,24 @@ class _Words(_Term):
 
         def make():
             cells, most = kernels.term_cells(vs, vp, CELL_SHIFT, k1, b, avglen)
-            return _Cells(cells, most, avglen), 16 * len(cells) + 200
+            return _Cells.of(cells, most, avglen)
 
         def extend(old: _Cells, low: int | None, erased):
             if erased is not None:
                 return None   # (made anew)
             if low is None:
-                return old, 16 * len(old.cells) + 200
+                return old, old.nbytes
             j = int(np.searchsorted(vs, low, side="right")) - 1
             first = min(int(vs[j]) if j >= 0 else 0, low) >> CELL_SHIFT
             # (the documents starting before the one holding low are as they were)
             a = int(np.searchsorted(vs, first << CELL_SHIFT, side="left"))
             cells, most = kernels.term_cells(vs[a:], vp[a:], CELL_SHIFT, k1, b,
                                              old.avglen)
+            tail = _Cells.of(cells, most, old.avglen)[0]
             keep = int(np.searchsorted(old.cells, first, side="left"))
-            made = _Cells(np.concatenate((old.cells[:keep], cells)),
-                          np.concatenate((old.most[:keep], most)), old.avglen)
-            return made, 16 * len(made.cells) + 200
+            made = _Cells(np.concatenate((old.cells[:keep], tail.cells)),
+                          np.concatenate((old.most[:keep], tail.most)), old.avglen)
+            return made, made.nbytes
         found = self.ev.lists.derived(f"{self.docs_key} {kind}", make,
                                       (kind,) + tuple(self.docs_lists[1:]), extend)
         if found is None:
@@ -529,11 +530,30 @@ class _Words(_Term):
 @dataclass(frozen=True)
 class _Cells:
     """A term's largest saturation per cell (kernels.term_cells) at average length
-    `avglen` (_Words.cell_bounds)."""
+    `avglen` (_Words.cell_bounds), kept in half the room: the cells as int32, the
+    saturations as float32 rounded up (still bounds)."""
 
     cells: np.ndarray
     most: np.ndarray
     avglen: float
+
+    @classmethod
+    def of(cls, cells: np.ndarray, most: np.ndarray, avglen: float
+           ) -> tuple[_Cells, int]:
+        """(kept, its bytes) of term_cells' arrays."""
+        if len(cells) and int(cells[-1]) >= 1 << 31:
+            small = cells   # (past int32: as they are)
+        else:
+            small = cells.astype(np.int32)
+        up = most.astype(np.float32)
+        low = up < most
+        up[low] = np.nextafter(up[low], np.float32(np.inf))
+        made = cls(small, up, avglen)
+        return made, made.nbytes
+
+    @property
+    def nbytes(self) -> int:
+        return self.cells.nbytes + self.most.nbytes + 200
 
 
 class _DocumentsRoom:

@@ -724,12 +724,14 @@ def _add_cells(total, cells, values, scale):
 
 def add_cells(total, cells, values, scale) -> None:
     """total[cells[y]] += scale x values[y] for each y, in place (total: float64; cells:
-    indices into it)."""
+    indices into it, int32 or int64; values float32 or float64, taken as they are)."""
     if not (type(total) is np.ndarray and total.dtype == np.float64 and total.ndim == 1
             and total.flags.c_contiguous and total.flags.writeable):
         raise TypeError("total must be a writeable one-dimensional float64 array")
-    c = _ints(cells, "cells")
-    v = _floats(values, "values")
+    c = cells if isinstance(cells, np.ndarray) and cells.dtype == np.int32 and \
+        cells.ndim == 1 and cells.flags.c_contiguous else _ints(cells, "cells")
+    v = values if isinstance(values, np.ndarray) and values.dtype == np.float32 and \
+        values.ndim == 1 and values.flags.c_contiguous else _floats(values, "values")
     if c.shape[0] != v.shape[0]:
         raise ValueError(f"{c.shape[0]} cells but {v.shape[0]} values")
     if c.size and (int(c[0]) < 0 or int(c.max()) >= total.shape[0]):
