@@ -45,6 +45,12 @@ is the exhaustive one, scores added in the same order (`prune=False` computes th
 Before a long list would be read whole, the k best candidates' scores are completed
 (each list left probed in the few blocks holding them): their least is a floor under the
 final k-th best too, and often ends the reading of whole lists (a question's "the").
+When many documents are left to read, the terms left are bounded per cell of the address
+space as well (each term's largest contribution among its documents starting in the cell,
+kept beside its documents): the whole lists' reading ends once no cell's bound reaches the
+k-th best, and a candidate whose score so far + its cell's bound cannot reach it is left
+out, as it is read or before a term is looked up in it (RM3's expanded queries, of many
+words of flat weights, are where the bounds summed whole stay high longest).
 """
 
 from __future__ import annotations
@@ -355,6 +361,53 @@ class _Words(_Term):
         self.docs = self.ev.lists.derived(self.docs_key, make, self.docs_lists, extend)
         return self.docs
 
+    def cell_bounds(self) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """The term's bounds per cell of 2**CELL_SHIFT addresses (_Bounds): the cells
+        holding the start of one of its documents (see documents), the largest saturation
+        of its documents in each and what to scale them by (its factor, and the average
+        length's growth below), when its documents are kept already; else None. The largest
+        saturations are kept beside the documents (Lists.derived) for the lists as they
+        are and BM25's k1 and b, at the average length when made: at another one they are
+        scaled by how much it grew (tf / (tf + k1 (1 - b + b len / a)) grows by at most
+        a / a0 from a0 to a > a0, and only falls as a falls), so a commit does not make
+        them anew; after one that adds documents only the cells from the first changed
+        are counted again."""
+        docs = self.docs   # (kept already: none is made for the bounds alone)
+        if docs is None or not self.docs_lists:
+            return None
+        st = self.stats
+        k1, b, avglen = st.scoring.k1, st.scoring.b, float(st.avglen)
+        kind = f"cells {CELL_SHIFT} {k1!r} {b!r}"
+        vs, vp = docs[0], docs[1]
+
+        def make():
+            cells, most = kernels.term_cells(vs, vp, CELL_SHIFT, k1, b, avglen)
+            return _Cells.of(cells, most, avglen)
+
+        def extend(old: _Cells, low: int | None, erased):
+            if erased is not None:
+                return None   # (made anew)
+            if low is None:
+                return old, old.nbytes
+            j = int(np.searchsorted(vs, low, side="right")) - 1
+            first = min(int(vs[j]) if j >= 0 else 0, low) >> CELL_SHIFT
+            # (the documents starting before the one holding low are as they were)
+            a = int(np.searchsorted(vs, first << CELL_SHIFT, side="left"))
+            cells, most = kernels.term_cells(vs[a:], vp[a:], CELL_SHIFT, k1, b,
+                                             old.avglen)
+            tail = _Cells.of(cells, most, old.avglen)[0]
+            keep = int(np.searchsorted(old.cells, first, side="left"))
+            made = _Cells(np.concatenate((old.cells[:keep], tail.cells)),
+                          np.concatenate((old.most[:keep], tail.most)), old.avglen)
+            return made, made.nbytes
+        found = self.ev.lists.derived(f"{self.docs_key} {kind}", make,
+                                      (kind,) + tuple(self.docs_lists[1:]), extend)
+        if found is None:
+            return None
+        grown = avglen / found.avglen
+        return found.cells, found.most, \
+            self.factor * (grown if grown > 1.0 else 1.0) * (1.0 + 1e-12)
+
     def _documents_since(self, old: list[np.ndarray], low: int | None, erased,
                          box_s: np.ndarray, box_e: np.ndarray) -> list[np.ndarray] | None:
         """The term's documents (see documents) from those of an earlier version of its
@@ -474,6 +527,35 @@ class _Words(_Term):
             c = self.factor * saturation(tf, (e - s + 1).astype(np.float64), st.avglen,
                                          st.scoring.k1, st.scoring.b)
         return np.where(tf > 0, c, 0.0)
+
+
+@dataclass(frozen=True)
+class _Cells:
+    """A term's largest saturation per cell (kernels.term_cells) at average length
+    `avglen` (_Words.cell_bounds), kept in half the room: the cells as int32, the
+    saturations as float32 rounded up (still bounds)."""
+
+    cells: np.ndarray
+    most: np.ndarray
+    avglen: float
+
+    @classmethod
+    def of(cls, cells: np.ndarray, most: np.ndarray, avglen: float
+           ) -> tuple[_Cells, int]:
+        """(kept, its bytes) of term_cells' arrays."""
+        if len(cells) and int(cells[-1]) >= 1 << 31:
+            small = cells   # (past int32: as they are)
+        else:
+            small = cells.astype(np.int32)
+        up = most.astype(np.float32)
+        low = up < most
+        up[low] = np.nextafter(up[low], np.float32(np.inf))
+        made = cls(small, up, avglen)
+        return made, made.nbytes
+
+    @property
+    def nbytes(self) -> int:
+        return self.cells.nbytes + self.most.nbytes + 200
 
 
 class _DocumentsRoom:
@@ -728,6 +810,7 @@ def _top_compiled(terms: list[_Words], k: int, matches: Intervals | None, prune:
     slack1 = 1 + SLACK
     # the documents' list: a term at hand is given by its documents (_Words.documents)
     by_documents = matches is None and disjoint and terms[0].boxes.name == ":"
+    bounds: _Bounds | None = None   # (the terms bounded per cell too, a term a call)
     while not done:
         forms: list[np.ndarray] = []
         counts = [0]
@@ -740,10 +823,17 @@ def _top_compiled(terms: list[_Words], k: int, matches: Intervals | None, prune:
             # nothing: the term comes in the next call)
             led = t
             floor = max(floor, _leaders(terms, t, cs, ce, sc, k, by_documents))
+            if bounds is None and by_documents and \
+                    sum(term.stored for term in terms[t:]) > BOUNDED_OVER:
+                # (many documents left to read: the terms left bounded per cell, which
+                # may end phase 1 here, and else drop most of them as they are read)
+                bounds = _Bounds(terms, t, bs)
         else:
             while end < n_terms:  # the terms at hand from t on
                 if phase == 1 and prune and end > t and terms[end].size() > LEADERS_OVER:
                     break  # (a long term starts a call of its own, after the leaders' floor)
+                if bounds is not None and end > t and (phase == 1 or len(cs) > BOUNDED_ALONE):
+                    break  # (the bounds are of the terms from the call's first on)
                 got = terms[end].documents(bs, be) if by_documents else None
                 kind = got is not None
                 if got is None:
@@ -765,12 +855,62 @@ def _top_compiled(terms: list[_Words], k: int, matches: Intervals | None, prune:
                 forms = _few(forms, most)
                 end = t + 1
                 counts.append(len(forms))
+        was = t
         t, phase, done, cs, ce, sc, read = kernels.bm25_steps(
             t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, rest, forms,
-            np.array(counts, dtype=np.int64), bs, be, disjoint, cs, ce, sc, bool(views))
+            np.array(counts, dtype=np.int64), bs, be, disjoint, cs, ce, sc, bool(views),
+            *(bounds.now() if bounds is not None else ()))
         ev.charge(int(read))
+        if bounds is not None:
+            bounds.past(was, t)
     pick = kernels.bm25_pick(sc, k, matches is None)
     return cs[pick], ce[pick], sc[pick]
+
+
+CELL_SHIFT = 12   # the bounds' cells: 4,096 addresses each (_Bounds)
+# the terms left are bounded per cell (_Bounds) when phase 1 comes to a long term and
+# their lists hold more postings than this
+BOUNDED_OVER = 200_000
+BOUNDED_ALONE = 10_000  # in phase 2, a call of one term while more candidates are left
+
+
+class _Bounds:
+    """What the terms from t on can add to a document, bounded per cell of the address
+    space (2**CELL_SHIFT addresses, by the document's start): for kernels.bm25_steps'
+    `cells`. Each term whose documents are kept adds factor x its largest saturation in
+    each cell holding one (_Words.cell_bounds); one without them its bound everywhere
+    (`flat`). Where a query's words are many and their weights flat (RM3's), the sum of
+    the bounds of the terms left (rest) stays high long after few documents can still
+    reach it: the cells' bounds are lower where the terms left are rare or their
+    documents long, so MaxScore ends the reading of whole lists sooner and drops most
+    candidates before a term is looked up in them."""
+
+    def __init__(self, terms: list[_Words], t: int, bs: np.ndarray):
+        """The bounds of terms t.. (the documents' list's starts: bs)."""
+        self.cells = np.zeros((int(bs[-1]) >> CELL_SHIFT) + 1 if len(bs) else 1)
+        self.flat = 0.0
+        self.terms, self.first = terms, t
+        self.each: list[tuple[np.ndarray, np.ndarray, float] | None] = [None] * t
+        for term in terms[t:]:
+            got = term.cell_bounds()
+            if got is None:
+                self.flat += term.bound
+            else:
+                kernels.add_cells(self.cells, *got)
+            self.each.append(got)
+
+    def now(self) -> tuple[np.ndarray, float, int]:
+        """(cells, flat, shift) of the terms not yet past."""
+        return self.cells, self.flat, CELL_SHIFT
+
+    def past(self, t0: int, t1: int) -> None:
+        """Terms t0..t1-1 are added: their bounds are taken out."""
+        for u in range(max(t0, self.first), t1):
+            got = self.each[u]
+            if got is None:
+                self.flat = max(self.flat - self.terms[u].bound, 0.0)
+            else:
+                kernels.add_cells(self.cells, got[0], got[1], -got[2])
 
 
 def _few(forms: list[np.ndarray], most: int) -> list[np.ndarray]:

@@ -680,6 +680,27 @@ def term_documents(forms, boxes):
     return out
 
 
+def term_cells(documents, shift, k1, b, avglen):
+    """The twin of kernels.term_cells: of a term's documents [(start, length, tf)], the
+    cells (start >> shift) holding one's start, ascending, each with the largest
+    tf / (tf + k1 (1 - b + b length / avglen)) of the documents starting in it."""
+    most = {}
+    for s, length, tf in documents:
+        x = float(tf)
+        sat = x / (x + k1 * (1.0 - b + b * float(length) / avglen))
+        most[s >> shift] = max(most.get(s >> shift, sat), sat)
+    return sorted(most.items())
+
+
+def add_cells(total, cells, values, scale):
+    """The twin of kernels.add_cells: total (a list) with scale x values[y] added at
+    cells[y], each in turn."""
+    out = list(total)
+    for c, v in zip(cells, values):
+        out[c] += scale * v
+    return out
+
+
 def bm25f(docs, fields, query, k, k1=0.9):
     """BM25F by its definition over documents given as (docno, {field: [tokens]}) in
     address order; fields: [(field, weight, b)]; query: [(word, weight)]; idf from the

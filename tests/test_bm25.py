@@ -125,19 +125,25 @@ def test_pruning_on_larger_collections(tmp_path_factory, docs, query, k):
         # leaders 0: the leaders' scores before every term, the words given by their
         # postings (most -1: no documents made) or by their documents (kept, and looked
         # up in for the leaders' scores: _Words.at_documents)
-        for leaders, most in ((bm25.LEADERS_OVER, bm25.DOCUMENTS_MOST), (0, -1),
-                              (0, bm25.DOCUMENTS_MOST)):
-            old, bm25.LEADERS_OVER = bm25.LEADERS_OVER, leaders
-            old_most = bm25.DOCUMENTS_MOST
-            bm25.DOCUMENTS_MOST = most
+        # (bounded -1: the terms left bounded per cell at the first long term, their
+        # documents' kept by the runs before; alone: the candidates above which phase 2
+        # takes a term a call)
+        saved = (bm25.LEADERS_OVER, bm25.DOCUMENTS_MOST, bm25.BOUNDED_OVER,
+                 bm25.BOUNDED_ALONE, bm25.CELL_SHIFT)
+        for leaders, most, bounded, alone, shift in (
+                (saved[0], saved[1], saved[2], saved[3], saved[4]), (0, -1, -1, 0, 2),
+                (0, saved[1], saved[2], saved[3], saved[4]), (0, saved[1], -1, 0, 2),
+                (0, saved[1], -1, 1 << 40, 0), (0, saved[1], -1, 2, 4)):
+            bm25.LEADERS_OVER, bm25.DOCUMENTS_MOST, bm25.BOUNDED_OVER, \
+                bm25.BOUNDED_ALONE, bm25.CELL_SHIFT = leaders, most, bounded, alone, shift
             try:
                 for compiled in (True, False):
                     pruned = engine_top(r, query, k, True, compiled=compiled)
                     assert np.array_equal(pruned[0], full[0]) and \
                         np.array_equal(pruned[1], full[1])
             finally:
-                bm25.LEADERS_OVER = old
-                bm25.DOCUMENTS_MOST = old_most
+                bm25.LEADERS_OVER, bm25.DOCUMENTS_MOST, bm25.BOUNDED_OVER, \
+                    bm25.BOUNDED_ALONE, bm25.CELL_SHIFT = saved
     db.close()
 
 
@@ -194,11 +200,28 @@ def scored_boxes(draw):
     return boxes, disjoint, terms, factors, matches
 
 
+def cell_bounds(boxes, terms, factors, t, k1, b, avglen, shift, flat_terms, loose):
+    """bm25_steps' `cells` and `flat` for terms t.. (naive.term_cells of each one's
+    documents x its factor x loose; those in flat_terms by their factor alone)."""
+    cells = np.zeros((max((s for s, _ in boxes), default=0) >> shift) + 1)
+    flat = 0.0
+    for u in range(t, len(terms)):
+        if u in flat_terms:
+            flat += factors[u]
+            continue
+        found = naive.term_cells(naive.term_documents(terms[u], boxes), shift, k1, b, avglen)
+        for c, most in found:
+            cells[c] += factors[u] * most * loose
+    return cells, flat
+
+
 def kernel_top(boxes, disjoint, terms, factors, k, k1, b, avglen, matches, cuts, prune,
-               views=frozenset()):
+               views=frozenset(), bounds=None):
     """kernels.bm25_steps run from the start, its terms given a call per run between cuts;
     the calls numbered in `views` given each term's documents (kernels.term_documents)
-    instead of its postings, when the boxes are disjoint."""
+    instead of its postings, when the boxes are disjoint. bounds: (shift, the terms
+    bounded as a whole, a factor >= 1 loosening the others) to give each call the terms'
+    bounds per cell (cell_bounds), when the boxes are disjoint."""
     pair = lambda xs: (np.array([x[0] for x in xs], dtype=np.int64),
                        np.array([x[1] for x in xs], dtype=np.int64))
     bs, be = pair(boxes)
@@ -221,9 +244,15 @@ def kernel_top(boxes, disjoint, terms, factors, k, k1, b, avglen, matches, cuts,
         else:
             forms = [np.array(f, dtype=np.int64) for u in range(t, end) for f in terms[u]]
             counts = np.cumsum([0] + [len(terms[u]) for u in range(t, end)])
+        extra = ()
+        if bounds is not None and disjoint:
+            shift, flat_terms, loose = bounds
+            cells, flat = cell_bounds(boxes, terms, factors, t, k1, b, avglen, shift,
+                                      flat_terms, loose)
+            extra = (cells, flat, shift)
         t, phase, done, cs, ce, sc, _ = kernels.bm25_steps(
             t, end, phase, 0.0, k, prune, 1 + bm25.SLACK, k1, b, avglen, factors, rest,
-            forms, counts, bs, be, disjoint, cs, ce, sc, by_documents)
+            forms, counts, bs, be, disjoint, cs, ce, sc, by_documents, *extra)
     pick = kernels.bm25_pick(sc, k, matches is None)
     return list(zip(cs[pick].tolist(), ce[pick].tolist(), sc[pick].tolist()))
 
@@ -242,6 +271,64 @@ def test_bm25_steps_kernel(case, k, params, avglen, cuts, prune, views):
     got = kernel_top(boxes, disjoint, terms, factors, k, k1, b, avglen, matches,
                      sorted(cuts), prune, views)
     assert got == naive.bm25_top(terms, factors, boxes, k, k1, b, avglen, matches)
+
+
+@SETTINGS
+@given(scored_boxes(), st.integers(0, 8), st.sampled_from([(0.9, 0.4), (1.2, 0.75),
+                                                           (0.0, 0.0), (2.0, 1.0)]),
+       st.floats(1.0, 20.0), st.sets(st.integers(1, 5)), st.sets(st.integers(0, 6)),
+       st.integers(0, 5), st.sets(st.integers(0, 5)), st.sampled_from([1.0, 1.5]))
+def test_bm25_steps_kernel_with_cell_bounds(case, k, params, avglen, cuts, views, shift,
+                                            flat_terms, loose):
+    """The compiled MaxScore given, at each call, the bounds of the terms left per cell of
+    2**shift addresses (each term's largest contribution in each cell, or looser, or its
+    bound everywhere): the exhaustive top k still (the same floats), though it ends the
+    reading of whole lists sooner and leaves candidates out."""
+    boxes, disjoint, terms, factors, matches = case
+    if not disjoint:
+        return
+    k1, b = params
+    got = kernel_top(boxes, disjoint, terms, factors, k, k1, b, avglen, matches,
+                     sorted(cuts), True, views, (shift, flat_terms, loose))
+    assert got == naive.bm25_top(terms, factors, boxes, k, k1, b, avglen, matches)
+
+
+@SETTINGS
+@given(scored_boxes(), st.integers(0, 6), st.sampled_from([(0.9, 0.4), (1.2, 0.75),
+                                                           (0.0, 0.0), (2.0, 1.0)]),
+       st.floats(1.0, 20.0))
+def test_term_cells_kernel(case, shift, params, avglen):
+    """A term's cells: those holding the start of one of its documents, each with the
+    largest saturation of the documents starting there."""
+    boxes, disjoint, terms, _, _ = case
+    if not disjoint:
+        boxes = [(s, s) for s, _ in boxes]
+    bs = np.array([x[0] for x in boxes], dtype=np.int64)
+    be = np.array([x[1] for x in boxes], dtype=np.int64)
+    k1, b = params
+    for forms in terms:
+        starts, packed = kernels.term_documents([np.array(f, dtype=np.int64) for f in forms],
+                                                bs, be)
+        cells, most = kernels.term_cells(starts, packed, shift, k1, b, avglen)
+        want = naive.term_cells(naive.term_documents(forms, boxes), shift, k1, b, avglen)
+        assert list(zip(cells.tolist(), most.tolist())) == want
+
+
+@SETTINGS
+@given(st.lists(st.floats(-5, 5), min_size=1, max_size=8), st.data(), st.floats(-3, 3))
+def test_add_cells_kernel(total, data, scale):
+    """Cells' values scaled and added in place, each at its cell."""
+    n = len(total)
+    cells = data.draw(st.lists(st.integers(0, n - 1), max_size=10))
+    values = data.draw(st.lists(st.floats(0, 5), min_size=len(cells), max_size=len(cells)))
+    for ints, floats in ((np.int64, np.float64), (np.int32, np.float32)):
+        got = np.array(total, dtype=np.float64)
+        small = np.array(values, dtype=floats).tolist()   # (float32: as kept)
+        kernels.add_cells(got, np.array(cells, dtype=ints), np.array(small, dtype=floats),
+                          scale)
+        assert got.tolist() == naive.add_cells(total, cells, small, scale)
+    with pytest.raises(ValueError):
+        kernels.add_cells(got, np.array([n], dtype=np.int64), np.array([1.0]), scale)
 
 
 @SETTINGS
@@ -351,9 +438,18 @@ def test_words_documents_extended_after_commits_equal_documents_made_anew(
     changes say changed, _Words._documents_since) equal those made anew from the whole
     lists, and the top k by them the exhaustive one; appends and deletes extend them (an
     append in place: what earlier snapshots were given stays as it was), and an earlier
-    version is not kept beside the newer one."""
+    version is not kept beside the newer one. Each word's bounds per cell, kept beside
+    its documents at the average length they were made at and extended after an append
+    from the first cell changed, bound every one of its documents' contributions at the
+    average length now, and the top k by them is the exhaustive one."""
     db = annodb.open(tmp_path_factory.mktemp("docs") / "db")
     model = naive.Model()
+    saved = bm25.LEADERS_OVER, bm25.BOUNDED_OVER, bm25.CELL_SHIFT
+    bm25.LEADERS_OVER, bm25.BOUNDED_OVER, bm25.CELL_SHIFT = 0, -1, 2
+    counted = []   # the documents each making of a word's cells counted
+    cells_made = kernels.term_cells
+    kernels.term_cells = lambda starts, *a: counted.append(len(starts)) or \
+        cells_made(starts, *a)
     for i, toks in enumerate(docs):
         model.add(f"d{i}", toks)
     try:
@@ -385,6 +481,13 @@ def test_words_documents_extended_after_commits_equal_documents_made_anew(
                     assert np.array_equal(got[0], want[0]), t.forms
                     assert np.array_equal(got[1], want[1]), t.forms
                     views.append((got, (got[0].copy(), got[1].copy())))
+                    cells, most, scale = t.cell_bounds()
+                    tf, length = want[1] & 0xFFFFFFFF, want[1] >> 32
+                    sat = tf / (tf + 0.9 * (1 - 0.4 + 0.4 * length / t.stats.avglen))
+                    at = np.searchsorted(cells, want[0] >> bm25.CELL_SHIFT)
+                    assert np.array_equal(cells[at], want[0] >> bm25.CELL_SHIFT)
+                    assert (t.factor * sat <= scale * most[at].astype(np.float64)).all(), \
+                        t.forms   # (float32 kept: taken as float64, as add_cells does)
                 kept = r.lists._shared   # (one version of each group's documents kept)
                 assert set(kept._derived) <= {v[0] for v in kept.derived_newest.values()}
                 query = [(g, 1) for g in GROUPS[:3]]
@@ -416,14 +519,19 @@ def test_words_documents_extended_after_commits_equal_documents_made_anew(
             with db.write() as w:  # after a read, an append: every group extended
                 w.add(text, docno=docno)
                 model.add(docno, text.split())
+            counted.clear()
             read()
         assert len(extended) == len(GROUPS)
+        assert len(counted) == len(GROUPS) and \
+            sum(counted) < sum(len(got[0]) for got, _ in views[-len(GROUPS):])
         with db.write() as w:  # a delete: the documents less what it erased
             assert w.delete("last")
             model.erase(*next((d[1], d[2]) for d in model.docs if d[0] == "last"))
         assert read() == len(GROUPS)
     finally:
         bm25._Words._documents_since = since
+        kernels.term_cells = cells_made
+        bm25.LEADERS_OVER, bm25.BOUNDED_OVER, bm25.CELL_SHIFT = saved
         db.close()
 
 

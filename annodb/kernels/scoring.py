@@ -10,6 +10,10 @@
                                                  run (recall.py)
     bm25_steps(...)                              BM25's exact top k by MaxScore, resumable
     term_documents(forms, box_s, box_e)          a word's documents: (start, length, tf)
+    term_cells(starts, packed, shift, k1, b, avglen)
+                                                 a word's largest saturation per cell of
+                                                 2**shift addresses (bm25_steps' bounds)
+    add_cells(total, cells, values, scale)       total[cells] += scale x values, in place
     bm25_pick(scores, k, positive)               the k best, ties in order
 
 Each public function is a thin validating wrapper of a private jitted one; the brute-force
@@ -24,7 +28,7 @@ from numba import njit
 from .algebra import _floats, _ge, _gt, _ints, _pair
 
 __all__ = ["document_frequencies", "merge_scores", "best_windows", "context_sums",
-           "bm25_steps", "bm25_pick", "term_documents", "FORMS_PER_CALL"]
+           "bm25_steps", "bm25_pick", "term_documents", "term_cells", "add_cells", "FORMS_PER_CALL"]
 
 
 @njit(cache=True, nogil=True)
@@ -360,8 +364,36 @@ def _holding(forms, f0, f1, box_s, box_e, disjoint):
 
 
 @njit(cache=True, nogil=True)
+def _most(values):
+    """The largest of values (non-empty)."""
+    top = values[0]
+    for x in range(1, values.shape[0]):
+        if values[x] > top:
+            top = values[x]
+    return top
+
+
+@njit(cache=True, nogil=True)
+def _cell_bound(cells, flat, shift, start):
+    """What the bounded terms can add to the container starting at `start`: its cell's
+    bound, + flat (the terms bounded only as a whole)."""
+    c = start >> shift
+    return flat + (cells[c] if c < cells.shape[0] else 0.0)
+
+
+@njit(cache=True, nogil=True)
+def _hopeless(score, after, cells, flat, shift, start, slack1, cut):
+    """Whether a container with `score` so far cannot reach `cut` (a lower bound of the
+    k-th best score) with what the terms after can add: their bounds summed (`after`),
+    or the cells' bound where that is lower."""
+    left = _cell_bound(cells, flat, shift, start)
+    return (score + (after if after < left else left)) * slack1 < cut
+
+
+@njit(cache=True, nogil=True)
 def _bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, rest,
-                forms, term_forms, box_s, box_e, disjoint, acc_s, acc_e, acc_sc, views):
+                forms, term_forms, box_s, box_e, disjoint, acc_s, acc_e, acc_sc, views,
+                cells, flat, shift):
     for u in range(term_forms.shape[0] - 1):
         if term_forms[u] > term_forms[u + 1]:
             raise ValueError("term forms must not decrease")
@@ -373,6 +405,8 @@ def _bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, 
     acc_s, acc_e, acc_sc = acc_s.copy(), acc_e.copy(), acc_sc.copy()
     read = 0
     done = False
+    bounded = cells.shape[0] > 0   # (terms t0.. bounded per cell: see bm25_steps)
+    envelope = -1.0   # the largest of those bounds (found when first needed)
     high = 0.0  # the best score so far (the k-th best is no higher)
     for x in range(n):
         if acc_sc[x] > high:
@@ -382,17 +416,28 @@ def _bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, 
         if t >= n_terms:
             done = True
             break
+        kth = -1.0   # (the k-th best so far or the floor, when found before term t)
         if phase == 1 and prune and k > 0 and n >= k:
             bar = rest[t] * slack1
-            if (bar < high or bar < floor) and bar < _threshold(acc_sc, n, k, floor):
-                phase = 2
+            if bounded:
+                if envelope < 0.0:
+                    envelope = flat + _most(cells)
+                if envelope < rest[t]:
+                    bar = envelope * slack1
+            if bar < high or bar < floor:
+                kth = _threshold(acc_sc, n, k, floor)
+                if bar < kth:
+                    phase = 2
         if phase == 2:
             if prune and n > k:
                 m = 0
                 if k > 0:
                     th = _threshold(acc_sc, n, k, floor)
                     for x in range(n):
-                        if (acc_sc[x] + rest[t]) * slack1 >= th:
+                        left = rest[t]
+                        if bounded:
+                            left = min(left, _cell_bound(cells, flat, shift, acc_s[x]))
+                        if (acc_sc[x] + left) * slack1 >= th:
                             acc_s[m], acc_e[m], acc_sc[m] = acc_s[x], acc_e[x], acc_sc[x]
                             m += 1
                 n = m
@@ -405,7 +450,7 @@ def _bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, 
             n, got = _candidates(t, end, t0, k, prune, slack1, k1, b, avglen, factors, rest,
                                  forms, term_forms, acc_s, acc_e, acc_sc, n,
                                  _threshold(acc_sc, n, k, floor) if k > 0 and n >= k
-                                 else floor, views)
+                                 else floor, views, cells, flat, shift)
             read += got
             t = end
             continue
@@ -423,6 +468,14 @@ def _bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, 
         ms = np.empty(n + held, np.int64)
         me = np.empty(n + held, np.int64)
         mv = np.empty(n + held, np.float64)
+        # with the bounds: a container whose score so far + what terms t+1.. can add
+        # there falls below the k-th best so far (or the floor) is left out: it cannot
+        # enter the top k (the k-th best only rises)
+        cut = -1.0
+        if bounded and prune and k > 0:
+            cut = kth if kth >= 0.0 else \
+                (_threshold(acc_sc, n, k, floor) if n >= k else floor)
+        after = rest[t + 1] if t + 1 < rest.shape[0] else 0.0
         i = 0
         m = 0
         for y in range(held):
@@ -440,6 +493,10 @@ def _bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, 
             if not c > 0:
                 continue
             while i < n and acc_s[i] < s:
+                if cut > 0.0 and _hopeless(acc_sc[i], after, cells, flat, shift,
+                                           acc_s[i], slack1, cut):
+                    i += 1
+                    continue
                 ms[m], me[m], mv[m] = acc_s[i], acc_e[i], acc_sc[i]
                 i += 1
                 m += 1
@@ -448,10 +505,16 @@ def _bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, 
                 i += 1
             else:
                 ms[m], me[m], mv[m] = s, e, 0.0 + c
+            if cut > 0.0 and _hopeless(mv[m], after, cells, flat, shift, s, slack1, cut):
+                continue
             if mv[m] > high:
                 high = mv[m]
             m += 1
         while i < n:
+            if cut > 0.0 and _hopeless(acc_sc[i], after, cells, flat, shift, acc_s[i],
+                                       slack1, cut):
+                i += 1
+                continue
             ms[m], me[m], mv[m] = acc_s[i], acc_e[i], acc_sc[i]
             i += 1
             m += 1
@@ -465,13 +528,14 @@ CHUNK = 64  # candidates taken through the terms together (each form's array got
 
 @njit(cache=True, nogil=True)
 def _candidates(t, end, t0, k, prune, slack1, k1, b, avglen, factors, rest, forms,
-                term_forms, acc_s, acc_e, acc_sc, n, th, views):
+                term_forms, acc_s, acc_e, acc_sc, n, th, views, cells, flat, shift):
     """Terms t..end-1 added to the candidates (in place, the first n; in address order),
     CHUNK candidates at a time through them all before the next: one whose score so far
     + the bounds left (x slack1) falls below th is dropped, and th rises to the k-th best
     of the scores the candidates kept reach (each a lower bound of a final score, as th
     is of the k-th best one). Returns (the candidates kept, the points counted)."""
     at = np.zeros(len(forms), np.int64)
+    bounded = cells.shape[0] > 0
     heap = np.empty(max(min(k, n), 1), np.float64)  # the k best kept: a min-heap
     held = 0
     read = 0
@@ -488,7 +552,10 @@ def _candidates(t, end, t0, k, prune, slack1, k1, b, avglen, factors, rest, form
             left = 0
             for x in range(c0, c1):
                 if alive[x - c0]:
-                    if prune and (score[x - c0] + rest[u]) * slack1 < th:
+                    left = rest[u]
+                    if bounded:
+                        left = min(left, _cell_bound(cells, flat, shift, acc_s[x]))
+                    if prune and (score[x - c0] + left) * slack1 < th:
                         alive[x - c0] = False
                     else:
                         left += 1
@@ -612,11 +679,73 @@ def term_documents(forms, box_s, box_e):
     return (starts, packed) if ok else None
 
 
+@njit(cache=True, nogil=True)
+def _term_cells(starts, packed, shift, k1, b, avglen):
+    n = starts.shape[0]
+    cells = np.empty(n, np.int64)
+    most = np.empty(n, np.float64)
+    m = 0
+    for y in range(n):
+        x = float(packed[y] & _LOW)
+        length = float(packed[y] >> 32)
+        sat = x / (x + k1 * (1.0 - b + b * length / avglen))   # (as _contribution)
+        c = starts[y] >> shift
+        if m and cells[m - 1] == c:
+            if sat > most[m - 1]:
+                most[m - 1] = sat
+        else:
+            cells[m] = c
+            most[m] = sat
+            m += 1
+    return cells[:m].copy(), most[:m].copy()
+
+
+def term_cells(starts, packed, shift, k1, b, avglen):
+    """A term's bounds per cell of the address space, for bm25_steps' `cells`: of the term's
+    documents (term_documents' starts, ascending, and packed length << 32 | tf), the cells
+    (start >> shift) holding one's start, ascending, and in each the largest saturation
+    tf / (tf + k1 (1 - b + b length / avglen)) of its documents (computed as bm25_steps
+    computes a contribution, before the factor: factor x it bounds each one's there)."""
+    s = _ints(starts, "starts")
+    p = _ints(packed, "packed")
+    if s.shape[0] != p.shape[0]:
+        raise ValueError(f"{s.shape[0]} starts but {p.shape[0]} packed lengths and tfs")
+    if not 0 <= int(shift) < 63:
+        raise ValueError(f"shift must lie in [0, 63), not {shift!r}")
+    return _term_cells(s, p, int(shift), float(k1), float(b), float(avglen))
+
+
+
+@njit(cache=True, nogil=True)
+def _add_cells(total, cells, values, scale):
+    for y in range(cells.shape[0]):
+        total[cells[y]] += scale * values[y]
+
+
+def add_cells(total, cells, values, scale) -> None:
+    """total[cells[y]] += scale x values[y] for each y, in place (total: float64; cells:
+    indices into it, int32 or int64; values float32 or float64, taken as they are)."""
+    if not (type(total) is np.ndarray and total.dtype == np.float64 and total.ndim == 1
+            and total.flags.c_contiguous and total.flags.writeable):
+        raise TypeError("total must be a writeable one-dimensional float64 array")
+    c = cells if isinstance(cells, np.ndarray) and cells.dtype == np.int32 and \
+        cells.ndim == 1 and cells.flags.c_contiguous else _ints(cells, "cells")
+    v = values if isinstance(values, np.ndarray) and values.dtype == np.float32 and \
+        values.ndim == 1 and values.flags.c_contiguous else _floats(values, "values")
+    if c.shape[0] != v.shape[0]:
+        raise ValueError(f"{c.shape[0]} cells but {v.shape[0]} values")
+    if c.size and (int(c[0]) < 0 or int(c.max()) >= total.shape[0]):
+        raise ValueError(f"cells must lie in [0, {total.shape[0]})")
+    _add_cells(total, c, v, float(scale))
+
+
 _NO_POINTS = np.empty(0, np.int64)
+_NO_CELLS = np.empty(0, np.float64)
 
 
 def bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, rest, forms,
-               term_forms, box_s, box_e, disjoint, acc_s, acc_e, acc_sc, views=False):
+               term_forms, box_s, box_e, disjoint, acc_s, acc_e, acc_sc, views=False,
+               cells=None, flat=0.0, shift=0):
     """BM25's exact top k by MaxScore (bm25.top's), resumable: terms t..end-1 of the query
     (ordered by their bounds, highest first) taken in turn from the state (phase, floor,
     the candidates acc_s, acc_e and their scores acc_sc, sorted by start). Term u's
@@ -642,6 +771,16 @@ def bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, r
     the next; the boxes disjoint, and every candidate one of them): its contributions
     are read off them, the same floats.
 
+    `cells` (float64; None: none): bounds of what terms t.. can add to a box, per cell of
+    2**shift addresses: a box starting at s gets at most cells[s >> shift] + `flat` (0
+    past the array's end: + flat) from them, each term's contributions there summed
+    (term_cells x its factor; a term bounded only as a whole adds its bound to `flat`).
+    With them (and prune), the lower of that and rest[u] bounds what terms u.. add to a
+    box: phase 1 ends once the largest cell (+ flat) falls below the k-th best; a box
+    whose score so far + that cannot reach the k-th best so far (or `floor`) is left out
+    as terms are merged, and dropped in phase 2. The bounds must hold (the top k is then
+    the same): they are not checked.
+
     Returns (the next term, phase, done: no term or no candidate left, acc_s, acc_e,
     acc_sc, points read)."""
     factors, rest = _floats(factors, "factors"), _floats(rest, "rest")
@@ -663,10 +802,13 @@ def bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, r
         raise ValueError("a term's documents are of disjoint boxes")
     forms = tuple(_ints(a, "points") for a in forms) + \
         (_NO_POINTS,) * (FORMS_PER_CALL - len(forms))
+    cells = _NO_CELLS if cells is None else _floats(cells, "cells")
+    if not 0 <= int(shift) < 63:
+        raise ValueError(f"shift must lie in [0, 63), not {shift!r}")
     return _bm25_steps(t, end, int(phase), float(floor), int(k), bool(prune), float(slack1),
                        float(k1), float(b), float(avglen), factors, rest, forms,
                        term_forms, box_s, box_e, bool(disjoint), acc_s, acc_e, acc_sc,
-                       bool(views))
+                       bool(views), cells, float(flat), int(shift))
 
 
 @njit(cache=True, nogil=True)
