@@ -1,5 +1,6 @@
 """The numba kernels (the only package that imports numba): the region algebra over
-GC-lists (algebra.py), SSR's ranking in one call (ranked.py), the storage block codec
+GC-lists (algebra.py), a ranking's all-of of word groups in the blocks' ranges
+(groups.py), SSR's ranking in one call (ranked.py), the storage block codec
 (codec.py), tokenizing (text.py), BM25's counting (scoring.py), recall's context score
 (context.py), check's look at each block (checking.py), reading flat JSONL records
 (jsonl.py) and a flush's layout of many lists (writing.py).
@@ -20,7 +21,8 @@ _MODULES = {
     "algebra": ("normalize", "both_of", "one_of", "followed_by", "contained_in",
                 "containing", "not_contained_in", "not_containing", "ssr", "ssr_touched",
                 "top", "merge_ranked", "drop_erased", "merge_ranges", "block_ranges",
-                "all_of_groups", "all_of_groups_packed", "ALL_OF_WIDTHS", "runs_at", "is_gc_list"),
+                "runs_at", "is_gc_list"),
+    "groups": ("all_of_groups", "all_of_groups_packed", "ALL_OF_WIDTHS"),
     "text": ("token_spans", "intern_tokens", "intern_tokens_utf8", "LoneSurrogate"),
     "codec": ("encode_block", "block_bytes", "decode_block", "decode_blocks",
               "encode_point_groups", "append_point_groups", "block_bounds", "group_order",
