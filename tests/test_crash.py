@@ -79,6 +79,19 @@ def wait_for_documents(db: Path, n: int, proc: subprocess.Popen) -> None:
         time.sleep(0.01)
 
 
+def killed_once_past(proc, db, documents: int, rng) -> list:
+    """SIGKILL the ingest `proc` at a random instant soon after a reader sees `documents`
+    committed in `db`; the docnos it left committed."""
+    try:
+        wait_for_documents(db, documents, proc)
+        time.sleep(rng.uniform(0, 0.05))
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+        proc.stderr.close()
+    return committed(db)
+
+
 def test_sigkill_mid_ingest_leaves_whole_batches(corpus, tmp_path):
     path, docnos = corpus
     rng = random.Random(SEED)
@@ -86,18 +99,11 @@ def test_sigkill_mid_ingest_leaves_whole_batches(corpus, tmp_path):
     partial = []
     for kill in range(KILLS):
         db = tmp_path / f"kill{kill}.db"
-        proc = ingest_process(db, path)
-        try:
-            # killed by progress, not after a fixed delay (which lands before the first
-            # batch on a loaded machine and after the last on a fast one): once a reader
-            # sees 1-10 batches committed, at a random instant soon after
-            wait_for_documents(db, rng.randint(1, 10) * BATCH, proc)
-            time.sleep(rng.uniform(0, 0.05))
-            proc.send_signal(signal.SIGKILL)
-        finally:
-            proc.wait(timeout=60)
-            proc.stderr.close()
-        found = committed(db)
+        # killed by progress, not after a fixed delay (which lands before the first batch
+        # on a loaded machine and after the last on a fast one): once a reader sees 1-10
+        # batches committed, at a random instant soon after
+        found = killed_once_past(ingest_process(db, path), db, rng.randint(1, 10) * BATCH,
+                                 rng)
         n = len(found)
         print(f"kill {kill}: {n} documents committed")
         assert found == docnos[:n]                      # a prefix of the input ...
@@ -143,14 +149,7 @@ def test_sigkill_mid_ingest_leaves_whole_transactions_of_batches(corpus, tmp_pat
         db = tmp_path / f"kill{kill}.db"
         proc = subprocess.Popen([sys.executable, "-c", code, str(db), str(fixed)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            wait_for_documents(db, rng.randint(1, 20) * whole, proc)
-            time.sleep(rng.uniform(0, 0.05))
-            proc.send_signal(signal.SIGKILL)
-        finally:
-            proc.wait(timeout=60)
-            proc.stderr.close()
-        found = committed(db)
+        found = killed_once_past(proc, db, rng.randint(1, 20) * whole, rng)
         n = len(found)
         print(f"kill {kill}: {n} documents committed")
         assert found == docnos[:n]
