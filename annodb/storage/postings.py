@@ -225,8 +225,9 @@ class Postings(Counts):
             for piece in self._pieces(keys, many):
                 found += cur.getmulti(piece)
         old, old_offsets = _found_values(fids, found)
+        # (a list that would take more than one block spills: not encoded here)
         buf, offs, group, first, ok = kernels.append_point_groups(
-            old, old_offsets, addresses, bounds, TAIL_BYTES, self.block_count)
+            old, old_offsets, addresses, bounds, TAIL_BYTES, self.block_count, single=True)
         n = len(fids)
         made = np.bincount(group, minlength=n)       # blocks made for each list
         at = np.searchsorted(group, np.arange(n))    # its first (the kernel's order)
