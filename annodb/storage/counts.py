@@ -12,8 +12,8 @@ import numpy as np
 from ..errors import StorageError
 from .features import Features
 from .layout import (_KEY, _STATS, _STATS_DTYPE, CHANGES_KEPT, CHANGES_OVER, MAX_ADDRESS,
-                     NO_STATS, OVERLAPPING, _changes_value, _count_value, _keys8, _reduced,
-                     from_u64, u64)
+                     NO_STATS, OVERLAPPING, _changes_value, _count_value, _distinct, _keys8,
+                     _reduced, from_u64, u64)
 
 
 class Counts(Features):
@@ -45,7 +45,7 @@ class Counts(Features):
         highs, no_stats = self._highs, self._no_stats
         high_fids = np.fromiter(highs.keys(), dtype=np.int64, count=len(highs))
         no_stat_fids = np.fromiter(no_stats, dtype=np.int64, count=len(no_stats))
-        fids = np.unique(np.concatenate((count_fids, df_fids, high_fids, no_stat_fids)))
+        fids = _distinct(np.concatenate((count_fids, df_fids, high_fids, no_stat_fids)))
         n = len(fids)
         keys = _keys8(fids)
         with self.txn.cursor(db=self.dbs["counts"]) as cur:
