@@ -849,6 +849,19 @@ def test_append_point_groups_single_leaves_out_the_lists_of_many_blocks(spec, li
     assert sok.tolist() == (ok | (made > 1) | many).tolist()
 
 
+@examples(60)
+@given(block_lists(max_size=600), st.sampled_from([(120, 8192), (300, 7), (4080, 128)]))
+def test_encode_blocks_equals_block_by_block(lst, limits):
+    """encode_blocks cuts a list where naive.block_cuts does and encodes each block byte for
+    byte as naive.encode_block does."""
+    s, e, v = lst
+    buf, offsets, cuts = K.encode_blocks(s, e, v, *limits)
+    assert cuts.tolist() == naive.block_cuts(s, e, v, *limits)
+    assert offsets[0] == 0 and offsets[-1] == len(buf)
+    assert [bytes(buf[a:b]) for a, b in zip(offsets[:-1], offsets[1:])] == \
+        [naive.encode_block(s[a:b], e[a:b], v[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
+
+
 def test_a_token_block_with_room_is_appended_to_in_place():
     """The last block of a token list takes new points without being decoded and re-encoded
     when its number width holds their gaps: its bytes are kept, the count grows."""

@@ -590,6 +590,40 @@ def _block_bounds(s, e, v, budget, max_count):
     return cuts[:m + 1].copy()
 
 
+@njit(cache=True, nogil=True)
+def _encode_blocks(s, e, v, budget, max_count):
+    cuts = _block_bounds(s, e, v, budget, max_count)
+    m = len(cuts) - 1
+    shapes = np.empty((m, 3), np.int64)
+    offsets = np.empty(m + 1, np.int64)
+    total = 0
+    for b in range(m):
+        size, flags, sw, lw = _block_shape(s, e, v, cuts[b], cuts[b + 1])
+        shapes[b, 0] = flags
+        shapes[b, 1] = sw
+        shapes[b, 2] = lw
+        offsets[b] = total
+        total += size
+    offsets[m] = total
+    out = np.empty(total, np.uint8)
+    for b in range(m):
+        _encode_into(out, offsets[b], s, e, v, cuts[b], cuts[b + 1], shapes[b, 0],
+                     shapes[b, 1], shapes[b, 2])
+    return out, offsets, cuts
+
+
+def encode_blocks(starts, ends, values, budget: int, max_count: int):
+    """A GC-list cut into blocks as block_bounds cuts it and encoded, in one call: (buf,
+    offsets, cuts), block i = buf[offsets[i]:offsets[i+1]] holding intervals
+    cuts[i]..cuts[i+1]-1, byte for byte encode_block of them (a writer's annotation lists:
+    ~65k blocks of 128 documents at 1x, ~4 us of Python each one by one)."""
+    s, e = _pair(starts, ends, "list")
+    v = _floats(values, "values")
+    if len(v) != len(s):
+        raise ValueError("one value per interval")
+    return _encode_blocks(s, e, v, int(budget), int(max_count))
+
+
 def block_bounds(starts, ends, values, budget: int, max_count: int) -> np.ndarray:
     """Where to cut a GC-list into blocks that each encode to at most `budget` bytes (a
     single interval always makes a block): indices 0 = c0 < c1 < ... < ck = len."""
