@@ -568,8 +568,8 @@ class Writer(Snapshot):
         self._check()
         found = self._txn.docnos_present(docnos)
         new = self._new_docnos
-        if new:
-            found.update((d, new[d]) for d in docnos if d in new)
+        if new:   # (the intersection in C: an ingest asks this twice a batch)
+            found.update((d, new[d]) for d in new.keys() & docnos)
         return found
 
     # features
@@ -933,8 +933,9 @@ class Writer(Snapshot):
         blocks)."""
         txn = self._txn
         if self._new_names:
-            vocab = self._vocab
-            txn.add_features([(name, vocab[name]) for name in self._new_names[self._named:]])
+            names = self._new_names[self._named:]
+            txn.add_features(names, np.fromiter(map(self._vocab.__getitem__, names),
+                                                dtype=np.int64, count=len(names)))
             self._named = len(self._new_names)
         fresh = self._first_new_feature
         new_blocks = []  # (fids, firsts, buf, offsets) of new features' lists

@@ -60,8 +60,9 @@ class Counts(Features):
             stored = np.zeros(n, dtype=bool)
             if found:
                 raws = [v for _, v in found]
-                at = np.searchsorted(fids, np.frombuffer(b"".join(k for k, _ in found),
-                                                         dtype=">u8").astype(np.int64))
+                at = np.arange(n) if len(found) == n else np.searchsorted(   # (key order)
+                    fids, np.frombuffer(b"".join(k for k, _ in found), dtype=">u8")
+                    .astype(np.int64))
                 stored[at] = True
                 full = np.fromiter(map(len, raws), dtype=np.int64,
                                    count=len(raws)) == _STATS.size
@@ -106,9 +107,7 @@ class Counts(Features):
             out["flags"] = flags
             out["df"] = df
             out["high"] = high
-            raw = out.tobytes()
-            size = _STATS.size
-            cur.putmulti(list(zip(keys, [raw[i:i + size] for i in range(0, len(raw), size)])))
+            cur.putmulti(list(zip(keys, out.view(f"V{_STATS.size}").tolist())))
         long = np.flatnonzero(stored & (version >= 0) & (after >= CHANGES_OVER))
         if len(long):
             self._record_changes(fids[long], [keys[i] for i in long.tolist()],

@@ -248,7 +248,7 @@ def name_keys(names: list[str]) -> list[bytes]:
 
 def _keys_of_names(raws: list[bytes]) -> list[bytes]:
     """name_keys of names given as their UTF-8."""
-    if all(len(raw) <= MAX_KEY for raw in raws):
+    if max(map(len, raws), default=0) <= MAX_KEY:
         return raws
     return [raw if len(raw) <= MAX_KEY else
             raw[:400] + b"\x00" + hashlib.sha256(raw).hexdigest().encode() for raw in raws]
