@@ -948,26 +948,20 @@ class Writer(Snapshot):
             # the tokens' addresses grouped by feature (ascending), in address order
             fids, bounds, sorted_addrs = kernels.group_postings(ids, run_starts, run_counts,
                                                                 self._next_feature)
-            new = fids >= fresh
-            sizes = np.diff(bounds)
-            new_points = np.repeat(new, sizes)  # (groups are runs of the sorted points)
-            old = np.flatnonzero(~new)
-            if len(old):
+            # the ids ascending: the stored features' groups first, then the new ones',
+            # each a run of the sorted points
+            k = int(np.searchsorted(fids, fresh))
+            cut = int(bounds[k])
+            if k:
                 # every stored interval ends before this flush's new text: addresses only
                 # grow (annotate reserves any address it uses past the content)
-                txn.add_point_groups(fids[old], sorted_addrs[~new_points],
-                                     np.concatenate(([0], np.cumsum(sizes[old]))),
+                txn.add_point_groups(fids[:k], sorted_addrs[:cut], bounds[:k + 1],
                                      after=int(run_starts.min()))  # (no empty runs)
-            if new.any():
-                groups = np.flatnonzero(new)
-                if len(groups) == len(fids):
-                    sel, gb = sorted_addrs, bounds
-                else:
-                    sel = sorted_addrs[new_points]
-                    gb = np.concatenate(([0], np.cumsum(sizes[groups])))
-                buf, offs, grp, first = txn.encode_point_groups(sel, gb)
-                new_blocks.append((fids[groups][grp], first, buf, offs))
-                token_fids = set(fids[groups].tolist())
+            if k < len(fids):
+                buf, offs, grp, first = txn.encode_point_groups(sorted_addrs[cut:],
+                                                                bounds[k:] - cut)
+                new_blocks.append((fids[k:][grp], first, buf, offs))
+                token_fids = set(fids[k:].tolist())
             self._tok_ids, self._tok_runs, self._tok_count = [], [], 0
         later = []
         self._ann_flush_list()
