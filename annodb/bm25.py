@@ -916,31 +916,35 @@ class _Bounds:
 
 
 # a word's documents are made by the table of where each cell of 2**TABLE_SHIFT addresses'
-# documents begin (_starts_table) when its postings are TABLE_OVER or more
+# documents begin (_starts_table) when its postings are TABLE_OVER or more, or TABLE_KEPT
+# or more and the table is kept already for the documents as they are
 TABLE_SHIFT = 6
 TABLE_OVER = 1 << 16
+TABLE_KEPT = 1 << 10
 
 
 def _starts_table(ev: Evaluator, forms: list[np.ndarray], box_s: np.ndarray) -> tuple:
     """kernels.term_documents' (table, shift) for the documents (box_s: the list `:` as it
-    is) when the forms hold TABLE_OVER postings or more, else (). The table
-    (kernels.start_table: per cell of 2**TABLE_SHIFT addresses, the documents starting
-    before it; 4 bytes a cell, 16 MB at 6.7M documents of ~37 tokens) is made once for
-    `:` as it is and kept beside a word's documents (Lists.derived); after a commit that
-    appends documents only its cells from the first changed are counted again (one copy
-    of it), after an erase it is made anew. A common word's documents from its whole
-    lists, by the table: each posting's document found from its cell's first, apart
-    from the posting before (their loads overlap), where a gallop from the posting
-    before waits on each load: ~0.6x the time at 4x the scale corpus (~17 against
-    ~28 ns a posting)."""
-    if sum(len(f) for f in forms) < TABLE_OVER or not len(box_s):
+    is) when the forms hold TABLE_OVER postings or more, or TABLE_KEPT or more and the
+    table is kept already, else (). The table (kernels.start_table: per cell of
+    2**TABLE_SHIFT addresses, the documents starting before it; 4 bytes a cell, 16 MB
+    at 6.7M documents of ~37 tokens) is made once for `:` as it is and kept beside a
+    word's documents (Lists.derived); after a commit that appends documents only its
+    cells from the first changed are counted again (one copy of it), after an erase it
+    is made anew. By the table each posting's document is found from its cell's first,
+    apart from the posting before (their loads overlap), where a gallop from the
+    posting before waits on each load: a common word's documents from its whole lists
+    in ~0.6x the time at 4x the scale corpus (~17 against ~28 ns a posting), a word of
+    many forms' in ~0.25x (each form galloped through the documents on its own)."""
+    size = sum(len(f) for f in forms)
+    if size < TABLE_KEPT or not len(box_s):
         return ()
     lists = ev.lists
     shift = TABLE_SHIFT
     [(held, _, _, kept, key, group)] = lists.held([(":",)], f"starts {shift}")
     if kept is not None:
         return kept, shift
-    if not held or not key:
+    if not held or not key or size < TABLE_OVER:
         return ()
 
     def make():

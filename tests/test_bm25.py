@@ -131,7 +131,8 @@ def test_pruning_on_larger_collections(tmp_path_factory, docs, query, k):
         # (table 0: each word's documents made by the table of where each cell's
         # documents begin, cells of 2 addresses: the first run's, where they are made)
         saved = (bm25.LEADERS_OVER, bm25.DOCUMENTS_MOST, bm25.BOUNDED_OVER,
-                 bm25.BOUNDED_ALONE, bm25.CELL_SHIFT, bm25.TABLE_OVER, bm25.TABLE_SHIFT)
+                 bm25.BOUNDED_ALONE, bm25.CELL_SHIFT, bm25.TABLE_OVER, bm25.TABLE_SHIFT,
+                 bm25.TABLE_KEPT)
         for leaders, most, bounded, alone, shift, table in (
                 (saved[0], saved[1], saved[2], saved[3], saved[4], 0),
                 (0, -1, -1, 0, 2, 0), (0, saved[1], saved[2], saved[3], saved[4], 0),
@@ -139,7 +140,7 @@ def test_pruning_on_larger_collections(tmp_path_factory, docs, query, k):
                 (0, saved[1], -1, 2, 4, saved[5])):
             bm25.LEADERS_OVER, bm25.DOCUMENTS_MOST, bm25.BOUNDED_OVER, \
                 bm25.BOUNDED_ALONE, bm25.CELL_SHIFT = leaders, most, bounded, alone, shift
-            bm25.TABLE_OVER, bm25.TABLE_SHIFT = table, 1
+            bm25.TABLE_OVER, bm25.TABLE_SHIFT, bm25.TABLE_KEPT = table, 1, table
             try:
                 for compiled in (True, False):
                     pruned = engine_top(r, query, k, True, compiled=compiled)
@@ -148,7 +149,7 @@ def test_pruning_on_larger_collections(tmp_path_factory, docs, query, k):
             finally:
                 bm25.LEADERS_OVER, bm25.DOCUMENTS_MOST, bm25.BOUNDED_OVER, \
                     bm25.BOUNDED_ALONE, bm25.CELL_SHIFT, bm25.TABLE_OVER, \
-                    bm25.TABLE_SHIFT = saved
+                    bm25.TABLE_SHIFT, bm25.TABLE_KEPT = saved
     db.close()
 
 
@@ -472,9 +473,9 @@ def test_words_documents_extended_after_commits_equal_documents_made_anew(
     db = annodb.open(tmp_path_factory.mktemp("docs") / "db")
     model = naive.Model()
     saved = bm25.LEADERS_OVER, bm25.BOUNDED_OVER, bm25.CELL_SHIFT, bm25.TABLE_OVER, \
-        bm25.TABLE_SHIFT
+        bm25.TABLE_SHIFT, bm25.TABLE_KEPT
     bm25.LEADERS_OVER, bm25.BOUNDED_OVER, bm25.CELL_SHIFT, bm25.TABLE_OVER, \
-        bm25.TABLE_SHIFT = 0, -1, 2, 0, 1
+        bm25.TABLE_SHIFT, bm25.TABLE_KEPT = 0, -1, 2, 0, 1, 0
     counted = []   # the documents each making of a word's cells counted
     cells_made = kernels.term_cells
     kernels.term_cells = lambda starts, *a: counted.append(len(starts)) or \
@@ -564,7 +565,7 @@ def test_words_documents_extended_after_commits_equal_documents_made_anew(
         bm25._Words._documents_since = since
         kernels.term_cells = cells_made
         bm25.LEADERS_OVER, bm25.BOUNDED_OVER, bm25.CELL_SHIFT, bm25.TABLE_OVER, \
-            bm25.TABLE_SHIFT = saved
+            bm25.TABLE_SHIFT, bm25.TABLE_KEPT = saved
         db.close()
 
 
@@ -603,6 +604,42 @@ def test_a_words_documents_are_read_whole_for_it_when_it_is_asked_again(tmp_path
         for _ in range(3):
             assert ask() == first
         assert made == [1]
+    finally:
+        db.close()
+
+
+def test_a_table_of_where_documents_begin_is_made_for_a_long_word_only(tmp_path,
+                                                                       monkeypatch):
+    """A word's documents are made by the table of where each cell's documents begin
+    when its postings are TABLE_OVER or more (the table made then, once), or TABLE_KEPT
+    or more once the table is kept; else by galloping, no table made. The same
+    documents either way."""
+    monkeypatch.setattr(bm25, "TABLE_OVER", 30)
+    monkeypatch.setattr(bm25, "TABLE_KEPT", 5)
+    monkeypatch.setattr(bm25, "TABLE_SHIFT", 2)
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        for i in range(40):
+            w.add(f"alpha {'beta ' * (i % 4 == 0)}{'delta ' * (i % 4 == 1)}"
+                  f"{'gamma' * (i == 7)} note {i}", docno=f"d{i}")
+    by_table, tables = [], []
+    real, real_table = kernels.term_documents, kernels.start_table
+    monkeypatch.setattr(kernels, "term_documents",
+                        lambda forms, *a: by_table.append(len(a) > 2) or real(forms, *a))
+    monkeypatch.setattr(kernels, "start_table",
+                        lambda *a: tables.append(1) or real_table(*a))
+    try:
+        for word in ("beta", "alpha", "delta", "gamma"):
+            with db.read() as r:
+                boxes = r.lists.whole(":", container=True)
+                got = r.search_text(word, rank="bm25", k=3, snippets=False)
+                assert got
+                [term] = bm25.word_terms(Evaluator(r), DOC, bm25.Scoring(), [((word,), 1)],
+                                         r.statistics([word]))
+                want = real([r.lists.whole(word).starts], boxes.starts, boxes.ends)
+                assert np.array_equal(term.documents(boxes.starts, boxes.ends)[0], want[0])
+                assert np.array_equal(term.documents(boxes.starts, boxes.ends)[1], want[1])
+        assert by_table == [False, True, True, False] and tables == [1]
     finally:
         db.close()
 
