@@ -666,26 +666,22 @@ def _held_at(pts, box_s, box_e, table, shift):
         j = 0 if p < 0 else (table[c] if c < nt else nb)
         while j < nb and box_s[j] <= p:
             j += 1
-        at[x] = j - 1   # (the last box starting at or before p)
+        j -= 1   # (the last box starting at or before p: p's, if it ends at or after p)
+        at[x] = j if j >= 0 and box_e[j] >= p else -1
     idx = np.empty(end, np.int64)
     cnt = np.empty(end, np.int64)
     m = 0
-    x = 0
-    while x < end:
+    last = -1
+    for x in range(end):
         j = at[x]
-        y = x + 1
-        while y < end and at[y] == j:
-            y += 1
-        if j >= 0:   # (the run's points up to the box's end: those after lie in none)
-            e = box_e[j]
-            z = x
-            while z < y and pts[z] <= e:
-                z += 1
-            if z > x:
-                idx[m] = j
-                cnt[m] = z - x
-                m += 1
-        x = y
+        if j < 0:
+            continue
+        if j != last:
+            idx[m] = j
+            cnt[m] = 0
+            m += 1
+            last = j
+        cnt[m - 1] += 1
     return idx[:m], cnt[:m]
 
 
