@@ -680,6 +680,13 @@ def term_documents(forms, boxes):
     return out
 
 
+def start_table(starts, shift):
+    """The twin of kernels.start_table: for each cell c from 0 to the one after the last
+    start's, how many of the starts lie before c << shift."""
+    last = (max(starts) >> shift) + 1 if starts else 0
+    return [sum(1 for s in starts if s < c << shift) for c in range(last + 1)]
+
+
 def term_cells(documents, shift, k1, b, avglen):
     """The twin of kernels.term_cells: of a term's documents [(start, length, tf)], the
     cells (start >> shift) holding one's start, ascending, each with the largest
