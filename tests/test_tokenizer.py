@@ -99,18 +99,18 @@ _NO_SURROGATE = st.characters(exclude_categories=("Cs",))
 
 @settings(max_examples=300)
 @given(st.lists(st.text(alphabet=ALPHABET, max_size=30) | st.text(_NO_SURROGATE, max_size=30),
-                max_size=8), st.integers(16, 64))
-def test_bulk_tokenizer_of_utf8_equals_the_one_of_code_points(lines, piece):
-    """intern_tokens_utf8 (UTF-8 decoded a piece at a time, each piece ending after a
-    newline, or running on to the next one) gives what intern_tokens gives the same
-    text's code points."""
+                max_size=8))
+def test_bulk_tokenizer_of_utf8_equals_the_one_of_code_points(lines):
+    """intern_tokens_utf8 (each code point decoded from the UTF-8 as it is met: one, two,
+    three and four bytes, folded, inside a word and at its edges) gives what
+    intern_tokens gives the same text's code points."""
     import numpy as np
     from annodb import kernels
     text = "\n".join(lines)
     cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
     want = kernels.intern_tokens(cps, tokenizer._class_table(), tokenizer._fold_table())
     got = kernels.intern_tokens_utf8(np.frombuffer(text.encode(), dtype=np.uint8),
-                                     tokenizer._class_table(), tokenizer._fold_table(), piece)
+                                     tokenizer._class_table(), tokenizer._fold_table())
     assert [a.tolist() for a in got] == [a.tolist() for a in want]
 
 
