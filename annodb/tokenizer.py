@@ -114,6 +114,37 @@ def distinct_utf8_tokens(text: np.ndarray) -> tuple[np.ndarray, np.ndarray, list
     return starts, kinds, _words(arena, bounds)
 
 
+class WordNumbers:
+    """A number for each distinct folded word met in any batch of one reading process, in
+    order of first appearance: a batch's kinds numbered so (see batch.Batch.words), the
+    writer looks up the feature id of a word it has seen from this process in an array,
+    not a dict of strings (kernels.number_words keeps the words met in arrays)."""
+
+    def __init__(self) -> None:
+        self.table = np.full(1 << 16, -1, np.int64)
+        self.hashes = np.empty(1 << 14, np.int64)
+        self.known = np.zeros(1 << 14, np.int64)
+        self.kept = np.empty(1 << 17, np.uint32)
+        self.count = 0
+
+    def __call__(self, arena: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+        """The number of each word arena[bounds[k]:bounds[k + 1]] (intern_tokens')."""
+        from . import kernels
+        out, self.count, self.table, self.hashes, self.known, self.kept = \
+            kernels.number_words(arena, bounds, self.table, self.hashes, self.known,
+                                 self.kept, self.count)
+        return out
+
+
+def numbered_utf8_tokens(text: np.ndarray, numbers: WordNumbers
+                         ) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+    """distinct_utf8_tokens, and each kind's number in `numbers` (int64)."""
+    from . import kernels
+    starts, kinds, arena, bounds = kernels.intern_tokens_utf8(text, _class_table(),
+                                                              _fold_table())
+    return starts, kinds, _words(arena, bounds), numbers(arena, bounds)
+
+
 def _words(arena: np.ndarray, bounds: np.ndarray) -> list[str]:
     words = arena.tobytes().decode("utf-32-le")
     edges = bounds.tolist()

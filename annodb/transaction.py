@@ -444,6 +444,7 @@ class Writer(Snapshot):
         self._thread = threading.get_ident()
         self._vocab: dict[str, int] = db._env.vocab
         self._new_names: list[str] = []  # interned here (dropped on abort)
+        self._word_ids: set[batch.FeatureIds] = set()  # (forget on abort what _ids gave)
         self._named = 0  # how many of them are written
         self._next_feature = txn.meta("next_feature", 1)
         self._first_new_feature = self._next_feature  # ids from here have no blocks yet
@@ -543,6 +544,8 @@ class Writer(Snapshot):
     def _abort(self) -> None:
         for name in self._new_names:
             self._vocab.pop(name, None)
+        for word_ids in self._word_ids:
+            word_ids.forget(self._first_new_feature)
         self._new_names.clear()
         self._done = True
         try:
@@ -579,11 +582,25 @@ class Writer(Snapshot):
             return fid
         return self._intern_missing(name)
 
-    def _ids(self, names: list[str]) -> np.ndarray:
+    def _ids(self, names: list[str], words: np.ndarray | None = None,
+             word_ids: batch.FeatureIds | None = None) -> np.ndarray:
         """The feature id of each name (int64), interning the new ones in order (the
         process's cache in one pass; what it misses looked up in LMDB at once, unless the
         cache holds every stored name: then new distinct names take the next ids in one
-        step, not a Python step each: ~1M new words at 1x)."""
+        step, not a Python step each: ~1M new words at 1x). With `words` (each name's
+        number in its reading process, Batch.words) and `word_ids` (the ids given to
+        those numbers before), only the names without one are looked up: the others are
+        the ids of words this process committed or gave in this transaction (_abort
+        forgets what it gave)."""
+        if words is not None and word_ids is not None:
+            known = word_ids.get(words)
+            unknown = np.flatnonzero(known < 0)
+            if len(unknown):
+                self._word_ids.add(word_ids)
+                given = self._ids([names[i] for i in unknown.tolist()])
+                known[unknown] = given
+                word_ids.set(words[unknown], given)
+            return known
         vocab = self._vocab
         found = np.fromiter(map(vocab.get, names, itertools.repeat(-1)), dtype=np.int64,
                             count=len(names))
@@ -751,7 +768,7 @@ class Writer(Snapshot):
         # tokens: the ids of their words, and the runs of addresses they fill
         names = b.names if not self.fold_diacritics else \
             list(map(tokenizer.strip_diacritics, b.names))
-        fids = self._ids(names)
+        fids = self._ids(names, b.words, b.word_ids)
         ids = fids[b.kinds]
         self._tok_ids.append(ids)
         self._tok_count += len(ids)

@@ -136,3 +136,43 @@ def test_strip_diacritics():
              "\u0301": "\u0301", "plain": "plain", "x²": "x²"}
     for word, want in cases.items():
         assert strip_diacritics(word) == want, word
+
+
+@settings(max_examples=200)
+@given(st.lists(st.lists(st.text(_NO_SURROGATE, max_size=6) | st.sampled_from(
+    ["a", "b", "ab", "the", "é", "💙"]), max_size=40), max_size=6))
+def test_word_numbers_kept_across_batches_equal_the_naive_ones(batches):
+    """kernels.number_words over batches of words (each batch's words distinct, as a
+    batch's kinds are; the same word again in later batches, empty words, words beyond
+    the BMP) gives each word the number of its first appearance in any batch, as
+    naive.number_words does, growing its arrays from the smallest."""
+    import numpy as np
+    from annodb import kernels
+    from tests import naive
+
+    batches = [list(dict.fromkeys(words)) for words in batches]
+    table, hashes = np.full(2, -1, np.int64), np.empty(2, np.int64)
+    known, kept, count = np.zeros(2, np.int64), np.empty(1, np.uint32), 0
+    got = []
+    for words in batches:
+        arena = np.frombuffer("".join(words).encode("utf-32-le"), dtype=np.uint32)
+        bounds = np.zeros(len(words) + 1, np.int64)
+        bounds[1:] = np.cumsum([len(w) for w in words])
+        out, count, table, hashes, known, kept = kernels.number_words(
+            arena, bounds, table, hashes, known, kept, count)
+        got.append(out.tolist())
+    assert got == naive.number_words(batches)
+    assert count == len({w for words in batches for w in words})
+
+
+def test_word_numbers_of_a_batch_tokenized():
+    """tokenizer.WordNumbers over two batches' tokens: a word of the second batch met in
+    the first has the first's number, the new ones the next."""
+    import numpy as np
+    numbers = tokenizer.WordNumbers()
+    first = tokenizer.numbered_utf8_tokens(np.frombuffer(b"Rock and roll\nROCK", np.uint8),
+                                           numbers)
+    second = tokenizer.numbered_utf8_tokens(np.frombuffer("roll über rock".encode(),
+                                                          np.uint8), numbers)
+    assert first[2] == ["rock", "and", "roll"] and first[3].tolist() == [0, 1, 2]
+    assert second[2] == ["roll", "über", "rock"] and second[3].tolist() == [2, 3, 0]

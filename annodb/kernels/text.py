@@ -366,6 +366,89 @@ def intern_tokens_utf8(text, classes, fold):
     return _intern_utf8(data, table, folding)
 
 
+@njit(cache=True, nogil=True)
+def _number_words(arena, bounds, table, hashes, known, kept, count):
+    m = len(bounds) - 1
+    out = np.empty(m, np.int64)
+    for k in range(m):
+        a = bounds[k]
+        length = bounds[k + 1] - a
+        h = 2166136261  # (FNV-1a as _intern_run)
+        for j in range(a, a + length):
+            h = ((h ^ np.int64(arena[j])) * 16777619) & 0xFFFFFFFF
+        mask = len(table) - 1
+        slot = h & mask
+        number = -1
+        while True:
+            x = table[slot]
+            if x < 0:
+                break
+            if hashes[x] == h and known[x + 1] - known[x] == length:
+                base = known[x]
+                same = True
+                for j in range(length):
+                    if kept[base + j] != arena[a + j]:
+                        same = False
+                        break
+                if same:
+                    number = x
+                    break
+            slot = (slot + 1) & mask
+        if number < 0:   # a word new to the numbering: the next number
+            if count + 1 == len(hashes):
+                hashes = _grown(hashes, count)
+                known = _grown(known, count + 1)
+            size = len(kept)
+            while size < known[count] + length:
+                size *= 2
+            if size != len(kept):
+                grown = np.empty(size, np.uint32)
+                grown[:known[count]] = kept[:known[count]]
+                kept = grown
+            if 2 * (count + 1) > len(table):
+                table = np.full(2 * len(table), -1, np.int64)
+                mask = len(table) - 1
+                for x in range(count):  # re-place every word by its hash
+                    slot = hashes[x] & mask
+                    while table[slot] >= 0:
+                        slot = (slot + 1) & mask
+                    table[slot] = x
+                slot = h & mask
+                while table[slot] >= 0:
+                    slot = (slot + 1) & mask
+            base = known[count]
+            for j in range(length):
+                kept[base + j] = arena[a + j]
+            known[count + 1] = base + length
+            hashes[count] = h
+            table[slot] = count
+            number = count
+            count += 1
+        out[k] = number
+    return out, count, table, hashes, known, kept
+
+
+def number_words(arena, bounds, table, hashes, known, kept, count: int):
+    """Number words across calls: word k of this call is arena[bounds[k]:bounds[k+1]]
+    (uint32 code points, as intern_tokens gives its kinds); the `count` words numbered
+    before are kept[known[x]:known[x + 1]] for number x, found by their hashes[x] in the
+    open-addressed `table` (slot -> number, -1 empty, at most half full). A word met
+    before gets its number, a new one the next. Returns (numbers (int64 per word), count,
+    table, hashes, known, kept): the arrays grown as need be (pass them to the next
+    call)."""
+    arena = np.ascontiguousarray(arena, dtype=np.uint32)
+    bounds = np.ascontiguousarray(bounds, dtype=np.int64)
+    if len(bounds) == 0 or (len(bounds) > 1 and (bounds[0] < 0 or bounds[-1] > len(arena)
+                                                 or np.any(np.diff(bounds) < 0))):
+        raise ValueError("bounds must rise within the arena")
+    if len(table) < 2 or len(table) & (len(table) - 1) or 2 * count > len(table) or \
+            len(known) != len(hashes) or count >= len(hashes) or len(kept) == 0:
+        raise ValueError("not the arrays of a numbering (see tokenizer.WordNumbers)")
+    out, count, table, hashes, known, kept = _number_words(arena, bounds, table, hashes,
+                                                           known, kept, int(count))
+    return out, int(count), table, hashes, known, kept
+
+
 class LoneSurrogate(ValueError):
     """A lone surrogate among the code points: `position` is its index."""
 
