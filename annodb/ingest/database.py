@@ -25,7 +25,7 @@ import msgspec
 
 from .. import batch, children, database, kernels, records, storage, tokenizer, transaction
 from ..errors import AnnodbError, IngestError, WriterBusyError
-from . import flat, inputs, process, slots, stages
+from . import flat, inputs, process, stages
 from .formats import Problem
 from .inputs import Source, check_inputs, where
 
@@ -120,11 +120,9 @@ class _Rejected(Exception):
 
 def _reader_main() -> None:
     """The second process (`python -c` of this, see _chunks_from_process): read the
-    arguments from stdin, write ("chunk", stages.packed(chunk)) pickles to stdout (or
-    ("slot", ...) for a chunk put in shared memory, when the writer made some: see
-    slots.py; then stdin brings a byte for each slot the writer is done with), then
-    ("end", None), or ("error", message) if reading fails. The pipe's buffer (or the
-    slots) keep it about one chunk ahead."""
+    arguments from stdin, write ("chunk", stages.packed(chunk)) pickles to stdout, then
+    ("end", None), or ("error", message) if reading fails. The pipe's buffer keeps it about
+    one chunk ahead. Its batches' words are numbered across them (Batch.words)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the writer's to handle
     gc.disable()  # see process.no_cyclic_gc
     process.set_malloc(process.INGEST_MALLOC)  # see keep_freed_memory (for this process's life)
@@ -133,7 +131,6 @@ def _reader_main() -> None:
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="annodb-make")
     failed = threading.Event()  # a chunk could not be made or sent: send none after it
     in_flight: list = []
-    shared: slots.Slots | None = None
     numbers = tokenizer.WordNumbers()   # the words of its batches, numbered across them
 
     def make_and_send(items, prepared: list, tell: int, sparse: tuple) -> None:
@@ -142,20 +139,15 @@ def _reader_main() -> None:
         try:
             chunk = stages.made(items, tell, numbers) if isinstance(items, flat.Scanned) else \
                 stages.encode(stages.make(items, prepared, tell, sparse))
-            message = ("chunk", stages.packed(chunk))
-            if shared is not None:
-                message = shared.put(message[1], lambda: sys.stdin.buffer.read(1)) or message
-            pickle.dump(message, out, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(("chunk", stages.packed(chunk)), out, protocol=pickle.HIGHEST_PROTOCOL)
             out.flush()
         except BaseException:
             failed.set()
             raise
 
     try:
-        args = pickle.load(sys.stdin.buffer)
-        source, id_field, text_fields, batch_bytes, batch_size, sparse = args[:6]
-        if len(args) > 6 and args[6] is not None:
-            shared = slots.Slots.attach(args[6])
+        source, id_field, text_fields, batch_bytes, batch_size, sparse = \
+            pickle.load(sys.stdin.buffer)
         # this thread reads, parses and prepares (flat records: reads them by a kernel,
         # see flat.py); a second one tokenizes (the kernel releases the GIL), encodes and
         # sends, in order, at most a chunk behind
@@ -208,30 +200,21 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
     """stages.chunks, made in a second Python process. A plain child process, not
     multiprocessing: that would re-run the caller's main script, and fork would copy this
     process's open LMDB environment."""
-    shared = slots.Slots.create(batch_bytes)
     word_ids = batch.FeatureIds()   # of the words the child numbers (Batch.words)
-    try:
-        child = children.start(
-            "from annodb.ingest.database import _reader_main; _reader_main()",
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            pass_fds=(shared.fd,) if shared is not None else ())
-    except BaseException:
-        if shared is not None:
-            shared.close()
-        raise
+    child = children.start("from annodb.ingest.database import _reader_main; _reader_main()",
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     stdin, stdout = child.stdin, child.stdout
     assert stdin is not None and stdout is not None   # (both opened as pipes above)
     _widen(stdout)
     try:
-        pickle.dump((source, id_field, text_fields, batch_bytes, batch_size, sparse,
-                     shared.spec() if shared is not None else None), stdin)
-        stdin.flush()
-        if shared is None:
-            stdin.close()
         while True:
             try:
+                if not stdin.closed:
+                    with stdin:
+                        pickle.dump((source, id_field, text_fields, batch_bytes, batch_size,
+                                     sparse), stdin)
                 kind, value = pickle.load(stdout)
-            except (EOFError, pickle.UnpicklingError):
+            except (EOFError, BrokenPipeError, pickle.UnpicklingError):
                 code = child.wait()
                 raise IngestError(f"{source.path}: the reading process ended unexpectedly "
                                   f"(exit code {code}){children.said(child)}") from None
@@ -239,33 +222,17 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
                 return
             if kind == "error":
                 raise IngestError(value)
-            if kind == "slot":
-                assert shared is not None   # (the child puts chunks in slots only if given)
-                value = shared.take(value)
-                try:
-                    stdin.write(b"\0")   # the slot is free again
-                    stdin.flush()
-                except BrokenPipeError:   # (it died: the next load says so)
-                    pass
             chunk = stages.unpacked(value)
             if chunk.batch is not None and chunk.batch.words is not None:
                 chunk = chunk._replace(batch=dataclasses.replace(chunk.batch,
                                                                  word_ids=word_ids))
             yield chunk
-    except BrokenPipeError:   # (it died before it read its arguments)
-        code = child.wait()
-        raise IngestError(f"{source.path}: the reading process ended unexpectedly "
-                          f"(exit code {code}){children.said(child)}") from None
     finally:
         if child.poll() is None:
             child.kill()
         child.wait()
-        with contextlib.suppress(BrokenPipeError):
-            stdin.close()
         stdout.close()
         child.errors.close()
-        if shared is not None:
-            shared.close()
 
 
 # ---------------------------------------------------------------- the commit stage
