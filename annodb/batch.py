@@ -41,9 +41,12 @@ class Batch:
     #                           the msgpack array of them all (with_raws: what crosses the pipe)
     container: str = DOCUMENT  # the feature over each document's range (see make)
     sparse: tuple = ()        # the sparse fields its records were read with (records.py)
-    words: np.ndarray | None = None   # int64 per kind: its number in the reading process's
-    #                           tokenizer.WordNumbers (None: not numbered so)
-    word_ids: "FeatureIds | None" = None  # the writer's feature ids of those numbers
+    # numbered words (a reading process's batches, see make_scanned): each kind's number
+    # in its tokenizer.WordNumbers; `names` then holds only the words numbered first in
+    # this batch, from the number new_from on; the writer's FeatureIds hold the rest
+    words: np.ndarray | None = None
+    new_from: int = 0
+    word_ids: FeatureIds | None = None
 
     def __len__(self) -> int:
         return len(self.docnos)
@@ -86,13 +89,24 @@ class Batch:
 
 
 class FeatureIds:
-    """The feature id a writer gave each word number of one reading process (Batch.words;
-    -1: none yet), kept across its batches and transactions, so a writer looks up only the
-    words new since (transaction.Writer._ids). A transaction thrown away forgets the ids
-    it gave (forget), which another may give to other words."""
+    """The words a reading process numbered (Batch.words) as its batches arrive (learn),
+    and the feature id a writer gave each number (-1: none yet), kept across batches and
+    transactions, so a writer looks up only the words it has not given an id since
+    (transaction.Writer._ids). A transaction thrown away forgets the ids it gave (forget),
+    which another may give to other words."""
 
     def __init__(self) -> None:
         self.ids = np.full(1 << 16, -1, np.int64)
+        self.names: list[str] = []   # the word of each number
+
+    def learn(self, b: Batch) -> Batch:
+        """The numbered batch `b` (the next from its reading process) with these ids,
+        its new words learnt."""
+        if b.new_from != len(self.names):
+            raise ValueError(f"a batch's new words are numbered from {b.new_from}, "
+                             f"{len(self.names)} were numbered before it")
+        self.names.extend(b.names)
+        return replace(b, word_ids=self)
 
     def get(self, numbers: np.ndarray) -> np.ndarray:
         """The feature id of each number (-1: none)."""
@@ -246,17 +260,18 @@ def make_scanned(scan: dict, numbers: tokenizer.WordNumbers | None = None) -> Ba
     text fields, no metadata, the collection's container): what make gives for the same
     records prepared (records.prepare), with its documents encoded (with_raws), made from
     the scan's arrays without a Python object per record or field; its kinds numbered
-    in `numbers` too when given (Batch.words)."""
+    in `numbers` when given (Batch.words: `names` holds only the words new to them)."""
     from . import kernels
     n_docs = scan["docs"]
     keys = [k.decode("ascii") for k in scan["keys"]]
     f_key = scan["f_key"]
     lengths = scan["f_cps"]
-    words = None
+    words, new_from = None, 0
     if numbers is None:
         starts, kinds, names = tokenizer.distinct_utf8_tokens(scan["u8"])
     else:
-        starts, kinds, names, words = tokenizer.numbered_utf8_tokens(scan["u8"], numbers)
+        starts, kinds, words, new_from, names = tokenizer.numbered_utf8_tokens(scan["u8"],
+                                                                               numbers)
     if len(names) < 2**31:
         kinds = kinds.astype(np.int32)  # (as make)
     per_doc = np.diff(scan["d_fields"])
@@ -293,7 +308,7 @@ def make_scanned(scan: dict, numbers: tokenizer.WordNumbers | None = None) -> Ba
     docnos = scan["docnos"].tobytes().decode("utf-8").split("\n")
     docnos.pop()   # (each docno is followed by a newline)
     return Batch(docnos, doc_tokens, kinds, names, ann_doc, ann_name, ann_p, ann_q, ann_v,
-                 list(ann_names), None, raws, words=words)
+                 list(ann_names), None, raws, words=words, new_from=new_from)
 
 
 def with_raws(b: Batch) -> Batch:

@@ -135,14 +135,23 @@ class WordNumbers:
                                  self.kept, self.count)
         return out
 
+    def names(self, first: int) -> list[str]:
+        """The words numbered first, first + 1, ... (the last numbered)."""
+        edges = self.known[first:self.count + 1]
+        return _words(self.kept[edges[0]:edges[-1]], edges - edges[0])
+
 
 def numbered_utf8_tokens(text: np.ndarray, numbers: WordNumbers
-                         ) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
-    """distinct_utf8_tokens, and each kind's number in `numbers` (int64)."""
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, list[str]]:
+    """The tokens of a text given as valid UTF-8 without surrogates (as
+    distinct_utf8_tokens), their kinds numbered in `numbers` too: (starts, kinds, each
+    kind's number, the first number new here, the words of the new numbers in order)."""
     from . import kernels
     starts, kinds, arena, bounds = kernels.intern_tokens_utf8(text, _class_table(),
                                                               _fold_table())
-    return starts, kinds, _words(arena, bounds), numbers(arena, bounds)
+    first = numbers.count
+    words = numbers(arena, bounds)
+    return starts, kinds, words, first, numbers.names(first)
 
 
 def _words(arena: np.ndarray, bounds: np.ndarray) -> list[str]:

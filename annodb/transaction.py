@@ -444,7 +444,7 @@ class Writer(Snapshot):
         self._thread = threading.get_ident()
         self._vocab: dict[str, int] = db._env.vocab
         self._new_names: list[str] = []  # interned here (dropped on abort)
-        self._word_ids: set[batch.FeatureIds] = set()  # (forget on abort what _ids gave)
+        self._word_ids: set[batch.FeatureIds] = set()  # (forget on abort what it gave)
         self._named = 0  # how many of them are written
         self._next_feature = txn.meta("next_feature", 1)
         self._first_new_feature = self._next_feature  # ids from here have no blocks yet
@@ -582,25 +582,11 @@ class Writer(Snapshot):
             return fid
         return self._intern_missing(name)
 
-    def _ids(self, names: list[str], words: np.ndarray | None = None,
-             word_ids: batch.FeatureIds | None = None) -> np.ndarray:
+    def _ids(self, names: list[str]) -> np.ndarray:
         """The feature id of each name (int64), interning the new ones in order (the
         process's cache in one pass; what it misses looked up in LMDB at once, unless the
         cache holds every stored name: then new distinct names take the next ids in one
-        step, not a Python step each: ~1M new words at 1x). With `words` (each name's
-        number in its reading process, Batch.words) and `word_ids` (the ids given to
-        those numbers before), only the names without one are looked up: the others are
-        the ids of words this process committed or gave in this transaction (_abort
-        forgets what it gave)."""
-        if words is not None and word_ids is not None:
-            known = word_ids.get(words)
-            unknown = np.flatnonzero(known < 0)
-            if len(unknown):
-                self._word_ids.add(word_ids)
-                given = self._ids([names[i] for i in unknown.tolist()])
-                known[unknown] = given
-                word_ids.set(words[unknown], given)
-            return known
+        step, not a Python step each: ~1M new words at 1x)."""
         vocab = self._vocab
         found = np.fromiter(map(vocab.get, names, itertools.repeat(-1)), dtype=np.int64,
                             count=len(names))
@@ -627,6 +613,27 @@ class Writer(Snapshot):
             found[i] = fid
         self._next_feature = next_id
         return found
+
+    def _numbered_ids(self, words: np.ndarray, word_ids: batch.FeatureIds | None
+                      ) -> np.ndarray:
+        """The feature id of each numbered word (Batch.words) as _ids gives it: the ids
+        word_ids holds (of words this process committed or gave in this transaction;
+        _abort forgets what it gave), the others looked up by their names (_ids)."""
+        if word_ids is None:
+            raise AnnodbError("a batch of numbered words needs the FeatureIds of the "
+                              "reading process that numbered them (FeatureIds.learn)")
+        known = word_ids.get(words)
+        unknown = np.flatnonzero(known < 0)
+        if len(unknown):
+            self._word_ids.add(word_ids)
+            numbers = words[unknown]
+            names = [word_ids.names[w] for w in numbers.tolist()]
+            if self.fold_diacritics:
+                names = list(map(tokenizer.strip_diacritics, names))
+            given = self._ids(names)
+            known[unknown] = given
+            word_ids.set(numbers, given)
+        return known
 
     def _intern_missing(self, name: str, stored=_LOOK_UP) -> int:
         """A name not in the process's cache: its stored id (`stored`, None when it has
@@ -766,9 +773,12 @@ class Writer(Snapshot):
         self._doc_runs.append(storage.encode_docs_later(raws, (starts - base).tolist(), base,
                                                         self._txn.page_size()))
         # tokens: the ids of their words, and the runs of addresses they fill
-        names = b.names if not self.fold_diacritics else \
-            list(map(tokenizer.strip_diacritics, b.names))
-        fids = self._ids(names, b.words, b.word_ids)
+        if b.words is not None:   # (numbered by a reading process: see batch.FeatureIds)
+            fids = self._numbered_ids(b.words, b.word_ids)
+        else:
+            names = b.names if not self.fold_diacritics else \
+                list(map(tokenizer.strip_diacritics, b.names))
+            fids = self._ids(names)
         ids = fids[b.kinds]
         self._tok_ids.append(ids)
         self._tok_count += len(ids)

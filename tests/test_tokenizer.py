@@ -166,13 +166,18 @@ def test_word_numbers_kept_across_batches_equal_the_naive_ones(batches):
 
 
 def test_word_numbers_of_a_batch_tokenized():
-    """tokenizer.WordNumbers over two batches' tokens: a word of the second batch met in
-    the first has the first's number, the new ones the next."""
+    """tokenizer.numbered_utf8_tokens over two batches: the tokens and kinds of
+    distinct_utf8_tokens, each kind's number (a word of the second batch met in the
+    first has the first's number, the new ones the next) and the new words' names."""
     import numpy as np
     numbers = tokenizer.WordNumbers()
-    first = tokenizer.numbered_utf8_tokens(np.frombuffer(b"Rock and roll\nROCK", np.uint8),
-                                           numbers)
-    second = tokenizer.numbered_utf8_tokens(np.frombuffer("roll über rock".encode(),
-                                                          np.uint8), numbers)
-    assert first[2] == ["rock", "and", "roll"] and first[3].tolist() == [0, 1, 2]
-    assert second[2] == ["roll", "über", "rock"] and second[3].tolist() == [2, 3, 0]
+    texts = [b"Rock and roll\nROCK", "roll \u00fcber rock \U0001F499".encode()]
+    got = [tokenizer.numbered_utf8_tokens(np.frombuffer(t, np.uint8), numbers)
+           for t in texts]
+    for t, (starts, kinds, _, _, _) in zip(texts, got):
+        want = tokenizer.distinct_utf8_tokens(np.frombuffer(t, np.uint8))
+        assert starts.tolist() == want[0].tolist() and kinds.tolist() == want[1].tolist()
+    assert [g[2].tolist() for g in got] == [[0, 1, 2], [2, 3, 0, 4]]
+    assert [(g[3], g[4]) for g in got] == [(0, ["rock", "and", "roll"]),
+                                           (3, ["\u00fcber", "\U0001F499"])]
+    assert numbers.names(0) == ["rock", "and", "roll", "\u00fcber", "\U0001F499"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import dataclasses
 import errno
 import gc
 import os
@@ -224,8 +223,7 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
                 raise IngestError(value)
             chunk = stages.unpacked(value)
             if chunk.batch is not None and chunk.batch.words is not None:
-                chunk = chunk._replace(batch=dataclasses.replace(chunk.batch,
-                                                                 word_ids=word_ids))
+                chunk = chunk._replace(batch=word_ids.learn(chunk.batch))
             yield chunk
     finally:
         if child.poll() is None:
