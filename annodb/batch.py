@@ -272,7 +272,7 @@ def make_scanned(scan: dict, numbers: tokenizer.WordNumbers | None = None) -> Ba
     else:
         starts, kinds, words, new_from, names = tokenizer.numbered_utf8_tokens(scan["u8"],
                                                                                numbers)
-    if len(names) < 2**31:
+    if (len(names) if words is None else len(words)) < 2**31:   # (how many kinds)
         kinds = kinds.astype(np.int32)  # (as make)
     per_doc = np.diff(scan["d_fields"])
     field_doc, field_tokens, doc_tokens, field_at, field_char, ends, _ = \

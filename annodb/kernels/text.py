@@ -303,8 +303,9 @@ def _intern_utf8(u8, classes, fold):
             out = np.empty(size, np.uint32)
             out[:bounds[m]] = arena[:bounds[m]]
             arena = out
-    return (starts[:t].copy(), kinds[:t].copy(), arena[:bounds[m]].copy(),
-            bounds[:m + 1].copy())
+    # (the tokens' arrays as views: a batch's ~8 MB each not copied again; make_scanned
+    # keeps neither)
+    return starts[:t], kinds[:t], arena[:bounds[m]].copy(), bounds[:m + 1].copy()
 
 
 @njit(cache=True, nogil=True)
@@ -357,7 +358,8 @@ def intern_tokens(codepoints, classes, fold):
 def intern_tokens_utf8(text, classes, fold):
     """intern_tokens of a text given as valid UTF-8 without surrogates (uint8, e.g. as
     kernels.scan_flat writes it), each code point decoded as the pass meets it (no array
-    of code points is made). Token i starts at code point starts[i] of the text."""
+    of code points is made). Token i starts at code point starts[i] of the text (starts
+    and kinds are views of arrays sized for the text: copy them to keep them long)."""
     data = np.ascontiguousarray(text, dtype=np.uint8)
     table = np.ascontiguousarray(classes, dtype=np.uint8)
     folding = np.ascontiguousarray(fold, dtype=np.uint32)
