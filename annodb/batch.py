@@ -92,8 +92,8 @@ class FeatureIds:
     """The words a reading process numbered (Batch.words) as its batches arrive (learn),
     and the feature id a writer gave each number (-1: none yet), kept across batches and
     transactions, so a writer looks up only the words it has not given an id since
-    (transaction.Writer._ids). A transaction thrown away forgets the ids it gave (forget),
-    which another may give to other words."""
+    (transaction.Writer._numbered_ids). A transaction thrown away forgets the ids it gave
+    (forget), which another may give to other words."""
 
     def __init__(self) -> None:
         self.ids = np.full(1 << 16, -1, np.int64)

@@ -706,3 +706,21 @@ def test_word_numbers_forget_the_ids_of_a_transaction_thrown_away(tmp_path, monk
     assert (s.added, s.error_count) == (7, 1) and "not stored: refused" in s.errors[0]
     assert [d[0] for d in docs] == ["r0", "r1", "r2", "r3", "r4", "r5", "r6"]
     assert len(lists["zebra"]) == 1 and len(lists["walrus"]) == 2 and not lists["here"]
+
+
+def test_numbered_words_of_a_database_that_folds_diacritics(tmp_path):
+    """Through the reading process (words numbered across batches) into a database that
+    folds diacritics: words the tokenizer keeps apart (café, cafe) share one feature, in
+    every batch and transaction, as when the same input is read in this process."""
+    src = tmp_path / "d.jsonl"
+    texts = ["Café naïve", "cafe naive CAFÉ", "über uber", "x café"] * 10
+    src.write_text("".join(f'{{"docid": "d{i}", "text": "{t}"}}\n'
+                           for i, t in enumerate(texts)))
+    results = []
+    for parallel in (True, False):
+        with annodb.open(tmp_path / f"{parallel}.db", fold_diacritics=True) as db:
+            run(db, src, batch_size=3, commit_batches=2, parallel=parallel)
+            results.append(dump(db))
+    assert results[0] == results[1]
+    lists = results[0][1]
+    assert "café" not in lists and len(lists["cafe"]) == 40 and len(lists["uber"]) == 20
