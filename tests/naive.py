@@ -978,3 +978,10 @@ def context_recall(memories, selected, words, dates, k, settings, labels=None):
               * (1 + s.length * length[i] / (length[i] + avglen)) for i in range(n)]
     ranked = sorted((i for i in range(n) if scores[i] > 0), key=lambda i: -scores[i])
     return [(mine[i][0], scores[i]) for i in ranked[:k]]
+
+
+def number_words(batches):
+    """The numbers kernels.number_words gives the words of each batch, kept across
+    batches: each distinct word numbered in order of first appearance."""
+    numbers: dict = {}
+    return [[numbers.setdefault(w, len(numbers)) for w in words] for words in batches]
