@@ -41,6 +41,12 @@ class Batch:
     #                           the msgpack array of them all (with_raws: what crosses the pipe)
     container: str = DOCUMENT  # the feature over each document's range (see make)
     sparse: tuple = ()        # the sparse fields its records were read with (records.py)
+    # numbered words (a reading process's batches, see make_scanned): each kind's number
+    # in its tokenizer.WordNumbers; `names` then holds only the words numbered first in
+    # this batch, from the number new_from on; the writer's FeatureIds hold the rest
+    words: np.ndarray | None = None
+    new_from: int = 0
+    word_ids: FeatureIds | None = None
 
     def __len__(self) -> int:
         return len(self.docnos)
@@ -80,6 +86,43 @@ class Batch:
             ann_p=self.ann_p[rows], ann_q=self.ann_q[rows], ann_v=self.ann_v[rows],
             documents=None if self.documents is None else [self.documents[i] for i in pick],
             raws=None if raws is None else [raws[i] for i in pick])
+
+
+class FeatureIds:
+    """The words a reading process numbered (Batch.words) as its batches arrive (learn),
+    and the feature id a writer gave each number (-1: none yet), kept across batches and
+    transactions, so a writer looks up only the words it has not given an id since
+    (transaction.Writer._numbered_ids). A transaction thrown away forgets the ids it gave
+    (forget), which another may give to other words."""
+
+    def __init__(self) -> None:
+        self.ids = np.full(1 << 16, -1, np.int64)
+        self.names: list[str] = []   # the word of each number
+
+    def learn(self, b: Batch) -> Batch:
+        """The numbered batch `b` (the next from its reading process) with these ids,
+        its new words learnt."""
+        if b.new_from != len(self.names):
+            raise ValueError(f"a batch's new words are numbered from {b.new_from}, "
+                             f"{len(self.names)} were numbered before it")
+        self.names.extend(b.names)
+        return replace(b, word_ids=self)
+
+    def get(self, numbers: np.ndarray) -> np.ndarray:
+        """The feature id of each number (-1: none)."""
+        if len(numbers) and int(numbers.max()) >= len(self.ids):
+            grown = np.full(max(2 * len(self.ids), int(numbers.max()) + 1), -1, np.int64)
+            grown[:len(self.ids)] = self.ids
+            self.ids = grown
+        return self.ids[numbers]
+
+    def set(self, numbers: np.ndarray, ids: np.ndarray) -> None:
+        self.ids[numbers] = ids   # (get grew the array past these numbers)
+
+    def forget(self, first: int) -> None:
+        """Forget the feature ids from `first` on (a transaction that gave them is thrown
+        away)."""
+        self.ids[self.ids >= first] = -1
 
 
 def prepare_item(content, docno=None, id_field=None, text_fields=None,
@@ -212,18 +255,24 @@ def make(docs: list, container: str = DOCUMENT, sparse: tuple = ()) -> Batch:
                  ann_q, ann_v, list(ann_names), documents, None, container, tuple(sparse))
 
 
-def make_scanned(scan: dict) -> Batch:
+def make_scanned(scan: dict, numbers: tokenizer.WordNumbers | None = None) -> Batch:
     """The batch of flat JSONL records read by kernels.scan_flat (each record's docno and
     text fields, no metadata, the collection's container): what make gives for the same
     records prepared (records.prepare), with its documents encoded (with_raws), made from
-    the scan's arrays without a Python object per record or field."""
+    the scan's arrays without a Python object per record or field; its kinds numbered
+    in `numbers` when given (Batch.words: `names` holds only the words new to them)."""
     from . import kernels
     n_docs = scan["docs"]
     keys = [k.decode("ascii") for k in scan["keys"]]
     f_key = scan["f_key"]
     lengths = scan["f_cps"]
-    starts, kinds, names = tokenizer.distinct_utf8_tokens(scan["u8"])
-    if len(names) < 2**31:
+    words, new_from = None, 0
+    if numbers is None:
+        starts, kinds, names = tokenizer.distinct_utf8_tokens(scan["u8"])
+    else:
+        starts, kinds, words, new_from, names = tokenizer.numbered_utf8_tokens(scan["u8"],
+                                                                               numbers)
+    if (len(names) if words is None else len(words)) < 2**31:   # (how many kinds)
         kinds = kinds.astype(np.int32)  # (as make)
     per_doc = np.diff(scan["d_fields"])
     field_doc, field_tokens, doc_tokens, field_at, field_char, ends, _ = \
@@ -259,7 +308,7 @@ def make_scanned(scan: dict) -> Batch:
     docnos = scan["docnos"].tobytes().decode("utf-8").split("\n")
     docnos.pop()   # (each docno is followed by a newline)
     return Batch(docnos, doc_tokens, kinds, names, ann_doc, ann_name, ann_p, ann_q, ann_v,
-                 list(ann_names), None, raws)
+                 list(ann_names), None, raws, words=words, new_from=new_from)
 
 
 def with_raws(b: Batch) -> Batch:

@@ -231,14 +231,22 @@ class Memory:
             text = metadata.pop(TEXT)
         for name in metadata:
             check_own_key(name)
-        return self.remember_many([dict(metadata, text=text, docno=docno, key=key,
-                                        supersedes=supersedes)])[0]
+        item = self._item(dict(metadata, text=text, docno=docno, key=key,
+                               supersedes=supersedes))
+        with self.db.write() as w:
+            return self._write(w, [item])[0]
 
     def remember_many(self, memories) -> list[str]:
         """Remember many memories in one transaction (all or none): each a string, or a
         dict of remember's arguments ({"text": ..., "key": ..., "user": ..., ...}).
         Returns their docnos, in order."""
-        items = [self._item(m) for m in memories]
+        items = []
+        for i, memory in enumerate(memories):
+            try:
+                items.append(self._item(memory))
+            except (AnnodbError, TypeError) as e:
+                raise type(e)(f"memory {i} of remember_many (nothing was written): "
+                              f"{e}") from None
         if not items:
             return []
         with self.db.write() as w:
@@ -491,6 +499,7 @@ class Memory:
         like `user:alice` names a feature), False as words; None (the default) decides by
         `is_gcl`. `warnings` says when no word of the question is in the memory and, when
         nothing is found, which keys (or key = string) of `where` no memory has."""
+        _count(k, "k")
         as_of = None if as_of is None else seconds(as_of, "as_of")
         half = None if recency is None else duration(recency)
         if not query_or_text or not query_or_text.strip():
@@ -540,6 +549,7 @@ class Memory:
         first, ties by the later address (later commit); current ones only unless
         include_superseded (as_of: those current at that time). `before`: the cursor of
         the previous page (History.cursor), to go on after it."""
+        _count(n, "n")
         as_of = None if as_of is None else seconds(as_of, "as_of")
         after = None if before is None else _cursor(before)
         with self.db.read() as r:
@@ -589,6 +599,12 @@ def _absent(r, where: dict | None) -> list[str]:
         elif value is not None and not r.has_feature(label(key, value)):
             out.append(f"no memory has {key} = {value!r}")
     return out
+
+
+def _count(n, name: str) -> None:
+    """A count of results: an int >= 0 (0 gives none)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise AnnodbError(f"{name} = {n!r}: give a whole number >= 0")
 
 
 def _cursor(text) -> tuple[float, int]:

@@ -114,6 +114,46 @@ def distinct_utf8_tokens(text: np.ndarray) -> tuple[np.ndarray, np.ndarray, list
     return starts, kinds, _words(arena, bounds)
 
 
+class WordNumbers:
+    """A number for each distinct folded word met in any batch of one reading process, in
+    order of first appearance: a batch's kinds numbered so (see batch.Batch.words), the
+    writer looks up the feature id of a word it has seen from this process in an array,
+    not a dict of strings (kernels.number_words keeps the words met in arrays)."""
+
+    def __init__(self) -> None:
+        self.table = np.full(1 << 16, -1, np.int64)
+        self.hashes = np.empty(1 << 14, np.int64)
+        self.known = np.zeros(1 << 14, np.int64)
+        self.kept = np.empty(1 << 17, np.uint32)
+        self.count = 0
+
+    def __call__(self, arena: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+        """The number of each word arena[bounds[k]:bounds[k + 1]] (intern_tokens')."""
+        from . import kernels
+        out, self.count, self.table, self.hashes, self.known, self.kept = \
+            kernels.number_words(arena, bounds, self.table, self.hashes, self.known,
+                                 self.kept, self.count)
+        return out
+
+    def names(self, first: int) -> list[str]:
+        """The words numbered first, first + 1, ... (the last numbered)."""
+        edges = self.known[first:self.count + 1]
+        return _words(self.kept[edges[0]:edges[-1]], edges - edges[0])
+
+
+def numbered_utf8_tokens(text: np.ndarray, numbers: WordNumbers
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, list[str]]:
+    """The tokens of a text given as valid UTF-8 without surrogates (as
+    distinct_utf8_tokens), their kinds numbered in `numbers` too: (starts, kinds, each
+    kind's number, the first number new here, the words of the new numbers in order)."""
+    from . import kernels
+    starts, kinds, arena, bounds = kernels.intern_tokens_utf8(text, _class_table(),
+                                                              _fold_table())
+    first = numbers.count
+    words = numbers(arena, bounds)
+    return starts, kinds, words, first, numbers.names(first)
+
+
 def _words(arena: np.ndarray, bounds: np.ndarray) -> list[str]:
     words = arena.tobytes().decode("utf-32-le")
     edges = bounds.tolist()

@@ -444,6 +444,7 @@ class Writer(Snapshot):
         self._thread = threading.get_ident()
         self._vocab: dict[str, int] = db._env.vocab
         self._new_names: list[str] = []  # interned here (dropped on abort)
+        self._word_ids: set[batch.FeatureIds] = set()  # (forget on abort what it gave)
         self._named = 0  # how many of them are written
         self._next_feature = txn.meta("next_feature", 1)
         self._first_new_feature = self._next_feature  # ids from here have no blocks yet
@@ -543,6 +544,8 @@ class Writer(Snapshot):
     def _abort(self) -> None:
         for name in self._new_names:
             self._vocab.pop(name, None)
+        for word_ids in self._word_ids:
+            word_ids.forget(self._first_new_feature)
         self._new_names.clear()
         self._done = True
         try:
@@ -610,6 +613,27 @@ class Writer(Snapshot):
             found[i] = fid
         self._next_feature = next_id
         return found
+
+    def _numbered_ids(self, words: np.ndarray, word_ids: batch.FeatureIds | None
+                      ) -> np.ndarray:
+        """The feature id of each numbered word (Batch.words) as _ids gives it: the ids
+        word_ids holds (of words this process committed or gave in this transaction;
+        _abort forgets what it gave), the others looked up by their names (_ids)."""
+        if word_ids is None:
+            raise AnnodbError("a batch of numbered words needs the FeatureIds of the "
+                              "reading process that numbered them (FeatureIds.learn)")
+        known = word_ids.get(words)
+        unknown = np.flatnonzero(known < 0)
+        if len(unknown):
+            self._word_ids.add(word_ids)
+            numbers = words[unknown]
+            names = [word_ids.names[w] for w in numbers.tolist()]
+            if self.fold_diacritics:
+                names = list(map(tokenizer.strip_diacritics, names))
+            given = self._ids(names)
+            known[unknown] = given
+            word_ids.set(numbers, given)
+        return known
 
     def _intern_missing(self, name: str, stored=_LOOK_UP) -> int:
         """A name not in the process's cache: its stored id (`stored`, None when it has
@@ -749,9 +773,12 @@ class Writer(Snapshot):
         self._doc_runs.append(storage.encode_docs_later(raws, (starts - base).tolist(), base,
                                                         self._txn.page_size()))
         # tokens: the ids of their words, and the runs of addresses they fill
-        names = b.names if not self.fold_diacritics else \
-            list(map(tokenizer.strip_diacritics, b.names))
-        fids = self._ids(names)
+        if b.words is not None:   # (numbered by a reading process: see batch.FeatureIds)
+            fids = self._numbered_ids(b.words, b.word_ids)
+        else:
+            names = b.names if not self.fold_diacritics else \
+                list(map(tokenizer.strip_diacritics, b.names))
+            fids = self._ids(names)
         ids = fids[b.kinds]
         self._tok_ids.append(ids)
         self._tok_count += len(ids)

@@ -682,6 +682,13 @@ def term_documents(forms, boxes):
     return out
 
 
+def start_table(starts, shift):
+    """The twin of kernels.start_table: for each cell c from 0 to the one after the last
+    start's, how many of the starts lie before c << shift."""
+    last = (max(starts) >> shift) + 1 if starts else 0
+    return [sum(1 for s in starts if s < c << shift) for c in range(last + 1)]
+
+
 def term_cells(documents, shift, k1, b, avglen):
     """The twin of kernels.term_cells: of a term's documents [(start, length, tf)], the
     cells (start >> shift) holding one's start, ascending, each with the largest
@@ -973,3 +980,10 @@ def context_recall(memories, selected, words, dates, k, settings, labels=None):
               * (1 + s.length * length[i] / (length[i] + avglen)) for i in range(n)]
     ranked = sorted((i for i in range(n) if scores[i] > 0), key=lambda i: -scores[i])
     return [(mine[i][0], scores[i]) for i in ranked[:k]]
+
+
+def number_words(batches):
+    """The numbers kernels.number_words gives the words of each batch, kept across
+    batches: each distinct word numbered in order of first appearance."""
+    numbers: dict = {}
+    return [[numbers.setdefault(w, len(numbers)) for w in words] for words in batches]

@@ -128,14 +128,19 @@ def test_pruning_on_larger_collections(tmp_path_factory, docs, query, k):
         # (bounded -1: the terms left bounded per cell at the first long term, their
         # documents' kept by the runs before; alone: the candidates above which phase 2
         # takes a term a call)
+        # (table 0: each word's documents made by the table of where each cell's
+        # documents begin, cells of 2 addresses: the first run's, where they are made)
         saved = (bm25.LEADERS_OVER, bm25.DOCUMENTS_MOST, bm25.BOUNDED_OVER,
-                 bm25.BOUNDED_ALONE, bm25.CELL_SHIFT)
-        for leaders, most, bounded, alone, shift in (
-                (saved[0], saved[1], saved[2], saved[3], saved[4]), (0, -1, -1, 0, 2),
-                (0, saved[1], saved[2], saved[3], saved[4]), (0, saved[1], -1, 0, 2),
-                (0, saved[1], -1, 1 << 40, 0), (0, saved[1], -1, 2, 4)):
+                 bm25.BOUNDED_ALONE, bm25.CELL_SHIFT, bm25.TABLE_OVER, bm25.TABLE_SHIFT,
+                 bm25.TABLE_KEPT)
+        for leaders, most, bounded, alone, shift, table in (
+                (saved[0], saved[1], saved[2], saved[3], saved[4], 0),
+                (0, -1, -1, 0, 2, 0), (0, saved[1], saved[2], saved[3], saved[4], 0),
+                (0, saved[1], -1, 0, 2, saved[5]), (0, saved[1], -1, 1 << 40, 0, 0),
+                (0, saved[1], -1, 2, 4, saved[5])):
             bm25.LEADERS_OVER, bm25.DOCUMENTS_MOST, bm25.BOUNDED_OVER, \
                 bm25.BOUNDED_ALONE, bm25.CELL_SHIFT = leaders, most, bounded, alone, shift
+            bm25.TABLE_OVER, bm25.TABLE_SHIFT, bm25.TABLE_KEPT = table, 1, table
             try:
                 for compiled in (True, False):
                     pruned = engine_top(r, query, k, True, compiled=compiled)
@@ -143,7 +148,8 @@ def test_pruning_on_larger_collections(tmp_path_factory, docs, query, k):
                         np.array_equal(pruned[1], full[1])
             finally:
                 bm25.LEADERS_OVER, bm25.DOCUMENTS_MOST, bm25.BOUNDED_OVER, \
-                    bm25.BOUNDED_ALONE, bm25.CELL_SHIFT = saved
+                    bm25.BOUNDED_ALONE, bm25.CELL_SHIFT, bm25.TABLE_OVER, \
+                    bm25.TABLE_SHIFT, bm25.TABLE_KEPT = saved
     db.close()
 
 
@@ -341,12 +347,31 @@ def test_term_documents_kernel(case):
         boxes = [(s, s) for s, _ in boxes]
     bs = np.array([x[0] for x in boxes], dtype=np.int64)
     be = np.array([x[1] for x in boxes], dtype=np.int64)
+    tables = [(None, 0)] + [(kernels.start_table(bs, shift), shift) for shift in (0, 2, 4)]
     for forms in terms:
-        starts, packed = kernels.term_documents([np.array(f, dtype=np.int64) for f in forms],
-                                                bs, be)
-        got = list(zip(starts.tolist(), (packed >> 32).tolist(),
-                       (packed & 0xFFFFFFFF).tolist()))
-        assert got == naive.term_documents(forms, boxes)
+        for table, shift in tables:   # (and by the table of where each cell's boxes begin)
+            starts, packed = kernels.term_documents(
+                [np.array(f, dtype=np.int64) for f in forms], bs, be, table, shift)
+            got = list(zip(starts.tolist(), (packed >> 32).tolist(),
+                           (packed & 0xFFFFFFFF).tolist()))
+            assert got == naive.term_documents(forms, boxes)
+
+
+@SETTINGS
+@given(st.lists(st.integers(0, 200), max_size=30).map(lambda a: sorted(set(a))),
+       st.integers(0, 5), st.data())
+def test_start_table_kernel(starts, shift, data):
+    """Per cell of 2**shift addresses, to the one after the last start's, the boxes
+    starting before it; the rest of a table from a cell on, given its entry there, is
+    the table's rest."""
+    bs = np.array(starts, dtype=np.int64)
+    table = kernels.start_table(bs, shift)
+    assert table.tolist() == naive.start_table(starts, shift)
+    c0 = data.draw(st.integers(0, len(table) - 1))
+    assert kernels.start_table(bs, shift, c0, int(table[c0])).tolist() == \
+        table[c0:].tolist()
+    with pytest.raises(ValueError):   # (a table of other boxes)
+        kernels.term_documents([bs], bs, bs, np.zeros(len(table) + 1, np.int32), shift)
 
 
 def test_term_documents_refuses_what_does_not_pack():
@@ -441,11 +466,16 @@ def test_words_documents_extended_after_commits_equal_documents_made_anew(
     version is not kept beside the newer one. Each word's bounds per cell, kept beside
     its documents at the average length they were made at and extended after an append
     from the first cell changed, bound every one of its documents' contributions at the
-    average length now, and the top k by them is the exhaustive one."""
+    average length now, and the top k by them is the exhaustive one. The documents are
+    made by the table of where each cell's documents begin (kernels.start_table), kept
+    for `:` as it is and, after an append, counted again from the first cell changed:
+    it equals the table made anew."""
     db = annodb.open(tmp_path_factory.mktemp("docs") / "db")
     model = naive.Model()
-    saved = bm25.LEADERS_OVER, bm25.BOUNDED_OVER, bm25.CELL_SHIFT
-    bm25.LEADERS_OVER, bm25.BOUNDED_OVER, bm25.CELL_SHIFT = 0, -1, 2
+    saved = bm25.LEADERS_OVER, bm25.BOUNDED_OVER, bm25.CELL_SHIFT, bm25.TABLE_OVER, \
+        bm25.TABLE_SHIFT, bm25.TABLE_KEPT
+    bm25.LEADERS_OVER, bm25.BOUNDED_OVER, bm25.CELL_SHIFT, bm25.TABLE_OVER, \
+        bm25.TABLE_SHIFT, bm25.TABLE_KEPT = 0, -1, 2, 0, 1, 0
     counted = []   # the documents each making of a word's cells counted
     cells_made = kernels.term_cells
     kernels.term_cells = lambda starts, *a: counted.append(len(starts)) or \
@@ -488,6 +518,9 @@ def test_words_documents_extended_after_commits_equal_documents_made_anew(
                     assert np.array_equal(cells[at], want[0] >> bm25.CELL_SHIFT)
                     assert (t.factor * sat <= scale * most[at].astype(np.float64)).all(), \
                         t.forms   # (float32 kept: taken as float64, as add_cells does)
+                table = bm25._starts_table(ev, [boxes.starts], boxes.starts)
+                assert not len(boxes) or np.array_equal(
+                    table[0], kernels.start_table(boxes.starts, bm25.TABLE_SHIFT))
                 kept = r.lists._shared   # (one version of each group's documents kept)
                 assert set(kept._derived) <= {v[0] for v in kept.derived_newest.values()}
                 query = [(g, 1) for g in GROUPS[:3]]
@@ -531,7 +564,8 @@ def test_words_documents_extended_after_commits_equal_documents_made_anew(
     finally:
         bm25._Words._documents_since = since
         kernels.term_cells = cells_made
-        bm25.LEADERS_OVER, bm25.BOUNDED_OVER, bm25.CELL_SHIFT = saved
+        bm25.LEADERS_OVER, bm25.BOUNDED_OVER, bm25.CELL_SHIFT, bm25.TABLE_OVER, \
+            bm25.TABLE_SHIFT, bm25.TABLE_KEPT = saved
         db.close()
 
 
@@ -570,6 +604,42 @@ def test_a_words_documents_are_read_whole_for_it_when_it_is_asked_again(tmp_path
         for _ in range(3):
             assert ask() == first
         assert made == [1]
+    finally:
+        db.close()
+
+
+def test_a_table_of_where_documents_begin_is_made_for_a_long_word_only(tmp_path,
+                                                                       monkeypatch):
+    """A word's documents are made by the table of where each cell's documents begin
+    when its postings are TABLE_OVER or more (the table made then, once), or TABLE_KEPT
+    or more once the table is kept; else by galloping, no table made. The same
+    documents either way."""
+    monkeypatch.setattr(bm25, "TABLE_OVER", 30)
+    monkeypatch.setattr(bm25, "TABLE_KEPT", 5)
+    monkeypatch.setattr(bm25, "TABLE_SHIFT", 2)
+    db = annodb.open(tmp_path / "db")
+    with db.write() as w:
+        for i in range(40):
+            w.add(f"alpha {'beta ' * (i % 4 == 0)}{'delta ' * (i % 4 == 1)}"
+                  f"{'gamma' * (i == 7)} note {i}", docno=f"d{i}")
+    by_table, tables = [], []
+    real, real_table = kernels.term_documents, kernels.start_table
+    monkeypatch.setattr(kernels, "term_documents",
+                        lambda forms, *a: by_table.append(len(a) > 2) or real(forms, *a))
+    monkeypatch.setattr(kernels, "start_table",
+                        lambda *a: tables.append(1) or real_table(*a))
+    try:
+        for word in ("beta", "alpha", "delta", "gamma"):
+            with db.read() as r:
+                boxes = r.lists.whole(":", container=True)
+                got = r.search_text(word, rank="bm25", k=3, snippets=False)
+                assert got
+                [term] = bm25.word_terms(Evaluator(r), DOC, bm25.Scoring(), [((word,), 1)],
+                                         r.statistics([word]))
+                want = real([r.lists.whole(word).starts], boxes.starts, boxes.ends)
+                assert np.array_equal(term.documents(boxes.starts, boxes.ends)[0], want[0])
+                assert np.array_equal(term.documents(boxes.starts, boxes.ends)[1], want[1])
+        assert by_table == [False, True, True, False] and tables == [1]
     finally:
         db.close()
 

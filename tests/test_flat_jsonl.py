@@ -224,3 +224,28 @@ def test_the_kernel_reads_without_python_objects_per_record():
                              [b"docid"], [], 1 << 20, 0, 511)
     assert scan["docs"] == 1 and scan["why"] == kernels.OTHER
     assert scan["next"] == data.index(b"\n") + 1
+
+
+def test_the_kernel_given_bytes_that_end_inside_a_line():
+    """scan_flat given bytes cut anywhere (the input not ended there): the whole lines
+    before the cut read as if they were all (the same records, or the same unreadable
+    line reported), and MORE for the rest, even where the cut leaves a record that
+    would read whole (`{...}` without its newline, or before its trailing blanks)."""
+    from annodb import kernels
+    data = (b'{"docid": "a", "text": "one two"}\n{"docid": "b", "text": "x"} \t\r\n'
+            b'{"id": "c", "docid": "d", "t": "\\u00e9 y"}\n{"docid": "e"}\n'
+            b'{"docid": "f", "n": 1}\n{"docid": "g", "text": "z"}\n')
+    buf = np.frombuffer(data, np.uint8)
+    keys = ("docs", "f_key", "f_cps", "u8", "docnos", "d_fields", "d_u8", "d_docno",
+            "d_bytes", "next")
+
+    def scan(end, eof):
+        s = kernels.scan_flat(buf, 0, end, eof, [b"docid", b"id"], [], 1 << 20, 0, 511)
+        return s["why"], [np.asarray(s[k]).tolist() for k in keys]
+
+    for cut in range(len(data) + 1):
+        whole = data.rfind(b"\n", 0, cut) + 1
+        why, got = scan(cut, False)
+        want_why, want = scan(whole, True)
+        assert got == want, cut
+        assert why == (kernels.OTHER if want_why == kernels.OTHER else kernels.MORE), cut

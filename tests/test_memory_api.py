@@ -35,6 +35,32 @@ def test_remember_many_in_one_transaction(tmp_path):
         assert mem.remember_many([]) == []
 
 
+def test_a_refused_item_of_remember_many_is_named_by_its_position(tmp_path):
+    """A bad item in a batch names its position (nothing is written), and remember's own
+    error stays without one."""
+    with annodb.Memory(tmp_path / "m.db") as mem:
+        with pytest.raises(AnnodbError, match=r"^memory 2 of remember_many .*'user'"):
+            mem.remember_many(["a", "b", {"text": "c", "user": ["x"]}])
+        with pytest.raises(TypeError, match=r"^memory 1 of remember_many"):
+            mem.remember_many(["a", 7])
+        with pytest.raises(AnnodbError, match=r"^metadata 'user'"):
+            mem.remember("c", user=["x"])
+        assert mem.history(10) == []
+
+
+def test_a_negative_count_is_an_error_not_an_empty_page(tmp_path):
+    """recall's k and history's n must be whole numbers >= 0: -1 (or 2.5) is refused
+    rather than read as "nothing"; 0 gives nothing."""
+    with annodb.Memory(tmp_path / "m.db") as mem:
+        mem.remember("a fact about zebras")
+        assert mem.recall("zebras", k=0) == [] and mem.history(0) == []
+        for bad in (-1, 2.5, True):
+            with pytest.raises(AnnodbError, match="whole number"):
+                mem.recall("zebras", k=bad)
+            with pytest.raises(AnnodbError, match="whole number"):
+                mem.history(bad)
+
+
 def test_remember_many_refuses_a_bad_supersedes_before_writing(tmp_path):
     with annodb.Memory(tmp_path / "m.db") as mem:
         with pytest.raises(annodb.NotFoundError):

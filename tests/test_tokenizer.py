@@ -99,18 +99,18 @@ _NO_SURROGATE = st.characters(exclude_categories=("Cs",))
 
 @settings(max_examples=300)
 @given(st.lists(st.text(alphabet=ALPHABET, max_size=30) | st.text(_NO_SURROGATE, max_size=30),
-                max_size=8), st.integers(16, 64))
-def test_bulk_tokenizer_of_utf8_equals_the_one_of_code_points(lines, piece):
-    """intern_tokens_utf8 (UTF-8 decoded a piece at a time, each piece ending after a
-    newline, or running on to the next one) gives what intern_tokens gives the same
-    text's code points."""
+                max_size=8))
+def test_bulk_tokenizer_of_utf8_equals_the_one_of_code_points(lines):
+    """intern_tokens_utf8 (each code point decoded from the UTF-8 as it is met: one, two,
+    three and four bytes, folded, inside a word and at its edges) gives what
+    intern_tokens gives the same text's code points."""
     import numpy as np
     from annodb import kernels
     text = "\n".join(lines)
     cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
     want = kernels.intern_tokens(cps, tokenizer._class_table(), tokenizer._fold_table())
     got = kernels.intern_tokens_utf8(np.frombuffer(text.encode(), dtype=np.uint8),
-                                     tokenizer._class_table(), tokenizer._fold_table(), piece)
+                                     tokenizer._class_table(), tokenizer._fold_table())
     assert [a.tolist() for a in got] == [a.tolist() for a in want]
 
 
@@ -136,3 +136,48 @@ def test_strip_diacritics():
              "\u0301": "\u0301", "plain": "plain", "x²": "x²"}
     for word, want in cases.items():
         assert strip_diacritics(word) == want, word
+
+
+@settings(max_examples=200)
+@given(st.lists(st.lists(st.text(_NO_SURROGATE, max_size=6) | st.sampled_from(
+    ["a", "b", "ab", "the", "é", "💙"]), max_size=40), max_size=6))
+def test_word_numbers_kept_across_batches_equal_the_naive_ones(batches):
+    """kernels.number_words over batches of words (each batch's words distinct, as a
+    batch's kinds are; the same word again in later batches, empty words, words beyond
+    the BMP) gives each word the number of its first appearance in any batch, as
+    naive.number_words does, growing its arrays from the smallest."""
+    import numpy as np
+    from annodb import kernels
+    from tests import naive
+
+    batches = [list(dict.fromkeys(words)) for words in batches]
+    table, hashes = np.full(2, -1, np.int64), np.empty(2, np.int64)
+    known, kept, count = np.zeros(2, np.int64), np.empty(1, np.uint32), 0
+    got = []
+    for words in batches:
+        arena = np.frombuffer("".join(words).encode("utf-32-le"), dtype=np.uint32)
+        bounds = np.zeros(len(words) + 1, np.int64)
+        bounds[1:] = np.cumsum([len(w) for w in words])
+        out, count, table, hashes, known, kept = kernels.number_words(
+            arena, bounds, table, hashes, known, kept, count)
+        got.append(out.tolist())
+    assert got == naive.number_words(batches)
+    assert count == len({w for words in batches for w in words})
+
+
+def test_word_numbers_of_a_batch_tokenized():
+    """tokenizer.numbered_utf8_tokens over two batches: the tokens and kinds of
+    distinct_utf8_tokens, each kind's number (a word of the second batch met in the
+    first has the first's number, the new ones the next) and the new words' names."""
+    import numpy as np
+    numbers = tokenizer.WordNumbers()
+    texts = [b"Rock and roll\nROCK", "roll \u00fcber rock \U0001F499".encode()]
+    got = [tokenizer.numbered_utf8_tokens(np.frombuffer(t, np.uint8), numbers)
+           for t in texts]
+    for t, (starts, kinds, _, _, _) in zip(texts, got):
+        want = tokenizer.distinct_utf8_tokens(np.frombuffer(t, np.uint8))
+        assert starts.tolist() == want[0].tolist() and kinds.tolist() == want[1].tolist()
+    assert [g[2].tolist() for g in got] == [[0, 1, 2], [2, 3, 0, 4]]
+    assert [(g[3], g[4]) for g in got] == [(0, ["rock", "and", "roll"]),
+                                           (3, ["\u00fcber", "\U0001F499"])]
+    assert numbers.names(0) == ["rock", "and", "roll", "\u00fcber", "\U0001F499"]

@@ -22,7 +22,7 @@ from typing import Callable, Generator
 
 import msgspec
 
-from .. import batch, children, database, kernels, records, storage, transaction
+from .. import batch, children, database, kernels, records, storage, tokenizer, transaction
 from ..errors import AnnodbError, IngestError, WriterBusyError
 from . import flat, inputs, process, stages
 from .formats import Problem
@@ -121,7 +121,7 @@ def _reader_main() -> None:
     """The second process (`python -c` of this, see _chunks_from_process): read the
     arguments from stdin, write ("chunk", stages.packed(chunk)) pickles to stdout, then
     ("end", None), or ("error", message) if reading fails. The pipe's buffer keeps it about
-    one chunk ahead."""
+    one chunk ahead. Its batches' words are numbered across them (Batch.words)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the writer's to handle
     gc.disable()  # see process.no_cyclic_gc
     process.set_malloc(process.INGEST_MALLOC)  # see keep_freed_memory (for this process's life)
@@ -130,12 +130,13 @@ def _reader_main() -> None:
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="annodb-make")
     failed = threading.Event()  # a chunk could not be made or sent: send none after it
     in_flight: list = []
+    numbers = tokenizer.WordNumbers()   # the words of its batches, numbered across them
 
     def make_and_send(items, prepared: list, tell: int, sparse: tuple) -> None:
         if failed.is_set():
             return
         try:
-            chunk = stages.made(items, tell) if isinstance(items, flat.Scanned) else \
+            chunk = stages.made(items, tell, numbers) if isinstance(items, flat.Scanned) else \
                 stages.encode(stages.make(items, prepared, tell, sparse))
             pickle.dump(("chunk", stages.packed(chunk)), out, protocol=pickle.HIGHEST_PROTOCOL)
             out.flush()
@@ -198,6 +199,7 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
     """stages.chunks, made in a second Python process. A plain child process, not
     multiprocessing: that would re-run the caller's main script, and fork would copy this
     process's open LMDB environment."""
+    word_ids = batch.FeatureIds()   # of the words the child numbers (Batch.words)
     child = children.start("from annodb.ingest.database import _reader_main; _reader_main()",
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     stdin, stdout = child.stdin, child.stdout
@@ -219,7 +221,10 @@ def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
                 return
             if kind == "error":
                 raise IngestError(value)
-            yield stages.unpacked(value)
+            chunk = stages.unpacked(value)
+            if chunk.batch is not None and chunk.batch.words is not None:
+                chunk = chunk._replace(batch=word_ids.learn(chunk.batch))
+            yield chunk
     finally:
         if child.poll() is None:
             child.kill()

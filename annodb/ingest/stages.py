@@ -25,7 +25,7 @@ from typing import Generator, Iterator, NamedTuple
 
 import numpy as np
 
-from .. import batch
+from .. import batch, tokenizer
 from ..errors import IngestError
 from . import flat, formats
 from .formats import Problem
@@ -153,10 +153,12 @@ def make(items: list, prepared: list, tell: int, sparse: tuple = ()) -> Chunk:
     return Chunk(items, made, tell)
 
 
-def made(scanned: flat.Scanned, tell: int) -> Chunk:
+def made(scanned: flat.Scanned, tell: int, numbers: tokenizer.WordNumbers | None = None
+         ) -> Chunk:
     """The chunk of a batch of flat records read by the kernel (see flat.py): what make
-    and encode give for the same records read the ordinary way."""
-    b = batch.make_scanned(scanned.scan)
+    and encode give for the same records read the ordinary way (and its words numbered
+    in `numbers`, when given: batch.make_scanned)."""
+    b = batch.make_scanned(scanned.scan, numbers)
     lines = flat.lines_of(scanned)
     return Chunk(list(zip(lines.tolist(), b.docnos)), b, tell, lines)
 

@@ -207,31 +207,27 @@ def _scan_flat(buf, pos, end, eof, id_arena, id_bounds, forbid_arena, forbid_bou
     while True:
         if pos >= end:
             return n_docs, nf, nc, nu, nd, n_keys, pos, (END if eof else MORE)
-        # the line: buf[pos:stop], its \n at stop (or the input's end)
-        stop = pos
-        while stop < end and buf[stop] != 0x0A:
-            stop += 1
-        if stop == end and not eof:
-            return n_docs, nf, nc, nu, nd, n_keys, pos, MORE
-        nbytes = stop - pos + (1 if stop < end else 0)
-        # the record, into the outputs after what is there (dropped if it cannot be read)
+        # the record, into the outputs after what is there (dropped if it cannot be read),
+        # read up to its line's \n, at stop (or the input's end): no key, string or
+        # separator holds a \n, so one ends the parse (a record on one line is read
+        # whole before it; the line is not searched for it first)
         f0, c0, u0 = nf, nc, nu
         best = len(id_bounds)      # the id field found: its rank among the candidates
-        id_a = id_b = id_f = id_u = -1
+        id_a = id_b = id_f = id_u = id_key = -1
         ok = False
-        i = _skip_ws(buf, pos, stop)
-        if i < stop and buf[i] == 0x7B:
-            i = _skip_ws(buf, i + 1, stop)
-            while i < stop and buf[i] == 0x22:
+        i = _skip_ws(buf, pos, end)
+        if i < end and buf[i] == 0x7B:
+            i = _skip_ws(buf, i + 1, end)
+            while i < end and buf[i] == 0x22:
                 ka = i + 1
-                kb = _key(buf, ka, stop)
+                kb = _key(buf, ka, end)
                 if kb < 0:
                     break
-                i = _skip_ws(buf, kb + 1, stop)
-                if i >= stop or buf[i] != 0x3A:
+                i = _skip_ws(buf, kb + 1, end)
+                if i >= end or buf[i] != 0x3A:
                     break
-                i = _skip_ws(buf, i + 1, stop)
-                if i >= stop or buf[i] != 0x22:
+                i = _skip_ws(buf, i + 1, end)
+                if i >= end or buf[i] != 0x22:
                     break
                 # the key's number (new keys interned); a repeated key is not read here
                 k = -1
@@ -249,7 +245,7 @@ def _scan_flat(buf, pos, end, eof, id_arena, id_bounds, forbid_arena, forbid_bou
                     key_bounds[n_keys + 1] = base + kb - ka
                     k = n_keys
                     n_keys += 1
-                repeated = False
+                repeated = k == id_key
                 for j in range(f0, nf):
                     if f_key[j] == k:
                         repeated = True
@@ -267,27 +263,43 @@ def _scan_flat(buf, pos, end, eof, id_arena, id_bounds, forbid_arena, forbid_bou
                 va = i + 1
                 f_key[nf] = k
                 cstart, ustart = nc, nu
-                i, nc, nu = _string(buf, va, stop, nc, u8, nu)
+                i, nc, nu = _string(buf, va, end, nc, u8, nu)
                 if i < 0:
                     break
-                f_cps[nf] = nc - cstart
-                nf += 1
-                nc += 1        # each field followed by a newline (as batch.make joins them)
-                u8[nu] = 10
-                nu += 1
-                if rank < best:
-                    best = rank
+                if rank == 0:   # the first candidate: the id field, whatever follows, so
+                    best = 0    # its string, the last written, is taken back at once
                     id_a, id_b = va, i - 1
-                    id_f, id_u = nf - 1, ustart
-                i = _skip_ws(buf, i, stop)
-                if i < stop and buf[i] == 0x2C:
-                    i = _skip_ws(buf, i + 1, stop)
-                    if i >= stop or buf[i] != 0x22:
+                    id_f, id_key = -1, k
+                    nc, nu = cstart, ustart
+                else:
+                    f_cps[nf] = nc - cstart
+                    nf += 1
+                    nc += 1        # each field followed by a newline (as batch.make joins them)
+                    u8[nu] = 10
+                    nu += 1
+                    if rank < best:
+                        best = rank
+                        id_a, id_b = va, i - 1
+                        id_f, id_u = nf - 1, ustart
+                i = _skip_ws(buf, i, end)
+                if i < end and buf[i] == 0x2C:
+                    i = _skip_ws(buf, i + 1, end)
+                    if i >= end or buf[i] != 0x22:
                         break
                     continue
-                if i < stop and buf[i] == 0x7D:
-                    ok = _skip_ws(buf, i + 1, stop) == stop
+                if i < end and buf[i] == 0x7D:
+                    i = _skip_ws(buf, i + 1, end)
+                    ok = i == end or buf[i] == 0x0A
                 break
+        if ok:
+            stop = i
+        else:   # (the line's end: is it whole?)
+            stop = pos
+            while stop < end and buf[stop] != 0x0A:
+                stop += 1
+        if stop == end and not eof:
+            return n_docs, f0, c0, u0, nd, n_keys, pos, MORE
+        nbytes = stop - pos + (1 if stop < end else 0)
         # the docno: a string without escapes, not empty, at most max_docno bytes
         if ok:
             ok = best < len(id_bounds) - 1 and 0 < id_b - id_a <= max_docno
@@ -298,17 +310,19 @@ def _scan_flat(buf, pos, end, eof, id_arena, id_bounds, forbid_arena, forbid_bou
                         break
         if not ok:
             return n_docs, f0, c0, u0, nd, n_keys, pos, OTHER
-        # the id field is no text field: take it out of the fields written
-        ilen = f_cps[id_f]
-        iulen = id_b - id_a    # (no escapes: its UTF-8 is its bytes)
-        for q in range(id_u + iulen + 1, nu):
-            u8[q - iulen - 1] = u8[q]
-        for j in range(id_f + 1, nf):
-            f_key[j - 1] = f_key[j]
-            f_cps[j - 1] = f_cps[j]
-        nf -= 1
-        nc -= ilen + 1
-        nu -= iulen + 1
+        # the id field is no text field: take it out of the fields written (the first
+        # candidate's was never kept)
+        if id_f >= 0:
+            ilen = f_cps[id_f]
+            iulen = id_b - id_a    # (no escapes: its UTF-8 is its bytes)
+            for q in range(id_u + iulen + 1, nu):
+                u8[q - iulen - 1] = u8[q]
+            for j in range(id_f + 1, nf):
+                f_key[j - 1] = f_key[j]
+                f_cps[j - 1] = f_cps[j]
+            nf -= 1
+            nc -= ilen + 1
+            nu -= iulen + 1
         for j in range(id_a, id_b):
             docnos[nd] = buf[j]
             nd += 1

@@ -9,7 +9,10 @@
                                                  reach away) decayed by distance within its
                                                  run (recall.py)
     bm25_steps(...)                              BM25's exact top k by MaxScore, resumable
-    term_documents(forms, box_s, box_e)          a word's documents: (start, length, tf)
+    term_documents(forms, box_s, box_e[, table, shift])
+                                                 a word's documents: (start, length, tf)
+    start_table(box_s, shift[, c0, j0])          per cell of 2**shift addresses, the boxes
+                                                 starting before it (term_documents')
     term_cells(starts, packed, shift, k1, b, avglen)
                                                  a word's largest saturation per cell of
                                                  2**shift addresses (bm25_steps' bounds)
@@ -28,7 +31,8 @@ from numba import njit
 from .algebra import _floats, _ge, _gt, _ints, _pair
 
 __all__ = ["document_frequencies", "merge_scores", "best_windows", "context_sums",
-           "bm25_steps", "bm25_pick", "term_documents", "term_cells", "add_cells", "FORMS_PER_CALL"]
+           "bm25_steps", "bm25_pick", "term_documents", "start_table", "term_cells", "add_cells",
+           "FORMS_PER_CALL"]
 
 
 @njit(cache=True, nogil=True)
@@ -648,8 +652,48 @@ LONGEST = (1 << 31) - 1  # the longest document (in tokens) term_documents packs
 
 
 @njit(cache=True, nogil=True)
-def _term_documents(forms, n, box_s, box_e):
-    idx, cnt = _holding(forms, 0, n, box_s, box_e, True)
+def _held_at(pts, box_s, box_e, table, shift):
+    """_held_by by start_table's table: each point's box found from the first box of the
+    point's cell on, apart from the point before (so the loads of many points overlap,
+    where _held_by's gallops wait each on the last), then the runs of one box counted."""
+    nb = box_s.shape[0]
+    end = pts.shape[0]
+    nt = table.shape[0]
+    at = np.empty(end, np.int64)
+    for x in range(end):
+        p = pts[x]
+        c = p >> shift
+        j = 0 if p < 0 else (table[c] if c < nt else nb)
+        while j < nb and box_s[j] <= p:
+            j += 1
+        j -= 1   # (the last box starting at or before p: p's, if it ends at or after p)
+        at[x] = j if j >= 0 and box_e[j] >= p else -1
+    idx = np.empty(end, np.int64)
+    cnt = np.empty(end, np.int64)
+    m = 0
+    last = -1
+    for x in range(end):
+        j = at[x]
+        if j < 0:
+            continue
+        if j != last:
+            idx[m] = j
+            cnt[m] = 0
+            m += 1
+            last = j
+        cnt[m - 1] += 1
+    return idx[:m], cnt[:m]
+
+
+@njit(cache=True, nogil=True)
+def _term_documents(forms, n, box_s, box_e, table, shift):
+    if table.shape[0] == 0:
+        idx, cnt = _holding(forms, 0, n, box_s, box_e, True)
+    else:
+        idx, cnt = _held_at(forms[0], box_s, box_e, table, shift)
+        for f in range(1, n):
+            bi, bc = _held_at(forms[f], box_s, box_e, table, shift)
+            idx, cnt = _added(idx, cnt, bi, bc)
     m = idx.shape[0]
     starts = np.empty(m, np.int64)
     packed = np.empty(m, np.int64)
@@ -663,20 +707,75 @@ def _term_documents(forms, n, box_s, box_e):
     return starts, packed, True
 
 
-def term_documents(forms, box_s, box_e):
+def term_documents(forms, box_s, box_e, table=None, shift=0):
     """The documents (box_s, box_e: disjoint, a GC-list) holding a point of a term's forms
     (each an ascending array of points; at most FORMS_PER_CALL), as bm25_steps takes a
     term's documents (`views`): their starts, ascending, and for each its length
     (e - s + 1) << 32 | the points it holds. None when a document is longer than LONGEST
-    tokens or holds 2**32 points or more (they do not pack)."""
+    tokens or holds 2**32 points or more (they do not pack).
+    `table`: start_table(box_s, shift) of these boxes (not checked but for its length),
+    by which each point's document is found from its cell's first instead of by a
+    gallop from the point before's: the same result, in about 0.6x the time for a
+    common word of a large collection (the gallops' loads wait each on the last)."""
     box_s, box_e = _pair(box_s, box_e, "boxes")
     if len(forms) > FORMS_PER_CALL:
         raise ValueError(f"{len(forms)} postings arrays, more than {FORMS_PER_CALL}")
+    if table is None:
+        table = _NO_TABLE
+    else:
+        _table_shape(table, box_s, shift)
     n = len(forms)
-    padded = tuple(_ints(a, "points") for a in forms) + \
+    # (the shortest first: each form's boxes are added to the union of those before it,
+    # so a word's rare forms are added to each other before its common one, not each
+    # to the common one's: a stem group's documents in ~0.65x the time)
+    padded = tuple(sorted((_ints(a, "points") for a in forms), key=len)) + \
         (_NO_POINTS,) * (FORMS_PER_CALL - n)
-    starts, packed, ok = _term_documents(padded, n, box_s, box_e)
+    starts, packed, ok = _term_documents(padded, n, box_s, box_e, table, int(shift))
     return (starts, packed) if ok else None
+
+
+def _table_shape(table, box_s, shift) -> None:
+    """Refuse a table that cannot be start_table(box_s, shift)."""
+    if not (type(table) is np.ndarray and table.dtype in (np.int32, np.int64) and
+            table.ndim == 1 and table.flags.c_contiguous):
+        raise TypeError("table must be a one-dimensional int32 or int64 array")
+    if not 0 <= int(shift) < 63:
+        raise ValueError(f"shift must lie in [0, 63), not {shift!r}")
+    if table.shape[0] != _table_length(box_s, int(shift)):
+        raise ValueError(f"a table of {table.shape[0]} cells is not of these boxes")
+
+
+def _table_length(box_s, shift: int) -> int:
+    return (int(box_s[-1]) >> shift) + 2 if len(box_s) else 1
+
+
+@njit(cache=True, nogil=True)
+def _start_table(box_s, shift, c0, j0, out):
+    nb = box_s.shape[0]
+    j = j0
+    for c in range(out.shape[0]):
+        lo = (c0 + c) << shift
+        while j < nb and box_s[j] < lo:
+            j += 1
+        out[c] = j
+
+
+def start_table(box_s, shift, c0=0, j0=0):
+    """For term_documents: for each cell c of 2**shift addresses from c0 on, to the one
+    after the last box's start's, how many of the boxes (starts box_s, ascending) start
+    before c << shift; j0: how many start before c0 << shift (a table's own entry at c0:
+    the rest of a table whose boxes before cell c0 are as they were, made again). int32
+    when the boxes are fewer than 2**31."""
+    box_s = _ints(box_s, "starts")
+    c0, j0 = int(c0), int(j0)
+    if not 0 <= int(shift) < 63:
+        raise ValueError(f"shift must lie in [0, 63), not {shift!r}")
+    n = _table_length(box_s, int(shift))
+    if not 0 <= c0 < n or not 0 <= j0 <= box_s.shape[0]:
+        raise ValueError(f"cell {c0} (of {n}) or box {j0} out of range")
+    out = np.empty(n - c0, np.int32 if box_s.shape[0] < 1 << 31 else np.int64)
+    _start_table(box_s, int(shift), c0, j0, out)
+    return out
 
 
 @njit(cache=True, nogil=True)
@@ -741,6 +840,7 @@ def add_cells(total, cells, values, scale) -> None:
 
 _NO_POINTS = np.empty(0, np.int64)
 _NO_CELLS = np.empty(0, np.float64)
+_NO_TABLE = np.empty(0, np.int32)
 
 
 def bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, rest, forms,

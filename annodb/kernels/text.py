@@ -171,32 +171,94 @@ def _intern_tokens(cps, classes, fold):
             bounds[:m + 1].copy(), -1)
 
 
-@njit(cache=True, nogil=True)
-def _decode_utf8(u8, a, b, out):
-    """The code points of the valid UTF-8 u8[a:b] into out; how many."""
-    n = 0
-    i = a
-    while i < b:
-        c = np.uint32(u8[i])
-        if c < 0x80:
-            i += 1
-        elif c < 0xE0:
-            c = ((c & 0x1F) << 6) | (u8[i + 1] & 0x3F)
-            i += 2
-        elif c < 0xF0:
-            c = ((c & 0x0F) << 12) | ((u8[i + 1] & 0x3F) << 6) | (u8[i + 2] & 0x3F)
-            i += 3
-        else:
-            c = (((c & 0x07) << 18) | ((u8[i + 1] & 0x3F) << 12) | ((u8[i + 2] & 0x3F) << 6)
-                 | (u8[i + 3] & 0x3F))
-            i += 4
-        out[n] = c
-        n += 1
-    return n
+@njit(cache=True, nogil=True, inline="always")
+def _code_point(u8, i):
+    """The code point whose valid UTF-8 starts at u8[i], and its length in bytes."""
+    c = np.int64(u8[i])
+    if c < 0x80:
+        return c, 1
+    if c < 0xE0:
+        return ((c & 0x1F) << 6) | (np.int64(u8[i + 1]) & 0x3F), 2
+    if c < 0xF0:
+        return (((c & 0x0F) << 12) | ((np.int64(u8[i + 1]) & 0x3F) << 6)
+                | (np.int64(u8[i + 2]) & 0x3F)), 3
+    return (((c & 0x07) << 18) | ((np.int64(u8[i + 1]) & 0x3F) << 12)
+            | ((np.int64(u8[i + 2]) & 0x3F) << 6) | (np.int64(u8[i + 3]) & 0x3F)), 4
 
 
 @njit(cache=True, nogil=True)
-def _intern_utf8(u8, classes, fold, piece):
+def _intern_utf8_run(u8, classes, fold, i, cp, t, m, starts, kinds, table, hashes, bounds,
+                     arena):
+    """_intern_run over valid UTF-8 (no surrogates) from byte i, code point cp: each code
+    point decoded as it is met, no array of them made. Returns (i, cp, t, m) where it
+    stopped: at the end, or before a token that needs a bigger array."""
+    n = len(u8)
+    mask = len(table) - 1
+    while i < n:
+        c, w = _code_point(u8, i)
+        c = np.int64(fold[c])
+        cls = classes[c]
+        if cls == 0:
+            i += w
+            cp += 1
+            continue
+        if t == len(starts):
+            return i, cp, t, m
+        a, a_cp = i, cp
+        h = 2166136261  # 32-bit FNV-1a over the folded code points (as _intern_run)
+        while True:
+            h = ((h ^ c) * 16777619) & 0xFFFFFFFF
+            i += w
+            cp += 1
+            if cls == 2 or i >= n:
+                break
+            c, w = _code_point(u8, i)
+            c = np.int64(fold[c])
+            if classes[c] != 1:
+                break
+        length = cp - a_cp
+        slot = h & mask
+        kind = -1
+        while True:
+            k = table[slot]
+            if k < 0:
+                break
+            if hashes[k] == h and bounds[k + 1] - bounds[k] == length:
+                base = bounds[k]
+                same = True
+                x = a
+                for j in range(length):
+                    d, v = _code_point(u8, x)
+                    x += v
+                    if arena[base + j] != fold[d]:
+                        same = False
+                        break
+                if same:
+                    kind = k
+                    break
+            slot = (slot + 1) & mask
+        if kind < 0:  # a new kind, into the empty slot found
+            base = bounds[m]
+            if m + 1 == len(hashes) or base + length > len(arena) or 2 * (m + 1) > len(table):
+                return a, a_cp, t, m  # grow first, then redo this token
+            x = a
+            for j in range(length):
+                d, v = _code_point(u8, x)
+                x += v
+                arena[base + j] = fold[d]
+            bounds[m + 1] = base + length
+            hashes[m] = h
+            table[slot] = m
+            kind = m
+            m += 1
+        starts[t] = a_cp
+        kinds[t] = kind
+        t += 1
+    return i, cp, t, m
+
+
+@njit(cache=True, nogil=True)
+def _intern_utf8(u8, classes, fold):
     n = len(u8)
     starts = np.empty(max(16, n // 5), np.int64)
     kinds = np.empty(len(starts), np.int64)
@@ -204,31 +266,46 @@ def _intern_utf8(u8, classes, fold, piece):
     hashes = np.empty(2048, np.int64)
     bounds = np.zeros(2048, np.int64)
     arena = np.empty(16384, np.uint32)
-    cps = np.empty(piece, np.uint32)
-    t = m = 0
-    base = 0
-    a = 0
-    while a < n:   # a piece at a time, each ending after a newline (no token spans one)
-        b = min(n, a + piece)
-        if b < n:
-            k = b
-            while k > a and u8[k - 1] != 10:
-                k -= 1
-            if k == a:   # no newline in the piece: on to the next one
-                k = b
-                while k < n and u8[k - 1] != 10:
-                    k += 1
-            b = k
-        if b - a > len(cps):
-            cps = np.empty(b - a, np.uint32)
-        used = _decode_utf8(u8, a, b, cps)
-        t, m, starts, kinds, table, hashes, bounds, arena, bad = _intern_more(
-            cps[:used], classes, fold, base, t, m, starts, kinds, table, hashes, bounds,
-            arena)
-        base += used
-        a = b
-    return (starts[:t].copy(), kinds[:t].copy(), arena[:bounds[m]].copy(),
-            bounds[:m + 1].copy())
+    i = cp = t = m = 0
+    while True:
+        i, cp, t, m = _intern_utf8_run(u8, classes, fold, i, cp, t, m, starts, kinds, table,
+                                       hashes, bounds, arena)
+        if i >= n:
+            break
+        if t == len(starts):
+            starts = _grown(starts, t)
+            kinds = _grown(kinds, t)
+        if m + 1 == len(hashes):
+            hashes = _grown(hashes, m)
+            bounds = _grown(bounds, m + 1)
+        if 2 * (m + 1) > len(table):
+            table = np.full(2 * len(table), -1, np.int64)
+            mask = len(table) - 1
+            for k in range(m):  # re-place every kind by its hash
+                slot = hashes[k] & mask
+                while table[slot] >= 0:
+                    slot = (slot + 1) & mask
+                table[slot] = k
+        # room in the arena for the token at byte i (at most its bytes' count of code points)
+        j = i
+        c, w = _code_point(u8, j)
+        j += w
+        if classes[fold[c]] == 1:
+            while j < n:
+                c, w = _code_point(u8, j)
+                if classes[fold[c]] != 1:
+                    break
+                j += w
+        size = len(arena)
+        while size < bounds[m] + (j - i):
+            size *= 2
+        if size != len(arena):
+            out = np.empty(size, np.uint32)
+            out[:bounds[m]] = arena[:bounds[m]]
+            arena = out
+    # (the tokens' arrays as views: a batch's ~8 MB each not copied again; make_scanned
+    # keeps neither)
+    return starts[:t], kinds[:t], arena[:bounds[m]].copy(), bounds[:m + 1].copy()
 
 
 @njit(cache=True, nogil=True)
@@ -278,17 +355,100 @@ def intern_tokens(codepoints, classes, fold):
     return starts, kinds, arena, bounds
 
 
-def intern_tokens_utf8(text, classes, fold, piece: int = 1 << 16):
+def intern_tokens_utf8(text, classes, fold):
     """intern_tokens of a text given as valid UTF-8 without surrogates (uint8, e.g. as
-    kernels.scan_flat writes it), decoded a piece of `piece` bytes at a time (each piece
-    ending after a newline), so no array of code points the text's size is made. Token
-    i starts at code point starts[i] of the text."""
+    kernels.scan_flat writes it), each code point decoded as the pass meets it (no array
+    of code points is made). Token i starts at code point starts[i] of the text (starts
+    and kinds are views of arrays sized for the text: copy them to keep them long)."""
     data = np.ascontiguousarray(text, dtype=np.uint8)
     table = np.ascontiguousarray(classes, dtype=np.uint8)
     folding = np.ascontiguousarray(fold, dtype=np.uint32)
     if len(table) != 0x110000 or len(folding) != 0x110000:
         raise ValueError("the class and fold tables need one entry per code point (0x110000)")
-    return _intern_utf8(data, table, folding, max(int(piece), 16))
+    return _intern_utf8(data, table, folding)
+
+
+@njit(cache=True, nogil=True)
+def _number_words(arena, bounds, table, hashes, known, kept, count):
+    m = len(bounds) - 1
+    out = np.empty(m, np.int64)
+    for k in range(m):
+        a = bounds[k]
+        length = bounds[k + 1] - a
+        h = 2166136261  # (FNV-1a as _intern_run)
+        for j in range(a, a + length):
+            h = ((h ^ np.int64(arena[j])) * 16777619) & 0xFFFFFFFF
+        mask = len(table) - 1
+        slot = h & mask
+        number = -1
+        while True:
+            x = table[slot]
+            if x < 0:
+                break
+            if hashes[x] == h and known[x + 1] - known[x] == length:
+                base = known[x]
+                same = True
+                for j in range(length):
+                    if kept[base + j] != arena[a + j]:
+                        same = False
+                        break
+                if same:
+                    number = x
+                    break
+            slot = (slot + 1) & mask
+        if number < 0:   # a word new to the numbering: the next number
+            if count + 1 == len(hashes):
+                hashes = _grown(hashes, count)
+                known = _grown(known, count + 1)
+            size = len(kept)
+            while size < known[count] + length:
+                size *= 2
+            if size != len(kept):
+                grown = np.empty(size, np.uint32)
+                grown[:known[count]] = kept[:known[count]]
+                kept = grown
+            if 2 * (count + 1) > len(table):
+                table = np.full(2 * len(table), -1, np.int64)
+                mask = len(table) - 1
+                for x in range(count):  # re-place every word by its hash
+                    slot = hashes[x] & mask
+                    while table[slot] >= 0:
+                        slot = (slot + 1) & mask
+                    table[slot] = x
+                slot = h & mask
+                while table[slot] >= 0:
+                    slot = (slot + 1) & mask
+            base = known[count]
+            for j in range(length):
+                kept[base + j] = arena[a + j]
+            known[count + 1] = base + length
+            hashes[count] = h
+            table[slot] = count
+            number = count
+            count += 1
+        out[k] = number
+    return out, count, table, hashes, known, kept
+
+
+def number_words(arena, bounds, table, hashes, known, kept, count: int):
+    """Number words across calls: word k of this call is arena[bounds[k]:bounds[k+1]]
+    (uint32 code points, as intern_tokens gives its kinds); the `count` words numbered
+    before are kept[known[x]:known[x + 1]] for number x, found by their hashes[x] in the
+    open-addressed `table` (slot -> number, -1 empty, at most half full). A word met
+    before gets its number, a new one the next. Returns (numbers (int64 per word), count,
+    table, hashes, known, kept): the arrays grown as need be (pass them to the next
+    call)."""
+    arena = np.ascontiguousarray(arena, dtype=np.uint32)
+    bounds = np.ascontiguousarray(bounds, dtype=np.int64)
+    if len(bounds) == 0 or (len(bounds) > 1 and (bounds[0] < 0 or bounds[-1] > len(arena)
+                                                 or np.any(np.diff(bounds) < 0))):
+        raise ValueError("bounds must rise within the arena")
+    if len(table) < 2 or len(table) & (len(table) - 1) or 2 * count > len(table) or \
+            len(known) != len(hashes) or count >= len(hashes) or len(kept) == 0:
+        raise ValueError("not the arrays of a numbering (see tokenizer.WordNumbers)")
+    out, count, table, hashes, known, kept = _number_words(arena, bounds, table, hashes,
+                                                           known, kept, int(count))
+    return out, int(count), table, hashes, known, kept
 
 
 class LoneSurrogate(ValueError):
