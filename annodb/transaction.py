@@ -571,8 +571,8 @@ class Writer(Snapshot):
         self._check()
         found = self._txn.docnos_present(docnos)
         new = self._new_docnos
-        if new:
-            found.update((d, new[d]) for d in docnos if d in new)
+        if new:   # (the intersection in C: an ingest asks this twice a batch)
+            found.update((d, new[d]) for d in new.keys() & docnos)
         return found
 
     # features
@@ -960,8 +960,9 @@ class Writer(Snapshot):
         blocks)."""
         txn = self._txn
         if self._new_names:
-            vocab = self._vocab
-            txn.add_features([(name, vocab[name]) for name in self._new_names[self._named:]])
+            names = self._new_names[self._named:]
+            txn.add_features(names, np.fromiter(map(self._vocab.__getitem__, names),
+                                                dtype=np.int64, count=len(names)))
             self._named = len(self._new_names)
         fresh = self._first_new_feature
         new_blocks = []  # (fids, firsts, buf, offsets) of new features' lists
@@ -974,26 +975,20 @@ class Writer(Snapshot):
             # the tokens' addresses grouped by feature (ascending), in address order
             fids, bounds, sorted_addrs = kernels.group_postings(ids, run_starts, run_counts,
                                                                 self._next_feature)
-            new = fids >= fresh
-            sizes = np.diff(bounds)
-            new_points = np.repeat(new, sizes)  # (groups are runs of the sorted points)
-            old = np.flatnonzero(~new)
-            if len(old):
+            # the ids ascending: the stored features' groups first, then the new ones',
+            # each a run of the sorted points
+            k = int(np.searchsorted(fids, fresh))
+            cut = int(bounds[k])
+            if k:
                 # every stored interval ends before this flush's new text: addresses only
                 # grow (annotate reserves any address it uses past the content)
-                txn.add_point_groups(fids[old], sorted_addrs[~new_points],
-                                     np.concatenate(([0], np.cumsum(sizes[old]))),
+                txn.add_point_groups(fids[:k], sorted_addrs[:cut], bounds[:k + 1],
                                      after=int(run_starts.min()))  # (no empty runs)
-            if new.any():
-                groups = np.flatnonzero(new)
-                if len(groups) == len(fids):
-                    sel, gb = sorted_addrs, bounds
-                else:
-                    sel = sorted_addrs[new_points]
-                    gb = np.concatenate(([0], np.cumsum(sizes[groups])))
-                buf, offs, grp, first = txn.encode_point_groups(sel, gb)
-                new_blocks.append((fids[groups][grp], first, buf, offs))
-                token_fids = set(fids[groups].tolist())
+            if k < len(fids):
+                buf, offs, grp, first = txn.encode_point_groups(sorted_addrs[cut:],
+                                                                bounds[k:] - cut)
+                new_blocks.append((fids[k:][grp], first, buf, offs))
+                token_fids = set(fids[k:].tolist())
             self._tok_ids, self._tok_runs, self._tok_count = [], [], 0
         later = []
         self._ann_flush_list()

@@ -37,6 +37,8 @@ hold the two equal.
       (stream_width, width_bytes, stream_bytes: their number streams)
     block_cuts             K.block_bounds                      test_kernels: test_block_cuts_
                                                                equal_the_naive_ones
+    block_cuts,            K.encode_blocks (a writer's lists   test_kernels: test_encode_blocks_
+      encode_block         cut and encoded in one call)        equals_block_by_block
     group_postings         K.group_postings                    test_kernels: test_group_
                                                                postings_against_numpy_and_naive
     join_groups            K.join_groups (a flush's spilling   test_kernels: test_join_groups_

@@ -812,6 +812,56 @@ def test_append_point_groups_with_packed_and_byte_blocks(spec):
         assert got.tolist() == expect.tolist()
 
 
+@examples(60)
+@given(st.lists(st.tuples(st.sampled_from([2, 100, 300, 70000]), st.integers(0, 400),
+                          st.integers(0, 4500), st.booleans(), st.booleans()),
+                min_size=1, max_size=8),
+       st.sampled_from([(512, 8192), (512, 40), (4080, 8192)]))
+def test_append_point_groups_single_leaves_out_the_lists_of_many_blocks(spec, limits):
+    """With single=True, append_point_groups writes exactly the blocks it writes without,
+    for the groups that make one block (or none, not being an append) there; a group that
+    makes more than one block there makes none, and is ok (a flush's tails that spill), as
+    is a group of more new points than one block can hold, unchecked."""
+    budget, max_count = limits
+    rng = np.random.default_rng(len(spec))
+    lasts, offsets, groups, bounds = [], [0], [], [0]
+    for gap, n_old, n_new, has_last, after in spec:
+        old = np.cumsum(rng.integers(1, gap, n_old + 1)).astype(np.int64)
+        old = old[:K.block_bounds(old, old, np.zeros(len(old)), budget, max_count)[1]]
+        start = old[-1] if after or not len(old) else old[0] - 1
+        new = start + np.cumsum(rng.integers(1, gap, n_new + 1))
+        block = K.encode_block(old, old, np.zeros(len(old))) if has_last else b""
+        lasts.append(block)
+        offsets.append(offsets[-1] + len(block))
+        groups.append(new)
+        bounds.append(bounds[-1] + len(new))
+    args = (b"".join(lasts), offsets, np.concatenate(groups), bounds, budget, max_count)
+    buf, offs, grp, first, ok = K.append_point_groups(*args)
+    sbuf, soffs, sgrp, sfirst, sok = K.append_point_groups(*args, single=True)
+    made = np.bincount(grp, minlength=len(spec))
+    want = [i for i in range(len(grp)) if made[grp[i]] == 1]
+    assert sgrp.tolist() == grp[want].tolist() and sfirst.tolist() == first[want].tolist()
+    assert [bytes(sbuf[soffs[i]:soffs[i + 1]]) for i in range(len(sgrp))] == \
+        [bytes(buf[offs[i]:offs[i + 1]]) for i in want]
+    # a group of more new points than one block holds is left out unchecked
+    one_block = min(max_count, (budget - 16) * 8 + 1)
+    many = np.diff(bounds) > one_block
+    assert sok.tolist() == (ok | (made > 1) | many).tolist()
+
+
+@examples(60)
+@given(block_lists(max_size=600), st.sampled_from([(120, 8192), (300, 7), (4080, 128)]))
+def test_encode_blocks_equals_block_by_block(lst, limits):
+    """encode_blocks cuts a list where naive.block_cuts does and encodes each block byte for
+    byte as naive.encode_block does."""
+    s, e, v = lst
+    buf, offsets, cuts = K.encode_blocks(s, e, v, *limits)
+    assert cuts.tolist() == naive.block_cuts(s, e, v, *limits)
+    assert offsets[0] == 0 and offsets[-1] == len(buf)
+    assert [bytes(buf[a:b]) for a, b in zip(offsets[:-1], offsets[1:])] == \
+        [naive.encode_block(s[a:b], e[a:b], v[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
+
+
 def test_a_token_block_with_room_is_appended_to_in_place():
     """The last block of a token list takes new points without being decoded and re-encoded
     when its number width holds their gaps: its bytes are kept, the count grows."""

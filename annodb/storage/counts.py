@@ -12,8 +12,8 @@ import numpy as np
 from ..errors import StorageError
 from .features import Features
 from .layout import (_KEY, _STATS, _STATS_DTYPE, CHANGES_KEPT, CHANGES_OVER, MAX_ADDRESS,
-                     NO_STATS, OVERLAPPING, _changes_value, _count_value, _keys8, _reduced,
-                     from_u64, u64)
+                     NO_STATS, OVERLAPPING, _changes_value, _count_value, _distinct, _keys8,
+                     _reduced, from_u64, u64)
 
 
 class Counts(Features):
@@ -45,7 +45,7 @@ class Counts(Features):
         highs, no_stats = self._highs, self._no_stats
         high_fids = np.fromiter(highs.keys(), dtype=np.int64, count=len(highs))
         no_stat_fids = np.fromiter(no_stats, dtype=np.int64, count=len(no_stats))
-        fids = np.unique(np.concatenate((count_fids, df_fids, high_fids, no_stat_fids)))
+        fids = _distinct(np.concatenate((count_fids, df_fids, high_fids, no_stat_fids)))
         n = len(fids)
         keys = _keys8(fids)
         with self.txn.cursor(db=self.dbs["counts"]) as cur:
@@ -60,8 +60,9 @@ class Counts(Features):
             stored = np.zeros(n, dtype=bool)
             if found:
                 raws = [v for _, v in found]
-                at = np.searchsorted(fids, np.frombuffer(b"".join(k for k, _ in found),
-                                                         dtype=">u8").astype(np.int64))
+                at = np.arange(n) if len(found) == n else np.searchsorted(   # (key order)
+                    fids, np.frombuffer(b"".join(k for k, _ in found), dtype=">u8")
+                    .astype(np.int64))
                 stored[at] = True
                 full = np.fromiter(map(len, raws), dtype=np.int64,
                                    count=len(raws)) == _STATS.size
@@ -106,9 +107,7 @@ class Counts(Features):
             out["flags"] = flags
             out["df"] = df
             out["high"] = high
-            raw = out.tobytes()
-            size = _STATS.size
-            cur.putmulti(list(zip(keys, [raw[i:i + size] for i in range(0, len(raw), size)])))
+            cur.putmulti(list(zip(keys, out.view(f"V{_STATS.size}").tolist())))
         long = np.flatnonzero(stored & (version >= 0) & (after >= CHANGES_OVER))
         if len(long):
             self._record_changes(fids[long], [keys[i] for i in long.tolist()],

@@ -18,7 +18,7 @@ import zstandard
 from .environment import _pool
 from .features import Features
 from .layout import (GROUP_DOCS, PAGE_HEADER, TAG_DOC, TAG_GROUP, TAG_REL_DOC, TAG_REL_GROUP,
-                     TAG_ZDOC, _U64, BadValue, _append_all, _utf8_all, from_u64, u64, utf8)
+                     TAG_ZDOC, BadValue, _append_all, _keys8, _utf8_all, from_u64, u64, utf8)
 
 COMPRESS_OVER = 1024  # a document alone this long (msgpack bytes) is compressed (a group of one)
 # Consecutive documents are compressed together in groups, with zstd (level 1). Measured
@@ -516,8 +516,9 @@ class Documents(Features):
         """Map docnos to document starts (items sorted by docno). Those past every stored
         docno are appended, which fills pages (an insert splits a full page in half)."""
         self._present = None
-        pairs = list(zip(_utf8_all([d for d, _ in items], "docno"),
-                         map(_U64.pack, [s for _, s in items])))
+        docnos, starts = zip(*items) if items else ((), ())
+        pairs = list(zip(_utf8_all(list(docnos), "docno"),
+                         _keys8(np.fromiter(starts, dtype=np.int64, count=len(starts)))))
         with self.txn.cursor(db=self.dbs["docnos"]) as cur:
             last = bytes(cur.key()) if cur.last() else None
             cut = 0 if last is None else bisect.bisect_right(pairs, (last, b"\xff" * 9))

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .environment import Environment
 import numpy as np
 
+from .environment import Environment
 from .layout import (_append_all, _keys8, _keys_of_names, _meta_decoder, _meta_encoder,
                      _utf8_all, from_u64, name_key, name_keys, u64, utf8)
 
@@ -47,14 +47,15 @@ class Features:
             return [None] * len(keys)
         return list(map(found.get, keys))
 
-    def add_features(self, items: list[tuple[str, int]]) -> None:
-        """Intern new features: (name, id) pairs with ids above every stored one."""
-        raws = _utf8_all([name for name, _ in items], "feature name")
-        ids = _keys8(np.fromiter((fid for _, fid in items), dtype=np.int64, count=len(items)))
+    def add_features(self, names: list[str], ids: np.ndarray) -> None:
+        """Intern new features: names[i] gets id ids[i], ids above every stored one."""
+        raws = _utf8_all(names, "feature name")
+        order = np.argsort(ids, kind="stable")   # (a repeated id: _append_all refuses it)
+        keys = _keys8(ids)
         with self.txn.cursor(db=self.dbs["features"]) as cur:
-            cur.putmulti(sorted(zip(_keys_of_names(raws), ids)))
+            cur.putmulti(sorted(zip(_keys_of_names(raws), keys)))
         with self.txn.cursor(db=self.dbs["names"]) as cur:
-            _append_all(cur, sorted(zip(ids, raws)))
+            _append_all(cur, [(keys[i], raws[i]) for i in order.tolist()])
 
     def feature_name(self, fid: int) -> str | None:
         raw = self.txn.get(u64(fid), db=self.dbs["names"])

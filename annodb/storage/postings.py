@@ -13,7 +13,7 @@ from .counts import Counts
 from .environment import release_mapped_pages
 from .layout import (_HEADER, _KEY, TAIL_BYTES, BadValue, _append_all, _first_item,
                      _found_values, _header_numbers, _keys8, _keys16, decode_block,
-                     encode_block, from_u64, name_key, u64, zero_values)
+                     from_u64, name_key, u64, zero_values)
 
 # A flush that appends to this many token lists (an ingest's) lets go of the pages of the
 # map it read (release_mapped_pages) after each RELEASE_EVERY lists it reads or writes:
@@ -225,8 +225,9 @@ class Postings(Counts):
             for piece in self._pieces(keys, many):
                 found += cur.getmulti(piece)
         old, old_offsets = _found_values(fids, found)
+        # (a list that would take more than one block spills: not encoded here)
         buf, offs, group, first, ok = kernels.append_point_groups(
-            old, old_offsets, addresses, bounds, TAIL_BYTES, self.block_count)
+            old, old_offsets, addresses, bounds, TAIL_BYTES, self.block_count, single=True)
         n = len(fids)
         made = np.bincount(group, minlength=n)       # blocks made for each list
         at = np.searchsorted(group, np.arange(n))    # its first (the kernel's order)
@@ -397,11 +398,13 @@ class Postings(Counts):
         """Write a GC-list as new blocks (cut so each fits self.block_bytes, and holds at
         most `count` intervals, default self.block_count)."""
         self._note_high(fid, v)
-        cuts = kernels.block_bounds(s, e, v, self.block_bytes, self._limit(count)).tolist()
-        blocks = self.dbs["blocks"]
-        put = self.txn.put
-        for i, j in zip(cuts[:-1], cuts[1:]):
-            put(_KEY.pack(fid, int(s[i])), encode_block(s[i:j], e[i:j], v[i:j]), db=blocks)
+        buf, offsets, cuts = kernels.encode_blocks(s, e, v, self.block_bytes,
+                                                   self._limit(count))
+        keys = _keys16(np.full(len(cuts) - 1, fid, dtype=np.int64), s[cuts[:-1]])
+        mv = memoryview(buf)
+        with self.txn.cursor(db=self.dbs["blocks"]) as cur:
+            cur.putmulti(list(zip(keys, [mv[a:b] for a, b in zip(offsets[:-1].tolist(),
+                                                                 offsets[1:].tolist())])))
 
     def encode_list(self, fid: int, s: np.ndarray, e: np.ndarray, v: np.ndarray,
                     count: int | None = None):
@@ -409,12 +412,9 @@ class Postings(Counts):
         put_blocks' form (fids, firsts, buf, offsets)."""
         self._mark_overlaps(fid, s, e)
         self._note_high(fid, v)
-        cuts = kernels.block_bounds(s, e, v, self.block_bytes, self._limit(count)).tolist()
-        parts = [encode_block(s[i:j], e[i:j], v[i:j]) for i, j in zip(cuts[:-1], cuts[1:])]
-        offsets = np.zeros(len(parts) + 1, dtype=np.int64)
-        offsets[1:] = np.cumsum([len(p) for p in parts])
-        return (np.full(len(parts), fid, dtype=np.int64), s[cuts[:-1]],
-                np.frombuffer(b"".join(parts), dtype=np.uint8), offsets)
+        buf, offsets, cuts = kernels.encode_blocks(s, e, v, self.block_bytes,
+                                                   self._limit(count))
+        return np.full(len(cuts) - 1, fid, dtype=np.int64), s[cuts[:-1]], buf, offsets
 
     def encode_point_groups(self, addresses: np.ndarray, bounds: np.ndarray):
         """New features' token lists as blocks (kernels.encode_point_groups at this
