@@ -133,20 +133,8 @@ def _intern_more(cps, classes, fold, base, t, m, starts, kinds, table, hashes, b
             return t, m, starts, kinds, table, hashes, bounds, arena, bad + base
         if i >= n:
             break
-        if t == len(starts):
-            starts = _grown(starts, t)
-            kinds = _grown(kinds, t)
-        if m + 1 == len(hashes):
-            hashes = _grown(hashes, m)
-            bounds = _grown(bounds, m + 1)
-        if 2 * (m + 1) > len(table):
-            table = np.full(2 * len(table), -1, np.int64)
-            mask = len(table) - 1
-            for k in range(m):  # re-place every kind by its hash
-                slot = hashes[k] & mask
-                while table[slot] >= 0:
-                    slot = (slot + 1) & mask
-                table[slot] = k
+        starts, kinds, table, hashes, bounds = _grown_tables(t, m, starts, kinds, table,
+                                                             hashes, bounds)
         arena = _room(arena, bounds[m], cps, classes, fold, i)
     if base:
         for j in range(t0, t):
@@ -272,20 +260,8 @@ def _intern_utf8(u8, classes, fold):
                                        hashes, bounds, arena)
         if i >= n:
             break
-        if t == len(starts):
-            starts = _grown(starts, t)
-            kinds = _grown(kinds, t)
-        if m + 1 == len(hashes):
-            hashes = _grown(hashes, m)
-            bounds = _grown(bounds, m + 1)
-        if 2 * (m + 1) > len(table):
-            table = np.full(2 * len(table), -1, np.int64)
-            mask = len(table) - 1
-            for k in range(m):  # re-place every kind by its hash
-                slot = hashes[k] & mask
-                while table[slot] >= 0:
-                    slot = (slot + 1) & mask
-                table[slot] = k
+        starts, kinds, table, hashes, bounds = _grown_tables(t, m, starts, kinds, table,
+                                                             hashes, bounds)
         # room in the arena for the token at byte i (at most its bytes' count of code points)
         j = i
         c, w = _code_point(u8, j)
@@ -306,6 +282,28 @@ def _intern_utf8(u8, classes, fold):
     # (the tokens' arrays as views: a batch's ~8 MB each not copied again; make_scanned
     # keeps neither)
     return starts[:t], kinds[:t], arena[:bounds[m]].copy(), bounds[:m + 1].copy()
+
+
+@njit(cache=True, nogil=True)
+def _grown_tables(t, m, starts, kinds, table, hashes, bounds):
+    """An interning run's arrays when it stopped for room after t tokens and m kinds: the
+    tokens' and kinds' arrays doubled when full, the hash table doubled (every kind
+    re-placed by its hash) when more than half full."""
+    if t == len(starts):
+        starts = _grown(starts, t)
+        kinds = _grown(kinds, t)
+    if m + 1 == len(hashes):
+        hashes = _grown(hashes, m)
+        bounds = _grown(bounds, m + 1)
+    if 2 * (m + 1) > len(table):
+        table = np.full(2 * len(table), -1, np.int64)
+        mask = len(table) - 1
+        for k in range(m):
+            slot = hashes[k] & mask
+            while table[slot] >= 0:
+                slot = (slot + 1) & mask
+            table[slot] = k
+    return starts, kinds, table, hashes, bounds
 
 
 @njit(cache=True, nogil=True)
