@@ -23,6 +23,7 @@ import annodb
 from annodb import storage
 from annodb.shards import routing
 from annodb_cli.main import _Bar, annodb as cli
+from sigint import interruptible
 
 DATA = Path(__file__).parent / "data"
 EXAMPLE = Path(__file__).parent.parent / "examples" / "bible-sample.jsonl"
@@ -441,17 +442,6 @@ def _committed(path) -> int:
             return database.stats().documents
     except annodb.AnnodbError:
         return 0
-
-
-def interruptible(*args, **kwargs) -> subprocess.Popen:
-    """Popen a child that a SIGINT reaches even when this process ignores SIGINT (started as
-    a background job of a non-interactive shell, `pytest &`): ignoring is inherited, and a
-    Python started ignoring it never installs its KeyboardInterrupt handler."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # reset by exec
-    try:
-        return subprocess.Popen(*args, **kwargs)
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def test_ctrl_c_during_ingest_exits_130_saying_what_was_committed(tmp_path):

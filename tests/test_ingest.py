@@ -14,6 +14,7 @@ import annodb
 from annodb import storage
 from annodb.check import check
 from annodb.ingest import Summary, check_inputs, ingest
+from sigint import sigint_default
 
 DATA = Path(__file__).parent / "data"
 
@@ -421,8 +422,9 @@ def test_progress_callback(db):
 def dump(db) -> tuple:
     """Everything a database holds, comparable across databases."""
     with db.read() as r:
-        docs = [(d.docno, d.start, d.end, d.text, [msgspec.structs.astuple(f) for f in d.fields], d.meta,
-                 d.tokens) for d in r.documents()]
+        docs = [(d.docno, d.start, d.end, d.text,
+                 [msgspec.structs.astuple(f) for f in d.fields], d.meta, d.tokens)
+                for d in r.documents()]
         lists = {name: list(r.intervals(name)) for name, _ in r._txn.features()}
         return docs, lists, r.stats().as_dict() | {"path": None, "size_bytes": None}
 
@@ -520,7 +522,7 @@ def test_ctrl_c_commits_the_batches_of_the_open_transaction_first(tmp_path):
             os.kill(os.getpid(), signal.SIGINT)
 
     path = tmp_path / "p.db"
-    with pytest.raises(annodb.ingest.Interrupted) as info:
+    with sigint_default(), pytest.raises(annodb.ingest.Interrupted) as info:
         ingest(path, [src], batch_bytes=per_batch * width, commit_batches=5,
                progress=progress)
     s = info.value.summary
@@ -650,13 +652,14 @@ def test_the_reading_process_sends_no_chunk_after_a_failure(tmp_path, monkeypatc
     monkeypatch.setattr(sys, "stdout", stdout)
     import gc
     was = gc.isenabled()
+    ctrl_c = signal.getsignal(signal.SIGINT)
     try:
         module._reader_main()       # (made for a process of its own: it turns gc off ...)
     finally:
         if was:
             gc.enable()
         process.set_malloc(process.GLIBC_DEFAULTS)  # (... tunes malloc, ignores Ctrl-C)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, ctrl_c)
     stdout.buffer.seek(0)
     sent = []
     while True:

@@ -25,6 +25,7 @@ from annodb.judgments import note_docno
 from annodb.server import Server
 from annodb_cli.vole import vole
 from fake_openai import FakeOpenAI, Status
+from sigint import interruptible
 from vole import decision, runfile
 from vole.backend import Local, Remote
 from vole.errors import InputError, ModelError
@@ -749,7 +750,7 @@ def interrupted(tmp_path, bible, target, wait):
     import signal
     topics = tmp_path / "topics.tsv"
     topics.write_text(TOPICS3)
-    child = subprocess.Popen(
+    child = interruptible(
         [sys.executable, "-X", "faulthandler", "-c", "from annodb_cli.vole import vole; vole()",
          "run", "--topics", str(topics), *target, "--model", "m", "--out",
          str(tmp_path / "out")],
