@@ -46,7 +46,14 @@ hold, like a question word, weighs little):
 and dates the query names ("12 May 2023", "May 12, 2023", "May 2023", "2023-05-12",
 "2023"; UTC, as Memory reads a naive datetime) are a term matched by the memories whose
 time falls in that day, month or year, weighing ln(1 + date_span / its length) (a day
-names more than a year): date_i = the sum over the dates it falls in. A memory's
+names more than a year), and, where a memory's time does not fall in it, by a date the
+memory's own text names relative to that time that overlaps it ("I watched it last
+night", remembered on 2 May, is matched by "1 May 2023"; "yesterday", "last week", "two
+months ago", "next month", "last Saturday": event_ranges; Memory stores the shortest
+with each memory as it remembers it, EVENT_FROM and EVENT_TO), weighing ln(1 +
+date_span / the longer of the two) (never more than the date's own weight: "last month"
+matches "1 May 2023" as a month would): date_i = the sum over the query's dates of what
+each adds. A memory's
 **labels** (its metadata strings: a speaker, a user, a key) are a field the question
 may name: Memory writes the feature LABEL_WORD + w over the memory for each word w of
 them (label_words), and named_i = the sum of qtf x idf over the query's words (any of
@@ -76,7 +83,8 @@ taken so far (those passing the filter, found by evaluating it only around them)
 scored exactly, from their neighbours' lengths, times and postings; a memory further
 away holds none of those words nearby (in its text or labels), so it scores less than
 the sum over the words left of qtf x (idf + passage x pidf + labels x idf, the last for
-a word some label holds), plus the dates' weights, times the length prior's 1 + length.
+a word some label holds), plus the dates' weights (a date its text names adds no more
+than its time would), times the length prior's 1 + length.
 Once the k-th best score reaches that bound, no other memory can enter the k best;
 otherwise twice as many words are taken. A round is run only when the words taken could
 outscore those left, and only while the memories to read around their holders are at
