@@ -260,18 +260,17 @@ EVENT_TO = "(event)to"      # ... and its end: [from, to), as memory_event gives
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5,
             "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10, "a couple of": 2}
 _WEEKDAYS = [name.lower() for name in calendar.day_name]
-_N = r"(\d{1,2}|a couple of|an?|one|two|three|four|five|six|seven|eight|nine|ten)"
-_UNITS = r"(day|week|weekend|month|year)s?"
-_RELATIVE = [  # (pattern, kind); the first to claim a stretch of text wins
-    (re.compile(r"\b(?:the\s+)?day\s+before\s+yesterday\b", re.I), "before yesterday"),
-    (re.compile(r"\b(?:yesterday|last\s+night)\b", re.I), "yesterday"),
-    (re.compile(r"\btomorrow\b", re.I), "tomorrow"),
-    (re.compile(rf"\b{_N}\s+{_UNITS}\s+ago\b", re.I), "ago"),
-    (re.compile(r"\b(?:last|past|previous)\s+(week|weekend|month|year)\b", re.I), "last"),
-    (re.compile(r"\bnext\s+(week|weekend|month|year)\b", re.I), "next"),
-    (re.compile(r"\b(?:last|this\s+past)\s+(" + "|".join(_WEEKDAYS) + r")\b", re.I),
-     "weekday"),
-]
+_N = r"\d{1,2}|a couple of|an?|one|two|three|four|five|six|seven|eight|nine|ten"
+_RELATIVE = re.compile(  # over the lowercased text; at a place, the first alternative wins
+    r"\b(?:(?P<before>(?:the\s+)?day\s+before\s+yesterday)"
+    r"|(?P<yesterday>yesterday|last\s+night)"
+    r"|(?P<tomorrow>tomorrow)"
+    rf"|(?P<n>{_N})\s+(?P<ago>day|week|weekend|month|year)s?\s+ago"
+    r"|(?:last|past|previous)\s+(?P<last>week|weekend|month|year)"
+    r"|next\s+(?P<next>week|weekend|month|year)"
+    r"|(?:last|this\s+past)\s+(?P<weekday>" + "|".join(_WEEKDAYS) + r"))\b")
+_HINTS = ("yesterday", "night", "tomorrow", "ago", "last", "past", "previous", "next")
+# (a text without any of these names no such date: most do not)
 
 
 def _unit(day: datetime.datetime, unit: str, k: int) -> tuple[datetime.datetime,
@@ -310,7 +309,8 @@ def event_ranges(text: str, when: float) -> list[tuple[float, float]]:
     weekend / month / year", "next week / ...", "last Saturday" (the last one before
     that day). Calendar units: a week is Monday to Sunday, "last week" the one before the
     week holding `when`. In order of appearance, each once; none without a time."""
-    if when != when or not math.isfinite(when):
+    low = text.lower()
+    if when != when or not math.isfinite(when) or not any(h in low for h in _HINTS):
         return []
     try:
         moment = datetime.datetime.fromtimestamp(when, _UTC)
@@ -318,28 +318,21 @@ def event_ranges(text: str, when: float) -> list[tuple[float, float]]:
         return []
     day = datetime.datetime(moment.year, moment.month, moment.day, tzinfo=_UTC)
     found: list[tuple[float, float]] = []
-    taken: list[tuple[int, int]] = []
-    hits = sorted(((match.start(), match, kind) for pattern, kind in _RELATIVE
-                   for match in pattern.finditer(text)), key=lambda x: x[0])
-    for _, match, kind in hits:
-        if any(a < match.end() and match.start() < b for a, b in taken):
-            continue
-        taken.append((match.start(), match.end()))
+    for match in _RELATIVE.finditer(low):
         try:
-            if kind == "before yesterday":
+            if match["before"]:
                 span = _unit(day, "day", -2)
-            elif kind == "yesterday":
+            elif match["yesterday"]:
                 span = _unit(day, "day", -1)
-            elif kind == "tomorrow":
+            elif match["tomorrow"]:
                 span = _unit(day, "day", 1)
-            elif kind == "ago":
-                n = match[1].lower()
-                count = int(n) if n.isdigit() else _NUMBERS[re.sub(r"\s+", " ", n)]
-                span = _unit(day, match[2].lower(), -count)
-            elif kind in ("last", "next"):
-                span = _unit(day, match[1].lower(), -1 if kind == "last" else 1)
+            elif match["ago"]:
+                n = re.sub(r"\s+", " ", match["n"])
+                span = _unit(day, match["ago"], -(int(n) if n.isdigit() else _NUMBERS[n]))
+            elif match["last"] or match["next"]:
+                span = _unit(day, match["last"] or match["next"], -1 if match["last"] else 1)
             else:
-                back = (day.weekday() - _WEEKDAYS.index(match[1].lower())) % 7 or 7
+                back = (day.weekday() - _WEEKDAYS.index(match["weekday"])) % 7 or 7
                 span = _unit(day, "day", -back)
         except (ValueError, OverflowError):
             continue
