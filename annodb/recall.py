@@ -479,12 +479,7 @@ def _scored(ev: Evaluator, docs: Intervals, region: Region, cuts: np.ndarray, te
     filter); held[w, i]: memory i holds word w, in its text or its labels."""
     s, e = docs.starts, docs.ends
     n = len(s)
-    times = np.full(n, np.nan)
-    if n:
-        found = ev.lists.inside(time_feature, region.los, region.his)
-        at = np.minimum(np.searchsorted(s, found.starts), n - 1)
-        own = (s[at] == found.starts) & (e[at] == found.ends)
-        times[at[own]] = found.values[own]
+    times = _values(ev, time_feature, region, s, e)
     runs = sessions(times, settings.gap)
     if n and cuts.any():
         runs = runs + np.cumsum(cuts)
