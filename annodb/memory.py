@@ -309,6 +309,10 @@ class Memory:
                     words.update(_recall.label_words(value, fold))
             for word in sorted(words):     # (recall's: a question may name a label)
                 w.annotate(_recall.LABEL_WORD + word, a.start, a.end)
+            event = _recall.memory_event(record[TEXT], record[TIME])
+            if event is not None:          # (recall's: "yesterday" is a date it names)
+                w.annotate(_recall.EVENT_FROM, a.start, a.end, event[0])
+                w.annotate(_recall.EVENT_TO, a.start, a.end, event[1])
         for a, record, item in zip(added, records, items):
             if KEY in record:
                 self._supersede_by_key(w, record[KEY], a, record[TIME])

@@ -13,6 +13,9 @@ A memory is a document (container `:`) whose record holds its text (`text`) and 
   `alice` favour her memories; no query text can name it, as `(` is the algebra's);
 - a time (`datetime`, or seconds since the epoch) is a number: seconds since the epoch. A
   `datetime` with a timezone is converted; a naive one is taken as UTC (not local time).
+  A date the memory's text names relative to its `time` ("yesterday", "last week") is
+  written as the values `(event)from` and `(event)to` over it (recall.py's EVENT_FROM
+  and EVENT_TO: what lets a question naming that date find it; no key can name them).
 
 Keys are names without whitespace or `( ) " :`. RESERVED keys are refused as metadata:
 `text` and `docno` (the record's own), `key` (give it as `remember(key=...)`),

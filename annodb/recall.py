@@ -46,7 +46,14 @@ hold, like a question word, weighs little):
 and dates the query names ("12 May 2023", "May 12, 2023", "May 2023", "2023-05-12",
 "2023"; UTC, as Memory reads a naive datetime) are a term matched by the memories whose
 time falls in that day, month or year, weighing ln(1 + date_span / its length) (a day
-names more than a year): date_i = the sum over the dates it falls in. A memory's
+names more than a year), and, where a memory's time does not fall in it, by a date the
+memory's own text names relative to that time that overlaps it ("I watched it last
+night", remembered on 2 May, is matched by "1 May 2023"; "yesterday", "last week", "two
+months ago", "next month", "last Saturday": event_ranges; Memory stores the shortest
+with each memory as it remembers it, EVENT_FROM and EVENT_TO), weighing ln(1 +
+date_span / the longer of the two) (never more than the date's own weight: "last month"
+matches "1 May 2023" as a month would): date_i = the sum over the query's dates of what
+each adds. A memory's
 **labels** (its metadata strings: a speaker, a user, a key) are a field the question
 may name: Memory writes the feature LABEL_WORD + w over the memory for each word w of
 them (label_words), and named_i = the sum of qtf x idf over the query's words (any of
@@ -76,7 +83,8 @@ taken so far (those passing the filter, found by evaluating it only around them)
 scored exactly, from their neighbours' lengths, times and postings; a memory further
 away holds none of those words nearby (in its text or labels), so it scores less than
 the sum over the words left of qtf x (idf + passage x pidf + labels x idf, the last for
-a word some label holds), plus the dates' weights, times the length prior's 1 + length.
+a word some label holds), plus the dates' weights (a date its text names adds no more
+than its time would), times the length prior's 1 + length.
 Once the k-th best score reaches that bound, no other memory can enter the k best;
 otherwise twice as many words are taken. A round is run only when the words taken could
 outscore those left, and only while the memories to read around their holders are at
@@ -131,6 +139,7 @@ class Context:
     passage_k1: float = 0.9
     passage_b: float = 0.6
     dates: float = 1.5       # the weight of a date the query names
+    events: bool = True      # a date a memory's text names relative to its time counts too
     date_span: float = 365 * DAY   # a date of length D weighs ln(1 + date_span / D)
     labels: float = 0.3      # the weight of a query word one of a memory's labels holds
     length: float = 0.3      # a memory's length prior: its score x (1 + length x
@@ -242,6 +251,103 @@ def date_ranges(text: str) -> list[tuple[float, float]]:
             if span not in found:
                 found.append(span)
     return found
+
+
+# dates a memory's own text names relative to its time ------------------------------------
+
+EVENT_FROM = "(event)from"  # over a memory: the start (seconds) of the date its text names
+EVENT_TO = "(event)to"      # ... and its end: [from, to), as memory_event gives it
+_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5,
+            "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10, "a couple of": 2}
+_WEEKDAYS = [name.lower() for name in calendar.day_name]
+_N = r"\d{1,2}|a couple of|an?|one|two|three|four|five|six|seven|eight|nine|ten"
+_RELATIVE = re.compile(  # over the lowercased text; at a place, the first alternative wins
+    r"\b(?:(?P<before>(?:the\s+)?day\s+before\s+yesterday)"
+    r"|(?P<yesterday>yesterday|last\s+night)"
+    r"|(?P<tomorrow>tomorrow)"
+    rf"|(?P<n>{_N})\s+(?P<ago>day|week|weekend|month|year)s?\s+ago"
+    r"|(?:last|past|previous)\s+(?P<last>week|weekend|month|year)"
+    r"|next\s+(?P<next>week|weekend|month|year)"
+    r"|(?:last|this\s+past)\s+(?P<weekday>" + "|".join(_WEEKDAYS) + r"))\b")
+_HINTS = ("yesterday", "night", "tomorrow", "ago", "last", "past", "previous", "next")
+# (a text without any of these names no such date: most do not)
+
+
+def _unit(day: datetime.datetime, unit: str, k: int) -> tuple[datetime.datetime,
+                                                               datetime.datetime]:
+    """The calendar day, week (Monday to Sunday), weekend, month or year k units from the
+    one holding `day` (a midnight, UTC): [start, end)."""
+    one = datetime.timedelta(days=1)
+    if unit == "day":
+        return day + k * one, day + (k + 1) * one
+    if unit == "week":
+        monday = day - day.weekday() * one + datetime.timedelta(weeks=k)
+        return monday, monday + 7 * one
+    if unit == "weekend":
+        if k > 0:      # the k-th weekend after `day` (not one it is in)
+            saturday = day + ((5 - day.weekday()) % 7 or 7) * one
+            saturday += datetime.timedelta(weeks=k - 1)
+        else:          # the k-th before: "last weekend" is not the one `day` is in
+            saturday = day - ((day.weekday() - 5) % 7) * one
+            if day.weekday() >= 5:
+                saturday -= datetime.timedelta(weeks=1)
+            saturday += datetime.timedelta(weeks=k + 1)
+        return saturday, saturday + 2 * one
+    if unit == "month":
+        m = day.year * 12 + day.month - 1 + k
+        return (datetime.datetime(m // 12, m % 12 + 1, 1, tzinfo=_UTC),
+                datetime.datetime((m + 1) // 12, (m + 1) % 12 + 1, 1, tzinfo=_UTC))
+    return (datetime.datetime(day.year + k, 1, 1, tzinfo=_UTC),
+            datetime.datetime(day.year + k + 1, 1, 1, tzinfo=_UTC))
+
+
+def event_ranges(text: str, when: float) -> list[tuple[float, float]]:
+    """The dates a memory's text names relative to its time `when` (seconds, read in UTC),
+    as [start, end) in seconds: "yesterday" and "last night" (the day before), "the day
+    before yesterday", "tomorrow", "N days / weeks / weekends / months / years ago" (N a
+    number to 99 or one to ten, "a", "a couple of"), "last (or past, previous) week /
+    weekend / month / year", "next week / ...", "last Saturday" (the last one before
+    that day). Calendar units: a week is Monday to Sunday, "last week" the one before the
+    week holding `when`. In order of appearance, each once; none without a time."""
+    low = text.lower()
+    if when != when or not math.isfinite(when) or not any(h in low for h in _HINTS):
+        return []
+    try:
+        moment = datetime.datetime.fromtimestamp(when, _UTC)
+    except (ValueError, OverflowError, OSError):
+        return []
+    day = datetime.datetime(moment.year, moment.month, moment.day, tzinfo=_UTC)
+    found: list[tuple[float, float]] = []
+    for match in _RELATIVE.finditer(low):
+        try:
+            if match["before"]:
+                span = _unit(day, "day", -2)
+            elif match["yesterday"]:
+                span = _unit(day, "day", -1)
+            elif match["tomorrow"]:
+                span = _unit(day, "day", 1)
+            elif match["ago"]:
+                n = re.sub(r"\s+", " ", match["n"])
+                span = _unit(day, match["ago"], -(int(n) if n.isdigit() else _NUMBERS[n]))
+            elif match["last"] or match["next"]:
+                span = _unit(day, match["last"] or match["next"], -1 if match["last"] else 1)
+            else:
+                back = (day.weekday() - _WEEKDAYS.index(match["weekday"])) % 7 or 7
+                span = _unit(day, "day", -back)
+        except (ValueError, OverflowError):
+            continue
+        seconds = (span[0].timestamp(), span[1].timestamp())
+        if seconds not in found:
+            found.append(seconds)
+    return found
+
+
+def memory_event(text: str, when: float) -> tuple[float, float] | None:
+    """The date a memory's text names relative to its time that Memory stores with it
+    (EVENT_FROM, EVENT_TO): the shortest of event_ranges (the first of equal length), or
+    None."""
+    found = event_ranges(text, when)
+    return min(found, key=lambda r: r[1] - r[0]) if found else None
 
 
 # labels ---------------------------------------------------------------------------------
@@ -373,12 +479,7 @@ def _scored(ev: Evaluator, docs: Intervals, region: Region, cuts: np.ndarray, te
     filter); held[w, i]: memory i holds word w, in its text or its labels."""
     s, e = docs.starts, docs.ends
     n = len(s)
-    times = np.full(n, np.nan)
-    if n:
-        found = ev.lists.inside(time_feature, region.los, region.his)
-        at = np.minimum(np.searchsorted(s, found.starts), n - 1)
-        own = (s[at] == found.starts) & (e[at] == found.ends)
-        times[at[own]] = found.values[own]
+    times = _values(ev, time_feature, region, s, e)
     runs = sessions(times, settings.gap)
     if n and cuts.any():
         runs = runs + np.cumsum(cuts)
@@ -402,12 +503,32 @@ def _scored(ev: Evaluator, docs: Intervals, region: Region, cuts: np.ndarray, te
         named += term.count * term.idf * mine
         held[w] |= mine
     dated = np.zeros(n)
+    told = [_values(ev, name, region, s, e) for name in (EVENT_FROM, EVENT_TO)] \
+        if dates and settings.events else None
     for lo, hi, weight in dates:
-        dated += weight * ((times >= lo) & (times < hi))
+        add = np.where((times >= lo) & (times < hi), weight, 0.0)
+        if told is not None:   # (a date the memory's text names: NaN where none, never in)
+            ev_lo, ev_hi = told
+            by_text = (add == 0) & (ev_lo < hi) & (ev_hi > lo)
+            longer = np.maximum(ev_hi[by_text] - ev_lo[by_text], max(hi - lo, 1.0))
+            add[by_text] = np.log1p(settings.date_span / longer)
+        dated += add
     scores = score(tf, np.array([t.count for t in terms], float),
                    np.array([t.idf for t in terms]), np.array([t.pidf for t in terms]),
                    (e - s + 1).astype(np.float64), runs, dated, avglen, settings, named)
     return s, e, scores, runs, held
+
+
+def _values(ev: Evaluator, feature: str, region: Region, s: np.ndarray,
+            e: np.ndarray) -> np.ndarray:
+    """The value of `feature` over each memory [s, e] (inside `region`), NaN where none."""
+    out = np.full(len(s), np.nan)
+    if len(s) and ev.lists.fid(feature) is not None:
+        found = ev.lists.inside(feature, region.los, region.his)
+        at = np.minimum(np.searchsorted(s, found.starts), len(s) - 1)
+        own = (s[at] == found.starts) & (e[at] == found.ends)
+        out[at[own]] = found.values[own]
+    return out
 
 
 def _followed(ev: Evaluator, cnode, terms: list, dates: list, avglen: float,

@@ -188,6 +188,8 @@ def variants() -> list[tuple[str, dict]]:
         ("context only (no passage score, no dates)", {"passage": 0.0, "dates": 0.0}),
         ("without the passage score", {"passage": 0.0}),
         ("without dates", {"dates": 0.0}),
+        ("dates the memories' texts name not matched (events off: the sixth round's default)",
+         {"events": False}),
         ("every word lent (common = 1)", {"common": 1.0}),
         ("common = 0.3", {"common": 0.3}),
         ("common = 0.5", {"common": 0.5}),

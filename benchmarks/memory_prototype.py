@@ -12,6 +12,10 @@ the ones that lost (RESULTS.md, "Agent memory on LoCoMo", lists them all).
     python benchmarks/memory_prototype.py --fifth      # the fifth: names, BM25+, priors
     python benchmarks/memory_prototype.py --sixth      # the sixth: a thesaurus (WordNet
                                                        # 3.0, Debian's wordnet-base)
+    python benchmarks/memory_prototype.py --seventh    # the seventh: dates a memory names,
+                                                       # a background prior (BG=wordfreq,
+                                                       # the wordfreq package if installed,
+                                                       # or BG=msmarco)
 
 Its figures differ from annodb's by a few tenths: it conflates every word with its stem
 (annodb: the words of the database sharing the stem, at most 32), and it lends context
@@ -1032,6 +1036,191 @@ def rows_sixth(corpus):
     ]
 
 
+# the seventh round: an information prior from a background frequency list -----------
+
+MSMARCO = os.path.join(os.path.dirname(DATA), "rag24", "msmarco-sample.jsonl")
+
+
+def background_ranked(source):
+    """Words of general English, most frequent first: "wordfreq" (the wordfreq package's
+    English list, if installed) or "msmarco" (the MS MARCO sample's words by document
+    frequency)."""
+    if source == "wordfreq":
+        import wordfreq
+        return wordfreq.top_n_list("en", 20000)
+    import json
+    from annodb.tokenizer import tokens
+    df = collections.Counter()
+    with open(MSMARCO, encoding="utf-8") as f:
+        for line in f:
+            df.update(set(tokens(json.loads(line)["text"])))
+    return [w for w, _ in sorted(df.items(), key=lambda x: (-x[1], x[0]))]
+
+
+def bg_counts(corpus, ranked, top, distinct=True, stemmed=True):
+    """Per conversation, each memory's count of tokens not among the `top` most frequent
+    background words (stems compared, as the prototype conflates every word)."""
+    from annodb.tokenizer import tokens
+    common = {corpus.stem(w) for w in ranked[:top]} if stemmed else set(ranked[:top])
+    out = {}
+    rows = turns()
+    raw = collections.defaultdict(list)
+    for d in rows:
+        raw[d["conv"]].append(tokens(d["text"]))
+    for name, c in corpus.convs.items():
+        if stemmed:
+            xs = [(set(t) if distinct else t) for t in c["toks"]]
+            out[name] = np.array([sum(1 for w in x if w not in common) for x in xs], float)
+        else:
+            xs = [(set(t) if distinct else t) for t in raw[name]]
+            out[name] = np.array([sum(1 for w in x if w not in common) for x in xs], float)
+    return out
+
+
+def bg_prior(corpus, base, counts, weight, form="log", norm="mean", mul=False):
+    """base's score with a prior on the memory's count x of background-rare words:
+    form "log" ln(1 + x), "sat" x / (x + m); norm "mean" divides by (or uses as m) the
+    collection's mean of the form's input over all ten conversations (a statistic a
+    database can keep, as it keeps avglen), a number: that constant. Added (weight x v,
+    to a memory that scores) or, mul, a factor (1 + weight x v)."""
+    allx = np.concatenate(list(counts.values()))
+    name_of = {id(c): name for name, c in corpus.convs.items()}
+    if form == "log":
+        m = np.log1p(allx).mean() if norm == "mean" else norm
+        vals = {k: np.log1p(v) / m for k, v in counts.items()}
+    else:
+        m = allx.mean() if norm == "mean" else norm
+        vals = {k: v / (v + m) for k, v in counts.items()}
+    def f(c, text):
+        s = base(c, text)
+        v = vals[name_of[id(c)]]
+        return s * (1 + weight * v) if mul else s + (s > 0) * weight * v
+    return f
+
+
+def memory_events(corpus, mode="shortest", absolute=False, vague=False):
+    """Per conversation, each memory's dates its own text names relative to its time
+    (recall.event_ranges): "shortest" the one Memory stores (recall.memory_event), "all"
+    every one; absolute: also the dates the text names outright (recall.date_ranges);
+    vague: also "the other day" (the week before), "a few days ago" (2 to 6 days
+    before), "a few weeks / months ago" (2 to 5 units before)."""
+    import re
+    from annodb.recall import date_ranges, event_ranges
+    text = {d["docid"]: d["text"] for d in turns()}
+    out = {}
+    for name, c in corpus.convs.items():
+        evs = []
+        for i, t in zip(c["ids"], c["time"]):
+            rs = event_ranges(text[i], t)
+            if absolute:
+                rs += date_ranges(text[i])
+            if vague:
+                day = math.floor(t / 86400) * 86400.0
+                if re.search(r"\bthe other day\b", text[i], re.I):
+                    rs.append((day - 7 * 86400, day))
+                if re.search(r"\ba few days ago\b", text[i], re.I):
+                    rs.append((day - 6 * 86400, day - 86400))
+                for unit, d in (("week", 7), ("month", 30)):
+                    if re.search(rf"\b(?:a few|several) {unit}s ago\b", text[i], re.I):
+                        rs.append((day - 5 * d * 86400, day - 2 * d * 86400 + 86400))
+            if mode == "shortest" and rs:
+                rs = [min(rs, key=lambda r: r[1] - r[0])]
+            evs.append(rs)
+        out[name] = evs
+    return out
+
+
+def with_events(corpus, base, events, weight=1.5, span="max"):
+    """base's score with recall.py's date term extended to the dates a memory's text
+    names (memory_events): a query date [lo, hi) overlapping one of them adds weight x
+    ln(1 + 365 days / the longer of the two) ("query": the query date's length), where
+    the memory's time is not already in it (a date counts once per memory)."""
+    from annodb.recall import date_ranges
+    name_of = {id(c): name for name, c in corpus.convs.items()}
+    def f(c, text):
+        s = base(c, text)
+        qd = date_ranges(text)
+        if not qd:
+            return s
+        E = events[name_of[id(c)]]
+        L = c["len"]
+        prior = 1 + 0.3 * L / (L + corpus.avg)
+        add = np.zeros(len(s))
+        for lo, hi in qd:
+            for i, rs in enumerate(E):
+                if lo <= c["time"][i] < hi:
+                    continue
+                best = 0.0
+                for a, b in rs:
+                    if a < hi and lo < b:
+                        longest = max(hi - lo, b - a) if span == "max" else hi - lo
+                        best = max(best, math.log1p(365 * 86400 / longest))
+                add[i] += best
+        return s + (s > 0) * weight * add * prior
+    return f
+
+
+def memo(fn):
+    """fn with its scores kept per (conversation, question): the variants share a base."""
+    kept = {}
+    def f(c, text):
+        key = (id(c), text)
+        if key not in kept:
+            kept[key] = fn(c, text)
+        return kept[key]
+    return f
+
+
+def rows_seventh(corpus):
+    """The seventh round's variants, on top of the fourth round's default (the length
+    prior x (1 + 0.3 L / (L + avglen))): a prior on a memory's words not among the N most
+    frequent of general English. The tuning half only."""
+    prepare3(corpus)
+    L3 = dict(rich_mode="sat", rich_norm=False, rich_mul=True, rich=0.3)
+    base = memo(scorer4(corpus, **L3))
+    nolen = memo(scorer4(corpus))
+    out = [("**the default (length prior 0.3)**", base)]
+    shortest = memory_events(corpus)
+    out += [
+        ("dates a memory names relative to its time (the shortest; dates 1.5)",
+         with_events(corpus, base, shortest)),
+        ("the same, weight 0.75", with_events(corpus, base, shortest, 0.75)),
+        ("the same, weight 3.0", with_events(corpus, base, shortest, 3.0)),
+        ("the same, weighed by the query date's length alone",
+         with_events(corpus, base, shortest, span="query")),
+        ("every relative date of a memory, not only the shortest",
+         with_events(corpus, base, memory_events(corpus, "all"))),
+        ("+ the dates it names outright", with_events(corpus, base, memory_events(
+            corpus, "all", absolute=True))),
+        ("+ vague ones (the other day, a few days / weeks / months ago)",
+         with_events(corpus, base, memory_events(corpus, "all", vague=True))),
+    ]
+    sources = [os.environ.get("BG", "wordfreq")]
+    for src in sources:
+        try:
+            ranked = background_ranked(src)
+        except ImportError:
+            print(f"(no background prior rows: {src} is not installed)", file=sys.stderr)
+            continue
+        for top in (1000, 2000, 5000, 10000):
+            counts = bg_counts(corpus, ranked, top)
+            mean = np.concatenate(list(counts.values())).mean()
+            tag = f"{src} top {top} (mean {mean:.2f})"
+            for w in (0.5, 1.0):
+                out.append((f"{tag}: + {w} x ln(1 + x) / mean", bg_prior(corpus, base, counts, w)))
+            for w in (0.1, 0.2, 0.3):
+                out.append((f"{tag}: x (1 + {w} x ln(1 + x) / mean)",
+                            bg_prior(corpus, base, counts, w, mul=True)))
+            for w in (0.2, 0.3):
+                out.append((f"{tag}: x (1 + {w} x x / (x + mean))",
+                            bg_prior(corpus, base, counts, w, form="sat", mul=True)))
+            out.append((f"{tag}: + 1.0 x x / (x + mean)",
+                        bg_prior(corpus, base, counts, 1.0, form="sat")))
+            out.append((f"{tag}: instead of the length prior, x (1 + 0.3 x / (x + mean))",
+                        bg_prior(corpus, nolen, counts, 0.3, form="sat", mul=True)))
+    return out
+
+
 def run(corpus, fn, qs):
     out = {}
     for q in qs:
@@ -1051,7 +1240,8 @@ def main() -> int:
         print(f"needs WordNet 3.0 in {WORDNET} (not found: apt install wordnet-base, or set "
               "WORDNET_DIR)", file=sys.stderr)
         return 1
-    rounds = {"--fourth": rows_fourth, "--fifth": rows_fifth, "--sixth": rows_sixth}
+    rounds = {"--fourth": rows_fourth, "--fifth": rows_fifth, "--sixth": rows_sixth,
+              "--seventh": rows_seventh}
     chosen = [r for a, r in rounds.items() if a in sys.argv]
     if chosen:
         held = "--held-out" in sys.argv     # (the fourth round chose on the tuning half)

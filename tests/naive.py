@@ -909,13 +909,16 @@ def context_sums_fast(values, runs, before, after, reach):
     return out
 
 
-def context_recall(memories, selected, words, dates, k, settings, labels=None):
+def context_recall(memories, selected, words, dates, k, settings, labels=None, events=None):
     """annodb/recall.py's context recall by its definition. memories: [(docno, tokens,
     time or None)], every document of the collection in address order (N, df and the mean
     length are theirs); selected: the docnos ranked; words: [(word, count in the query)];
     dates: [(lo, hi)] the query names; settings: a recall.Context; labels: {docno: the
     words of its metadata strings} (a word no text holds has for df the memories whose
-    labels hold it). The top k [(docno, score)], score > 0, by score, ties by address."""
+    labels hold it); events: {docno: (lo, hi), the date its text names relative to its
+    time}: a query date it overlaps counts as ln(1 + date_span / the longer of the two)
+    where the memory's time is not in that date. The top k [(docno, score)], score > 0,
+    by score, ties by address."""
     import math
 
     def idf(df, n):
@@ -971,10 +974,14 @@ def context_recall(memories, selected, words, dates, k, settings, labels=None):
             if word in labels.get(mine[i][0], ()):
                 named[i] += count * idf(df, n_docs)
     dated = [0.0] * n
+    events = events or {}
     for lo, hi in dates:
         for i in range(n):
+            event = events.get(mine[i][0])
             if times[i] is not None and lo <= times[i] < hi:
                 dated[i] += math.log(1 + s.date_span / (hi - lo))
+            elif event is not None and event[0] < hi and lo < event[1]:
+                dated[i] += math.log(1 + s.date_span / max(hi - lo, event[1] - event[0]))
     scores = [(turn[i] + ((s.passage * passage[i] + s.dates * dated[i] +
                            s.labels * named[i]) if turn[i] > 0 else 0.0))
               * (1 + s.length * length[i] / (length[i] + avglen)) for i in range(n)]

@@ -166,6 +166,54 @@ def test_date_ranges():
     assert recall.date_ranges("error 12345, port 8080") == []
 
 
+def test_event_ranges():
+    """The dates a memory's text names relative to its time, in UTC, by the calendar
+    (a week from Monday); nothing without a time."""
+    wed = utc(2023, 5, 10, 15, 30)      # a Wednesday afternoon
+    assert recall.event_ranges("Yesterday I went camping", wed) == \
+        [(utc(2023, 5, 9), utc(2023, 5, 10))]
+    assert recall.event_ranges("watched it last night, and tomorrow again", wed) == \
+        [(utc(2023, 5, 9), utc(2023, 5, 10)), (utc(2023, 5, 11), utc(2023, 5, 12))]
+    assert recall.event_ranges("the day before yesterday", wed) == \
+        [(utc(2023, 5, 8), utc(2023, 5, 9))]
+    assert recall.event_ranges("3 days ago; a couple of days ago", wed) == \
+        [(utc(2023, 5, 7), utc(2023, 5, 8)), (utc(2023, 5, 8), utc(2023, 5, 9))]
+    assert recall.event_ranges("last week", wed) == [(utc(2023, 5, 1), utc(2023, 5, 8))]
+    assert recall.event_ranges("two weeks ago", wed) == [(utc(2023, 4, 24), utc(2023, 5, 1))]
+    assert recall.event_ranges("last weekend", wed) == [(utc(2023, 5, 6), utc(2023, 5, 8))]
+    assert recall.event_ranges("last weekend", utc(2023, 5, 13, 12)) == \
+        [(utc(2023, 5, 6), utc(2023, 5, 8))]     # (on a Saturday: the weekend before)
+    assert recall.event_ranges("next weekend", wed) == [(utc(2023, 5, 13), utc(2023, 5, 15))]
+    assert recall.event_ranges("last month", utc(2023, 1, 20)) == \
+        [(utc(2022, 12, 1), utc(2023, 1, 1))]
+    assert recall.event_ranges("a year ago", wed) == [(utc(2022, 1, 1), utc(2023, 1, 1))]
+    assert recall.event_ranges("next month", wed) == [(utc(2023, 6, 1), utc(2023, 7, 1))]
+    assert recall.event_ranges("last Saturday", wed) == [(utc(2023, 5, 6), utc(2023, 5, 7))]
+    assert recall.event_ranges("last Wednesday", wed) == [(utc(2023, 5, 3), utc(2023, 5, 4))]
+    assert recall.event_ranges("99 years ago", utc(50, 6, 1)) == []   # (no year -49)
+    assert recall.event_ranges("yesterday", 1e18) == []
+    assert recall.event_ranges("we talked at length about the week", wed) == []
+    assert recall.event_ranges("yesterday", float("nan")) == []
+    assert recall.memory_event("last month and yesterday", wed) == \
+        (utc(2023, 5, 9), utc(2023, 5, 10))      # (the shortest)
+    assert recall.memory_event("nothing dated", wed) is None
+
+
+def test_a_date_the_memory_names_matches_the_question(mem):
+    """A memory saying "last night" is matched by a question naming the day before the
+    memory's time, as a memory of that day would be: between memories equal in words, it
+    ranks first for that day, and adds nothing for another."""
+    may2 = datetime.datetime(2023, 5, 2, 10, 0, tzinfo=UTC).timestamp()
+    a = mem.remember("I watched a great movie at home", time=may2)
+    b = mem.remember("I watched a great movie last night", time=may2 + 7200)
+    c = mem.remember("I watched a great movie last night", time=may2 + 40 * 86400)
+    got = [e.docno for e in mem.recall("What movie did I watch on 1 May, 2023?", k=3)]
+    assert got[0] == b
+    assert [e.docno for e in mem.recall("movie watched 2023-06-10", k=3)][0] == c
+    scores = {e.docno: e.score for e in mem.recall("movie watched 2023-05-02", k=3)}
+    assert scores[a] == scores[b] > scores[c]    # (b's night was the 1st: the 2nd is its time)
+
+
 def test_rank_names_are_checked(mem):
     """recall's `rank` takes "context" or the engine's rankers; "context" is for free
     text only."""
@@ -286,6 +334,27 @@ WORDS = ["w1", "w2", "w3", "w4", "w5"]
 BASE = datetime.datetime(2023, 5, 1, tzinfo=UTC).timestamp()
 
 
+PHRASES = ["", "", "", "yesterday", "two days ago", "last week", "last month"]
+
+
+def event(phrase: str, t: float):
+    """The date `phrase` names relative to the time t (UTC), worked out by hand."""
+    moment = datetime.datetime.fromtimestamp(t, UTC)
+    day = datetime.datetime(moment.year, moment.month, moment.day, tzinfo=UTC)
+    one = datetime.timedelta(days=1)
+    if phrase in ("yesterday", "two days ago"):
+        back = 1 if phrase == "yesterday" else 2
+        return ((day - back * one).timestamp(), (day - (back - 1) * one).timestamp())
+    if phrase == "last week":
+        monday = day - (day.weekday() + 7) * one
+        return monday.timestamp(), (monday + 7 * one).timestamp()
+    if phrase == "last month":
+        first = day.replace(day=1)
+        before = (first - one).replace(day=1)
+        return before.timestamp(), first.timestamp()
+    return None
+
+
 @st.composite
 def memories(draw):
     n = draw(st.integers(1, 9))
@@ -293,6 +362,7 @@ def memories(draw):
     t = BASE
     for _ in range(n):
         toks = draw(st.lists(st.sampled_from(WORDS), min_size=0, max_size=6))
+        toks = toks + draw(st.sampled_from(PHRASES)).split()
         t += draw(st.sampled_from([0.0, 60.0, 1800.0, 1801.0, 3 * 24 * HOUR, 40 * 24 * HOUR]))
         timed = draw(st.sampled_from([True, True, True, False]))
         out.append((toks, t if timed else None,
@@ -302,7 +372,8 @@ def memories(draw):
 
 @settings(max_examples=40)
 @given(memories(), st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
-       st.sampled_from(["", " 2023", " May 2023", " 2023-05-04", " 2024"]),
+       st.sampled_from(["", " 2023", " May 2023", " 2023-05-04", " 2024", " 2023-04-30",
+                        " April 2023", " 2023-05-02"]),
        st.booleans(), st.sampled_from([recall.CONTEXT,
                                        recall.Context(common=1.0, before=0.8, after=0.0),
                                        recall.Context(passage=2.0, dates=0.0, b=0.0,
@@ -313,13 +384,18 @@ def test_context_recall_is_its_definition(mems, query, date, filtered, context, 
     """recall.search over a real database gives the scores and order of the brute-force
     computation of the same formula (tests/naive.py), with and without a filter, memories
     with and without a time, over sessions cut at the gap, labels holding the query's
-    words (and memories written without label words, as before labels were scored)."""
+    words (and memories written without label words, as before labels were scored),
+    memories whose text names a date relative to their time ("yesterday", "last week")
+    and questions naming that date."""
     with tempfile.TemporaryDirectory() as tmp, annodb.Memory(f"{tmp}/m.db") as mem:
-        stored, labels = [], {}
+        stored, labels, events = [], {}, {}
         for i, (toks, t, user) in enumerate(mems):
             if t is not None:
                 docno = mem.remember(" ".join(toks), user=user, time=t)
                 labels[docno] = set(recall.label_words(user))
+                phrase = " ".join(w for w in toks if w not in WORDS)
+                if event(phrase, t) is not None:
+                    events[docno] = event(phrase, t)
             else:  # (remember stamps every memory with a time: one without, written below)
                 with mem.db.write() as w:
                     docno = w.add({"text": " ".join(toks), "user": user}, docno=f"x{i}",
@@ -338,7 +414,8 @@ def test_context_recall_is_its_definition(mems, query, date, filtered, context, 
         for w in query:
             counts[w] = counts.get(w, 0) + 1
         every = dict(naive.context_recall(model, selected, list(counts.items()),
-                                          recall.date_ranges(text), 100, context, labels))
+                                          recall.date_ranges(text), 100, context, labels,
+                                          events))
         with mem.db.read() as r:
             got = recall.search(r, text, k=k, container=where_node(where),
                                 settings=context, snippets=False, scan=scan)
@@ -357,26 +434,30 @@ SKEWED = ["w1"] * 6 + ["w2"] * 3 + ["w3"] * 2 + ["w4", "w5", "w6", "w7"]
 @settings(max_examples=100)
 @given(st.lists(st.tuples(st.lists(st.sampled_from(SKEWED), max_size=4),
                           st.sampled_from([0.0, 60.0, 60.0, 60.0, 4000.0]),
-                          st.sampled_from(["a", "a", "b", "c w6", "w7"])), min_size=1,
-                max_size=45),
+                          st.sampled_from(["a", "a", "b", "c w6", "w7"]),
+                          st.sampled_from(PHRASES)), min_size=1, max_size=45),
        st.lists(st.sampled_from(["w1", "w2", "w3", "w4", "w5", "w6", "w7"]), min_size=1,
                 max_size=4),
        st.sampled_from([None, "a", "b"]), st.integers(1, 8),
        st.sampled_from([recall.Context(window=1, reach=2), recall.Context(window=2, reach=1),
-                        recall.Context(window=3, reach=3, dates=0.0)]))
-def test_following_the_postings_is_exact(mems, query, user, k, context):
+                        recall.Context(window=3, reach=3, dates=0.0)]),
+       st.sampled_from(["", "", " 2023-04-30", " April 2023", " 2023"]))
+def test_following_the_postings_is_exact(mems, query, user, k, context, date):
     """Following the postings (the filter evaluated only around the memories holding the
     words taken so far, stopped once the k-th best score beats what any other memory could
     score) gives the k best of the brute-force definition, over many memories of several
-    users interleaved, with words of very different frequencies and small windows, and
-    query words that labels hold (some of them no text)."""
+    users interleaved, with words of very different frequencies and small windows, query
+    words that labels hold (some of them no text), and a date the question names that
+    some memories' times hold and others' texts name ("yesterday", "last month")."""
     with tempfile.TemporaryDirectory() as tmp, annodb.Memory(f"{tmp}/m.db") as mem:
         t = BASE
         rows = []
-        for toks, step, who in mems:
+        for toks, step, who, phrase in mems:
             t += step
-            rows.append({"text": " ".join(toks), "user": who, "time": t})
+            rows.append({"text": " ".join(toks + phrase.split()), "user": who, "time": t})
         docnos = mem.remember_many(rows)
+        events = {d: event(p, r["time"]) for d, r, (_, _, _, p) in zip(docnos, rows, mems)
+                  if event(p, r["time"]) is not None}
         model = [(d, r["text"].split(), r["time"]) for d, r in zip(docnos, rows)]
         where = None if user is None else {"user": user}
         selected = {d for d, r in zip(docnos, rows) if user is None or r["user"] == user}
@@ -384,11 +465,12 @@ def test_following_the_postings_is_exact(mems, query, user, k, context):
         for w in query:
             counts[w] = counts.get(w, 0) + 1
         labels = {d: set(recall.label_words(r["user"])) for d, r in zip(docnos, rows)}
-        every = dict(naive.context_recall(model, selected, list(counts.items()), [], 100,
-                                          context, labels))
+        every = dict(naive.context_recall(model, selected, list(counts.items()),
+                                          recall.date_ranges(date), 100, context, labels,
+                                          events))
         with mem.db.read() as r:
             for scan in (False, True):
-                got = recall.search(r, " ".join(query), k=k, container=where_node(where),
+                got = recall.search(r, " ".join(query) + date, k=k, container=where_node(where),
                                     settings=context, snippets=False, scan=scan)
                 assert len(got) == min(k, len(every))
                 for h in got:
@@ -421,3 +503,31 @@ def test_following_the_postings_finds_a_memory_by_its_label():
                                     scan=scan)
                 assert [(h.docno, round(h.score, 9)) for h in got] == \
                     [(d, round(s, 9)) for d, s in every[:1]]
+
+
+def test_following_the_postings_bounds_a_date_named_by_a_memory():
+    """A memory holding only a common word of the question, whose text names the day
+    before its time ("yesterday", the last day of the year the question names), adds at
+    most that year's weight for it (the date as long as the longer of the two), so
+    following the postings may stop after the rare words and still give the brute-force
+    best: scanning and following agree with tests/naive.py."""
+    context = recall.Context(window=1, reach=1)
+    start = utc(2024, 1, 1)
+    with tempfile.TemporaryDirectory() as tmp, annodb.Memory(f"{tmp}/m.db") as mem:
+        rows = [{"text": "zeta eta w2", "time": start}]
+        for i in range(1, 40):
+            rows.append({"text": "w1 yesterday" if i == 10 else ("w1 w2" if i % 2 else "w3"),
+                         "time": start + 4000.0 * i})   # (each memory a session of its own)
+        docnos = mem.remember_many(rows)
+        model = [(d, r["text"].split(), r["time"]) for d, r in zip(docnos, rows)]
+        events = {docnos[10]: event("yesterday", rows[10]["time"])}
+        assert events[docnos[10]] == (utc(2023, 12, 31), start)
+        want = naive.context_recall(model, set(docnos), [("zeta", 1), ("eta", 1), ("w1", 1)],
+                                    recall.date_ranges("2023"), 2, context, events=events)
+        assert [d for d, _ in want] == [docnos[0], docnos[10]]
+        with mem.db.read() as r:
+            for scan in (False, True):
+                got = recall.search(r, "zeta eta w1 2023", k=1, settings=context,
+                                    snippets=False, scan=scan)
+                assert [(h.docno, round(h.score, 9)) for h in got] == \
+                    [(want[0][0], round(want[0][1], 9))]
