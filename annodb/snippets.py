@@ -131,5 +131,7 @@ def make(doc: Document, p: int, q: int, width: int = WIDTH) -> Snippet:
     text = doc.text
     base = _lead(text, int(ends[lo - 1]) if lo else 0, int(starts[lo]), lo == 0)
     stop = _trail(text, int(ends[hi]), int(starts[hi + 1]) if hi + 1 < n else len(text))
-    shown = text[base:stop].replace("\r\n", "  ").replace("\n", " ").replace("\r", " ")
+    shown = text[base:stop]
+    if "\n" in shown or "\r" in shown:  # (two scans for a character, not three copies)
+        shown = shown.replace("\r\n", "  ").replace("\n", " ").replace("\r", " ")
     return Snippet(shown, int(starts[a]) - base, int(ends[b]) - base)
