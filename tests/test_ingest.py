@@ -719,12 +719,14 @@ def test_the_reading_process_sends_no_chunk_after_a_failure(tmp_path, monkeypatc
     import gc
     was = gc.isenabled()
     ctrl_c = signal.getsignal(signal.SIGINT)
+    huge = process.set_hugepages(True)
     try:
         module._reader_main()       # (made for a process of its own: it turns gc off ...)
     finally:
         if was:
             gc.enable()
         process.set_malloc(process.GLIBC_DEFAULTS)  # (... tunes malloc, ignores Ctrl-C)
+        process.set_hugepages(huge is not False)
         signal.signal(signal.SIGINT, ctrl_c)
     stdout.buffer.seek(0)
     sent = []

@@ -133,6 +133,7 @@ def _read_and_send(args: tuple | None, out) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the writer's to handle
     gc.disable()  # see process.no_cyclic_gc
     process.set_malloc(process.INGEST_MALLOC)  # see keep_freed_memory (for this process's life)
+    process.set_hugepages(False)
     source = None
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="annodb-make")
     failed = threading.Event()  # a chunk could not be made or sent: send none after it
