@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import os
 import shutil
@@ -653,29 +654,37 @@ def test_a_lone_surrogate_in_a_field_name_rejects_only_its_record(tmp_path, para
         assert r.count("four") == 1
 
 
+@dataclasses.dataclass(frozen=True)
+class _Made:
+    """As much of a batch.Batch as packed and unpacked use."""
+
+    docnos: list
+
+
 def test_a_chunk_crosses_the_pipe_unchanged():
     """A chunk packed for the pipe and unpacked is the same chunk: documents' lines as an
-    array, problems put back in place."""
+    array, problems put back in place, the batch's docnos the same list (sent as one
+    string unless one holds a newline or is still to be made)."""
+    import pickle
     import random
     from annodb.ingest.formats import Problem
     from annodb.ingest.stages import Chunk, packed, unpacked
 
-    class Made:
-        def __init__(self, docnos):
-            self.docnos = docnos
-
     rng = random.Random(7)
-    for _ in range(200):
+    for _ in range(300):
         items, docnos = [], []
         for line in range(1, rng.randrange(0, 30) + 1):
             if rng.random() < 0.4:
                 items.append(Problem(line, f"bad {line}"))
             else:
-                docnos.append(f"d{line}")
+                docnos.append(rng.choice([f"d{line}", "", f"a\nb{line}", f"é\r{line}",
+                                          None] if rng.random() < 0.1 else [f"d{line}"]))
                 items.append((line, docnos[-1]))
-        chunk = Chunk(items, Made(docnos) if docnos else None, 99)
-        back = unpacked(packed(chunk))
+        chunk = Chunk(items, _Made(docnos) if docnos else None, 99)
+        back = unpacked(pickle.loads(pickle.dumps(packed(chunk))))
         assert back.items == items and back.tell == 99
+        assert (back.batch is None) == (not docnos)
+        assert back.batch is None or back.batch.docnos == docnos
 
 
 @pytest.mark.parametrize("where", ["making", "reading"])

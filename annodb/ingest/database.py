@@ -144,7 +144,8 @@ def _read_and_send(args: tuple | None, out) -> None:
         if failed.is_set():
             return
         try:
-            chunk = stages.made(items, tell, numbers) if isinstance(items, flat.Scanned) else \
+            chunk = stages.made(items, tell, numbers, items=False) \
+                if isinstance(items, flat.Scanned) else \
                 stages.encode(stages.make(items, prepared, tell, sparse))
             pickle.dump(("chunk", stages.packed(chunk)), out, protocol=pickle.HIGHEST_PROTOCOL)
             out.flush()
