@@ -29,10 +29,8 @@ def command(code: str) -> list[str]:
 
 
 def environment(env: dict | None = None) -> dict:
-    """`env` (default: this process's environment) with this annodb first on PYTHONPATH
-    (and OpenBLAS at one thread unless it says otherwise)."""
+    """`env` (default: this process's environment) with this annodb first on PYTHONPATH."""
     env = dict(os.environ if env is None else env)
-    env.setdefault("OPENBLAS_NUM_THREADS", "1")   # (no BLAS here: see cli/__init__.py)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, env.get("PYTHONPATH")) if p)
     return env
 

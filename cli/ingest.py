@@ -4,12 +4,18 @@ progress bar and report)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
-import click
+# an ingest runs no BLAS, and OpenBLAS starts a thread a core when numpy (and then scipy,
+# which numba loads) is imported, each spinning ~0.1 s of CPU before it sleeps: one is
+# enough (before annodb.ingest imports numpy; its reading process inherits it)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import annodb as _annodb
-from annodb import ingest as _ingest
+import click  # noqa: E402 - after the environment above
+
+import annodb as _annodb  # noqa: E402
+from annodb import ingest as _ingest  # noqa: E402
 
 from .main import MAX_PROBLEMS_SHOWN, _Bar, db_option, echo_json
 
