@@ -9,8 +9,10 @@ import sys
 
 # an ingest runs no BLAS, and OpenBLAS starts a thread a core when numpy (and then scipy,
 # which numba loads) is imported, each spinning ~0.1 s of CPU before it sleeps: one is
-# enough (before annodb.ingest imports numpy; its reading process inherits it)
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# enough (set before annodb.ingest imports numpy, and only then: a process that has
+# imported it already, e.g. one running this command in-process, keeps its environment)
+if "numpy" not in sys.modules:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import click  # noqa: E402 - after the environment above
 
