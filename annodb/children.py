@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
-from typing import IO, cast
+from typing import IO, Protocol, cast
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # holds this annodb
 
@@ -33,6 +33,12 @@ def environment(env: dict | None = None) -> dict:
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, env.get("PYTHONPATH")) if p)
     return env
+
+
+class Erring(Protocol):
+    """A child process whose stderr is kept in the temporary file `errors`."""
+
+    errors: IO[bytes]
 
 
 class Child(subprocess.Popen):
@@ -56,10 +62,10 @@ def start(code: str, args: Sequence[str] = (), **popen) -> Child:
     return child
 
 
-def said(child: subprocess.Popen) -> str:
-    """": " and the last line a child of start() wrote on stderr (its death's message),
-    or "" when it wrote none."""
-    errors = cast(Child, child).errors   # (callers may hold it as a plain Popen)
+def said(child: subprocess.Popen | Erring) -> str:
+    """": " and the last line a child of start() (or another holding its stderr in
+    `errors`) wrote on stderr (its death's message), or "" when it wrote none."""
+    errors = cast(Erring, child).errors   # (callers may hold it as a plain Popen)
     try:
         errors.seek(0)
         lines = errors.read().decode("utf-8", "replace").strip().splitlines()

@@ -118,7 +118,8 @@ class WordNumbers:
     """A number for each distinct folded word met in any batch of one reading process, in
     order of first appearance: a batch's kinds numbered so (see batch.Batch.words), the
     writer looks up the feature id of a word it has seen from this process in an array,
-    not a dict of strings (kernels.number_words keeps the words met in arrays)."""
+    not a dict of strings (kernels.number_words keeps the words met in arrays; a text's
+    tokens are numbered in them as they are found by kernels.number_utf8)."""
 
     def __init__(self) -> None:
         self.table = np.full(1 << 16, -1, np.int64)
@@ -126,6 +127,8 @@ class WordNumbers:
         self.known = np.zeros(1 << 14, np.int64)
         self.kept = np.empty(1 << 17, np.uint32)
         self.count = 0
+        self.marks = np.zeros(1 << 14, np.int64)   # (kernels.number_utf8's, and
+        self.calls = 0                              # the calls it has numbered)
 
     def __call__(self, arena: np.ndarray, bounds: np.ndarray) -> np.ndarray:
         """The number of each word arena[bounds[k]:bounds[k + 1]] (intern_tokens')."""
@@ -147,10 +150,14 @@ def numbered_utf8_tokens(text: np.ndarray, numbers: WordNumbers
     distinct_utf8_tokens), their kinds numbered in `numbers` too: (starts, kinds, each
     kind's number, the first number new here, the words of the new numbers in order)."""
     from . import kernels
-    starts, kinds, arena, bounds = kernels.intern_tokens_utf8(text, _class_table(),
-                                                              _fold_table())
     first = numbers.count
-    words = numbers(arena, bounds)
+    numbers.calls += 1
+    n = numbers
+    if len(n.marks) != len(n.hashes):   # (grown by a call of `numbers` itself)
+        n.marks = np.concatenate((n.marks, np.zeros(len(n.hashes) - len(n.marks), np.int64)))
+    starts, kinds, words, n.count, n.table, n.hashes, n.known, n.kept, n.marks = \
+        kernels.number_utf8(text, _class_table(), _fold_table(), n.table, n.hashes, n.known,
+                            n.kept, n.marks, n.count, n.calls)
     return starts, kinds, words, first, numbers.names(first)
 
 

@@ -4,12 +4,20 @@ progress bar and report)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
-import click
+# an ingest runs no BLAS, and OpenBLAS starts a thread a core when numpy (and then scipy,
+# which numba loads) is imported, each spinning ~0.1 s of CPU before it sleeps: one is
+# enough (set before annodb.ingest imports numpy, and only then: a process that has
+# imported it already, e.g. one running this command in-process, keeps its environment)
+if "numpy" not in sys.modules:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import annodb as _annodb
-from annodb import ingest as _ingest
+import click  # noqa: E402 - after the environment above
+
+import annodb as _annodb  # noqa: E402
+from annodb import ingest as _ingest  # noqa: E402
 
 from .main import MAX_PROBLEMS_SHOWN, _Bar, db_option, echo_json
 

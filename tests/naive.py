@@ -994,3 +994,25 @@ def number_words(batches):
     batches: each distinct word numbered in order of first appearance."""
     numbers: dict = {}
     return [[numbers.setdefault(w, len(numbers)) for w in words] for words in batches]
+
+
+def number_utf8(texts):
+    """What kernels.number_utf8 gives each text, called on them in order: (starts, kinds,
+    words): each token's start (code points), its kind (its folded word, numbered in
+    order of first appearance in the text) and each kind's number (numbered in order of
+    first appearance in any text so far), tokens found by the tokenizer's regex."""
+    import re as _re
+
+    from annodb import tokenizer
+    numbers: dict = {}
+    out = []
+    for text in texts:
+        found = [(m.start(), m.group()) for m in
+                 _re.finditer(tokenizer._TOKEN, tokenizer.fold(text))]
+        kinds: dict = {}
+        for _, w in found:
+            kinds.setdefault(w, len(kinds))
+            numbers.setdefault(w, len(numbers))
+        out.append(([a for a, _ in found], [kinds[w] for _, w in found],
+                    [numbers[w] for w in kinds]))
+    return out

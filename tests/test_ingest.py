@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import os
 import shutil
@@ -504,11 +505,12 @@ def test_batches_committed_together_give_what_each_alone_gives(tmp_path, monkeyp
                         "(refused)" for line in (15, 16, 17)]
 
 
-def test_ctrl_c_commits_the_batches_of_the_open_transaction_first(tmp_path):
+@pytest.mark.parametrize("parallel", [False, True])
+def test_ctrl_c_commits_the_batches_of_the_open_transaction_first(tmp_path, parallel):
     """Ctrl-C (a real SIGINT to this process) while a transaction holds some batches of its
     commit_batches: they are committed before the ingest stops, so Interrupted's summary
     is exactly what the database holds, whole batches in input order, and the same ingest
-    again completes it."""
+    again completes it; read in this process or by a reading process (forked)."""
     import signal
     per_batch, width = 20, 48   # every line as long: a batch is per_batch records
     src = tmp_path / "docs.jsonl"
@@ -524,7 +526,7 @@ def test_ctrl_c_commits_the_batches_of_the_open_transaction_first(tmp_path):
     path = tmp_path / "p.db"
     with sigint_default(), pytest.raises(annodb.ingest.Interrupted) as info:
         ingest(path, [src], batch_bytes=per_batch * width, commit_batches=5,
-               progress=progress)
+               progress=progress, parallel=parallel)
     s = info.value.summary
     assert (s.documents, s.batches) == (7 * per_batch, 7)
     with annodb.open(path) as db:
@@ -552,6 +554,71 @@ def test_a_reading_process_that_dies_is_a_clear_error(db, monkeypatch, tmp_path)
     monkeypatch.setattr("sys.executable", str(fake))
     with pytest.raises(annodb.IngestError, match=r"\(exit code 3\): MemoryError: no room$"):
         ingest(db, [DATA / "sample.jsonl"], parallel=True)
+
+
+_FORKING = """
+import json, sys
+from annodb import children
+from annodb.ingest import database as module, ingest
+order = []
+def logged(name, f):
+    def call(*args, **options):
+        order.append(name)
+        return f(*args, **options)
+    return call
+module._forked_reader = logged("fork", module._forked_reader)
+module.database.open = logged("open", module.database.open)
+children.start = logged("python -c", children.start)
+if sys.argv[3] == "dying":
+    def dying(args, out):
+        raise MemoryError("no room")
+    module._read_and_send = dying   # (the fork inherits it)
+try:
+    s = ingest(sys.argv[1], sys.argv[2].split(","), parallel=True)
+    print(json.dumps([order, s.added, s.error_count]))
+except Exception as err:
+    print(json.dumps([order, type(err).__name__, str(err)]))
+"""
+
+
+def _forking(tmp_path, paths, how="") -> list:
+    """What an ingest into a path in a fresh process (one thread: it may fork) did, in
+    order (fork, open, python -c), and its outcome."""
+    import json
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _FORKING, str(tmp_path / "p.db"),
+                          ",".join(map(str, paths)), how],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_the_first_files_reading_process_is_forked_before_the_database_opens(tmp_path):
+    """An ingest into a database given by its path forks its first big file's reading
+    process before it opens the database (no fresh interpreter to start: no `python -c`
+    child), a later file's is a `python -c` child, and both give what reading in-process
+    gives."""
+    paths = [DATA / "sample.jsonl", DATA / "msmarco.jsonl"]
+    order, added, errors = _forking(tmp_path, paths)
+    assert order == ["fork", "open", "python -c"]
+    with annodb.open(tmp_path / "alone.db") as db:
+        alone = run(db, *paths, parallel=False)
+        expected = dump(db)
+    assert (added, errors) == (alone.added, alone.error_count) and added > 0
+    with annodb.open(tmp_path / "p.db") as db:
+        assert dump(db) == expected
+
+
+def test_a_forked_reading_process_that_dies_is_a_clear_error(tmp_path):
+    """The forked reading process dying says so, with its exit code and the last line it
+    wrote on stderr, and nothing is written."""
+    order, kind, message = _forking(tmp_path, [DATA / "sample.jsonl"], "dying")
+    assert order == ["fork", "open"] and kind == "IngestError"
+    assert message.endswith("reading process ended unexpectedly (exit code 1): "
+                            "MemoryError: no room"), message
+    with annodb.open(tmp_path / "p.db") as db:
+        assert docnos(db) == []
 
 
 def test_a_script_without_a_main_guard_ingests_in_parallel(tmp_path):
@@ -587,29 +654,37 @@ def test_a_lone_surrogate_in_a_field_name_rejects_only_its_record(tmp_path, para
         assert r.count("four") == 1
 
 
+@dataclasses.dataclass(frozen=True)
+class _Made:
+    """As much of a batch.Batch as packed and unpacked use."""
+
+    docnos: list
+
+
 def test_a_chunk_crosses_the_pipe_unchanged():
     """A chunk packed for the pipe and unpacked is the same chunk: documents' lines as an
-    array, problems put back in place."""
+    array, problems put back in place, the batch's docnos the same list (sent as one
+    string unless one holds a newline or is still to be made)."""
+    import pickle
     import random
     from annodb.ingest.formats import Problem
     from annodb.ingest.stages import Chunk, packed, unpacked
 
-    class Made:
-        def __init__(self, docnos):
-            self.docnos = docnos
-
     rng = random.Random(7)
-    for _ in range(200):
+    for _ in range(300):
         items, docnos = [], []
         for line in range(1, rng.randrange(0, 30) + 1):
             if rng.random() < 0.4:
                 items.append(Problem(line, f"bad {line}"))
             else:
-                docnos.append(f"d{line}")
+                docnos.append(rng.choice([f"d{line}", "", f"a\nb{line}", f"é\r{line}",
+                                          None] if rng.random() < 0.1 else [f"d{line}"]))
                 items.append((line, docnos[-1]))
-        chunk = Chunk(items, Made(docnos) if docnos else None, 99)
-        back = unpacked(packed(chunk))
+        chunk = Chunk(items, _Made(docnos) if docnos else None, 99)
+        back = unpacked(pickle.loads(pickle.dumps(packed(chunk))))
         assert back.items == items and back.tell == 99
+        assert (back.batch is None) == (not docnos)
+        assert back.batch is None or back.batch.docnos == docnos
 
 
 @pytest.mark.parametrize("where", ["making", "reading"])
@@ -653,12 +728,14 @@ def test_the_reading_process_sends_no_chunk_after_a_failure(tmp_path, monkeypatc
     import gc
     was = gc.isenabled()
     ctrl_c = signal.getsignal(signal.SIGINT)
+    huge = process.set_hugepages(True)
     try:
         module._reader_main()       # (made for a process of its own: it turns gc off ...)
     finally:
         if was:
             gc.enable()
         process.set_malloc(process.GLIBC_DEFAULTS)  # (... tunes malloc, ignores Ctrl-C)
+        process.set_hugepages(huge is not False)
         signal.signal(signal.SIGINT, ctrl_c)
     stdout.buffer.seek(0)
     sent = []

@@ -165,6 +165,34 @@ def test_word_numbers_kept_across_batches_equal_the_naive_ones(batches):
     assert count == len({w for words in batches for w in words})
 
 
+@settings(max_examples=200)
+@given(st.lists(st.lists(st.text(alphabet=ALPHABET, max_size=30) |
+                         st.text(_NO_SURROGATE, max_size=30) |
+                         st.sampled_from(["a", "the", "The THE", "é", "💙"]), max_size=6),
+                max_size=5))
+def test_tokens_numbered_as_they_are_found_equal_the_naive_ones(texts):
+    """kernels.number_utf8 over texts in turn (words again in later texts, words that
+    fold together, one-character tokens, code points of one to four bytes) gives each
+    token's start, its kind in its text and each kind's number across the texts, as
+    naive.number_utf8 does, growing its arrays from the smallest."""
+    import numpy as np
+    from annodb import kernels
+    from tests import naive
+
+    texts = ["\n".join(lines) for lines in texts]
+    table, hashes = np.full(2, -1, np.int64), np.empty(2, np.int64)
+    known, kept, marks, count = np.zeros(2, np.int64), np.empty(1, np.uint32), \
+        np.zeros(2, np.int64), 0
+    got = []
+    for call, text in enumerate(texts, 1):
+        starts, kinds, words, count, table, hashes, known, kept, marks = \
+            kernels.number_utf8(np.frombuffer(text.encode(), np.uint8),
+                                tokenizer._class_table(), tokenizer._fold_table(), table,
+                                hashes, known, kept, marks, count, call)
+        got.append((starts.tolist(), kinds.tolist(), words.tolist()))
+    assert got == naive.number_utf8(texts)
+
+
 def test_word_numbers_of_a_batch_tokenized():
     """tokenizer.numbered_utf8_tokens over two batches: the tokens and kinds of
     distinct_utf8_tokens, each kind's number (a word of the second batch met in the

@@ -15,8 +15,10 @@ import resource
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Generator
 
@@ -119,13 +121,19 @@ class _Rejected(Exception):
 
 def _reader_main() -> None:
     """The second process (`python -c` of this, see _chunks_from_process): read the
-    arguments from stdin, write ("chunk", stages.packed(chunk)) pickles to stdout, then
-    ("end", None), or ("error", message) if reading fails. The pipe's buffer keeps it about
-    one chunk ahead. Its batches' words are numbered across them (Batch.words)."""
+    arguments from stdin, then _read_and_send them to stdout."""
+    _read_and_send(None, sys.stdout.buffer)
+
+
+def _read_and_send(args: tuple | None, out) -> None:
+    """A reading process's work: write ("chunk", stages.packed(chunk)) pickles of the
+    batches of `args` (_chunks_from_process's; None: pickled on stdin) to `out`, then
+    ("end", None), or ("error", message) if reading fails. The pipe's buffer keeps it
+    about one chunk ahead. Its batches' words are numbered across them (Batch.words)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the writer's to handle
     gc.disable()  # see process.no_cyclic_gc
     process.set_malloc(process.INGEST_MALLOC)  # see keep_freed_memory (for this process's life)
-    out = sys.stdout.buffer
+    process.set_hugepages(False)
     source = None
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="annodb-make")
     failed = threading.Event()  # a chunk could not be made or sent: send none after it
@@ -136,7 +144,8 @@ def _reader_main() -> None:
         if failed.is_set():
             return
         try:
-            chunk = stages.made(items, tell, numbers) if isinstance(items, flat.Scanned) else \
+            chunk = stages.made(items, tell, numbers, items=False) \
+                if isinstance(items, flat.Scanned) else \
                 stages.encode(stages.make(items, prepared, tell, sparse))
             pickle.dump(("chunk", stages.packed(chunk)), out, protocol=pickle.HIGHEST_PROTOCOL)
             out.flush()
@@ -146,7 +155,7 @@ def _reader_main() -> None:
 
     try:
         source, id_field, text_fields, batch_bytes, batch_size, sparse = \
-            pickle.load(sys.stdin.buffer)
+            pickle.load(sys.stdin.buffer) if args is None else args
         # this thread reads, parses and prepares (flat records: reads them by a kernel,
         # see flat.py); a second one tokenizes (the kernel releases the GIL), encodes and
         # sends, in order, at most a chunk behind
@@ -180,6 +189,88 @@ def _reader_main() -> None:
         pass
 
 
+class _Forked:
+    """A reading process forked from this one (see _forked_reader): what
+    _chunks_from_process uses of a subprocess.Popen (its arguments need no stdin)."""
+
+    stdin = None
+
+    def __init__(self, pid: int, stdout, errors) -> None:
+        self.pid = pid
+        self.stdout = stdout
+        self.errors = errors            # its stderr, for children.said
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        while self.returncode is None:
+            try:
+                _, status = os.waitpid(self.pid, 0)
+            except InterruptedError:   # (retried by Python; kept for clarity)
+                continue
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+
+def _forked_reader(args: tuple) -> _Forked | None:
+    """The reading process of `args` (_chunks_from_process's) forked from this one, or
+    None where fork is not safe (no os.fork, or threads running here: a fork copies a
+    lock another thread holds, held for ever). Only before the database is opened: the
+    child holds no LMDB environment and no transaction. It inherits this process's
+    imports and numba's loaded machinery, which a fresh `python -c` redoes: ~0.6 s of
+    CPU a reading process at start (the interpreter, annodb's imports, numba's and
+    LLVM's start), so numba is made to load its first kernel here first (the writer
+    loads it anyway). The child ends by os._exit: no atexit, no flush of this process's
+    buffers, no finalizers of what it inherited."""
+    if not hasattr(os, "fork") or threading.active_count() > 1:
+        return None
+    import numpy as np
+    tokenizer.numbered_utf8_tokens(np.frombuffer(b"a", np.uint8), tokenizer.WordNumbers())
+    errors = tempfile.TemporaryFile()
+    r, w = os.pipe()
+    for stream in (sys.stdout, sys.stderr):   # (nothing of this process's written twice)
+        with contextlib.suppress(Exception):
+            stream.flush()
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        pid = os.fork()
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        os.close(r)
+        os.close(w)
+        errors.close()
+        raise
+    if pid == 0:   # the child
+        code = 1
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)   # (as _read_and_send: before
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)   # a Ctrl-C gets in)
+            os.close(r)
+            os.dup2(errors.fileno(), 2)
+            with os.fdopen(w, "wb") as out:
+                _read_and_send(args, out)
+            code = 0
+        except BaseException:   # noqa: BLE001 - said on its stderr, as a `python -c` would
+            with contextlib.suppress(BaseException):
+                traceback.print_exc()
+                sys.stderr.flush()
+        finally:
+            os._exit(code)
+    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    os.close(w)
+    return _Forked(pid, os.fdopen(r, "rb"), errors)
+
+
 PIPE_BYTES = 1 << 20   # the pipe from the reading process, where Linux allows it
 
 
@@ -194,21 +285,24 @@ def _widen(pipe) -> None:
 
 
 def _chunks_from_process(source: Source, id_field, text_fields, batch_bytes,
-                         batch_size, sparse: tuple = ()
+                         batch_size, sparse: tuple = (), forked: _Forked | None = None
                          ) -> Generator[stages.Chunk, None, None]:
-    """stages.chunks, made in a second Python process. A plain child process, not
-    multiprocessing: that would re-run the caller's main script, and fork would copy this
-    process's open LMDB environment."""
+    """stages.chunks, made in a second Python process: `forked` (_forked_reader, started
+    with these arguments before the database was opened), else a plain child process.
+    Not multiprocessing: that would re-run the caller's main script; and not a fork once
+    the database is open, which would copy this process's open LMDB environment (and
+    its threads' locks)."""
     word_ids = batch.FeatureIds()   # of the words the child numbers (Batch.words)
-    child = children.start("from annodb.ingest.database import _reader_main; _reader_main()",
-                           stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    child: _Forked | children.Child = forked if forked is not None else children.start(
+        "from annodb.ingest.database import _reader_main; _reader_main()",
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     stdin, stdout = child.stdin, child.stdout
-    assert stdin is not None and stdout is not None   # (both opened as pipes above)
+    assert stdout is not None   # (opened as a pipe above, as stdin unless forked)
     _widen(stdout)
     try:
         while True:
             try:
-                if not stdin.closed:
+                if stdin is not None and not stdin.closed:
                     with stdin:
                         pickle.dump((source, id_field, text_fields, batch_bytes, batch_size,
                                      sparse), stdin)
@@ -245,8 +339,12 @@ class Run:
     (write(timeout), release_mapped_pages(), path)."""
 
     def __init__(self, db, *, replace, strict, timeout, batch_size, batch_bytes, progress,
-                 on_problem, total_bytes, parallel=None, stop=None, commit_batches=1) -> None:
+                 on_problem, total_bytes, parallel=None, stop=None, commit_batches=1,
+                 forked=None) -> None:
         self.db = db
+        # the reading process of the first file, forked before the database was opened
+        # (see _forked_reader), and the arguments it was started with
+        self.forked: tuple[tuple, _Forked] | None = forked
         # a file's batches committed together, commit_batches a transaction (1: each its
         # own); the transaction still open, if any
         self.commit_batches = max(1, int(commit_batches))
@@ -303,12 +401,14 @@ class Run:
     # one file
     def file(self, source: Source, id_field, text_fields, sparse: tuple = ()) -> None:
         args = (source, id_field, text_fields, self.batch_bytes, self.batch_size, sparse)
-        parallel = self.parallel
-        if parallel is None:
-            parallel = source.size >= PARALLEL_OVER
+        parallel = _parallel(self.parallel, source)
         notes = self.summary.notes
         notes.extend(source.notes[:MAX_MESSAGES - len(notes)])
-        chunks = _chunks_from_process(*args) if parallel else \
+        forked = None
+        if self.forked is not None and self.forked[0] == args:
+            forked = self.forked[1]
+            self.forked = None
+        chunks = _chunks_from_process(*args, forked=forked) if parallel else \
             stages.chunks(*args[:5], stop=self.stop, sparse=sparse)
         try:
             with contextlib.closing(chunks):
@@ -570,8 +670,20 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
     own = not isinstance(db, database.Database)
     sources = inputs.grouped(check_inputs(paths, format, id_field, text_fields,
                                            os.fspath(db) if own else db.path))
-    if own:
-        db = database.open(db)
+    forked = None
+    try:
+        if own:
+            # the first file's reading process, if it gets one, forked before the database
+            # is opened (see _forked_reader); a later file's is a `python -c` child
+            if sources and _parallel(parallel, sources[0]):
+                args = (sources[0], id_field, text_fields, batch_bytes, batch_size, sparse)
+                child = _forked_reader(args)
+                forked = None if child is None else (args, child)
+            db = database.open(db)
+    except BaseException:
+        if forked is not None:
+            _end(forked[1])
+        raise
     try:
         with process.ctrl_c_noted() as stop, process.no_cyclic_gc(), \
                 process.keep_freed_memory():
@@ -580,7 +692,8 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
             run = Run(db, replace=replace, strict=strict, timeout=timeout,
                        batch_size=batch_size, batch_bytes=batch_bytes, progress=progress,
                        on_problem=on_problem, total_bytes=sum(s.size for s in sources),
-                       parallel=parallel, stop=stop, commit_batches=commit_batches)
+                       parallel=parallel, stop=stop, commit_batches=commit_batches,
+                       forked=forked)
             try:
                 for source in sources:
                     run.file(source, id_field, text_fields, sparse)
@@ -594,5 +707,20 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
                 run.summary.bytes = run.bytes_before
         return run.summary
     finally:
+        if forked is not None:
+            _end(forked[1])   # (unused if the ingest failed first; else ended already)
         if own:
             db.close()
+
+
+def _parallel(parallel: bool | None, source: Source) -> bool:
+    """Whether `source` is read in a second process (`parallel`: ingest's option)."""
+    return source.size >= PARALLEL_OVER if parallel is None else parallel
+
+
+def _end(child: _Forked) -> None:
+    """The reading process killed if it still runs, and reaped."""
+    child.kill()
+    child.wait()
+    child.stdout.close()
+    child.errors.close()

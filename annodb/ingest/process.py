@@ -38,18 +38,37 @@ def set_malloc(options: dict) -> bool:
     return all(libc.mallopt(k, v) == 1 for k, v in options.items())
 
 
+def set_hugepages(enabled: bool) -> bool | None:
+    """numpy's madvise(MADV_HUGEPAGE) of each big array (4 MB and up) on or off; whether
+    it was on (None: this numpy has no such switch). An ingest turns it off: most of its
+    big arrays are fresh mappings (over INGEST_MALLOC's 32 MB mmap threshold) or partly
+    written, and the kernel zeroes a huge page's 2 MB whole at its first touch (in the
+    1x ingest, ~6% of the writer's CPU samples were clear_page_erms under
+    do_huge_pmd_anonymous_page)."""
+    try:
+        from numpy._core import multiarray
+    except ImportError:
+        return None
+    switch = getattr(multiarray, "_set_madvise_hugepage", None)
+    return None if switch is None else bool(switch(enabled))
+
+
 @contextlib.contextmanager
 def keep_freed_memory():
     """glibc's malloc told to keep freed memory for reuse for the duration: arrays up to 32
     MB from the heap instead of fresh mmaps, and no trimming. Every flush allocates and
     frees hundreds of MB of arrays; by default each big one is a fresh mapping whose pages
     the kernel faults in and zeroes, and frees unmap them again. On the scale corpus this
-    took the writer's system time from 7.2 to 3.7 s (wall 36.9 -> 31.5 s). Afterwards the
-    defaults are back and the heap is trimmed, so the memory returns to the system."""
+    took the writer's system time from 7.2 to 3.7 s (wall 36.9 -> 31.5 s). numpy's huge
+    pages are off too (see set_hugepages). Afterwards the defaults are back and the heap
+    is trimmed, so the memory returns to the system."""
     tuned = set_malloc(INGEST_MALLOC)
+    huge = set_hugepages(False)
     try:
         yield
     finally:
+        if huge:
+            set_hugepages(True)
         if tuned:
             set_malloc(GLIBC_DEFAULTS)
             _libc().malloc_trim(0)

@@ -17,11 +17,12 @@ crosses the pipe between them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gzip
 import itertools
 import threading
 import zlib
-from typing import Generator, Iterator, NamedTuple
+from typing import Generator, Iterator, NamedTuple, cast
 
 import numpy as np
 
@@ -153,14 +154,15 @@ def make(items: list, prepared: list, tell: int, sparse: tuple = ()) -> Chunk:
     return Chunk(items, made, tell)
 
 
-def made(scanned: flat.Scanned, tell: int, numbers: tokenizer.WordNumbers | None = None
-         ) -> Chunk:
+def made(scanned: flat.Scanned, tell: int, numbers: tokenizer.WordNumbers | None = None,
+         items: bool = True) -> Chunk:
     """The chunk of a batch of flat records read by the kernel (see flat.py): what make
     and encode give for the same records read the ordinary way (and its words numbered
-    in `numbers`, when given: batch.make_scanned)."""
+    in `numbers`, when given: batch.make_scanned). Without `items`, its items are left
+    empty (a chunk only `packed` for the pipe, which sends its lines instead)."""
     b = batch.make_scanned(scanned.scan, numbers)
     lines = flat.lines_of(scanned)
-    return Chunk(list(zip(lines.tolist(), b.docnos)), b, tell, lines)
+    return Chunk(list(zip(lines.tolist(), b.docnos)) if items else [], b, tell, lines)
 
 
 def encode(chunk: Chunk) -> Chunk:
@@ -176,18 +178,31 @@ def encode(chunk: Chunk) -> Chunk:
 def packed(chunk: Chunk) -> tuple:
     """The chunk as it crosses the pipe: its documents' lines as an array (their docnos
     are the batch's), its problems with their places: not a tuple per document, which
-    took the reading process (the busier one) ~2 s to pickle on the scale corpus."""
+    took the reading process (the busier one) ~2 s to pickle on the scale corpus; the
+    batch's docnos as one string, joined by newlines, when none holds one (a list of
+    ~27k strings took ~3 ms a batch to pickle, the string ~0.3 ms to join)."""
+    made = chunk.batch
+    if made is not None:
+        try:
+            joined = "\n".join(made.docnos)
+        except TypeError:   # (a docno still to be made: None)
+            joined = None
+        if joined is not None and joined.count("\n") == len(made.docnos) - 1:
+            # (a string on the pipe only: unpacked splits it back into the list)
+            made = dataclasses.replace(made, docnos=cast(list, joined))
     if chunk.lines is not None:
-        return [], chunk.lines, chunk.batch, chunk.tell
+        return [], chunk.lines, made, chunk.tell
     problems = [(i, item) for i, item in enumerate(chunk.items) if isinstance(item, Problem)]
     lines = np.fromiter((item[0] for item in chunk.items if not isinstance(item, Problem)),
                         dtype=np.int64)
-    return problems, lines, chunk.batch, chunk.tell
+    return problems, lines, made, chunk.tell
 
 
 def unpacked(data: tuple) -> Chunk:
     """The Chunk that `packed` made this of."""
     problems, lines, made, tell = data
+    if made is not None and isinstance(made.docnos, str):
+        made = dataclasses.replace(made, docnos=made.docnos.split("\n"))
     docs = zip(lines.tolist(), made.docnos) if made is not None else iter(())
     items: list = []
     for i, problem in problems:  # each back where it was

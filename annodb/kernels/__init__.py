@@ -24,7 +24,7 @@ _MODULES = {
                 "runs_at", "is_gc_list"),
     "groups": ("all_of_groups", "all_of_groups_packed", "ALL_OF_WIDTHS"),
     "text": ("token_spans", "intern_tokens", "intern_tokens_utf8", "number_words",
-             "LoneSurrogate"),
+             "number_utf8", "LoneSurrogate"),
     "codec": ("encode_block", "block_bytes", "decode_block", "decode_blocks",
               "encode_point_groups", "append_point_groups", "block_bounds", "encode_blocks",
               "group_order", "group_postings", "BadBlock"),

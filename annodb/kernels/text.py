@@ -449,6 +449,166 @@ def number_words(arena, bounds, table, hashes, known, kept, count: int):
     return out, int(count), table, hashes, known, kept
 
 
+@njit(cache=True, nogil=True)
+def _number_utf8_run(u8, classes, fold, i, cp, t, m, starts, kinds, words, table, hashes,
+                     known, kept, marks, count, batch):
+    """_intern_utf8_run interning each token straight into a numbering across calls (see
+    number_utf8): one look-up a token. A word's number gives its kind in this call by
+    marks[number] (this call's `batch` in the high bits, the kind in the low ones).
+    Returns (i, cp, t, m, count) where it stopped: at the end, or before a token that needs
+    a bigger array."""
+    n = len(u8)
+    mask = len(table) - 1
+    while i < n:
+        c, w = _code_point(u8, i)
+        c = np.int64(fold[c])
+        cls = classes[c]
+        if cls == 0:
+            i += w
+            cp += 1
+            continue
+        if t == len(starts) or m == len(words):
+            return i, cp, t, m, count
+        a, a_cp = i, cp
+        h = 2166136261  # 32-bit FNV-1a over the folded code points (as _intern_run)
+        while True:
+            h = ((h ^ c) * 16777619) & 0xFFFFFFFF
+            i += w
+            cp += 1
+            if cls == 2 or i >= n:
+                break
+            c, w = _code_point(u8, i)
+            c = np.int64(fold[c])
+            if classes[c] != 1:
+                break
+        length = cp - a_cp
+        slot = h & mask
+        number = -1
+        while True:
+            x = table[slot]
+            if x < 0:
+                break
+            if hashes[x] == h and known[x + 1] - known[x] == length:
+                base = known[x]
+                same = True
+                y = a
+                for j in range(length):
+                    d, v = _code_point(u8, y)
+                    y += v
+                    if kept[base + j] != fold[d]:
+                        same = False
+                        break
+                if same:
+                    number = x
+                    break
+            slot = (slot + 1) & mask
+        if number < 0:  # a word new to the numbering, into the empty slot found
+            base = known[count]
+            if count + 1 == len(hashes) or base + length > len(kept) or \
+                    2 * (count + 1) > len(table):
+                return a, a_cp, t, m, count  # grow first, then redo this token
+            y = a
+            for j in range(length):
+                d, v = _code_point(u8, y)
+                y += v
+                kept[base + j] = fold[d]
+            known[count + 1] = base + length
+            hashes[count] = h
+            table[slot] = count
+            number = count
+            count += 1
+        mark = marks[number]
+        if mark >> 32 == batch:
+            kind = mark & 0xFFFFFFFF
+        else:   # the word's first token in this call: the next kind
+            kind = m
+            marks[number] = (batch << 32) | m
+            words[m] = number
+            m += 1
+        starts[t] = a_cp
+        kinds[t] = kind
+        t += 1
+    return i, cp, t, m, count
+
+
+@njit(cache=True, nogil=True)
+def _number_utf8(u8, classes, fold, table, hashes, known, kept, marks, count, batch):
+    n = len(u8)
+    starts = np.empty(max(16, n // 5), np.int64)
+    kinds = np.empty(len(starts), np.int64)
+    words = np.empty(max(16, n // 64), np.int64)
+    i = cp = t = m = 0
+    while True:
+        i, cp, t, m, count = _number_utf8_run(u8, classes, fold, i, cp, t, m, starts, kinds,
+                                              words, table, hashes, known, kept, marks,
+                                              count, batch)
+        if i >= n:
+            break
+        if t == len(starts):
+            starts = _grown(starts, t)
+            kinds = _grown(kinds, t)
+        if m == len(words):
+            words = _grown(words, m)
+        if count + 1 == len(hashes):
+            hashes = _grown(hashes, count)
+            known = _grown(known, count + 1)
+            grown = np.zeros(len(hashes), np.int64)   # (no mark of this batch: a kind
+            grown[:len(marks)] = marks                #  is taken only from one)
+            marks = grown
+        if 2 * (count + 1) > len(table):
+            table = np.full(2 * len(table), -1, np.int64)
+            mask = len(table) - 1
+            for x in range(count):  # re-place every word by its hash
+                slot = hashes[x] & mask
+                while table[slot] >= 0:
+                    slot = (slot + 1) & mask
+                table[slot] = x
+        # room in kept for the token at byte i (at most its bytes' count of code points)
+        j = i
+        c, w = _code_point(u8, j)
+        j += w
+        if classes[fold[c]] == 1:
+            while j < n:
+                c, w = _code_point(u8, j)
+                if classes[fold[c]] != 1:
+                    break
+                j += w
+        size = len(kept)
+        while size < known[count] + (j - i):
+            size *= 2
+        if size != len(kept):
+            out = np.empty(size, np.uint32)
+            out[:known[count]] = kept[:known[count]]
+            kept = out
+    # (the tokens' arrays as views, as _intern_utf8's)
+    return starts[:t], kinds[:t], words[:m].copy(), count, table, hashes, known, kept, marks
+
+
+def number_utf8(text, classes, fold, table, hashes, known, kept, marks, count: int,
+                batch: int):
+    """intern_tokens_utf8 with each kind numbered across calls in one pass, as
+    number_words numbers intern_tokens_utf8's kinds (the same numbers, the same arrays,
+    and `marks`: int64 per number, as long as `hashes`, zeros at first; `batch`: this
+    call's number, from 1 up, below 2**31). Returns (starts, kinds, words, count, table,
+    hashes, known, kept, marks): token i starts at code point starts[i] and is of kind
+    kinds[i] (numbered in order of first appearance in this text), kind k's word is the
+    number words[k]; the arrays grown as need be (pass them to the next call)."""
+    data = np.ascontiguousarray(text, dtype=np.uint8)
+    table_ = np.ascontiguousarray(classes, dtype=np.uint8)
+    folding = np.ascontiguousarray(fold, dtype=np.uint32)
+    if len(table_) != 0x110000 or len(folding) != 0x110000:
+        raise ValueError("the class and fold tables need one entry per code point (0x110000)")
+    if len(table) < 2 or len(table) & (len(table) - 1) or 2 * count > len(table) or \
+            len(known) != len(hashes) or len(marks) != len(hashes) or \
+            count >= len(hashes) or len(kept) == 0:
+        raise ValueError("not the arrays of a numbering (see tokenizer.WordNumbers)")
+    if not 0 < batch < 2**31:
+        raise ValueError("a call's number is from 1 to 2**31 - 1")
+    out = _number_utf8(data, table_, folding, table, hashes, known, kept, marks, int(count),
+                       int(batch))
+    return out[:3] + (int(out[3]),) + out[4:]
+
+
 class LoneSurrogate(ValueError):
     """A lone surrogate among the code points: `position` is its index."""
 
