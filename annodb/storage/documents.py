@@ -418,15 +418,6 @@ def _alone_or_filled(raws: list, starts: list, i: int, hi: int, psize: int
     return alone, i + 1
 
 
-def encode_docs_later(raws: list, starts: list, base: int, psize: int):
-    """encode_docs on a second thread, the starts moved by `base`: a Future of the
-    entries."""
-    def run():
-        return [(base + start, value, n)
-                for start, value, n in encode_docs(raws, starts, psize, threads=1)]
-    return _pool().submit(run)
-
-
 def encode_docs(raws: list, starts: list, psize: int, threads: int = 2
                 ) -> list[tuple[int, bytes, int]]:
     """(start, value, count) of the docs entries that hold these consecutive documents
