@@ -769,9 +769,13 @@ class Writer(Snapshot):
             raws = b.doc_raws()
         except UnicodeError as err:  # a lone surrogate in a name or metadata
             raise AnnodbError(f"document is not valid Unicode ({err})") from None
-        # compressed on a thread (zstd releases the GIL) while this one goes on
-        self._doc_runs.append(storage.encode_docs_later(raws, (starts - base).tolist(), base,
-                                                        self._txn.page_size()))
+        # compressed here, not on a second thread while this one goes on: on the 1x
+        # corpus the thread saved ~0.7 s of an ingest's wall time and cost ~1 s of its CPU
+        # (the GIL handed back and forth at each zstd call; benchmarks/RESULTS.md, "the
+        # writer's documents")
+        self._doc_runs.append([(base + start, value, n) for start, value, n in
+                               storage.encode_docs(raws, (starts - base).tolist(),
+                                                   self._txn.page_size(), threads=1)])
         # tokens: the ids of their words, and the runs of addresses they fill
         if b.words is not None:   # (numbered by a reading process: see batch.FeatureIds)
             fids = self._numbered_ids(b.words, b.word_ids)

@@ -438,3 +438,85 @@ def test_a_made_up_docno_does_not_take_one_given_in_the_same_batch(db):
     assert added[0].docno == added[1].docno + "_"
     assert_lookups(db, {"d0": "first words", "d2": "second", "d3": "third",
                         added[0].docno: "x", added[1].docno: "y"})
+
+
+# ---------------------------------------------------------------- groups cut from one stream
+
+
+def _varied_raws(n: int, seed: int) -> tuple[list, list]:
+    """The relative msgpack and starts of n documents whose compression ratios vary (mixed
+    repetitive text, random digits and word lists, and runs of the repetitive kind)."""
+    import random
+    rng = random.Random(seed)
+    raws, starts, at = [], [], 0
+    for i in range(n):
+        kind = rng.randrange(3) if i % 400 < 300 else 0   # and runs of one kind
+        if kind == 0:
+            text = " ".join(["the same words again"] * rng.randint(1, 30))
+        elif kind == 1:
+            text = " ".join(f"{rng.random():.9f}" for _ in range(rng.randint(1, 60)))
+        else:
+            text = " ".join(f"w{rng.randint(0, 500)}" for _ in range(rng.randint(1, 120)))
+        doc = storage.Document(f"doc-{i}", at, at + len(text.split()) - 1, text, [],
+                               tokens=len(text.split()))
+        raws.append(storage.relative_raw(doc))
+        starts.append(at)
+        at += len(text.split())
+    return raws, starts
+
+
+def test_a_run_of_documents_is_compressed_about_once_and_fills_its_pages():
+    """encode_docs compresses each group once (a stream cut at the last document boundary
+    that fits the page; again only when its first block alone overfills it), not once and
+    again with fewer documents; every group fits one overflow page, most fill it to within
+    a few percent, and every document reads back as it went in."""
+    raws, starts = _varied_raws(3000, 7)
+    psize = 4096
+    room = psize - 16
+    calls = [0]
+    real = documents._compressor()
+
+    class Counting:   # the thread's compressor, its compressions counted
+        def compress(self, data):
+            calls[0] += 1
+            return real.compress(data)
+
+        def compressobj(self, *args, **kwargs):
+            calls[0] += 1
+            return real.compressobj(*args, **kwargs)
+
+    documents._zstd.c = Counting()
+    try:
+        out = storage.encode_docs(raws, starts, psize, threads=1)
+    finally:
+        documents._zstd.c = real
+    assert calls[0] <= len(out) * 1.45   # (compressed and compressed again: ~1.8)
+    i = 0
+    sizes = []
+    for start, value, n in out:
+        assert start == starts[i] and n <= storage.GROUP_DOCS
+        if n > 1:
+            assert len(value) <= room
+            sizes.append(len(value))
+        found = storage.decode_docs(value, start)
+        assert [storage.relative_raw(d) for d in found] == raws[i:i + n]
+        assert [d.start for d in found] == starts[i:i + n]
+        i += n
+    assert i == len(raws)
+    # (groups before a long document, or at the run's end, end there)
+    assert sorted(sizes)[len(sizes) // 2] >= 0.96 * room
+
+
+@pytest.mark.parametrize("content", [3, 255, 256, 65791, 65792, 200_000])
+def test_a_spliced_frame_header_reads_back_at_every_size_class(content):
+    """The frame header a cut group is given (one segment, its content size in 1, 2 or 4
+    bytes) and a raw block: any zstd decoder reads back exactly that content."""
+    import zstandard
+    data = bytes(range(256)) * (content // 256) + b"x" * (content % 256)
+    frame = documents._frame_head(len(data))
+    for at in range(0, len(data), 100_000):   # raw blocks of at most 128 KiB
+        piece = data[at:at + 100_000]
+        last = int(at + 100_000 >= len(data))
+        frame += ((len(piece) << 3) | last).to_bytes(3, "little") + piece
+    assert documents._frame_head_size(frame) == len(documents._frame_head(len(data)))
+    assert zstandard.ZstdDecompressor().decompress(frame) == data

@@ -20,7 +20,7 @@ The names below are the ones the rest of annodb uses; `from annodb.storage impor
 """
 
 from .documents import (DocField, Document, decode_docs, encode_doc, encode_docs,
-                        encode_docs_later, encode_relative, relative_raw, split_raws)
+                        encode_relative, relative_raw, split_raws)
 from .environment import (MAP_SIZE, Environment, WriterLock, close_environment,
                           copy_compacted, copy_rebuilt, disk_size, explain_write_error,
                           open_environment, page_problems, release_mapped_pages, seconds,
@@ -40,7 +40,7 @@ __all__ = [
     "TAG_ZDOC", "UNKNOWN", "BadValue", "DocField", "Document", "Environment", "Txn",
     "WriterLock", "block_limits", "check_address", "check_format", "close_environment",
     "copy_compacted", "copy_rebuilt", "damaged", "decode_block", "decode_docs", "disk_size",
-    "encode_block", "encode_doc", "encode_docs", "encode_docs_later", "encode_relative",
+    "encode_block", "encode_doc", "encode_docs", "encode_relative",
     "explain_write_error", "file_problems", "from_u64", "name_key", "open_environment",
     "page_problems", "relative_raw", "release_mapped_pages", "seconds", "split_raws",
     "stop_threads", "u64", "utf8", "zero_values",

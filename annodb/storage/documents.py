@@ -226,22 +226,18 @@ def _encode_run(raws: list, starts: list, lo: int, hi: int, psize: int
     msgpack and their starts, in any frame) are stored in, keyed by their first starts:
     groups of at most GROUP_DOCS documents whose compressed value comes close to filling
     one LMDB overflow page (values that large get pages of their own, never split or
-    shared); or one document alone (tag 4, or a group of one). How much raw text makes
-    that much is estimated from the last group's ratio, aiming a little high; a group that
-    comes out too long gives back documents in proportion. A document too long for one
-    page gets overflow pages of its own: it takes the documents after it while it still
-    fits those pages (at most GROUP_DOCS)."""
+    shared); or one document alone (tag 4, or a group of one). A group is compressed once,
+    as a stream cut where the page is full (see _streamed_group); when the ratio it starts
+    from is too hopeful, again from the ratio it met. A document too long for one page gets
+    overflow pages of its own: it takes the documents after it while it still fits those
+    pages (at most GROUP_DOCS)."""
     out = []
     room = psize - PAGE_HEADER          # one overflow page
     target = room - GROUP_SLACK
     ratio = 0.4  # compressed / raw bytes of the last group
-
-    def group(i, j):
-        if j - i == 1:
-            return _single(raws[i])
-        first = starts[i]
-        return _group(raws[i:j], [x - first for x in starts[i:j]])
-
+    lens = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws))
+    cum = [0, *np.cumsum(lens).tolist()]
+    longs = (np.flatnonzero(lens[lo:hi] > room - 16) + lo).tolist() + [hi]
     i = lo
     while i < hi:
         if len(raws[i]) + 16 > room:  # long: its own overflow pages, filled (below)
@@ -249,24 +245,154 @@ def _encode_run(raws: list, starts: list, lo: int, hi: int, psize: int
             out.append((starts[i], value, j - i))
             i = j
             continue
-        budget = target / ratio * GROUP_AIM
-        j, size = i + 1, len(raws[i])
-        while j < hi and j - i < GROUP_DOCS and size + len(raws[j]) <= budget and \
-                len(raws[j]) + 16 <= room:
-            size += len(raws[j])
-            j += 1
-        value = group(i, j)
-        while len(value) > room and j - i > 1:  # too hopeful: give back in proportion
-            keep = size * target / len(value)
-            while j - i > 1 and size > keep:
-                j -= 1
-                size -= len(raws[j])
-            value = group(i, j)
+        found, j = _streamed_group(raws, starts, i, hi, room, target, ratio, cum, longs)
+        if found is None:  # its first block alone overfilled the page: j is what it met
+            found, j = _streamed_group(raws, starts, i, hi, room, target, j, cum, longs)
+        if found is None:
+            found, j = _fitted_group(raws, starts, i, hi, room, target, ratio)
         if j - i > 1:
-            ratio = len(value) / size
-        out.append((starts[i], value, j - i))
+            ratio = len(found) / (cum[j] - cum[i])
+        out.append((starts[i], found, j - i))
         i = j
     return out
+
+
+STREAM_FIRST = 0.9  # a streamed group's first block: this much of the raw text the last
+#                     group's ratio says fills a page
+STREAM_MARGIN = 40  # each later block aims this many bytes under the page's room by the
+STREAM_SHARE = 0.4  # ratio met so far, or this share of the room left when more,
+STREAM_NEXT = 0.2   # and is tried while that leaves room for this much of the next document
+STARTS_BYTES = 3  # msgpack bytes of a start within a group (the exact header is checked)
+_BLOCK_FLUSH = zstandard.COMPRESSOBJ_FLUSH_BLOCK
+_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _int_size(n: int) -> int:
+    """The bytes of a non-negative int in msgpack."""
+    return 1 if n < 128 else 2 if n < 256 else 3 if n < 65536 else 5 if n < 1 << 32 else 9
+
+
+def _frame_head(n: int) -> bytes:
+    """The header of a zstd frame of n bytes of content, one segment (its window is its
+    content), no checksum or dictionary: what zstd writes for a frame of known size."""
+    if n < 256:
+        return _MAGIC + bytes((0x20, n))
+    if n < 65536 + 256:
+        return _MAGIC + b"\x60" + (n - 256).to_bytes(2, "little")
+    return _MAGIC + b"\xa0" + n.to_bytes(4, "little")
+
+
+def _frame_head_size(buf: bytes) -> int | None:
+    """The length of the zstd frame header `buf` begins with; None when it names a
+    dictionary or a checksum (not spliced)."""
+    fhd = buf[4]
+    if fhd & 0x07:
+        return None
+    single = fhd >> 5 & 1
+    return 5 + (1 - single) + (single, 2, 4, 8)[fhd >> 6]
+
+
+def _last_block(body: bytes | bytearray, at: int) -> int:
+    """The offset of the last block header in `body`, zstd blocks from offset `at`."""
+    last = at
+    while at < len(body):
+        head = int.from_bytes(body[at:at + 3], "little")
+        last = at
+        at += 3 + (1 if (head >> 1) & 3 == 1 else head >> 3)  # (an RLE block: one byte)
+    if at != len(body):
+        raise BadValue("a zstd block runs past its stream")
+    return last
+
+
+def _streamed_group(raws: list, starts: list, i: int, hi: int, room: int, target: int,
+                    ratio: float, cum: list, longs: list) -> tuple[bytes | None, Any]:
+    """(value, end) of the tag-3 group raws[i:end] that fills one overflow page (room
+    bytes) as nearly as documents allow, compressed once: the documents go through one
+    zstd stream, a block flushed after the first ones (how many, `ratio` estimates) and
+    after each later run of them (how many, the ratio met so far estimates), and the group
+    ends at the last flush that still fits the page. Its value is a zstd frame of the same
+    content as _group's, the header (the starts and the count, known only at the cut) in
+    a raw block before the stream's blocks: any zstd decoder reads it, and its blocks are
+    those the stream made, as zstd matches and repeats only backwards within a frame.
+    `cum`: the raw bytes before each document of the run; `longs`: the run's documents too
+    long for one page, ascending. (None, the ratio met) when the first block alone does not
+    fit."""
+    first, base = starts[i], cum[i]
+    limit = min(hi, i + GROUP_DOCS, longs[bisect.bisect_right(longs, i)])
+    cap = cum[limit] - base    # raw bytes fed at most: zstd sizes its tables by them
+
+    def cut(more: float) -> int:   # the end of as many documents as fit `more` raw bytes
+        return min(max(bisect.bisect_right(cum, base + more, i, limit + 1) - 1, j + 1), limit)
+
+    def total(k: int) -> int:   # the value's bytes with the documents i..k-1
+        n = k - i
+        head = 1 + 2 * (1 if n < 16 else 3) + STARTS_BYTES * n
+        content = head + cum[k] - base
+        return 1 + (6 if content < 256 else 7 if content < 65792 else 9) + 3 + head + blen
+
+    j, blen = i, 0
+    k = cut(target / ratio * STREAM_FIRST)
+    stream = _compressor().compressobj(size=cap)
+    chunk = stream.compress(b"".join(raws[i:k])) + stream.flush(_BLOCK_FLUSH)
+    skip = _frame_head_size(chunk)
+    if skip is None:
+        return None, ratio
+    parts, blen, last = [chunk[skip:]], len(chunk) - skip, 0
+    j = k
+    if total(j) > room:
+        return None, total(j) / (cum[j] - base)
+    while j < limit:
+        per = blen / (cum[j] - base)   # compressed bytes a raw byte, so far
+        left = target - total(j)
+        more = (left - max(STREAM_MARGIN, left * STREAM_SHARE)) / per
+        if more < len(raws[j]) * STREAM_NEXT:   # the next one is not likely to fit
+            break
+        k = cut(cum[j] - base + more)
+        chunk = stream.compress(b"".join(raws[j:k])) + stream.flush(_BLOCK_FLUSH)
+        blen += len(chunk)
+        if total(k) > room:
+            blen -= len(chunk)
+            break
+        parts.append(chunk)
+        last = blen - len(chunk)
+        j = k
+    if j - i == 1:
+        return _single(raws[i]), j
+    body = bytearray().join(parts)
+    at = _last_block(body, last)
+    body[at] |= 1   # the frame's last block
+    head = b"\x92" + _starts_encoder.encode([x - first for x in starts[i:j]]) + \
+        _array_header(j - i)
+    return b"".join((b"\x03", _frame_head(len(head) + cum[j] - base),
+                     (len(head) << 3).to_bytes(3, "little"), head, body)), j
+
+
+def _fitted_group(raws: list, starts: list, i: int, hi: int, room: int, target: int,
+                  ratio: float) -> tuple[bytes, int]:
+    """(value, end) of a group raws[i:end] compressed whole, as much raw text as `ratio`
+    says fits a little more than one overflow page, then documents given back in
+    proportion until it fits (each try compressed again)."""
+    budget = target / ratio * GROUP_AIM
+    j, size = i + 1, len(raws[i])
+    while j < hi and j - i < GROUP_DOCS and size + len(raws[j]) <= budget and \
+            len(raws[j]) + 16 <= room:
+        size += len(raws[j])
+        j += 1
+
+    def group(i, j):
+        if j - i == 1:
+            return _single(raws[i])
+        first = starts[i]
+        return _group(raws[i:j], [x - first for x in starts[i:j]])
+
+    value = group(i, j)
+    while len(value) > room and j - i > 1:  # too hopeful: give back in proportion
+        keep = size * target / len(value)
+        while j - i > 1 and size > keep:
+            j -= 1
+            size -= len(raws[j])
+        value = group(i, j)
+    return value, j
 
 
 def _alone_or_filled(raws: list, starts: list, i: int, hi: int, psize: int
@@ -290,15 +416,6 @@ def _alone_or_filled(raws: list, starts: list, i: int, hi: int, psize: int
             return group, k
         k = i + 1 + (k - i - 1) * 3 // 4  # (the estimate was too hopeful)
     return alone, i + 1
-
-
-def encode_docs_later(raws: list, starts: list, base: int, psize: int):
-    """encode_docs on a second thread, the starts moved by `base`: a Future of the
-    entries."""
-    def run():
-        return [(base + start, value, n)
-                for start, value, n in encode_docs(raws, starts, psize, threads=1)]
-    return _pool().submit(run)
 
 
 def encode_docs(raws: list, starts: list, psize: int, threads: int = 2

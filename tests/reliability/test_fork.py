@@ -65,7 +65,10 @@ def child_commits(method: str) -> str:
     if __name__ == "__main__":
         db = annodb.open(path, timeout=10)
         with db.write() as w:
-            w.add_many([(text(i), f"p{{i}}") for i in range(100)])  # (compressed on a thread)
+            w.add_many([(text(i), f"p{{i}}") for i in range(100)])
+        # the compression pool's thread started, as a regroup of many documents starts it
+        from annodb.storage import environment
+        environment._pool().submit(int).result()
         if {method!r} == "os.fork":
             pid = os.fork()
             if pid == 0:
