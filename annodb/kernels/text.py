@@ -232,30 +232,6 @@ def _keep_utf8(u8, fold, a, length, arena, base):
 
 
 @njit(cache=True, nogil=True)
-def _room_for_utf8(u8, classes, fold, i, arena, used):
-    """`arena` (its first `used` code points kept), doubled until it has room after them
-    for the token of valid UTF-8 at byte i (at most its bytes' count of code points)."""
-    n = len(u8)
-    j = i
-    c, w = _code_point(u8, j)
-    j += w
-    if classes[fold[c]] == 1:
-        while j < n:
-            c, w = _code_point(u8, j)
-            if classes[fold[c]] != 1:
-                break
-            j += w
-    size = len(arena)
-    while size < used + (j - i):
-        size *= 2
-    if size == len(arena):
-        return arena
-    out = np.empty(size, np.uint32)
-    out[:used] = arena[:used]
-    return out
-
-
-@njit(cache=True, nogil=True)
 def _intern_utf8_run(u8, classes, fold, i, cp, t, m, starts, kinds, table, hashes, bounds,
                      arena):
     """_intern_run over valid UTF-8 (no surrogates) from byte i, code point cp: each code
@@ -309,7 +285,23 @@ def _intern_utf8(u8, classes, fold):
             break
         starts, kinds, table, hashes, bounds = _grown_tables(t, m, starts, kinds, table,
                                                              hashes, bounds)
-        arena = _room_for_utf8(u8, classes, fold, i, arena, bounds[m])
+        # room in the arena for the token at byte i (at most its bytes' count of code points)
+        j = i
+        c, w = _code_point(u8, j)
+        j += w
+        if classes[fold[c]] == 1:
+            while j < n:
+                c, w = _code_point(u8, j)
+                if classes[fold[c]] != 1:
+                    break
+                j += w
+        size = len(arena)
+        while size < bounds[m] + (j - i):
+            size *= 2
+        if size != len(arena):
+            out = np.empty(size, np.uint32)
+            out[:bounds[m]] = arena[:bounds[m]]
+            arena = out
     # (the tokens' arrays as views: a batch's ~8 MB each not copied again; make_scanned
     # keeps neither)
     return starts[:t], kinds[:t], arena[:bounds[m]].copy(), bounds[:m + 1].copy()
@@ -560,7 +552,23 @@ def _number_utf8(u8, classes, fold, table, hashes, known, kept, marks, count, ba
                 while table[slot] >= 0:
                     slot = (slot + 1) & mask
                 table[slot] = x
-        kept = _room_for_utf8(u8, classes, fold, i, kept, known[count])
+        # room in kept for the token at byte i (at most its bytes' count of code points)
+        j = i
+        c, w = _code_point(u8, j)
+        j += w
+        if classes[fold[c]] == 1:
+            while j < n:
+                c, w = _code_point(u8, j)
+                if classes[fold[c]] != 1:
+                    break
+                j += w
+        size = len(kept)
+        while size < known[count] + (j - i):
+            size *= 2
+        if size != len(kept):
+            out = np.empty(size, np.uint32)
+            out[:known[count]] = kept[:known[count]]
+            kept = out
     # (the tokens' arrays as views, as _intern_utf8's)
     return starts[:t], kinds[:t], words[:m].copy(), count, table, hashes, known, kept, marks
 
