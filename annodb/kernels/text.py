@@ -174,63 +174,6 @@ def _code_point(u8, i):
             | ((np.int64(u8[i + 2]) & 0x3F) << 6) | (np.int64(u8[i + 3]) & 0x3F)), 4
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _utf8_token(u8, classes, fold, i, cp, c, w, cls):
-    """The end (byte i, code point cp) of the token of valid UTF-8 whose first code point,
-    folded c (w bytes, of class cls), starts at byte i, code point cp, and its 32-bit
-    FNV-1a hash over the folded code points (as _intern_run's): (i, cp, h)."""
-    n = len(u8)
-    h = 2166136261
-    while True:
-        h = ((h ^ c) * 16777619) & 0xFFFFFFFF
-        i += w
-        cp += 1
-        if cls == 2 or i >= n:
-            break
-        c, w = _code_point(u8, i)
-        c = np.int64(fold[c])
-        if classes[c] != 1:
-            break
-    return i, cp, h
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _find_utf8(u8, fold, a, length, h, table, hashes, bounds, arena):
-    """(kind, slot): the kind in an interning's table (open addressing; kind k's folded
-    code points arena[bounds[k]:bounds[k + 1]], its hash hashes[k]) of the token of
-    `length` code points of valid UTF-8 from byte a, hash h, and its slot; (-1, the empty
-    slot it would take) when it has none."""
-    mask = len(table) - 1
-    slot = h & mask
-    while True:
-        k = table[slot]
-        if k < 0:
-            return -1, slot
-        if hashes[k] == h and bounds[k + 1] - bounds[k] == length:
-            base = bounds[k]
-            x = a
-            same = True
-            for j in range(length):
-                d, v = _code_point(u8, x)
-                x += v
-                if arena[base + j] != fold[d]:
-                    same = False
-                    break
-            if same:
-                return k, slot
-        slot = (slot + 1) & mask
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _keep_utf8(u8, fold, a, length, arena, base):
-    """The token of `length` code points of valid UTF-8 from byte a, folded, written to
-    arena[base:base + length]."""
-    for j in range(length):
-        d, v = _code_point(u8, a)
-        a += v
-        arena[base + j] = fold[d]
-
-
 @njit(cache=True, nogil=True)
 def _intern_utf8_run(u8, classes, fold, i, cp, t, m, starts, kinds, table, hashes, bounds,
                      arena):
@@ -238,6 +181,7 @@ def _intern_utf8_run(u8, classes, fold, i, cp, t, m, starts, kinds, table, hashe
     point decoded as it is met, no array of them made. Returns (i, cp, t, m) where it
     stopped: at the end, or before a token that needs a bigger array."""
     n = len(u8)
+    mask = len(table) - 1
     while i < n:
         c, w = _code_point(u8, i)
         c = np.int64(fold[c])
@@ -249,14 +193,47 @@ def _intern_utf8_run(u8, classes, fold, i, cp, t, m, starts, kinds, table, hashe
         if t == len(starts):
             return i, cp, t, m
         a, a_cp = i, cp
-        i, cp, h = _utf8_token(u8, classes, fold, i, cp, c, w, cls)
+        h = 2166136261  # 32-bit FNV-1a over the folded code points (as _intern_run)
+        while True:
+            h = ((h ^ c) * 16777619) & 0xFFFFFFFF
+            i += w
+            cp += 1
+            if cls == 2 or i >= n:
+                break
+            c, w = _code_point(u8, i)
+            c = np.int64(fold[c])
+            if classes[c] != 1:
+                break
         length = cp - a_cp
-        kind, slot = _find_utf8(u8, fold, a, length, h, table, hashes, bounds, arena)
+        slot = h & mask
+        kind = -1
+        while True:
+            k = table[slot]
+            if k < 0:
+                break
+            if hashes[k] == h and bounds[k + 1] - bounds[k] == length:
+                base = bounds[k]
+                same = True
+                x = a
+                for j in range(length):
+                    d, v = _code_point(u8, x)
+                    x += v
+                    if arena[base + j] != fold[d]:
+                        same = False
+                        break
+                if same:
+                    kind = k
+                    break
+            slot = (slot + 1) & mask
         if kind < 0:  # a new kind, into the empty slot found
             base = bounds[m]
             if m + 1 == len(hashes) or base + length > len(arena) or 2 * (m + 1) > len(table):
                 return a, a_cp, t, m  # grow first, then redo this token
-            _keep_utf8(u8, fold, a, length, arena, base)
+            x = a
+            for j in range(length):
+                d, v = _code_point(u8, x)
+                x += v
+                arena[base + j] = fold[d]
             bounds[m + 1] = base + length
             hashes[m] = h
             table[slot] = m
@@ -481,6 +458,7 @@ def _number_utf8_run(u8, classes, fold, i, cp, t, m, starts, kinds, words, table
     Returns (i, cp, t, m, count) where it stopped: at the end, or before a token that needs
     a bigger array."""
     n = len(u8)
+    mask = len(table) - 1
     while i < n:
         c, w = _code_point(u8, i)
         c = np.int64(fold[c])
@@ -492,15 +470,48 @@ def _number_utf8_run(u8, classes, fold, i, cp, t, m, starts, kinds, words, table
         if t == len(starts) or m == len(words):
             return i, cp, t, m, count
         a, a_cp = i, cp
-        i, cp, h = _utf8_token(u8, classes, fold, i, cp, c, w, cls)
+        h = 2166136261  # 32-bit FNV-1a over the folded code points (as _intern_run)
+        while True:
+            h = ((h ^ c) * 16777619) & 0xFFFFFFFF
+            i += w
+            cp += 1
+            if cls == 2 or i >= n:
+                break
+            c, w = _code_point(u8, i)
+            c = np.int64(fold[c])
+            if classes[c] != 1:
+                break
         length = cp - a_cp
-        number, slot = _find_utf8(u8, fold, a, length, h, table, hashes, known, kept)
+        slot = h & mask
+        number = -1
+        while True:
+            x = table[slot]
+            if x < 0:
+                break
+            if hashes[x] == h and known[x + 1] - known[x] == length:
+                base = known[x]
+                same = True
+                y = a
+                for j in range(length):
+                    d, v = _code_point(u8, y)
+                    y += v
+                    if kept[base + j] != fold[d]:
+                        same = False
+                        break
+                if same:
+                    number = x
+                    break
+            slot = (slot + 1) & mask
         if number < 0:  # a word new to the numbering, into the empty slot found
             base = known[count]
             if count + 1 == len(hashes) or base + length > len(kept) or \
                     2 * (count + 1) > len(table):
                 return a, a_cp, t, m, count  # grow first, then redo this token
-            _keep_utf8(u8, fold, a, length, kept, base)
+            y = a
+            for j in range(length):
+                d, v = _code_point(u8, y)
+                y += v
+                kept[base + j] = fold[d]
             known[count + 1] = base + length
             hashes[count] = h
             table[slot] = count
