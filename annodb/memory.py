@@ -313,6 +313,9 @@ class Memory:
             if event is not None:          # (recall's: "yesterday" is a date it names)
                 w.annotate(_recall.EVENT_FROM, a.start, a.end, event[0])
                 w.annotate(_recall.EVENT_TO, a.start, a.end, event[1])
+            asked = _recall.asking(record[TEXT])
+            if asked:                      # (recall's: a memory that asks tells less)
+                w.annotate(_recall.ASKING, a.start, a.end, asked)
         for a, record, item in zip(added, records, items):
             if KEY in record:
                 self._supersede_by_key(w, record[KEY], a, record[TIME])
