@@ -497,8 +497,10 @@ class Memory:
         ("context" or one of rankers.RANKS; default: shortest-substring ranking for GCL,
         "context" for free text: BM25 in which a memory borrows the words of its
         neighbours in its session, with the session's score and the dates and labels
-        (metadata strings) the text names, annodb/recall.py; a sharded memory ranks free
-        text by the engine's free-text default). Equal scores: the newer memory first.
+        (metadata strings) the text names, a memory that says more above one that says
+        less and one that tells above one that asks, annodb/recall.py; a sharded memory
+        ranks free text by the engine's free-text default). Equal scores: the newer memory
+        first.
         `recency` (a half-life: seconds or a timedelta) multiplies each score by
         0.5 ** (age / half-life), age counted back from as_of or now (the best
         max(4k, 100) by relevance are re-ranked so). No query

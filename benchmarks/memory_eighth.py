@@ -112,6 +112,14 @@ def specific(text: str) -> int:
     return n
 
 
+def sentences_asking(text: str) -> float:
+    """The share of a text's sentences (recall.asking's, those holding a token) that ask."""
+    from annodb import recall
+    from annodb.tokenizer import tokens
+    found = [(w, m) for w, m in recall._SENTENCE.findall(text) if tokens(w)]
+    return sum("?" in m for _, m in found) / len(found) if found else 0.0
+
+
 def features(rows) -> dict:
     """{docid: {name: value}} of each memory's text (and time)."""
     from annodb import recall
@@ -122,6 +130,7 @@ def features(rows) -> dict:
         out[d["docid"]] = {
             "L": len(tokens(t)),
             "asked": recall.asking(t),
+            "sentences asking": sentences_asking(t),
             "ends": float(t.rstrip().rstrip("\"'”’").rstrip().endswith("?")),
             "event": float(recall.memory_event(t, when(d["date_time"])) is not None),
             "time words": float(bool(TIME_WORDS.search(t))),
@@ -207,6 +216,8 @@ def rows_eighth(P, X, NN, avg):
     out += [(f"the names' part of the score x {a}", name_part(a)) for a in (0.5, 0.75, 1.25)]
     out += [(f"a memory ending in a question: x (1 - {g})", lambda q, p, g=g: p["full"] *
              (1 - g * X["ends"][q["conv"]])) for g in (0.05, 0.1, 0.15, 0.2, 0.3)]
+    out += [(f"asking: x (1 - {g} x the share of sentences asking)", lambda q, p, g=g:
+             p["full"] * (1 - g * X["sentences asking"][q["conv"]])) for g in (0.3, 0.4, 0.5)]
     out += [(f"the length prior over the tokens not asking, {w}", stated(w))
             for w in (0.3, 0.4, 0.5, 0.7)]
     out += [(f"**asking: x (1 - {g} x the share of tokens in sentences asking)**"
