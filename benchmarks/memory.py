@@ -23,7 +23,8 @@ the Anserini BM25 run shipped in runs/, and FTS5's bm25 (porter tokenizer; the q
 words OR-ed, `MATCH` with `WHERE conv = ?`). Columns per half: the conversations the
 settings were tuned on (conv-26, -30, -41, -42, -43), the five held out, and all ten.
 The variants that are not settings (RM3 on top, expansion, diversity, fusions) were
-measured with the prototype in benchmarks/memory_prototype.py; RESULTS.md lists them.
+measured with the prototype in benchmarks/memory_prototype.py (the eighth round's with
+annodb's own scores, benchmarks/memory_eighth.py); RESULTS.md lists them.
 """
 
 from __future__ import annotations
