@@ -302,20 +302,10 @@ class Memory:
                      for record, docno in zip(records, given)]
         fold = bool(getattr(w, "fold_diacritics", False))
         for a, record in zip(added, records):
-            words: set = set()
             for name, value in record.items():
                 if isinstance(value, str) and name != TEXT:
                     w.annotate(label(name, value), a.start, a.end)
-                    words.update(_recall.label_words(value, fold))
-            for word in sorted(words):     # (recall's: a question may name a label)
-                w.annotate(_recall.LABEL_WORD + word, a.start, a.end)
-            event = _recall.memory_event(record[TEXT], record[TIME])
-            if event is not None:          # (recall's: "yesterday" is a date it names)
-                w.annotate(_recall.EVENT_FROM, a.start, a.end, event[0])
-                w.annotate(_recall.EVENT_TO, a.start, a.end, event[1])
-            asked = _recall.asking(record[TEXT])
-            if asked:                      # (recall's: a memory that asks tells less)
-                w.annotate(_recall.ASKING, a.start, a.end, asked)
+            _derive(w, a.start, a.end, record, fold)
         for a, record, item in zip(added, records, items):
             if KEY in record:
                 self._supersede_by_key(w, record[KEY], a, record[TIME])
@@ -449,6 +439,24 @@ class Memory:
         with self.db.write() as w:
             doc = w.document(docno)
             w.annotate(value_feature(label), doc.start, doc.end, value)
+
+    def reindex(self) -> int:
+        """Write again, in one transaction (one per shard of a sharded memory), what
+        recall derives from each memory when it is remembered: the words of its metadata
+        strings (a field the question may name), the date its text names relative to its
+        time ("yesterday") and the share of its text that asks. Memories that an older
+        annodb wrote carry none of them until then (recall still finds them, without those
+        signals); writing them again is harmless, so this can be run at any time. Returns
+        the number of memories read."""
+        n = 0
+        for db in getattr(self.db, "shards", None) or [self.db]:
+            with db.write() as w:
+                fold = bool(getattr(w, "fold_diacritics", False))
+                for doc in w.documents():
+                    if doc.container == ":":      # (not a note of the Vole's)
+                        _derive(w, doc.start, doc.end, {TEXT: doc.text, **doc.meta}, fold)
+                        n += 1
+        return n
 
     def forget(self, docnos: str | list | None = None, *, where: dict | None = None):
         """Delete memories and everything annotated inside them, in one transaction (all
@@ -595,6 +603,29 @@ class Memory:
             return r.features_with_prefix(f"{key}:", sys.maxsize)
         return current_node(_where_node(where, base, labels_of), as_of, include_superseded,
                             r.has_feature(value_feature(SUPERSEDED)))
+
+
+def _derive(w, start: int, end: int, record: dict, fold: bool) -> None:
+    """Annotate the memory at start..end with what recall derives from its record: each
+    word of its metadata strings as LABEL_WORD + word (a question may name a label), the
+    date its text names relative to its time as EVENT_FROM / EVENT_TO ("yesterday"), and
+    the share of its text's tokens in sentences that ask as ASKING (where above 0: a
+    memory that asks tells less)."""
+    words: set = set()
+    for name, value in record.items():
+        if isinstance(value, str) and name != TEXT:
+            words.update(_recall.label_words(value, fold))
+    for word in sorted(words):
+        w.annotate(_recall.LABEL_WORD + word, start, end)
+    when = record.get(TIME)
+    if isinstance(when, (int, float)) and not isinstance(when, bool):
+        event = _recall.memory_event(record[TEXT], float(when))
+        if event is not None:
+            w.annotate(_recall.EVENT_FROM, start, end, event[0])
+            w.annotate(_recall.EVENT_TO, start, end, event[1])
+    asked = _recall.asking(record[TEXT])
+    if asked:
+        w.annotate(_recall.ASKING, start, end, asked)
 
 
 def _absent(r, where: dict | None) -> list[str]:

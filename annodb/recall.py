@@ -77,8 +77,9 @@ its sentences that end in a question mark (asking: "How was the camping trip?" 1
 memories that match as well, the one that asks is less likely to hold the answer (it
 more often holds the words of the answer that follows it, which its context lends
 anyway). Memory computes the share as it remembers a memory and stores it over the
-memory where it is above 0 (ASKING); a memory remembered before it was stored counts as
-asking nothing. The factor lies in (1 - asks, 1]: it never raises a score.
+memory where it is above 0 (ASKING); a memory an older annodb wrote counts as asking
+nothing until Memory.reindex() writes its share. The factor lies in (1 - asks, 1]: it
+never raises a score.
 
 The k best memories with a score > 0 are returned, ties by address. The settings
 (`Context`) were chosen on half of LoCoMo's conversations and measured on the other half

@@ -760,6 +760,31 @@ def test_bm25_agrees_with_bm25s_lucene():
         db.close()
 
 
+def test_free_text_bm25_leaves_out_the_stop_words_as_anserini_does(tmp_path):
+    """Free text ranked by BM25 loses Lucene's 33 stop words first, as Anserini's
+    analyzer does: a verbose question ranks exactly (docnos and scores) as its other
+    words, where a repeated "of" would otherwise decide; a text of stop words only keeps
+    them; a GCL query's words are all kept."""
+    db = annodb.open(str(tmp_path / "db"))
+    with db.write() as w:
+        for i, text in enumerate(["the history of the theory of the study of rome",
+                                  "rome history", "a history", "of the of the of the",
+                                  "to be or not to be"]):
+            w.add(text, docno=f"d{i}")
+    with db.read() as r:
+        def ranked(text):
+            return [(h.docno, h.score) for h in r.search_text(text, k=10, rank="bm25",
+                                                               snippets=False)]
+        question = "the history of the rome of the empire of the"
+        assert ranked(question) == ranked("history rome empire")
+        assert ranked(question)[0][0] == "d1"
+        assert ranked("of the")[0][0] == "d3"          # stop words only: kept
+        assert ranked("to be or not to be")[0][0] == "d4"
+        gcl = [h.docno for h in r.search("(+ the of history)", k=10, rank="bm25")]
+        assert gcl[0] == "d0"                          # (GCL: "the" and "of" count)
+    db.close()
+
+
 def test_bm25f_equals_its_definition(tmp_path):
     recs = [{"id": "r0", "title": "goth rock", "body": "the scene of goth and punk rock"},
             {"id": "r1", "title": "punk", "body": "rock rock rock and more rock"},

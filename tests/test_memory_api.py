@@ -10,7 +10,9 @@ import pytest
 
 import annodb
 import annodb.memory
+from annodb import recall
 from annodb.errors import AnnodbError, StorageError
+from annodb.gcl import Evaluator
 
 from test_memory import _server_params
 
@@ -208,3 +210,56 @@ def test_mcp_tools_update_by_key_list_pages_and_forget_by_filter(tmp_path):
             assert bad.is_error and "ISO 8601" in bad.content[0].text
 
     anyio.run(session)
+
+
+def _old_memory(path, memories):
+    """A memory as annodb wrote it before recall derived anything at remember time: each
+    record with its exact labels only (no label words, no event dates)."""
+    from annodb.memory import TEXT, label
+    with annodb.Memory(path) as mem, mem.db.write() as w:
+        for m in memories:
+            record = {k: v for k, v in m.items() if k not in ("text", "docno")}
+            added = w.add({TEXT: m["text"], **record}, docno=m["docno"], text_fields=[TEXT])
+            for key, value in record.items():
+                if isinstance(value, str):
+                    w.annotate(label(key, value), added.start, added.end)
+
+
+def test_reindex_gives_an_old_memory_what_remember_derives(tmp_path):
+    """Memories written without the label words and event dates that remember derives
+    recall differently; after reindex() (one transaction) they recall exactly as the same
+    memories remembered today, scores included, and a second reindex changes nothing."""
+    day = 1_682_985_600.0                          # 2 May 2023, 00:00 UTC
+    memories = [
+        {"text": "I watched a film about whales last night", "docno": "a", "speaker": "Ann",
+         "time": day + 3600},
+        {"text": "Which one? The one with the blue whale?", "docno": "b", "speaker": "Ben",
+         "time": day + 3660},
+        {"text": "Ann said the whale film was long", "docno": "c", "speaker": "Cy",
+         "time": day + 90000},
+        {"text": "Ben watched a film too", "docno": "d", "speaker": "Ann", "time": day + 90060},
+    ]
+    questions = ["What did Ann watch on 1 May, 2023?", "What film did Ann watch?",
+                 "whale film", "What did Ben say?"]
+
+    def recalls(mem):
+        return [[(e.docno, e.score) for e in mem.recall(q, k=4)] for q in questions]
+
+    with annodb.Memory(tmp_path / "new.db") as mem:
+        mem.remember_many(memories)
+        want = recalls(mem)
+        assert want[0][0][0] == "a"               # watched "last night": on 1 May
+        assert mem.reindex() == 4 and recalls(mem) == want
+    _old_memory(tmp_path / "old.db", memories)
+    with annodb.Memory(tmp_path / "old.db") as mem:
+        assert recalls(mem) != want                # (the test can tell them apart)
+        assert mem.reindex() == 4
+        assert recalls(mem) == want
+        with mem.db.read() as r:                   # (b asks: its share is written too)
+            asked = Evaluator(r).lists.whole(recall.ASKING)
+            assert asked.values.tolist() == [1.0]
+            assert asked.starts.tolist() == [r.document("b").start]
+        assert mem.reindex() == 4 and recalls(mem) == want
+    with annodb.Memory(tmp_path / "old.db", readonly=True) as mem:
+        with pytest.raises(AnnodbError):
+            mem.reindex()

@@ -225,6 +225,9 @@ def test_a_sharded_memory_keeps_a_key_in_one_shard_and_refuses_a_split_forget(tm
         with pytest.raises(AnnodbError, match="several shards.*nothing was forgotten"):
             mem.forget(where={"user": ["alice", "bob"]})
         assert len(mem.history(20, include_superseded=True)) == 6 + 3 + 8
+        before = [(e.docno, e.score) for e in mem.recall("alice bob note", k=20)]
+        assert mem.reindex() == 17      # (one transaction a shard: both are written)
+        assert [(e.docno, e.score) for e in mem.recall("alice bob note", k=20)] == before
         assert sorted(mem.forget(where={"user": "alice"})) == sorted(docnos)
         assert sorted(mem.forget(where={"user": "bob"})) == sorted(bob)
         with pytest.raises(AnnodbError, match="nothing was remembered"):
