@@ -443,10 +443,11 @@ class Memory:
     def reindex(self) -> int:
         """Write again, in one transaction (one per shard of a sharded memory), what
         recall derives from each memory when it is remembered: the words of its metadata
-        strings (a field the question may name) and the date its text names relative to
-        its time ("yesterday"). Memories that an older annodb wrote carry neither until
-        then (recall still finds them, without those two signals); writing them again is
-        harmless, so this can be run at any time. Returns the number of memories read."""
+        strings (a field the question may name), the date its text names relative to its
+        time ("yesterday") and the share of its text that asks. Memories that an older
+        annodb wrote carry none of them until then (recall still finds them, without those
+        signals); writing them again is harmless, so this can be run at any time. Returns
+        the number of memories read."""
         n = 0
         for db in getattr(self.db, "shards", None) or [self.db]:
             with db.write() as w:
@@ -504,8 +505,10 @@ class Memory:
         ("context" or one of rankers.RANKS; default: shortest-substring ranking for GCL,
         "context" for free text: BM25 in which a memory borrows the words of its
         neighbours in its session, with the session's score and the dates and labels
-        (metadata strings) the text names, annodb/recall.py; a sharded memory ranks free
-        text by the engine's free-text default). Equal scores: the newer memory first.
+        (metadata strings) the text names, a memory that says more above one that says
+        less and one that tells above one that asks, annodb/recall.py; a sharded memory
+        ranks free text by the engine's free-text default). Equal scores: the newer memory
+        first.
         `recency` (a half-life: seconds or a timedelta) multiplies each score by
         0.5 ** (age / half-life), age counted back from as_of or now (the best
         max(4k, 100) by relevance are re-ranked so). No query
@@ -604,8 +607,10 @@ class Memory:
 
 def _derive(w, start: int, end: int, record: dict, fold: bool) -> None:
     """Annotate the memory at start..end with what recall derives from its record: each
-    word of its metadata strings as LABEL_WORD + word (a question may name a label), and
-    the date its text names relative to its time as EVENT_FROM / EVENT_TO ("yesterday")."""
+    word of its metadata strings as LABEL_WORD + word (a question may name a label), the
+    date its text names relative to its time as EVENT_FROM / EVENT_TO ("yesterday"), and
+    the share of its text's tokens in sentences that ask as ASKING (where above 0: a
+    memory that asks tells less)."""
     words: set = set()
     for name, value in record.items():
         if isinstance(value, str) and name != TEXT:
@@ -618,6 +623,9 @@ def _derive(w, start: int, end: int, record: dict, fold: bool) -> None:
         if event is not None:
             w.annotate(_recall.EVENT_FROM, start, end, event[0])
             w.annotate(_recall.EVENT_TO, start, end, event[1])
+    asked = _recall.asking(record[TEXT])
+    if asked:
+        w.annotate(_recall.ASKING, start, end, asked)
 
 
 def _absent(r, where: dict | None) -> list[str]:

@@ -16,6 +16,9 @@ A memory is a document (container `:`) whose record holds its text (`text`) and 
   A date the memory's text names relative to its `time` ("yesterday", "last week") is
   written as the values `(event)from` and `(event)to` over it (recall.py's EVENT_FROM
   and EVENT_TO: what lets a question naming that date find it; no key can name them).
+  A memory whose text asks something has the share of its tokens in sentences ending in
+  a question mark written as the value `(text)asks` over it (recall.py's ASKING: what
+  ranks it below a memory that states as much).
 
 Keys are names without whitespace or `( ) " :`. RESERVED keys are refused as metadata:
 `text` and `docno` (the record's own), `key` (give it as `remember(key=...)`),

@@ -63,14 +63,23 @@ Then
 
     score_i = (turn_i + [turn_i > 0] x (passage x pass_i + dates x date_i
                                         + labels x named_i)) x (1 + length x L_i / (L_i + avglen))
+                                                             x (1 - asks x asked_i)
 
-The last factor is a **length prior**: of two memories that match the question about as
+The first factor is a **length prior**: of two memories that match the question about as
 well, the longer one more likely holds what is asked (BM25's length normalisation works
 the other way: a memory that says little but a name, "wow, Melanie!", outscores the one
 that tells her news for the name alone). It saturates (below 1 + length), it scales with
 what the memory matched (so a memory matching the question better is not overtaken for
 its length alone, however small the words' idf), and it reads nothing but the memory's
-extent.
+extent. The second is an **asking prior**: asked_i is the share of the memory's tokens in
+its sentences that end in a question mark (asking: "How was the camping trip?" 1,
+"Camping was great! How are the kids?" 4 / 7); a question states nothing, so of two
+memories that match as well, the one that asks is less likely to hold the answer (it
+more often holds the words of the answer that follows it, which its context lends
+anyway). Memory computes the share as it remembers a memory and stores it over the
+memory where it is above 0 (ASKING); a memory an older annodb wrote counts as asking
+nothing until Memory.reindex() writes its share. The factor lies in (1 - asks, 1]: it
+never raises a score.
 
 The k best memories with a score > 0 are returned, ties by address. The settings
 (`Context`) were chosen on half of LoCoMo's conversations and measured on the other half
@@ -84,7 +93,8 @@ scored exactly, from their neighbours' lengths, times and postings; a memory fur
 away holds none of those words nearby (in its text or labels), so it scores less than
 the sum over the words left of qtf x (idf + passage x pidf + labels x idf, the last for
 a word some label holds), plus the dates' weights (a date its text names adds no more
-than its time would), times the length prior's 1 + length.
+than its time would), times the length prior's 1 + length (the asking prior's factor is
+at most 1).
 Once the k-th best score reaches that bound, no other memory can enter the k best;
 otherwise twice as many words are taken. A round is run only when the words taken could
 outscore those left, and only while the memories to read around their holders are at
@@ -144,6 +154,8 @@ class Context:
     labels: float = 0.3      # the weight of a query word one of a memory's labels holds
     length: float = 0.3      # a memory's length prior: its score x (1 + length x
     #                          L / (L + avglen))
+    asks: float = 0.4        # a memory that asks: its score x (1 - asks x the share of its
+    #                          tokens in sentences ending in a question mark); 0 to 1
 
     def spread(self) -> float:
         """A memory's context length over its own in an endless session."""
@@ -185,18 +197,23 @@ def date_weight(lo: float, hi: float, settings: "Context | None" = None) -> floa
 
 def score(tf: np.ndarray, counts: np.ndarray, idfs: np.ndarray, pidfs: np.ndarray,
           lengths: np.ndarray, runs: np.ndarray, dated: np.ndarray, avglen: float,
-          settings: Context = CONTEXT, named: np.ndarray | None = None) -> np.ndarray:
+          settings: Context = CONTEXT, named: np.ndarray | None = None,
+          asked: np.ndarray | None = None) -> np.ndarray:
     """Each memory's score (module docstring), over consecutive memories: tf[w, i] the
     count of the query's word w in memory i, counts[w] its count in the query, idfs[w]
     and pidfs[w] its idf and passage idf, lengths[i] the memory's tokens, runs[i] its
     session (ids nondecreasing; a new one also where the memories are not consecutive),
     dated[i] the weights of the dates its time falls in, avglen the collection's mean
-    length, named[i] the sum of qtf x idf over the query's words its labels hold."""
+    length, named[i] the sum of qtf x idf over the query's words its labels hold,
+    asked[i] the share of its tokens in sentences that ask (asking; None: none asks)."""
     s = settings
-    return kernels.context_scores(
+    scores = kernels.context_scores(
         tf, counts, idfs, pidfs, lengths, runs, dated, named, avglen,
         (s.k1, s.b, s.before, s.after, s.window, s.common, s.passage, s.reach, s.passage_k1,
          s.passage_b, s.dates, s.labels, s.length, s.spread()))
+    if asked is not None and s.asks:
+        scores *= 1.0 - s.asks * asked
+    return scores
 
 
 # dates ----------------------------------------------------------------------------------
@@ -348,6 +365,28 @@ def memory_event(text: str, when: float) -> tuple[float, float] | None:
     None."""
     found = event_ranges(text, when)
     return min(found, key=lambda r: r[1] - r[0]) if found else None
+
+
+# what a memory asks ---------------------------------------------------------------------
+
+ASKING = "(text)asks"  # over a memory: the share of its tokens in sentences that ask
+_SENTENCE = re.compile(r"([^.!?]*)([.!?]*)")   # a sentence, then the marks that end it
+
+
+def asking(text: str) -> float:
+    """The share of a text's tokens that are in its sentences ending in a question mark
+    ("How was the trip?", "Really?!"): a sentence runs to a run of . ! or ?, and it asks
+    when that run holds a ?. 0.0 for a text without one (Memory stores the share with each
+    memory whose text asks something, ASKING)."""
+    if "?" not in text:
+        return 0.0
+    asked = total = 0
+    for words, marks in _SENTENCE.findall(text):
+        if words or marks:
+            n = len(tokens(words))
+            total += n
+            asked += n if "?" in marks else 0
+    return asked / total if total else 0.0
 
 
 # labels ---------------------------------------------------------------------------------
@@ -513,9 +552,11 @@ def _scored(ev: Evaluator, docs: Intervals, region: Region, cuts: np.ndarray, te
             longer = np.maximum(ev_hi[by_text] - ev_lo[by_text], max(hi - lo, 1.0))
             add[by_text] = np.log1p(settings.date_span / longer)
         dated += add
+    asked = np.nan_to_num(_values(ev, ASKING, region, s, e)) if settings.asks else None
     scores = score(tf, np.array([t.count for t in terms], float),
                    np.array([t.idf for t in terms]), np.array([t.pidf for t in terms]),
-                   (e - s + 1).astype(np.float64), runs, dated, avglen, settings, named)
+                   (e - s + 1).astype(np.float64), runs, dated, avglen, settings, named,
+                   asked)
     return s, e, scores, runs, held
 
 
@@ -555,7 +596,8 @@ def _followed(ev: Evaluator, cnode, terms: list, dates: list, avglen: float,
             bound += settings.dates * sum(weight for _, _, weight in dates)
         if bound > sum(terms[w].bound(settings) for w in order[:taken]):
             continue      # (the words taken could not outscore the rest: take more first)
-        bound *= 1.0 + settings.length  # (the length prior's factor is below it)
+        bound *= 1.0 + settings.length  # (the length prior's factor is below it, the
+        #                                  asking prior's at most 1)
         for w in order[:taken]:
             if w not in holders:
                 holders[w] = _holders(ev, cnode, terms[w].forms + terms[w].labels)

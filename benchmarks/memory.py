@@ -12,9 +12,10 @@ The memory: every turn remembered in conversation order with `conv`, `session`, 
 and `time` (its session's date_time, as UTC) as metadata; its text is corpus.jsonl's
 `text` (the paper's indexed string). The 5,882 turns are remembered in one transaction:
 by `Memory.remember_many` where it exists, else through the lower-level API exactly as
-`Memory.remember` adds each (the record, then a label per string value). Each question runs `recall(question, k=50, where={"conv": ...})`; the
-metric is eval_recall.py's (the paper's, on the raw evidence ids; a question without
-evidence scores 1), ported here and checked against that script on the default's run.
+`Memory.remember` adds each (the record, then a label per string value). Each question
+runs `recall(question, k=50, where={"conv": ...})`; the metric is eval_recall.py's (the
+paper's, on the raw evidence ids; a question without evidence scores 1), ported here and
+checked against that script on the default's run.
 
 Rows: annodb's default (annodb/recall.py), the variants of it that were tried (its
 settings, recall.Context), the engine's other free-text rankers through Memory.recall,
@@ -22,7 +23,8 @@ the Anserini BM25 run shipped in runs/, and FTS5's bm25 (porter tokenizer; the q
 words OR-ed, `MATCH` with `WHERE conv = ?`). Columns per half: the conversations the
 settings were tuned on (conv-26, -30, -41, -42, -43), the five held out, and all ten.
 The variants that are not settings (RM3 on top, expansion, diversity, fusions) were
-measured with the prototype in benchmarks/memory_prototype.py; RESULTS.md lists them.
+measured with the prototype in benchmarks/memory_prototype.py (the eighth round's with
+annodb's own scores, benchmarks/memory_eighth.py); RESULTS.md lists them.
 """
 
 from __future__ import annotations
@@ -217,6 +219,9 @@ def variants() -> list[tuple[str, dict]]:
         ("no length prior (length = 0: the third round's default)", {"length": 0.0}),
         ("length prior 0.2", {"length": 0.2}),
         ("length prior 0.4", {"length": 0.4}),
+        ("no asking prior (asks = 0: the seventh round's default)", {"asks": 0.0}),
+        ("asking prior 0.2", {"asks": 0.2}),
+        ("asking prior 0.6", {"asks": 0.6}),
     ]
 
 
@@ -533,7 +538,8 @@ def main(argv=None) -> int:
                f"Run {now} on {machine()}, under the shared CPU lock. Evidence recall (%) "
                "at k = 5 / 10 / 25 / 50, the paper's metric on the raw evidence; "
                f"{len(qs):,} questions (tune: conv-26, -30, -41, -42, -43, {n_tune} "
-               f"questions; held out: the other five, {len(qs) - n_tune}). {port}.\n\n" + "\n".join(lines) + "\n\n"
+               f"questions; held out: the other five, {len(qs) - n_tune}). {port}.\n\n"
+               + "\n".join(lines) + "\n\n"
                f"Built in one transaction: annodb {built:.2f} s ({how}), FTS5 "
                f"{fts_built:.2f} s. "
                "Latency over the 1,986 questions (after 200 warm-up), each engine in turn "

@@ -17,6 +17,9 @@ the ones that lost (RESULTS.md, "Agent memory on LoCoMo", lists them all).
                                                        # the wordfreq package if installed,
                                                        # or BG=msmarco)
 
+The eighth round (memories that ask) scored its variants from annodb's own scores instead:
+benchmarks/memory_eighth.py.
+
 Its figures differ from annodb's by a few tenths: it conflates every word with its stem
 (annodb: the words of the database sharing the stem, at most 32), and it lends context
 over 8 neighbours on either side (recall.py: the whole session, decayed).

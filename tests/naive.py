@@ -909,7 +909,32 @@ def context_sums_fast(values, runs, before, after, reach):
     return out
 
 
-def context_recall(memories, selected, words, dates, k, settings, labels=None, events=None):
+def asking(text):
+    """recall.asking by its definition, for texts of words split by spaces and the marks
+    . ! ?: the share of the words in sentences whose closing marks hold a ?, a sentence
+    ending at each run of marks (or the text's end)."""
+    sentences, words, marks = [], [], ""
+    for ch in text + " ":
+        if ch in ".!?":
+            marks += ch
+            continue
+        if marks:
+            sentences.append((words, marks))
+            words, marks = [], ""
+        if ch == " ":
+            words.append("")
+        elif words:
+            words[-1] += ch
+        else:
+            words.append(ch)
+    sentences.append((words, marks))
+    counted = [(sum(1 for w in ws if w), "?" in m) for ws, m in sentences]
+    total = sum(n for n, _ in counted)
+    return sum(n for n, asks in counted if asks) / total if total else 0.0
+
+
+def context_recall(memories, selected, words, dates, k, settings, labels=None, events=None,
+                   asked=None):
     """annodb/recall.py's context recall by its definition. memories: [(docno, tokens,
     time or None)], every document of the collection in address order (N, df and the mean
     length are theirs); selected: the docnos ranked; words: [(word, count in the query)];
@@ -917,8 +942,9 @@ def context_recall(memories, selected, words, dates, k, settings, labels=None, e
     words of its metadata strings} (a word no text holds has for df the memories whose
     labels hold it); events: {docno: (lo, hi), the date its text names relative to its
     time}: a query date it overlaps counts as ln(1 + date_span / the longer of the two)
-    where the memory's time is not in that date. The top k [(docno, score)], score > 0,
-    by score, ties by address."""
+    where the memory's time is not in that date; asked: {docno: the share of its tokens
+    in sentences that ask} (the score x (1 - asks x it)). The top k [(docno, score)],
+    score > 0, by score, ties by address."""
     import math
 
     def idf(df, n):
@@ -982,9 +1008,11 @@ def context_recall(memories, selected, words, dates, k, settings, labels=None, e
                 dated[i] += math.log(1 + s.date_span / (hi - lo))
             elif event is not None and event[0] < hi and lo < event[1]:
                 dated[i] += math.log(1 + s.date_span / max(hi - lo, event[1] - event[0]))
+    asked = asked or {}
     scores = [(turn[i] + ((s.passage * passage[i] + s.dates * dated[i] +
                            s.labels * named[i]) if turn[i] > 0 else 0.0))
-              * (1 + s.length * length[i] / (length[i] + avglen)) for i in range(n)]
+              * (1 + s.length * length[i] / (length[i] + avglen))
+              * (1 - s.asks * asked.get(mine[i][0], 0.0)) for i in range(n)]
     ranked = sorted((i for i in range(n) if scores[i] > 0), key=lambda i: -scores[i])
     return [(mine[i][0], scores[i]) for i in ranked[:k]]
 

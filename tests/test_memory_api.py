@@ -10,7 +10,9 @@ import pytest
 
 import annodb
 import annodb.memory
+from annodb import recall
 from annodb.errors import AnnodbError, StorageError
+from annodb.gcl import Evaluator
 
 from test_memory import _server_params
 
@@ -253,6 +255,10 @@ def test_reindex_gives_an_old_memory_what_remember_derives(tmp_path):
         assert recalls(mem) != want                # (the test can tell them apart)
         assert mem.reindex() == 4
         assert recalls(mem) == want
+        with mem.db.read() as r:                   # (b asks: its share is written too)
+            asked = Evaluator(r).lists.whole(recall.ASKING)
+            assert asked.values.tolist() == [1.0]
+            assert asked.starts.tolist() == [r.document("b").start]
         assert mem.reindex() == 4 and recalls(mem) == want
     with annodb.Memory(tmp_path / "old.db", readonly=True) as mem:
         with pytest.raises(AnnodbError):

@@ -16,6 +16,7 @@ import annodb
 import naive
 from annodb import kernels, recall
 from annodb.errors import RankingError
+from annodb.gcl import Evaluator
 from annodb.memory import label, where_node
 
 HOUR = 3600.0
@@ -214,6 +215,35 @@ def test_a_date_the_memory_names_matches_the_question(mem):
     assert scores[a] == scores[b] > scores[c]    # (b's night was the 1st: the 2nd is its time)
 
 
+def test_asking():
+    """The share of a text's tokens in its sentences ending in a question mark."""
+    assert recall.asking("How was the camping trip?") == 1.0
+    assert recall.asking("Camping was great! How are the kids?") == 4 / 7
+    assert recall.asking('Mel said, "Hey! How have you been?" and waved') == 4 / 9
+    assert recall.asking("Really?! Yes. Why?") == 2 / 3
+    assert recall.asking("No question here. None!") == 0.0
+    assert recall.asking("?? ...") == 0.0 and recall.asking("") == 0.0
+
+
+def test_a_memory_that_asks_ranks_below_one_that_tells(mem):
+    """Of two memories holding the same words, the one that asks ranks below the one that
+    states them (the asking prior), though it is the newer (which a tie would put first);
+    Memory stores the share only for the memory that asks."""
+    tells = mem.remember("Camping at the lake with the kids.", time=0.0)
+    asks = mem.remember("Camping at the lake with the kids?", time=DAY)
+    mem.remember("The weather was grey and cold", time=5 * DAY)
+    got = mem.recall("camping with the kids", k=2)
+    assert [e.docno for e in got] == [tells, asks]
+    assert got[1].score == pytest.approx(got[0].score * (1 - recall.CONTEXT.asks))
+    with mem.db.read() as r:
+        shares = Evaluator(r).lists.whole(recall.ASKING)
+        assert shares.values.tolist() == [1.0]
+        assert shares.starts.tolist() == [r.document(asks).start]
+        flat = recall.search(r, "camping with the kids", k=2,
+                             settings=replace(recall.CONTEXT, asks=0.0))
+        assert flat[0].score == flat[1].score
+
+
 def test_rank_names_are_checked(mem):
     """recall's `rank` takes "context" or the engine's rankers; "context" is for free
     text only."""
@@ -335,6 +365,12 @@ BASE = datetime.datetime(2023, 5, 1, tzinfo=UTC).timestamp()
 
 
 PHRASES = ["", "", "", "yesterday", "two days ago", "last week", "last month"]
+ASKS = ["", "", "", " ?", " ? w4", " . w2 ?", " w1 ?! w3 ."]   # (ends of a memory's text)
+
+
+def words(text: str) -> list[str]:
+    """The tokens of a test memory's text: its words without the marks . ! ?"""
+    return [w for w in text.split() if w.strip(".!?")]
 
 
 def event(phrase: str, t: float):
@@ -366,7 +402,8 @@ def memories(draw):
         t += draw(st.sampled_from([0.0, 60.0, 1800.0, 1801.0, 3 * 24 * HOUR, 40 * 24 * HOUR]))
         timed = draw(st.sampled_from([True, True, True, False]))
         out.append((toks, t if timed else None,
-                    draw(st.sampled_from(["a", "b", "a", "w2", "w5 b"]))))
+                    draw(st.sampled_from(["a", "b", "a", "w2", "w5 b"])),
+                    draw(st.sampled_from(ASKS))))
     return out
 
 
@@ -377,7 +414,7 @@ def memories(draw):
        st.booleans(), st.sampled_from([recall.CONTEXT,
                                        recall.Context(common=1.0, before=0.8, after=0.0),
                                        recall.Context(passage=2.0, dates=0.0, b=0.0,
-                                                      labels=1.0),
+                                                      labels=1.0, asks=0.9),
                                        recall.Context(window=1, reach=2, common=0.0)]),
        st.sampled_from([None, True, False]), st.integers(1, 12))
 def test_context_recall_is_its_definition(mems, query, date, filtered, context, scan, k):
@@ -386,23 +423,26 @@ def test_context_recall_is_its_definition(mems, query, date, filtered, context, 
     with and without a time, over sessions cut at the gap, labels holding the query's
     words (and memories written without label words, as before labels were scored),
     memories whose text names a date relative to their time ("yesterday", "last week")
-    and questions naming that date."""
+    and questions naming that date, memories whose sentences ask (and memories written
+    without their share, as before it was stored: they count as asking nothing)."""
     with tempfile.TemporaryDirectory() as tmp, annodb.Memory(f"{tmp}/m.db") as mem:
-        stored, labels, events = [], {}, {}
-        for i, (toks, t, user) in enumerate(mems):
+        stored, labels, events, asked = [], {}, {}, {}
+        for i, (toks, t, user, asks) in enumerate(mems):
+            text = " ".join(toks) + asks
             if t is not None:
-                docno = mem.remember(" ".join(toks), user=user, time=t)
+                docno = mem.remember(text, user=user, time=t)
+                asked[docno] = naive.asking(text)
                 labels[docno] = set(recall.label_words(user))
                 phrase = " ".join(w for w in toks if w not in WORDS)
                 if event(phrase, t) is not None:
                     events[docno] = event(phrase, t)
             else:  # (remember stamps every memory with a time: one without, written below)
                 with mem.db.write() as w:
-                    docno = w.add({"text": " ".join(toks), "user": user}, docno=f"x{i}",
+                    docno = w.add({"text": text, "user": user}, docno=f"x{i}",
                                   text_fields=["text"]).docno
                     doc = w.document(docno)
                     w.annotate(label("user", user), doc.start, doc.end)
-            stored.append((docno, toks, t, user))
+            stored.append((docno, words(text), t, user))
         with mem.db.read() as r:
             times = r.query(":time:")
             at = dict(zip(times.starts.tolist(), times.values.tolist()))
@@ -415,7 +455,7 @@ def test_context_recall_is_its_definition(mems, query, date, filtered, context, 
             counts[w] = counts.get(w, 0) + 1
         every = dict(naive.context_recall(model, selected, list(counts.items()),
                                           recall.date_ranges(text), 100, context, labels,
-                                          events))
+                                          events, asked))
         with mem.db.read() as r:
             got = recall.search(r, text, k=k, container=where_node(where),
                                 settings=context, snippets=False, scan=scan)
@@ -435,7 +475,8 @@ SKEWED = ["w1"] * 6 + ["w2"] * 3 + ["w3"] * 2 + ["w4", "w5", "w6", "w7"]
 @given(st.lists(st.tuples(st.lists(st.sampled_from(SKEWED), max_size=4),
                           st.sampled_from([0.0, 60.0, 60.0, 60.0, 4000.0]),
                           st.sampled_from(["a", "a", "b", "c w6", "w7"]),
-                          st.sampled_from(PHRASES)), min_size=1, max_size=45),
+                          st.sampled_from(PHRASES), st.sampled_from(ASKS)),
+                min_size=1, max_size=45),
        st.lists(st.sampled_from(["w1", "w2", "w3", "w4", "w5", "w6", "w7"]), min_size=1,
                 max_size=4),
        st.sampled_from([None, "a", "b"]), st.integers(1, 8),
@@ -448,17 +489,20 @@ def test_following_the_postings_is_exact(mems, query, user, k, context, date):
     score) gives the k best of the brute-force definition, over many memories of several
     users interleaved, with words of very different frequencies and small windows, query
     words that labels hold (some of them no text), and a date the question names that
-    some memories' times hold and others' texts name ("yesterday", "last month")."""
+    some memories' times hold and others' texts name ("yesterday", "last month"), and
+    memories that ask (the asking prior only lowers a score: the bound stays one)."""
     with tempfile.TemporaryDirectory() as tmp, annodb.Memory(f"{tmp}/m.db") as mem:
         t = BASE
         rows = []
-        for toks, step, who, phrase in mems:
+        for toks, step, who, phrase, asks in mems:
             t += step
-            rows.append({"text": " ".join(toks + phrase.split()), "user": who, "time": t})
+            rows.append({"text": " ".join(toks + phrase.split()) + asks, "user": who,
+                         "time": t})
         docnos = mem.remember_many(rows)
-        events = {d: event(p, r["time"]) for d, r, (_, _, _, p) in zip(docnos, rows, mems)
+        events = {d: event(p, r["time"]) for d, r, (_, _, _, p, _) in zip(docnos, rows, mems)
                   if event(p, r["time"]) is not None}
-        model = [(d, r["text"].split(), r["time"]) for d, r in zip(docnos, rows)]
+        asked = {d: naive.asking(r["text"]) for d, r in zip(docnos, rows)}
+        model = [(d, words(r["text"]), r["time"]) for d, r in zip(docnos, rows)]
         where = None if user is None else {"user": user}
         selected = {d for d, r in zip(docnos, rows) if user is None or r["user"] == user}
         counts = {}
@@ -467,7 +511,7 @@ def test_following_the_postings_is_exact(mems, query, user, k, context, date):
         labels = {d: set(recall.label_words(r["user"])) for d, r in zip(docnos, rows)}
         every = dict(naive.context_recall(model, selected, list(counts.items()),
                                           recall.date_ranges(date), 100, context, labels,
-                                          events))
+                                          events, asked))
         with mem.db.read() as r:
             for scan in (False, True):
                 got = recall.search(r, " ".join(query) + date, k=k, container=where_node(where),
