@@ -158,6 +158,12 @@ def browser_topics(page) -> dict | None:
             "sections": len(re.findall(r'<details class="topic"', done.stdout))}
 
 
+def _sigint_default() -> None:
+    """(In the child:) SIGINT at its default, as at a terminal: a benchmark started in
+    the background of a non-interactive shell has it ignored, and its children with it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupts(work, db, delays) -> list[float]:
     """Seconds from a SIGINT to the exit of a replaying `vole run`, one per delay."""
     seconds = []
@@ -169,7 +175,8 @@ def interrupts(work, db, delays) -> list[float]:
             child = subprocess.Popen(vole_run(TOPICS, server, endpoint,
                                               os.path.join(work, f"sigint{i}")),
                                      cwd=ROOT, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)
+                                     stderr=subprocess.PIPE, text=True,
+                                     preexec_fn=_sigint_default)
             time.sleep(delay)
             sent = time.perf_counter()
             child.send_signal(signal.SIGINT)
