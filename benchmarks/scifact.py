@@ -7,7 +7,7 @@ query by query; and its effectiveness beside Anserini's published figures.
 The 5,183 abstracts (title and text) and the 300 test claims as free text
 (`../shared/data/scifact`). annodb: `search_text(rank="bm25", k, snippets=False)` in a fresh
 read snapshot per query (as a server does), its docnos made; tantivy: a boolean query of
-SHOULD term queries over the claim's words (annodb's tokenizer), top k, the docid of every
+SHOULD term queries over the claim's words (annodb's tokenizer, Lucene's stop words left out as annodb's BM25 leaves them), top k, the docid of every
 hit read from its store; FTS5: `MATCH 'w1 OR w2 ...' ORDER BY bm25 LIMIT k` with the docids.
 Every query runs on every engine in turn, in rounds, after a warm-up round; the table gives
 each engine's median and p99 per query over all rounds, and annodb's ratios to each peer.
@@ -50,8 +50,11 @@ def topics() -> list[tuple[str, str]]:
 
 
 def words(text: str) -> list[str]:
+    """The claim's words as annodb's BM25 scores them (its tokenizer, Lucene's stop words
+    left out unless nothing else is left), so that every engine gets the same words."""
+    from annodb.feedback import without_stop_words
     from annodb.tokenizer import tokens
-    return list(dict.fromkeys(tokens(text)))
+    return list(dict.fromkeys(without_stop_words(tokens(text))))
 
 
 class Annodb:
