@@ -179,9 +179,10 @@ class Memory:
     folder of other files are refused.
 
     Metadata (keyword arguments of remember): a string is an exact label, a number or a
-    bool a value, a datetime a time (seconds since the epoch; naive means UTC; `time=`
-    also takes an ISO 8601 string, "2025-03-01T09:00:00Z", no zone meaning UTC). A list,
-    None or a dict is refused (a key holds one value). Keys are
+    bool a value (numpy scalars as the Python values they hold), a datetime a time
+    (seconds since the epoch; naive means UTC; `time=` also takes an ISO 8601 string,
+    "2025-03-01T09:00:00Z", no zone meaning UTC). A list, None or a dict is refused (a
+    key holds one value). Keys are
     names without whitespace or ( ) " : and not one of RESERVED: text, docno, key,
     superseded, judgment, note, order, call (annodb writes those itself).
 

@@ -41,6 +41,8 @@ import datetime as _dt
 import math
 import re
 
+import numpy as np
+
 from . import query as _query
 from .errors import AnnodbError
 from .query import Combine, Compare, Feature
@@ -89,9 +91,18 @@ def value_feature(key: str) -> str:
     return f":{check_key(key)}:"
 
 
+def plain(value):
+    """A numpy scalar (np.int64, np.float32, np.bool_, np.str_: what code computing
+    metadata with numpy hands over) as the Python value it holds; anything else as it is."""
+    if isinstance(value, (np.number, np.bool_, np.str_)):
+        return value.item()
+    return value
+
+
 def seconds(value, what: str = "time") -> float:
     """A time as seconds since the epoch: a number, a datetime (naive: UTC) or an ISO 8601
     string ("2025-03-01", "2025-03-01T09:00:00Z"; no zone: UTC), as MCP's tools take."""
+    value = plain(value)
     if isinstance(value, str):
         try:
             value = _dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
@@ -118,7 +129,9 @@ def duration(value, what: str = "recency") -> float:
 
 
 def number(key: str, value) -> float:
-    """A finite number (a bool is 0 or 1, a datetime its seconds), or AnnodbError."""
+    """A finite number (a bool is 0 or 1, a datetime its seconds; numpy's too), or
+    AnnodbError."""
+    value = plain(value)
     if isinstance(value, _dt.datetime):
         return seconds(value, key)
     if isinstance(value, (bool, int, float)):
@@ -137,7 +150,8 @@ def number(key: str, value) -> float:
 
 def stored(key: str, value):
     """The value a record stores for metadata `key` (a string, or a number; a datetime as
-    its seconds)."""
+    its seconds; a numpy scalar as the Python value it holds)."""
+    value = plain(value)
     if isinstance(value, str):
         return value
     if isinstance(value, _dt.datetime):
@@ -148,12 +162,15 @@ def stored(key: str, value):
 
 def _term(key: str, value) -> _query.Node:
     """The exact-match condition for one value of `key`."""
+    value = plain(value)
     if isinstance(value, str):
         return Feature(label(key, value))
     return Compare("=", Feature(value_feature(key)), number(key, value))
 
 
 def _any_of(key: str, values) -> _query.Node:
+    if isinstance(values, np.ndarray):
+        values = values.tolist()
     if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, set,
                                                                    frozenset)):
         raise AnnodbError(f"where {key!r}: in / not in take a list of values")
@@ -173,6 +190,8 @@ def conditions(key: str, want, labels_of) -> list[tuple[str, _query.Node]]:
     `>>` (contains the node) or `!>` (contains none). `labels_of(key)` lists the key's
     string labels (for exists)."""
     check_key(key)
+    if isinstance(want, np.ndarray):         # (any of its values, as a list's)
+        want = want.tolist()
     if isinstance(want, (list, tuple)) and len(want) == 2 and isinstance(want[0], str) \
             and want[0] and set(want[0]) <= set("<>=!~^$*%") and not _is_pair(want):
         raise AnnodbError(f"where {key!r}: unknown operator {want[0]!r}; the operators: "

@@ -1,0 +1,40 @@
+"""What an agent developer hands Memory besides plain strings and numbers, on real LMDB
+files: numpy scalars as metadata, times and filters, odd texts, odd values where a time or
+a condition goes, and the errors each gets instead of a traceback or a silent empty
+result."""
+
+import numpy as np
+import pytest
+
+import annodb
+
+
+@pytest.fixture
+def mem(tmp_path):
+    with annodb.Memory(tmp_path / "memory.db") as m:
+        yield m
+
+
+def test_numpy_scalars_are_metadata_times_and_conditions_like_python_ones(mem):
+    """np.int64, np.float32, np.bool_ and np.str_ (what a pandas or numpy pipeline hands
+    over) are stored as the Python number, bool or string they hold, and filter the same;
+    a numpy array in `where` is any of its values."""
+    a = mem.remember("score from numpy", user=np.str_("alice"), n=np.int64(3),
+                     w=np.float32(2.5), flag=np.bool_(True), time=np.int64(1_000_000))
+    b = mem.remember("score from python", user="bob", n=4, w=0.5, flag=False, time=2_000_000)
+    got = mem.get(a).metadata
+    assert got == {"user": "alice", "n": 3, "w": 2.5, "flag": True, "time": 1_000_000}
+    assert [type(got[k]) for k in ("user", "n", "w", "flag")] == [str, int, float, bool]
+
+    def where(**w):
+        return [e.docno for e in mem.recall("score", k=5, where=w)]
+
+    assert where(n=np.int64(3)) == [a]
+    assert where(user=np.str_("alice")) == [a]
+    assert where(flag=np.bool_(True)) == [a] and where(flag=True) == [a]
+    assert where(w=(">", np.float64(1))) == [a]
+    assert where(n=np.array([3, 4])) == [b, a]
+    assert where(n=("not in", np.array([4]))) == [a]
+    assert [e.docno for e in mem.recall("score", as_of=np.float64(1_500_000))] == [a]
+    mem.annotate(b, "used", np.int64(2))
+    assert mem.get(b).metadata["used"] == 2
