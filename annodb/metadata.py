@@ -103,6 +103,9 @@ def seconds(value, what: str = "time") -> float:
     """A time as seconds since the epoch: a number, a datetime (naive: UTC) or an ISO 8601
     string ("2025-03-01", "2025-03-01T09:00:00Z"; no zone: UTC), as MCP's tools take."""
     value = plain(value)
+    if isinstance(value, bool):         # (a number to Python, but never meant as a time)
+        raise AnnodbError(f"{what}: {value!r} is not a time; give a datetime, seconds since "
+                          "the epoch or an ISO 8601 time (2025-03-01T09:00:00Z)")
     if isinstance(value, str):
         try:
             value = _dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
@@ -135,7 +138,11 @@ def number(key: str, value) -> float:
     if isinstance(value, _dt.datetime):
         return seconds(value, key)
     if isinstance(value, (bool, int, float)):
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:
+            raise AnnodbError(f"metadata {key!r}: an integer of {len(str(abs(value)))} digits "
+                              "is too large for a value (at most about 1.8e308)") from None
         if math.isfinite(value):
             return value
         raise AnnodbError(f"metadata {key!r}: {value!r} is not a finite number")

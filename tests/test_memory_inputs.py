@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import annodb
+from annodb.errors import AnnodbError
 
 
 @pytest.fixture
@@ -38,3 +39,19 @@ def test_numpy_scalars_are_metadata_times_and_conditions_like_python_ones(mem):
     assert [e.docno for e in mem.recall("score", as_of=np.float64(1_500_000))] == [a]
     mem.annotate(b, "used", np.int64(2))
     assert mem.get(b).metadata["used"] == 2
+
+
+def test_a_bool_is_not_a_time_and_a_huge_integer_is_refused_clearly(mem):
+    """time=True (or as_of=True, as JSON's `true` reaches it from MCP) is refused rather
+    than read as one second after 1970, and an integer beyond a float's range is refused
+    with one line naming the key, not an OverflowError from deep inside."""
+    for bad in (True, False, np.bool_(True)):
+        with pytest.raises(AnnodbError, match="is not a time"):
+            mem.remember("when?", time=bad)
+        with pytest.raises(AnnodbError, match="is not a time"):
+            mem.recall("when", as_of=bad)
+    with pytest.raises(AnnodbError, match=r"^metadata 'big': an integer of 401 digits"):
+        mem.remember("huge", big=10 ** 400)
+    with pytest.raises(AnnodbError, match=r"^metadata 'big': an integer of 401 digits"):
+        mem.recall("huge", where={"big": (">", -10 ** 400)})
+    assert mem.history(5) == []
