@@ -163,7 +163,9 @@ def stored(key: str, value):
         return value
     if isinstance(value, _dt.datetime):
         return seconds(value, key)
-    number(key, value)
+    as_float = number(key, value)
+    if type(value) is int and not -2 ** 63 <= value < 2 ** 64:
+        return as_float        # (a record keeps such an int as a string; its value is this)
     return value
 
 

@@ -55,3 +55,13 @@ def test_a_bool_is_not_a_time_and_a_huge_integer_is_refused_clearly(mem):
     with pytest.raises(AnnodbError, match=r"^metadata 'big': an integer of 401 digits"):
         mem.recall("huge", where={"big": (">", -10 ** 400)})
     assert mem.history(5) == []
+
+
+def test_an_integer_beyond_64_bits_comes_back_as_the_number_it_filters_as(mem):
+    """An int past 64 bits is kept as the float its value is (what where compares), not
+    returned as a string of digits the memory's metadata never had."""
+    d = mem.remember("large but fine", big=2 ** 70, small=-2 ** 63)
+    got = mem.get(d).metadata
+    assert got["big"] == float(2 ** 70) and isinstance(got["big"], float)
+    assert got["small"] == -2 ** 63 and isinstance(got["small"], int)
+    assert [e.docno for e in mem.recall("large", where={"big": 2 ** 70})] == [d]
