@@ -265,6 +265,9 @@ class Memory:
         text = memory.pop(TEXT, None)
         if not isinstance(text, str):
             raise TypeError("remember() takes the memory's text as a string")
+        if not text.strip():
+            raise AnnodbError(f"remember: the text {text!r} is empty: no recall would find "
+                              "it; give the words to remember (metadata goes with them)")
         docno = memory.pop("docno", None)
         key = memory.pop(KEY, None)
         supersedes = memory.pop("supersedes", None)

@@ -65,3 +65,15 @@ def test_an_integer_beyond_64_bits_comes_back_as_the_number_it_filters_as(mem):
     assert got["big"] == float(2 ** 70) and isinstance(got["big"], float)
     assert got["small"] == -2 ** 63 and isinstance(got["small"], int)
     assert [e.docno for e in mem.recall("large", where={"big": 2 ** 70})] == [d]
+
+
+def test_an_empty_or_blank_text_is_refused(mem):
+    """remember("") or whitespace alone is an error (no recall can find such a memory; it
+    would only fill history), in a batch too, where nothing is written."""
+    for blank in ("", "   ", "\n\t "):
+        with pytest.raises(AnnodbError, match="is empty: no recall would find it"):
+            mem.remember(blank, user="alice")
+        with pytest.raises(AnnodbError, match=r"^memory 1 of remember_many .* is empty"):
+            mem.remember_many(["fine", {"text": blank, "user": "alice"}])
+    assert mem.history(5) == []
+    assert mem.get(mem.remember(" x ")).text == " x "
