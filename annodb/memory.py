@@ -97,11 +97,12 @@ class Recalled(list):
 
 class History(list):
     """history's result: a list of Entry, latest first, and `cursor`: pass it as
-    `before=` for the next page (None when there is none)."""
+    `before=` for the next page (None when there is none); `warnings`, when a first page
+    is empty, say which conditions of `where` no memory can satisfy."""
 
-    def __init__(self, entries=(), cursor: str | None = None):
+    def __init__(self, entries=(), cursor: str | None = None, warnings=()):
         super().__init__(entries)
-        self.cursor = cursor
+        self.cursor, self.warnings = cursor, list(warnings)
 
 
 def where_node(where: dict | None, base: _query.Node = DOCUMENT) -> _query.Node:
@@ -528,7 +529,7 @@ class Memory:
                 latest = self._filter(r, where, Feature(value_feature(TIME)), as_of,
                                       include_superseded)
             found = self.history(k, where, as_of=as_of, include_superseded=include_superseded)
-            return Recalled(found, "", _query.format(latest))
+            return Recalled(found, "", _query.format(latest), found.warnings)
         use_gcl = bool(gcl or (gcl is None and is_gcl(query_or_text)))
         with self.db.read() as r:
             box = self._filter(r, where, DOCUMENT, as_of, include_superseded)
@@ -583,11 +584,12 @@ class Memory:
             order = np.lexsort((-starts, -values))
             page = order[:max(n, 0)]
             out = _entries(r, r.documents_at(starts[page].tolist()))
+            warnings = _absent(r, where) if not out and after is None else []
         cursor = None
         if len(order) > len(page) and len(page):
             last = int(page[-1])
             cursor = f"{float(values[last])!r}@{int(starts[last])}"
-        return History(out, cursor)
+        return History(out, cursor, warnings)
 
     def get(self, docno: str) -> Entry | None:
         """The memory `docno` (current or not), or None."""
@@ -634,14 +636,20 @@ def _derive(w, start: int, end: int, record: dict, fold: bool) -> None:
 
 def _absent(r, where: dict | None) -> list[str]:
     """Warnings for the conditions of `where` that no memory can satisfy: a key no memory
-    has, or a string no memory has for its key (a typo filters everything out)."""
+    has, a string no memory has for its key (a typo filters everything out), a number
+    asked of a key that holds only strings, or a string of one that holds only numbers."""
     out = []
-    for key, value in needed(where):
-        if not r.has_feature(value_feature(key)) and \
-                not r.features_with_prefix(f"{key}:", 1):
+    for key, value, numbers in needed(where):
+        has_numbers = r.has_feature(value_feature(key))
+        has_strings = bool(r.features_with_prefix(f"{key}:", 1))
+        if not has_numbers and not has_strings:
             out.append(f"no memory has the key {key!r}")
+        elif numbers and not has_numbers:
+            out.append(f"no memory has a number for {key!r} (its values are strings: "
+                       "compare them with = or !=)")
         elif value is not None and not r.has_feature(label(key, value)):
-            out.append(f"no memory has {key} = {value!r}")
+            out.append(f"no memory has {key} = {value!r}" + (
+                "" if has_strings else " (its values are numbers: give one, not a string)"))
     return out
 
 

@@ -233,19 +233,33 @@ def conditions(key: str, want, labels_of) -> list[tuple[str, _query.Node]]:
     return [(">>", _term(key, want))]
 
 
-def needed(where: dict | None) -> list[tuple[str, str | None]]:
-    """(key, string or None) for each condition of `where` that only a memory holding the
-    key satisfies (=, in, comparisons, exists True), with the string label it names (a
-    plain string or ("=", string)): what to look for when a filter matched nothing."""
-    out: list[tuple[str, str | None]] = []
+def needed(where: dict | None) -> list[tuple[str, str | None, bool]]:
+    """(key, string or None, numbers) for each condition of `where` that only a memory
+    holding the key satisfies (=, in, comparisons, exists True), with the string label it
+    names (a plain string or ("=", string)) and whether only a number satisfies it (a
+    comparison, or numbers to equal): what to look for when a filter matched nothing."""
+    out: list[tuple[str, str | None, bool]] = []
     for key, want in (where or {}).items():
         if _is_pair(want):
             op, value = want
-            if op in ("!=", "not in") or (op == "exists" and not value):
+            if op in ("!=", "not in") or op == "exists":
+                if op == "exists" and value:
+                    out.append((key, None, False))
                 continue
-            out.append((key, value if op == "=" and isinstance(value, str) else None))
+            if op == "in":
+                want = value
+            else:
+                value = plain(value)
+                out.append((key, value if isinstance(value, str) else None,
+                            not isinstance(value, str)))
+                continue
+        if isinstance(want, (list, tuple, set, frozenset, np.ndarray)):
+            values = [plain(v) for v in want]
+            out.append((key, None, not any(isinstance(v, str) for v in values)))
         else:
-            out.append((key, want if isinstance(want, str) else None))
+            want = plain(want)
+            out.append((key, want if isinstance(want, str) else None,
+                        not isinstance(want, str)))
     return out
 
 

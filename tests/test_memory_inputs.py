@@ -77,3 +77,28 @@ def test_an_empty_or_blank_text_is_refused(mem):
             mem.remember_many(["fine", {"text": blank, "user": "alice"}])
     assert mem.history(5) == []
     assert mem.get(mem.remember(" x ")).text == " x "
+
+
+def test_an_empty_result_says_which_condition_no_memory_can_meet(mem):
+    """A filter that matches nothing is never a silent empty result: recall with no query
+    (the latest) and history's first page say, as recall with a query does, which key
+    no memory has, and a number asked of a key holding only strings (or a string of one
+    holding only numbers) is named as such, not left to look like "nothing yet"."""
+    mem.remember("Alice likes tea", user="alice", importance=3)
+    assert mem.recall("", where={"user": "alicee"}).warnings == \
+        ["no memory has user = 'alicee'"]
+    assert mem.recall(None, where={"usr": "alice"}).warnings == ["no memory has the key 'usr'"]
+    page = mem.history(5, where={"user": "alicee"})
+    assert page == [] and page.warnings == ["no memory has user = 'alicee'"]
+    for query in ("tea", ""):
+        assert mem.recall(query, where={"user": (">=", 3)}).warnings == \
+            ["no memory has a number for 'user' (its values are strings: compare them "
+             "with = or !=)"]
+        assert mem.recall(query, where={"user": 3}).warnings == \
+            ["no memory has a number for 'user' (its values are strings: compare them "
+             "with = or !=)"]
+        assert mem.recall(query, where={"importance": "3"}).warnings == \
+            ["no memory has importance = '3' (its values are numbers: give one, not a "
+             "string)"]
+    assert mem.recall("", where={"user": "alice"}).warnings == []
+    assert mem.history(5, where={"user": "alice"}).warnings == []
