@@ -205,10 +205,10 @@ def conditions(key: str, want, labels_of) -> list[tuple[str, _query.Node]]:
             and want[0] and set(want[0]) <= set("<>=!~^$*%") and not _is_pair(want):
         raise AnnodbError(f"where {key!r}: unknown operator {want[0]!r}; the operators: "
                           f"{', '.join(OPERATORS + SET_OPERATORS)}, exists")
+    if key == TIME:           # an ISO 8601 string is a time here, as remember's time= takes
+        want = _times(want)
     if _is_pair(want):
         op, value = want
-        if key == TIME and isinstance(value, str) and op in OPERATORS:
-            value = seconds(value, f"where {key!r}")     # (an ISO 8601 time, as remember's)
         if op == "exists":
             if not isinstance(value, bool):
                 raise AnnodbError(f"where {key!r}: exists takes True or False")
@@ -231,6 +231,24 @@ def conditions(key: str, want, labels_of) -> list[tuple[str, _query.Node]]:
     if isinstance(want, (list, tuple, set, frozenset)):
         return [(">>", _any_of(key, want))]
     return [(">>", _term(key, want))]
+
+
+def _times(want):
+    """A condition on `time` with each ISO 8601 string in it as seconds since the epoch:
+    a plain value, the values of a list, or an operator's value (or list)."""
+    def one(value):
+        value = plain(value)
+        return seconds(value, f"where {TIME!r}") if isinstance(value, str) else value
+
+    def each(values):
+        if isinstance(values, np.ndarray):
+            values = values.tolist()
+        if isinstance(values, (list, tuple, set, frozenset)):
+            return [one(v) for v in values]
+        return one(values)
+    if _is_pair(want):
+        return want if want[0] == "exists" else (want[0], each(want[1]))
+    return each(want)
 
 
 def needed(where: dict | None) -> list[tuple[str, str | None, bool]]:

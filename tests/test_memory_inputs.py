@@ -3,6 +3,8 @@ files: numpy scalars as metadata, times and filters, odd texts, odd values where
 a condition goes, and the errors each gets instead of a traceback or a silent empty
 result."""
 
+import datetime as dt
+
 import numpy as np
 import pytest
 
@@ -102,3 +104,29 @@ def test_an_empty_result_says_which_condition_no_memory_can_meet(mem):
              "string)"]
     assert mem.recall("", where={"user": "alice"}).warnings == []
     assert mem.history(5, where={"user": "alice"}).warnings == []
+
+
+def test_a_time_in_where_is_a_time_whatever_the_condition(mem):
+    """An ISO 8601 string (any offset) or a datetime in any zone names the same instant in
+    where={"time": ...} whether it is compared, equalled or listed, as remember's time=
+    takes it; before, a plain or listed string was looked up as a label and matched
+    nothing."""
+    kolkata = dt.timezone(dt.timedelta(hours=5, minutes=30))
+    a = mem.remember("a meeting note", time="2025-03-01T12:00:00+05:30")
+    b = mem.remember("a meeting note", time=dt.datetime(2025, 3, 1, 9, 0))      # naive: UTC
+    assert mem.get(a).metadata["time"] == dt.datetime(2025, 3, 1, 6, 30,
+                                                       tzinfo=dt.timezone.utc).timestamp()
+
+    def where(want):
+        return [e.docno for e in mem.recall("meeting", where={"time": want})]
+
+    assert where("2025-03-01T06:30:00Z") == [a]
+    assert where(("=", "2025-03-01T12:00:00+05:30")) == [a]
+    assert where(dt.datetime(2025, 3, 1, 12, 0, tzinfo=kolkata)) == [a]
+    assert where(["2025-03-01T09:00:00", "2025-03-01T06:30:00+00:00"]) == [b, a]
+    assert where(("in", ("2025-03-01T09:00:00Z",))) == [b]
+    assert where(("not in", ["2025-03-01T09:00:00Z"])) == [a]
+    assert where(("!=", "2025-03-01T09:00:00Z")) == [a]
+    assert where(("<", dt.datetime(2025, 3, 1, 14, 30, tzinfo=kolkata))) == [a]
+    with pytest.raises(AnnodbError, match="ISO 8601"):
+        where("yesterday")
