@@ -16,6 +16,7 @@ import asyncio
 import functools
 from concurrent.futures import ThreadPoolExecutor
 
+from .errors import StorageError
 from .memory import Entry, History, Memory, Recalled
 
 __all__ = ["AsyncMemory"]
@@ -27,6 +28,7 @@ class AsyncMemory:
 
     def __init__(self, path, **options) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="annodb-memory")
+        self._closed = False
         try:
             # opened on the worker thread too: every use of the database is from that thread
             self.memory: Memory = self._pool.submit(Memory, path, **options).result()
@@ -35,6 +37,8 @@ class AsyncMemory:
             raise
 
     async def _run(self, method, *args, **kwargs):
+        if self._closed:
+            raise StorageError(f"{self.memory.db.path}: this AsyncMemory is closed")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, functools.partial(method, *args,
                                                                         **kwargs))
@@ -65,8 +69,14 @@ class AsyncMemory:
         return await self._run(self.memory.filter, where, **kwargs)
 
     async def close(self) -> None:
+        """Close the memory once the calls awaited before have run (a call made after
+        this is an error; closing again does nothing)."""
+        if self._closed:
+            return
+        self._closed = True
         try:
-            await self._run(self.memory.close)
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._pool, self.memory.close)
         finally:
             self._pool.shutdown(wait=False)
 

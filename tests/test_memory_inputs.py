@@ -3,7 +3,9 @@ files: numpy scalars as metadata, times and filters, odd texts, odd values where
 a condition goes, and the errors each gets instead of a traceback or a silent empty
 result."""
 
+import asyncio
 import datetime as dt
+import threading
 
 import numpy as np
 import pytest
@@ -130,3 +132,58 @@ def test_a_time_in_where_is_a_time_whatever_the_condition(mem):
     assert where(("<", dt.datetime(2025, 3, 1, 14, 30, tzinfo=kolkata))) == [a]
     with pytest.raises(AnnodbError, match="ISO 8601"):
         where("yesterday")
+
+
+def test_an_async_memory_finishes_the_calls_before_close_and_refuses_those_after(tmp_path):
+    """Calls awaited before close() run to their end (their memories are committed);
+    one made after it, or a call left pending when `async with` ends, gets a one-line
+    StorageError saying the memory is closed (not "cannot schedule new futures after
+    shutdown"), and closing twice is harmless."""
+    from annodb.errors import StorageError
+
+    async def main():
+        mem = annodb.AsyncMemory(tmp_path / "m.db")
+        pending = [asyncio.ensure_future(mem.remember(f"note {i} about tea")) for i in range(5)]
+        await asyncio.sleep(0)                 # (submitted to the worker before close)
+        await mem.close()
+        made = await asyncio.gather(*pending)
+        with pytest.raises(StorageError, match="this AsyncMemory is closed"):
+            await mem.recall("tea")
+        await mem.close()
+        async with annodb.AsyncMemory(tmp_path / "m.db") as again:
+            assert len(await again.history(10)) == 5
+            late = asyncio.ensure_future(again.recall("tea"))
+        with pytest.raises(StorageError, match="closed"):
+            await late
+        return made
+
+    assert len(set(asyncio.run(main()))) == 5
+
+
+def test_a_cancelled_async_call_that_has_started_runs_to_its_end(tmp_path, monkeypatch):
+    """Cancelling the task awaiting a remember that the worker thread is already running
+    cancels the wait, not the write: it is committed, and the next call runs after it
+    (a thread cannot be stopped halfway through a transaction)."""
+    started, release = threading.Event(), threading.Event()
+    write = annodb.Memory._write
+
+    def held_write(self, w, items):
+        started.set()
+        release.wait(30)
+        return write(self, w, items)
+
+    monkeypatch.setattr(annodb.Memory, "_write", held_write)
+
+    async def main():
+        async with annodb.AsyncMemory(tmp_path / "m.db") as mem:
+            task = asyncio.ensure_future(mem.remember("the cancelled one about tea"))
+            while not started.is_set():
+                await asyncio.sleep(0.001)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            after = asyncio.ensure_future(mem.recall("tea"))
+            release.set()
+            return [e.text for e in await after]
+
+    assert asyncio.run(main()) == ["the cancelled one about tea"]
