@@ -68,6 +68,9 @@ class AsyncMemory:
     async def filter(self, where: dict | None = None, **kwargs) -> str:
         return await self._run(self.memory.filter, where, **kwargs)
 
+    async def reindex(self) -> int:
+        return await self._run(self.memory.reindex)
+
     async def close(self) -> None:
         """Close the memory once the calls awaited before have run (a call made after
         this is an error; closing again does nothing)."""
@@ -91,5 +94,5 @@ class AsyncMemory:
 
 
 for _name in ("remember", "remember_many", "annotate", "forget", "recall", "history", "get",
-              "filter"):
+              "filter", "reindex"):
     getattr(AsyncMemory, _name).__doc__ = getattr(Memory, _name).__doc__

@@ -187,3 +187,16 @@ def test_a_cancelled_async_call_that_has_started_runs_to_its_end(tmp_path, monke
             return [e.text for e in await after]
 
     assert asyncio.run(main()) == ["the cancelled one about tea"]
+
+
+def test_async_memory_has_every_public_method_of_memory():
+    """AsyncMemory is Memory's twin: each public method of Memory (reindex included) is a
+    coroutine of AsyncMemory with its documentation."""
+    import inspect
+    names = [n for n, f in vars(annodb.Memory).items() if inspect.isfunction(f)
+             and not n.startswith("_")]
+    assert "reindex" in names
+    for name in names:
+        method = getattr(annodb.AsyncMemory, name)
+        assert inspect.iscoroutinefunction(method), name
+        assert name == "close" or method.__doc__ == getattr(annodb.Memory, name).__doc__
