@@ -397,9 +397,10 @@ class Memory:
     @staticmethod
     def _supersede_by_key(w, key: str, added, t: float) -> None:
         """Keep the memories with `key` a timeline: each is superseded at the time of the
-        next one (by time, then address). The new memory `added` (time t, the highest
-        address) supersedes those at or before t not superseded before t, and is
-        superseded by the earliest one after t."""
+        next one (by time, then address). The new memory `added` (time t) supersedes those
+        before it (at or before t; at t, of a lower address) not superseded before t, and
+        is superseded by the earliest one after it (a later time, or t and a higher
+        address: a later memory of the same remember_many)."""
         times = w.query(Combine(">>", (Feature(value_feature(TIME)),
                                        Feature(label(KEY, key)))))
         if not len(times):
@@ -410,7 +411,7 @@ class Memory:
                                 times.values.tolist(), sup):
             if s == added.start:
                 continue
-            if v > t:
+            if v > t or (v == t and s > added.start):
                 later = min(later, v)
                 continue
             if old != old or old > t:         # (NaN: not superseded)

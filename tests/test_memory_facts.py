@@ -233,3 +233,20 @@ def test_a_sharded_memory_keeps_a_key_in_one_shard_and_refuses_a_split_forget(tm
         with pytest.raises(AnnodbError, match="nothing was remembered"):
             mem.remember_many([{"text": "x", "docno": bob[0]},
                                {"text": "y", "docno": docnos[0]}])
+
+
+def test_a_key_given_twice_at_one_time_in_one_batch_leaves_the_later_current(tmp_path):
+    """Two memories of one key with the same time in one remember_many (a transcript with
+    second-resolution stamps, or a coarse clock): the later one in the batch is current
+    and supersedes the earlier at that time, as two remember calls do; before, each
+    superseded the other and the fact vanished from recall."""
+    with annodb.Memory(tmp_path / "m.db") as mem:
+        first, second = mem.remember_many([
+            {"text": "Alice lives in Paris", "key": "alice/city", "time": 1000},
+            {"text": "Alice lives in Berlin", "key": "alice/city", "time": 1000}])
+        assert [e.docno for e in mem.recall("Alice lives", k=5)] == [second]
+        assert [e.docno for e in mem.recall("Alice lives", as_of=1000)] == [second]
+        assert mem.get(first).metadata["superseded"] == 1000
+        assert "superseded" not in mem.get(second).metadata
+        third = mem.remember("Alice lives in Rome", key="alice/city", time=1000)
+        assert [e.docno for e in mem.recall("Alice lives", k=5)] == [third]
