@@ -442,6 +442,7 @@ class Memory:
         if check_own_key(label) == TIME:
             raise AnnodbError("the time of a memory is set when it is remembered (time=)")
         value = number(label, value)
+        docno = _docno(docno)
         with self.db.write() as w:
             doc = w.document(docno)
             w.annotate(value_feature(label), doc.start, doc.end, value)
@@ -473,9 +474,11 @@ class Memory:
             raise AnnodbError("forget what? give docnos or where={...}")
         if where is not None and not where:
             raise AnnodbError("forget(where={}) would forget everything; give a condition")
-        one = isinstance(docnos, str)
+        one = docnos is not None and (isinstance(docnos, (str, bytes))
+                                      or not hasattr(docnos, "__iter__"))
+        names = [_docno(docnos)] if one else [_docno(d) for d in
+                                              (() if docnos is None else docnos)]
         with self.db.write() as w:
-            names = [docnos] if one else list(docnos or ())
             if where is not None:
                 box = self._filter(w, where, DOCUMENT, None, True)
                 names += [d.docno for d in w.documents_at(w.query(box).starts.tolist())
@@ -523,6 +526,9 @@ class Memory:
         `is_gcl`. `warnings` says when no word of the question is in the memory and, when
         nothing is found, which keys (or key = string) of `where` no memory has."""
         _count(k, "k")
+        if query_or_text is not None and not isinstance(query_or_text, str):
+            raise TypeError(f"recall() takes the query as a string (free text or GCL) or "
+                            f"None for the latest, not {type(query_or_text).__name__}")
         as_of = None if as_of is None else seconds(as_of, "as_of")
         half = None if recency is None else duration(recency)
         if not query_or_text or not query_or_text.strip():
@@ -594,6 +600,7 @@ class Memory:
 
     def get(self, docno: str) -> Entry | None:
         """The memory `docno` (current or not), or None."""
+        docno = _docno(docno)
         with self.db.read() as r:
             return _entries(r, [r.document(docno)])[0] if r.has(docno) else None
 
@@ -652,6 +659,17 @@ def _absent(r, where: dict | None) -> list[str]:
             out.append(f"no memory has {key} = {value!r}" + (
                 "" if has_strings else " (its values are numbers: give one, not a string)"))
     return out
+
+
+def _docno(docno) -> str:
+    """A docno argument as the string it names (an int as remember(docno=3) stores it:
+    "3"), or TypeError."""
+    if isinstance(docno, str):
+        return docno
+    if isinstance(docno, (int, np.integer)) and not isinstance(docno, (bool, np.bool_)):
+        return str(docno)
+    raise TypeError(f"a docno is a string (the one remember returned), not "
+                    f"{type(docno).__name__} {docno!r}")
 
 
 def _count(n, name: str) -> None:

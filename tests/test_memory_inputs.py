@@ -200,3 +200,25 @@ def test_async_memory_has_every_public_method_of_memory():
         method = getattr(annodb.AsyncMemory, name)
         assert inspect.iscoroutinefunction(method), name
         assert name == "close" or method.__doc__ == getattr(annodb.Memory, name).__doc__
+
+
+def test_a_docno_or_query_of_another_type_is_a_one_line_error(mem):
+    """remember(docno=3) stores the docno "3", so get, annotate and forget find it by 3
+    too; None, a float or bytes where a docno goes, and a query that is not a string, are
+    a TypeError naming what to give, not an AttributeError from inside the storage."""
+    assert mem.remember("a fact about owls", docno=3) == "3"
+    assert mem.get(3).text == "a fact about owls" and mem.get(np.int64(3)).docno == "3"
+    mem.annotate(3, "used", 1)
+    assert mem.get("3").metadata["used"] == 1
+    for bad in (None, 3.0, b"3", True):
+        with pytest.raises(TypeError, match="a docno is a string"):
+            mem.get(bad)
+    with pytest.raises(TypeError, match="a docno is a string"):
+        mem.annotate(None, "used", 1)
+    with pytest.raises(TypeError, match="a docno is a string"):
+        mem.forget(["3", None])
+    for bad in (3, ["owls"], b"owls"):
+        with pytest.raises(TypeError, match="recall.. takes the query as a string"):
+            mem.recall(bad)
+    assert mem.forget(np.array(["nope"])) == []
+    assert mem.forget(d for d in ["3"]) == ["3"] and mem.forget(3) is False
