@@ -47,7 +47,10 @@ class AsyncMemory:
         return await self._run(self.memory.remember, text, **kwargs)
 
     async def remember_many(self, memories) -> list[str]:
-        return await self._run(self.memory.remember_many, list(memories))
+        # (a list made here, where a generator is still the caller's to read; one string
+        #  or dict goes as it is, for Memory to refuse)
+        return await self._run(self.memory.remember_many, memories if isinstance(
+            memories, (str, bytes, dict)) else list(memories))
 
     async def annotate(self, docno: str, label: str, value: float = 0.0) -> None:
         return await self._run(self.memory.annotate, docno, label, value)

@@ -242,6 +242,9 @@ class Memory:
         """Remember many memories in one transaction (all or none): each a string, or a
         dict of remember's arguments ({"text": ..., "key": ..., "user": ..., ...}).
         Returns their docnos, in order."""
+        if isinstance(memories, (str, bytes, dict)):
+            raise TypeError(f"remember_many() takes a list of memories, not one "
+                            f"{type(memories).__name__}: give [it], or call remember()")
         items = []
         for i, memory in enumerate(memories):
             try:

@@ -222,3 +222,20 @@ def test_a_docno_or_query_of_another_type_is_a_one_line_error(mem):
             mem.recall(bad)
     assert mem.forget(np.array(["nope"])) == []
     assert mem.forget(d for d in ["3"]) == ["3"] and mem.forget(3) is False
+
+
+def test_remember_many_of_one_string_or_dict_is_refused_not_split(mem):
+    """remember_many("a text") is refused: a string is iterable, and was remembered as a
+    memory per character; a single dict was remembered as a memory per key name."""
+    for one in ("Alice likes tea", {"text": "Alice likes tea", "user": "alice"}):
+        with pytest.raises(TypeError, match="takes a list of memories"):
+            mem.remember_many(one)
+
+    async def twin():
+        async with annodb.AsyncMemory(mem.db.path) as other:
+            with pytest.raises(TypeError, match="takes a list of memories"):
+                await other.remember_many("Alice likes tea")
+    mem.close()
+    asyncio.run(twin())
+    with annodb.Memory(mem.db.path) as again:
+        assert again.history(50) == []
