@@ -239,3 +239,42 @@ def test_remember_many_of_one_string_or_dict_is_refused_not_split(mem):
     asyncio.run(twin())
     with annodb.Memory(mem.db.path) as again:
         assert again.history(50) == []
+
+
+def test_mcp_tools_refuse_odd_inputs_with_one_line_and_explain_empty_pages(tmp_path):
+    """Over the real MCP client and server: an empty text, `true` as a time and a
+    400-digit number are tool errors of one line (not an 'unexpected exception' or a
+    memory written at 1970); emoji, NUL and text that looks like GCL are stored as they
+    are; a list page that a filter leaves empty says which condition nothing meets."""
+    import anyio
+    from mcp import Client
+
+    from test_memory import _server_params
+
+    async def session():
+        async with Client(_server_params(str(tmp_path / "mcp.db"))) as client:
+            async def error(name, **args):
+                result = await client.call_tool(name, args)
+                assert result.is_error
+                return result.content[0].text
+
+            async def call(name, **args):
+                result = await client.call_tool(name, args)
+                assert not result.is_error, result.content
+                return result.structured_content
+
+            assert "is empty" in await error("remember", text="  ")
+            assert "is not a time" in await error("remember", text="x",
+                                                  metadata={"time": True})
+            big = await error("remember", text="x", metadata={"big": 10 ** 400})
+            assert "an integer of 401 digits" in big and "\n" not in big
+            odd = "pizza 🍕 \x00 שלום (^ a b)"
+            docno = (await call("remember", text=odd, metadata={"user": "alice"}))["docno"]
+            assert (await call("read_document", docno=docno))["text"] == odd
+            found = await call("search", query="🍕", where={"user": "alice"})
+            assert [r["docno"] for r in found["results"]] == [docno]
+            page = await call("list", where={"user": "alicee"})
+            assert page["results"] == [] and page["warnings"] == \
+                ["no memory has user = 'alicee'"]
+
+    anyio.run(session)
