@@ -289,19 +289,26 @@ class Memory:
     def _write(self, w, items: list[tuple]) -> list[str]:
         records = [it[0] for it in items]
         given = [it[1] for it in items]
-        # explicit supersedes: the target's key is taken (checked before anything is added)
-        for record, _, key, target in items:
-            if target is None:
-                continue
-            doc = w.find(str(target))
-            if doc is None:
-                raise NotFoundError(f"supersedes: no memory with docno {target!r}")
-            theirs = doc.meta.get(KEY)
-            if isinstance(theirs, str):
-                if key is not None and key != theirs:
-                    raise AnnodbError(f"supersedes {doc.docno!r}, whose key is {theirs!r}, "
-                                      f"with the key {key!r}: give the same key or none")
-                record[KEY] = theirs
+        # explicit supersedes: the target's key is taken (checked before anything is added;
+        # the target may be a memory given its docno earlier in the batch)
+        earlier: dict[str, dict] = {}
+        for record, docno, key, target in items:
+            if target is not None:
+                if str(target) in earlier:
+                    theirs = earlier[str(target)].get(KEY)
+                else:
+                    doc = w.find(str(target))
+                    if doc is None:
+                        raise NotFoundError(f"supersedes: no memory with docno {target!r}")
+                    theirs = doc.meta.get(KEY)
+                if isinstance(theirs, str):
+                    if key is not None and key != theirs:
+                        raise AnnodbError(f"supersedes {str(target)!r}, whose key is "
+                                          f"{theirs!r}, with the key {key!r}: give the same "
+                                          "key or none")
+                    record[KEY] = theirs
+            if docno is not None:
+                earlier[docno] = record
         if isinstance(w, Writer):
             added = self._add(w, records, given)
         else:          # a sharded collection's: one shard, one memory at a time

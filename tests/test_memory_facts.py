@@ -250,3 +250,26 @@ def test_a_key_given_twice_at_one_time_in_one_batch_leaves_the_later_current(tmp
         assert "superseded" not in mem.get(second).metadata
         third = mem.remember("Alice lives in Rome", key="alice/city", time=1000)
         assert [e.docno for e in mem.recall("Alice lives", k=5)] == [third]
+
+
+def test_remember_many_may_supersede_a_memory_given_earlier_in_the_batch(tmp_path):
+    """An import writing a memory and its correction in one remember_many: supersedes=
+    names a docno given earlier in the batch (taking its key, if any), as it would across
+    two calls; before, it was 'no memory with docno' and nothing was written."""
+    with annodb.Memory(tmp_path / "m.db") as mem:
+        made = mem.remember_many([
+            {"text": "Bob likes jazz", "docno": "b1", "time": 10},
+            {"text": "Bob likes rock now", "supersedes": "b1", "time": 20},
+            {"text": "Carol lives in Oslo", "docno": "c1", "key": "carol/city", "time": 10},
+            {"text": "Carol lives in Bergen", "supersedes": "c1", "time": 20}])
+        current = [e.docno for e in mem.recall("Bob likes Carol lives", k=10)]
+        assert sorted(current) == sorted([made[1], made[3]])     # (b1 and c1 superseded)
+        assert mem.get("b1").metadata["superseded"] == 20
+        assert mem.get(made[3]).metadata["key"] == "carol/city"
+        with pytest.raises(AnnodbError, match="give the same key or none"):
+            mem.remember_many([{"text": "Dan is here", "docno": "d1", "key": "dan"},
+                               {"text": "Dan left", "supersedes": "d1", "key": "other"}])
+        with pytest.raises(NotFoundError):
+            mem.remember_many([{"text": "late", "supersedes": "e1"},
+                               {"text": "Eve", "docno": "e1"}])
+        assert not mem.get("d1") and len(mem.history(10, include_superseded=True)) == 4
