@@ -301,6 +301,7 @@ class Memory:
                     if doc is None:
                         raise NotFoundError(f"supersedes: no memory with docno {target!r}")
                     theirs = doc.meta.get(KEY)
+                    _check_current(w, doc, record[TIME])
                 if isinstance(theirs, str):
                     if key is not None and key != theirs:
                         raise AnnodbError(f"supersedes {str(target)!r}, whose key is "
@@ -627,6 +628,19 @@ class Memory:
             return r.features_with_prefix(f"{key}:", sys.maxsize)
         return current_node(_where_node(where, base, labels_of), as_of, include_superseded,
                             r.has_feature(value_feature(SUPERSEDED)))
+
+
+def _check_current(w, doc, t: float) -> None:
+    """AnnodbError unless the memory `doc` is current at t (not superseded at or before
+    it): superseding a memory replaced already would take its key and supersede the
+    fact that replaced it instead (or leave two current)."""
+    when = _value_over(w, value_feature(SUPERSEDED), doc.start, doc.end)
+    if when is not None and when <= t:
+        stamp = _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime(when))
+        raise AnnodbError(
+            f"supersedes {doc.docno!r}, which a later memory superseded already ({stamp}): "
+            "supersede the memory current now (recall or history finds it; with a key, "
+            "remember(key=...) does it), or give time= before then to correct the past")
 
 
 def _derive(w, start: int, end: int, record: dict, fold: bool) -> None:

@@ -273,3 +273,27 @@ def test_remember_many_may_supersede_a_memory_given_earlier_in_the_batch(tmp_pat
             mem.remember_many([{"text": "late", "supersedes": "e1"},
                                {"text": "Eve", "docno": "e1"}])
         assert not mem.get("d1") and len(mem.history(10, include_superseded=True)) == 4
+
+
+def test_superseding_a_memory_replaced_already_is_refused(tmp_path):
+    """supersedes= names a memory current at the new memory's time: superseding Paris
+    after Berlin replaced it took Paris's key and superseded Berlin, the current fact,
+    without a word. It is refused, nothing is written; a time= before the replacement
+    corrects the past (the correction is then superseded by Berlin in its turn)."""
+    with annodb.Memory(tmp_path / "m.db") as mem:
+        paris = mem.remember("Alice lives in Paris", key="alice/city", time=NOW - 10 * DAY)
+        berlin = mem.remember("Alice lives in Berlin", key="alice/city", time=NOW - DAY)
+        jazz = mem.remember("Bob likes jazz", time=NOW - 10 * DAY)
+        rock = mem.remember("Bob likes rock", supersedes=jazz, time=NOW - DAY)
+        for old in (paris, jazz):
+            with pytest.raises(AnnodbError, match=rf"supersedes '{old}', which a later "
+                                                  "memory superseded already"):
+                mem.remember("a correction", supersedes=old, time=NOW)
+        city = {"key": "alice/city"}
+        assert [e.docno for e in mem.recall("Alice lives in", where=city)] == [berlin]
+        lyon = mem.remember("Alice lived in Lyon, not Paris", supersedes=paris,
+                            time=NOW - 5 * DAY)
+        assert [e.docno for e in mem.recall("Alice lives in", where=city)] == [berlin]
+        assert [e.docno for e in mem.recall("Alice", where=city, as_of=NOW - 3 * DAY)] \
+            == [lyon]
+        assert mem.get(rock).metadata.get("superseded") is None
