@@ -22,11 +22,11 @@ call) are refused.
 Facts change: `remember(text, key=K)` supersedes the memories with key K remembered at or
 before its time (their `:superseded:` is set to that time; they stay stored), and is
 itself superseded at once by one with key K and a later time (a fact back-filled into the
-past). `remember(text, supersedes=docno)` replaces one memory (taking its key, if any).
-recall and history leave superseded memories out unless `include_superseded=True`;
-`as_of=T` answers from the memories current at T (remembered by T, not superseded by T).
-Forgetting a memory does not make the one it superseded current again (history is not
-rewritten: remember the fact again).
+past). `remember(text, supersedes=docno)` replaces one memory (taking its key, if any),
+which must be current at the new memory's time. recall and history leave superseded
+memories out unless `include_superseded=True`; `as_of=T` answers from the memories
+current at T (remembered by T, not superseded by T). Forgetting a memory does not make
+the one it superseded current again (history is not rewritten: remember the fact again).
 
 `where` (see metadata.py and help(Memory.recall)) is compiled into the query algebra:
 results are ranked inside `(>> : c1 c2 ...)` (each condition a containment, `!>` for !=,
@@ -227,8 +227,8 @@ class Memory:
         """Store `text` with `metadata` (time= sets when, default now); returns its docno.
         `key` names what it is about: it supersedes the memories with that key remembered
         at or before its time. `supersedes=docno` supersedes that memory (and takes its
-        key). Giving the docno of an existing memory replaces it (the latest remember
-        wins)."""
+        key; one superseded already at this time is refused). Giving the docno of an
+        existing memory replaces it (the latest remember wins)."""
         if text is None and TEXT in metadata:    # (remember(text="...") as a keyword)
             text = metadata.pop(TEXT)
         for name in metadata:
