@@ -201,6 +201,10 @@ def conditions(key: str, want, labels_of) -> list[tuple[str, _query.Node]]:
     check_key(key)
     if isinstance(want, np.ndarray):         # (any of its values, as a list's)
         want = want.tolist()
+    if isinstance(want, (list, tuple)) and len(want) != 2 and want and \
+            isinstance(want[0], str) and want[0] in OPERATORS + SET_OPERATORS + ("exists",):
+        raise AnnodbError(f"where {key!r}: {want[0]} takes one value, as a pair "
+                          f"({want[0]!r}, value), not {len(want) - 1}")
     if isinstance(want, (list, tuple)) and len(want) == 2 and isinstance(want[0], str) \
             and want[0] and set(want[0]) <= set("<>=!~^$*%") and not _is_pair(want):
         raise AnnodbError(f"where {key!r}: unknown operator {want[0]!r}; the operators: "

@@ -278,3 +278,14 @@ def test_mcp_tools_refuse_odd_inputs_with_one_line_and_explain_empty_pages(tmp_p
                 ["no memory has user = 'alicee'"]
 
     anyio.run(session)
+
+
+def test_an_operator_with_other_than_one_value_is_an_error(mem):
+    """("in", "a", "b"), (">=", 1, 5) or ("exists",) start with an operator but are not a
+    pair: they were read as "any of" the listed strings, the operator one of them, and
+    matched nothing in silence."""
+    mem.remember("a note", user="alice", level=3)
+    for bad in (("in", "alice", "bob"), [">=", 1, 5], ("exists",), ["not in", "a", "b"]):
+        with pytest.raises(AnnodbError, match=r"takes one value, as a pair"):
+            mem.recall("note", where={"user": bad})
+    assert len(mem.recall("note", where={"user": ["alice", "bob", "carol"]})) == 1
