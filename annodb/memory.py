@@ -636,7 +636,10 @@ def _check_current(w, doc, t: float) -> None:
     fact that replaced it instead (or leave two current)."""
     when = _value_over(w, value_feature(SUPERSEDED), doc.start, doc.end)
     if when is not None and when <= t:
-        stamp = _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime(when))
+        try:
+            stamp = _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime(when))
+        except (OverflowError, OSError, ValueError):       # (a time past any calendar)
+            stamp = f"at {when!r} s"
         raise AnnodbError(
             f"supersedes {doc.docno!r}, which a later memory superseded already ({stamp}): "
             "supersede the memory current now (recall or history finds it; with a key, "
