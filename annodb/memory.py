@@ -163,14 +163,20 @@ def _check_path(path) -> str | None:
     name = os.fspath(path)
     if not name or not name.strip():
         raise StorageError("a memory needs a path (a directory for its database), not ''")
-    if os.path.isdir(name) and not os.path.exists(os.path.join(name, "data.mdb")) \
-            and not os.path.exists(os.path.join(name, "manifest.json")):
+    if os.path.isdir(name) and not _holds_database(name):
         others = sorted(set(os.listdir(name)) - _OWN_FILES)
         if others:
             raise StorageError(f"{name}: a folder holding other files ({', '.join(others[:3])}"
                                f"{', ...' if len(others) > 3 else ''}), not an annodb "
                                "database; give a new or empty directory")
     return name
+
+
+def _holds_database(name: str) -> bool:
+    """Whether the directory `name` holds a database (or a sharded collection's
+    manifest), as far as its files tell."""
+    return os.path.exists(os.path.join(name, "data.mdb")) or \
+        os.path.exists(os.path.join(name, "manifest.json"))
 
 
 class Memory:
@@ -205,6 +211,9 @@ class Memory:
     def __init__(self, path, *, readonly: bool = False, timeout: float = 30.0,
                  fold_diacritics: bool | None = None):
         path = _check_path(path)
+        if readonly and path is not None and not _holds_database(path):
+            raise StorageError(f"{path}: no annodb database here to read (Memory(path) "
+                               "without readonly=True creates one)")
         self.readonly = readonly
         self.db = _open(path, readonly=readonly, create=not readonly, timeout=timeout,
                         fold_diacritics=fold_diacritics)

@@ -289,3 +289,18 @@ def test_an_operator_with_other_than_one_value_is_an_error(mem):
         with pytest.raises(AnnodbError, match=r"takes one value, as a pair"):
             mem.recall("note", where={"user": bad})
     assert len(mem.recall("note", where={"user": ["alice", "bob", "carol"]})) == 1
+
+
+def test_a_read_only_memory_where_there_is_none_says_how_one_is_made(tmp_path):
+    """Memory(path, readonly=True) on a path holding no database says that Memory(path)
+    creates one, not to run `annodb ingest` (a command for document collections), and
+    creates nothing."""
+    from annodb.errors import StorageError
+    for path in (tmp_path / "none.db", tmp_path / "empty"):
+        if path.name == "empty":
+            path.mkdir()
+        with pytest.raises(StorageError, match="no annodb database here to read .Memory.path. "
+                                               "without readonly=True creates one"):
+            annodb.Memory(path, readonly=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
+    assert list((tmp_path / "empty").iterdir()) == []
