@@ -57,6 +57,7 @@ from .metadata import (DOCUMENT, KEY, RESERVED, SUPERSEDED, TEXT, TIME, check_ow
 from .query import Combine, Feature
 from .ranking import text_words
 from .shards.routing import route, shard_name
+from .tokenizer import strip_diacritics
 from .transaction import Writer
 
 __all__ = ["Memory", "Entry", "Recalled", "History", "label", "where_node", "is_gcl",
@@ -570,6 +571,8 @@ class Memory:
             warnings = list(results.warnings)
             if not entries and not use_gcl and not text_words(r, query_or_text):
                 warnings.append(f"no word of {query_or_text!r} is in the memory")
+            if not entries and use_gcl:
+                warnings += _absent_words(r, results.query)
             if not entries:
                 warnings += _absent(r, where)
         return Recalled(entries, results.query, _query.format(box), warnings)
@@ -676,6 +679,33 @@ def _derive(w, start: int, end: int, record: dict, fold: bool) -> None:
     asked = _recall.asking(record[TEXT])
     if asked:
         w.annotate(_recall.ASKING, start, end, asked)
+
+
+def _absent_words(r, query: str) -> list[str]:
+    """For a GCL query that found nothing: a warning naming the words of its terms and
+    phrases that no memory holds (a word misspelt, or not the one the memory uses)."""
+    try:
+        node = _query.parse(query, lenient=True).node
+    except AnnodbError:
+        return []
+    fold = bool(getattr(r, "fold_diacritics", False))
+    missing: dict[str, None] = {}
+
+    def walk(n) -> None:
+        if isinstance(n, _query.Term):
+            for word in n.tokens:
+                if not r.has_feature(strip_diacritics(word) if fold else word):
+                    missing[word] = None
+        elif isinstance(n, Combine):
+            for arg in n.args:
+                walk(arg)
+        elif isinstance(n, (_query.Link, _query.Compare)):
+            walk(n.arg)
+    walk(node)
+    if not missing:
+        return []
+    return [f"no memory holds the word{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(map(repr, missing))} (of the query {query!r})"]
 
 
 def _absent(r, where: dict | None) -> list[str]:

@@ -304,3 +304,19 @@ def test_a_read_only_memory_where_there_is_none_says_how_one_is_made(tmp_path):
             annodb.Memory(path, readonly=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
     assert list((tmp_path / "empty").iterdir()) == []
+
+
+def test_a_gcl_query_that_finds_nothing_names_the_words_no_memory_holds(mem):
+    """(^ alice allergy) finding nothing says that no memory holds 'allergy', as a free
+    text question whose words are all absent says so; a GCL query whose words are all
+    there but never together says nothing (nothing is wrong with its words)."""
+    mem.remember("Alice is allergic to peanuts", user="alice")
+    found = mem.recall("(^ alice allergy)")
+    assert found == [] and found.warnings == \
+        ["no memory holds the word 'allergy' (of the query '(^ alice allergy)')"]
+    assert mem.recall('(+ "peanuts butter" zzz)').warnings == [
+        "no memory holds the words 'butter', 'zzz' (of the query '(+ \"peanuts butter\" "
+        "zzz)')"]
+    assert mem.recall("(... peanuts alice)").warnings == []
+    assert mem.recall("(^ alice allergic)", where={"user": "bob"}).warnings == \
+        ["no memory has user = 'bob'"]
