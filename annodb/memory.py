@@ -748,10 +748,11 @@ def _cursor(text) -> tuple[float, int]:
     """(time, address) of a history cursor (`<time>@<address>`)."""
     try:
         when, at = str(text).rsplit("@", 1)
-        return float(when), int(at)
+        if math.isfinite(float(when)):         # (nan would match nothing, in silence)
+            return float(when), int(at)
     except ValueError:
-        raise AnnodbError(f"bad cursor {text!r}: pass the cursor a history page returned"
-                          ) from None
+        pass
+    raise AnnodbError(f"bad cursor {text!r}: pass the cursor a history page returned")
 
 
 def values_over(snap, name: str, starts, ends) -> np.ndarray:

@@ -320,3 +320,12 @@ def test_a_gcl_query_that_finds_nothing_names_the_words_no_memory_holds(mem):
     assert mem.recall("(... peanuts alice)").warnings == []
     assert mem.recall("(^ alice allergic)", where={"user": "bob"}).warnings == \
         ["no memory has user = 'bob'"]
+
+
+def test_a_cursor_history_never_returned_is_refused(mem):
+    """A `before` that no page returned ('nan@3', 'inf@1', text) is an error, not an
+    empty page that looks like the end of the history."""
+    mem.remember("a note")
+    for bad in ("nan@3", "inf@1", "-inf@0", "garbage", "3", "1.5@x"):
+        with pytest.raises(AnnodbError, match="bad cursor"):
+            mem.history(5, before=bad)
