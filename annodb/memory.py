@@ -574,7 +574,7 @@ class Memory:
             if not entries and use_gcl:
                 warnings += _absent_words(r, results.query)
             if not entries:
-                warnings += _absent(r, where)
+                warnings += _absent(r, where, include_superseded)
         return Recalled(entries, results.query, _query.format(box), warnings)
 
     @staticmethod
@@ -614,7 +614,8 @@ class Memory:
             order = np.lexsort((-starts, -values))
             page = order[:max(n, 0)]
             out = _entries(r, r.documents_at(starts[page].tolist()))
-            warnings = _absent(r, where) if not out and after is None else []
+            warnings = _absent(r, where, include_superseded) \
+                if not out and after is None else []
         cursor = None
         if len(order) > len(page) and len(page):
             last = int(page[-1])
@@ -708,12 +709,17 @@ def _absent_words(r, query: str) -> list[str]:
             f"{', '.join(map(repr, missing))} (of the query {query!r})"]
 
 
-def _absent(r, where: dict | None) -> list[str]:
+def _absent(r, where: dict | None, include_superseded: bool = True) -> list[str]:
     """Warnings for the conditions of `where` that no memory can satisfy: a key no memory
     has, a string no memory has for its key (a typo filters everything out), a number
-    asked of a key that holds only strings, or a string of one that holds only numbers."""
+    asked of a key that holds only strings, or a string of one that holds only numbers;
+    and `superseded` asked for among the current memories only."""
     out = []
     for key, value, numbers in needed(where):
+        if key == SUPERSEDED and not include_superseded:
+            out.append("where asks for superseded memories, and they are left out: give "
+                       "include_superseded=True")
+            continue
         has_numbers = r.has_feature(value_feature(key))
         has_strings = bool(r.features_with_prefix(f"{key}:", 1))
         if not has_numbers and not has_strings:

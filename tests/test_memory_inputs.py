@@ -329,3 +329,18 @@ def test_a_cursor_history_never_returned_is_refused(mem):
     for bad in ("nan@3", "inf@1", "-inf@0", "garbage", "3", "1.5@x"):
         with pytest.raises(AnnodbError, match="bad cursor"):
             mem.history(5, before=bad)
+
+
+def test_asking_for_superseded_memories_without_including_them_says_so(mem):
+    """where={"superseded": ...} without include_superseded=True can match nothing (only
+    current memories are searched): the empty result says to include them."""
+    mem.remember("Alice lives in Paris", key="alice/city", time=1000)
+    mem.remember("Alice lives in Berlin", key="alice/city", time=2000)
+    changed = {"superseded": ("exists", True)}
+    for found in (mem.recall("Alice", where=changed), mem.recall("", where=changed),
+                  mem.history(5, where=changed)):
+        assert found == [] and found.warnings == [
+            "where asks for superseded memories, and they are left out: give "
+            "include_superseded=True"]
+    assert [e.text for e in mem.recall("Alice", where=changed, include_superseded=True)] \
+        == ["Alice lives in Paris"]
