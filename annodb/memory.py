@@ -466,6 +466,12 @@ class Memory:
         docno = _docno(docno)
         with self.db.write() as w:
             doc = w.document(docno)
+            held = doc.meta.get(label)
+            if isinstance(held, str):
+                raise AnnodbError(
+                    f"memory {doc.docno!r} holds {label} = {held!r}, a string: annotate "
+                    "sets a number, which would hide behind it; choose another label, or "
+                    "remember the memory again (docno=) to change the string")
             w.annotate(value_feature(label), doc.start, doc.end, value)
 
     def reindex(self) -> int:

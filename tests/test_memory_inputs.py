@@ -344,3 +344,17 @@ def test_asking_for_superseded_memories_without_including_them_says_so(mem):
             "include_superseded=True"]
     assert [e.text for e in mem.recall("Alice", where=changed, include_superseded=True)] \
         == ["Alice lives in Paris"]
+
+
+def test_annotating_a_number_over_a_string_key_of_the_memory_is_refused(mem):
+    """annotate(d, "user", 1) on a memory whose user is "alice" set a number that get()
+    never showed (the string stays its metadata) while where={"user": 1} matched it: it
+    is refused; a number key is set as before, and replaces the remembered value."""
+    d = mem.remember("Alice note", user="alice", level=2)
+    with pytest.raises(AnnodbError, match="holds user = 'alice', a string"):
+        mem.annotate(d, "user", 1)
+    assert mem.recall("note", where={"user": 1}) == []
+    mem.annotate(d, "level", 5)
+    assert mem.get(d).metadata == {"user": "alice", "level": 5,
+                                   "time": mem.get(d).metadata["time"]}
+    assert mem.recall("note", where={"level": 2}) == []
