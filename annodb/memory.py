@@ -290,8 +290,12 @@ class Memory:
         record: dict[str, Any] = {TEXT: text}
         for name, value in memory.items():
             check_own_key(name)
-            record[name] = stored(name, value)
-        record[TIME] = seconds(record[TIME]) if TIME in record else _time.time()
+            if name == TIME:               # (None, as for key= and docno=: the default, now)
+                record[TIME] = _time.time() if value is None else seconds(value)
+            else:
+                record[name] = stored(name, value)
+        if TIME not in record:
+            record[TIME] = _time.time()
         if key is not None:
             record[KEY] = key
         return record, (None if docno is None else str(docno)), key, supersedes

@@ -358,3 +358,16 @@ def test_annotating_a_number_over_a_string_key_of_the_memory_is_refused(mem):
     assert mem.get(d).metadata == {"user": "alice", "level": 5,
                                    "time": mem.get(d).metadata["time"]}
     assert mem.recall("note", where={"level": 2}) == []
+
+
+def test_time_none_means_now_as_key_none_means_no_key(mem):
+    """remember(text, time=None) (a handler passing on an event's missing time) is
+    remembered now, as key=None and docno=None are the defaults, rather than refused as
+    metadata None; a None for any other key is still refused."""
+    import time
+    before = time.time()
+    d = mem.remember("a note without a time", time=None, key=None)
+    assert before <= mem.get(d).metadata["time"] <= time.time()
+    assert mem.remember_many([{"text": "another", "time": None}])
+    with pytest.raises(AnnodbError, match="None is None: leave the key out"):
+        mem.remember("x", user=None)
