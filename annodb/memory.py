@@ -52,7 +52,7 @@ from . import recall as _recall
 from .collection import open as _open
 from .errors import AnnodbError, NotFoundError, StorageError
 from .metadata import (DOCUMENT, KEY, RESERVED, SUPERSEDED, TEXT, TIME, check_own_key,
-                       current_node, duration, label, needed, number, seconds,
+                       current_node, duration, label, needed, nfc, number, seconds,
                        stored, value_feature, where_node as _where_node)
 from .query import Combine, Feature
 from .ranking import text_words
@@ -282,11 +282,13 @@ class Memory:
         if not text.strip():
             raise AnnodbError(f"remember: the text {text!r} is empty: no recall would find "
                               "it; give the words to remember (metadata goes with them)")
+        text = nfc(text)
         docno = memory.pop("docno", None)
         key = memory.pop(KEY, None)
         supersedes = memory.pop("supersedes", None)
         if key is not None and (not isinstance(key, str) or not key):
             raise AnnodbError(f"key {key!r}: need a non-empty string")
+        key = None if key is None else nfc(key)
         record: dict[str, Any] = {TEXT: text}
         for name, value in memory.items():
             check_own_key(name)
@@ -560,6 +562,7 @@ class Memory:
         if query_or_text is not None and not isinstance(query_or_text, str):
             raise TypeError(f"recall() takes the query as a string (free text or GCL) or "
                             f"None for the latest, not {type(query_or_text).__name__}")
+        query_or_text = None if query_or_text is None else nfc(query_or_text)
         as_of = None if as_of is None else seconds(as_of, "as_of")
         half = None if recency is None else duration(recency)
         if not query_or_text or not query_or_text.strip():

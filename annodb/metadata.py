@@ -40,6 +40,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import re
+import unicodedata
 
 import numpy as np
 
@@ -77,9 +78,18 @@ def check_own_key(key) -> str:
     return key
 
 
+def nfc(text: str) -> str:
+    """`text` in Unicode's composed form (NFC): "é" typed as e and a combining accent (as
+    macOS and some PDFs give it) is the one character other keyboards give, so a word, a
+    label or a key matches whichever way it was typed."""
+    return text if unicodedata.is_normalized("NFC", text) else \
+        unicodedata.normalize("NFC", text)
+
+
 def label(key: str, value: str) -> str:
     """The feature of a string metadata value: `key:value`, escaped so it can be queried
-    (and `key:%` for "", which `%` escaped as `%25` never gives)."""
+    (and `key:%` for "", which `%` escaped as `%25` never gives); the value in NFC."""
+    value = nfc(value)
     if value == "":
         return f"{check_key(key)}:%"
     return f"{check_key(key)}:" + _ESCAPE.sub(
@@ -160,7 +170,7 @@ def stored(key: str, value):
     its seconds; a numpy scalar as the Python value it holds)."""
     value = plain(value)
     if isinstance(value, str):
-        return value
+        return nfc(value)
     if isinstance(value, _dt.datetime):
         return seconds(value, key)
     as_float = number(key, value)

@@ -371,3 +371,24 @@ def test_time_none_means_now_as_key_none_means_no_key(mem):
     assert mem.remember_many([{"text": "another", "time": None}])
     with pytest.raises(AnnodbError, match="None is None: leave the key out"):
         mem.remember("x", user=None)
+
+
+def test_text_labels_and_keys_match_however_an_accent_was_typed(mem):
+    """"Zürich" typed as u and a combining diaeresis (NFD: macOS, some PDFs) and as one
+    character (NFC) are one word, one label and one key: a memory remembered in one form
+    is recalled, filtered and superseded in the other (stored composed, NFC)."""
+    import unicodedata
+
+    def nfd(text):
+        return unicodedata.normalize("NFD", text)
+
+    old = mem.remember(nfd("Renée lives in Zürich"), user=nfd("José"), key=nfd("renée/city"),
+                       time=1000)
+    assert [e.docno for e in mem.recall("Renée Zürich")] == [old]
+    assert [e.docno for e in mem.recall("", where={"user": "José"})] == [old]
+    assert mem.get(old).text == "Renée lives in Zürich"
+    assert mem.get(old).metadata["user"] == "José"
+    new = mem.remember("Renée lives in Genève", key="renée/city", user="José", time=2000)
+    assert [e.docno for e in mem.recall(nfd("Renée lives"), where={"user": nfd("José")})] \
+        == [new]
+    assert mem.get(old).metadata["superseded"] == 2000
