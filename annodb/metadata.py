@@ -103,9 +103,15 @@ def value_feature(key: str) -> str:
 
 def plain(value):
     """A numpy scalar (np.int64, np.float32, np.bool_, np.str_: what code computing
-    metadata with numpy hands over) as the Python value it holds; anything else as it is."""
+    metadata with numpy or pandas hands over) as the Python value it holds, and an
+    np.datetime64 (no zone: UTC, as a naive datetime) as its seconds since the epoch;
+    anything else as it is."""
     if isinstance(value, (np.number, np.bool_, np.str_)):
         return value.item()
+    if isinstance(value, np.datetime64):
+        if np.isnat(value):
+            raise AnnodbError("NaT (numpy's missing time) is not a time; leave the key out")
+        return float((value - np.datetime64(0, "s")) / np.timedelta64(1, "s"))
     return value
 
 

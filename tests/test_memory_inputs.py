@@ -392,3 +392,19 @@ def test_text_labels_and_keys_match_however_an_accent_was_typed(mem):
     assert [e.docno for e in mem.recall(nfd("Renée lives"), where={"user": nfd("José")})] \
         == [new]
     assert mem.get(old).metadata["superseded"] == 2000
+
+
+def test_a_numpy_datetime64_is_a_time(mem):
+    """An np.datetime64 (a pandas column's .values) is a time like a naive datetime (UTC)
+    for time=, as_of= and where, to its fraction of a second; NaT is refused."""
+    when = np.datetime64("2025-03-01T06:30:00.250")
+    d = mem.remember("a note from a dataframe", time=when, due=np.datetime64("2025-03-02"))
+    got = mem.get(d).metadata
+    assert got["time"] == dt.datetime(2025, 3, 1, 6, 30, 0, 250000,
+                                      tzinfo=dt.timezone.utc).timestamp()
+    assert got["due"] == dt.datetime(2025, 3, 2, tzinfo=dt.timezone.utc).timestamp()
+    assert [e.docno for e in mem.recall("note", as_of=np.datetime64("2025-03-01T07:00"))] \
+        == [d]
+    assert mem.recall("note", where={"time": ("<", np.datetime64("2025-03-01"))}) == []
+    with pytest.raises(AnnodbError, match="NaT"):
+        mem.remember("x", time=np.datetime64("NaT"))
