@@ -278,6 +278,8 @@ def needed(where: dict | None) -> list[tuple[str, str | None, bool]]:
     comparison, or numbers to equal): what to look for when a filter matched nothing."""
     out: list[tuple[str, str | None, bool]] = []
     for key, want in (where or {}).items():
+        if key == TIME:
+            want = _times(want)
         if _is_pair(want):
             op, value = want
             if op in ("!=", "not in") or op == "exists":

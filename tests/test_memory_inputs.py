@@ -132,6 +132,7 @@ def test_a_time_in_where_is_a_time_whatever_the_condition(mem):
     assert where(("<", dt.datetime(2025, 3, 1, 14, 30, tzinfo=kolkata))) == [a]
     with pytest.raises(AnnodbError, match="ISO 8601"):
         where("yesterday")
+    assert mem.recall("meeting", where={"time": "2025-03-01T00:00:00Z"}).warnings == []
 
 
 def test_an_async_memory_finishes_the_calls_before_close_and_refuses_those_after(tmp_path):
