@@ -16,6 +16,7 @@ import asyncio
 import functools
 from concurrent.futures import ThreadPoolExecutor
 
+from .errors import StorageError
 from .memory import Entry, History, Memory, Recalled
 
 __all__ = ["AsyncMemory"]
@@ -27,6 +28,7 @@ class AsyncMemory:
 
     def __init__(self, path, **options) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="annodb-memory")
+        self._closed = False
         try:
             # opened on the worker thread too: every use of the database is from that thread
             self.memory: Memory = self._pool.submit(Memory, path, **options).result()
@@ -35,6 +37,8 @@ class AsyncMemory:
             raise
 
     async def _run(self, method, *args, **kwargs):
+        if self._closed:
+            raise StorageError(f"{self.memory.db.path}: this AsyncMemory is closed")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, functools.partial(method, *args,
                                                                         **kwargs))
@@ -43,7 +47,10 @@ class AsyncMemory:
         return await self._run(self.memory.remember, text, **kwargs)
 
     async def remember_many(self, memories) -> list[str]:
-        return await self._run(self.memory.remember_many, list(memories))
+        # (a list made here, where a generator is still the caller's to read; one string
+        #  or dict goes as it is, for Memory to refuse)
+        return await self._run(self.memory.remember_many, memories if isinstance(
+            memories, (str, bytes, dict)) else list(memories))
 
     async def annotate(self, docno: str, label: str, value: float = 0.0) -> None:
         return await self._run(self.memory.annotate, docno, label, value)
@@ -64,9 +71,18 @@ class AsyncMemory:
     async def filter(self, where: dict | None = None, **kwargs) -> str:
         return await self._run(self.memory.filter, where, **kwargs)
 
+    async def reindex(self) -> int:
+        return await self._run(self.memory.reindex)
+
     async def close(self) -> None:
+        """Close the memory once the calls awaited before have run (a call made after
+        this is an error; closing again does nothing)."""
+        if self._closed:
+            return
+        self._closed = True
         try:
-            await self._run(self.memory.close)
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._pool, self.memory.close)
         finally:
             self._pool.shutdown(wait=False)
 
@@ -81,5 +97,5 @@ class AsyncMemory:
 
 
 for _name in ("remember", "remember_many", "annotate", "forget", "recall", "history", "get",
-              "filter"):
+              "filter", "reindex"):
     getattr(AsyncMemory, _name).__doc__ = getattr(Memory, _name).__doc__

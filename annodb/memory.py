@@ -22,11 +22,11 @@ call) are refused.
 Facts change: `remember(text, key=K)` supersedes the memories with key K remembered at or
 before its time (their `:superseded:` is set to that time; they stay stored), and is
 itself superseded at once by one with key K and a later time (a fact back-filled into the
-past). `remember(text, supersedes=docno)` replaces one memory (taking its key, if any).
-recall and history leave superseded memories out unless `include_superseded=True`;
-`as_of=T` answers from the memories current at T (remembered by T, not superseded by T).
-Forgetting a memory does not make the one it superseded current again (history is not
-rewritten: remember the fact again).
+past). `remember(text, supersedes=docno)` replaces one memory (taking its key, if any),
+which must be current at the new memory's time. recall and history leave superseded
+memories out unless `include_superseded=True`; `as_of=T` answers from the memories
+current at T (remembered by T, not superseded by T). Forgetting a memory does not make
+the one it superseded current again (history is not rewritten: remember the fact again).
 
 `where` (see metadata.py and help(Memory.recall)) is compiled into the query algebra:
 results are ranked inside `(>> : c1 c2 ...)` (each condition a containment, `!>` for !=,
@@ -52,11 +52,12 @@ from . import recall as _recall
 from .collection import open as _open
 from .errors import AnnodbError, NotFoundError, StorageError
 from .metadata import (DOCUMENT, KEY, RESERVED, SUPERSEDED, TEXT, TIME, check_own_key,
-                       current_node, duration, label, needed, number, seconds,
+                       current_node, duration, label, needed, nfc, number, seconds,
                        stored, value_feature, where_node as _where_node)
 from .query import Combine, Feature
 from .ranking import text_words
 from .shards.routing import route, shard_name
+from .tokenizer import strip_diacritics
 from .transaction import Writer
 
 __all__ = ["Memory", "Entry", "Recalled", "History", "label", "where_node", "is_gcl",
@@ -97,11 +98,12 @@ class Recalled(list):
 
 class History(list):
     """history's result: a list of Entry, latest first, and `cursor`: pass it as
-    `before=` for the next page (None when there is none)."""
+    `before=` for the next page (None when there is none); `warnings`, when a first page
+    is empty, say which conditions of `where` no memory can satisfy."""
 
-    def __init__(self, entries=(), cursor: str | None = None):
+    def __init__(self, entries=(), cursor: str | None = None, warnings=()):
         super().__init__(entries)
-        self.cursor = cursor
+        self.cursor, self.warnings = cursor, list(warnings)
 
 
 def where_node(where: dict | None, base: _query.Node = DOCUMENT) -> _query.Node:
@@ -162,14 +164,20 @@ def _check_path(path) -> str | None:
     name = os.fspath(path)
     if not name or not name.strip():
         raise StorageError("a memory needs a path (a directory for its database), not ''")
-    if os.path.isdir(name) and not os.path.exists(os.path.join(name, "data.mdb")) \
-            and not os.path.exists(os.path.join(name, "manifest.json")):
+    if os.path.isdir(name) and not _holds_database(name):
         others = sorted(set(os.listdir(name)) - _OWN_FILES)
         if others:
             raise StorageError(f"{name}: a folder holding other files ({', '.join(others[:3])}"
                                f"{', ...' if len(others) > 3 else ''}), not an annodb "
                                "database; give a new or empty directory")
     return name
+
+
+def _holds_database(name: str) -> bool:
+    """Whether the directory `name` holds a database (or a sharded collection's
+    manifest), as far as its files tell."""
+    return os.path.exists(os.path.join(name, "data.mdb")) or \
+        os.path.exists(os.path.join(name, "manifest.json"))
 
 
 class Memory:
@@ -179,9 +187,10 @@ class Memory:
     folder of other files are refused.
 
     Metadata (keyword arguments of remember): a string is an exact label, a number or a
-    bool a value, a datetime a time (seconds since the epoch; naive means UTC; `time=`
-    also takes an ISO 8601 string, "2025-03-01T09:00:00Z", no zone meaning UTC). A list,
-    None or a dict is refused (a key holds one value). Keys are
+    bool a value (numpy scalars as the Python values they hold), a datetime a time
+    (seconds since the epoch; naive means UTC; `time=` also takes an ISO 8601 string,
+    "2025-03-01T09:00:00Z", no zone meaning UTC). A list, None or a dict is refused (a
+    key holds one value). Keys are
     names without whitespace or ( ) " : and not one of RESERVED: text, docno, key,
     superseded, judgment, note, order, call (annodb writes those itself).
 
@@ -203,6 +212,9 @@ class Memory:
     def __init__(self, path, *, readonly: bool = False, timeout: float = 30.0,
                  fold_diacritics: bool | None = None):
         path = _check_path(path)
+        if readonly and path is not None and not _holds_database(path):
+            raise StorageError(f"{path}: no annodb database here to read (Memory(path) "
+                               "without readonly=True creates one)")
         self.readonly = readonly
         self.db = _open(path, readonly=readonly, create=not readonly, timeout=timeout,
                         fold_diacritics=fold_diacritics)
@@ -225,8 +237,8 @@ class Memory:
         """Store `text` with `metadata` (time= sets when, default now); returns its docno.
         `key` names what it is about: it supersedes the memories with that key remembered
         at or before its time. `supersedes=docno` supersedes that memory (and takes its
-        key). Giving the docno of an existing memory replaces it (the latest remember
-        wins)."""
+        key; one superseded already at this time is refused). Giving the docno of an
+        existing memory replaces it (the latest remember wins)."""
         if text is None and TEXT in metadata:    # (remember(text="...") as a keyword)
             text = metadata.pop(TEXT)
         for name in metadata:
@@ -240,6 +252,9 @@ class Memory:
         """Remember many memories in one transaction (all or none): each a string, or a
         dict of remember's arguments ({"text": ..., "key": ..., "user": ..., ...}).
         Returns their docnos, in order."""
+        if isinstance(memories, (str, bytes, dict)):
+            raise TypeError(f"remember_many() takes a list of memories, not one "
+                            f"{type(memories).__name__}: give [it], or call remember()")
         items = []
         for i, memory in enumerate(memories):
             try:
@@ -264,16 +279,25 @@ class Memory:
         text = memory.pop(TEXT, None)
         if not isinstance(text, str):
             raise TypeError("remember() takes the memory's text as a string")
+        if not text.strip():
+            raise AnnodbError(f"remember: the text {text!r} is empty: no recall would find "
+                              "it; give the words to remember (metadata goes with them)")
+        text = nfc(text)
         docno = memory.pop("docno", None)
         key = memory.pop(KEY, None)
         supersedes = memory.pop("supersedes", None)
         if key is not None and (not isinstance(key, str) or not key):
             raise AnnodbError(f"key {key!r}: need a non-empty string")
+        key = None if key is None else nfc(key)
         record: dict[str, Any] = {TEXT: text}
         for name, value in memory.items():
             check_own_key(name)
-            record[name] = stored(name, value)
-        record[TIME] = seconds(record[TIME]) if TIME in record else _time.time()
+            if name == TIME:               # (None, as for key= and docno=: the default, now)
+                record[TIME] = _time.time() if value is None else seconds(value)
+            else:
+                record[name] = stored(name, value)
+        if TIME not in record:
+            record[TIME] = _time.time()
         if key is not None:
             record[KEY] = key
         return record, (None if docno is None else str(docno)), key, supersedes
@@ -281,19 +305,27 @@ class Memory:
     def _write(self, w, items: list[tuple]) -> list[str]:
         records = [it[0] for it in items]
         given = [it[1] for it in items]
-        # explicit supersedes: the target's key is taken (checked before anything is added)
-        for record, _, key, target in items:
-            if target is None:
-                continue
-            doc = w.find(str(target))
-            if doc is None:
-                raise NotFoundError(f"supersedes: no memory with docno {target!r}")
-            theirs = doc.meta.get(KEY)
-            if isinstance(theirs, str):
-                if key is not None and key != theirs:
-                    raise AnnodbError(f"supersedes {doc.docno!r}, whose key is {theirs!r}, "
-                                      f"with the key {key!r}: give the same key or none")
-                record[KEY] = theirs
+        # explicit supersedes: the target's key is taken (checked before anything is added;
+        # the target may be a memory given its docno earlier in the batch)
+        earlier: dict[str, dict] = {}
+        for record, docno, key, target in items:
+            if target is not None:
+                if str(target) in earlier:
+                    theirs = earlier[str(target)].get(KEY)
+                else:
+                    doc = w.find(str(target))
+                    if doc is None:
+                        raise NotFoundError(f"supersedes: no memory with docno {target!r}")
+                    theirs = doc.meta.get(KEY)
+                    _check_current(w, doc, record[TIME])
+                if isinstance(theirs, str):
+                    if key is not None and key != theirs:
+                        raise AnnodbError(f"supersedes {str(target)!r}, whose key is "
+                                          f"{theirs!r}, with the key {key!r}: give the same "
+                                          "key or none")
+                    record[KEY] = theirs
+            if docno is not None:
+                earlier[docno] = record
         if isinstance(w, Writer):
             added = self._add(w, records, given)
         else:          # a sharded collection's: one shard, one memory at a time
@@ -392,9 +424,10 @@ class Memory:
     @staticmethod
     def _supersede_by_key(w, key: str, added, t: float) -> None:
         """Keep the memories with `key` a timeline: each is superseded at the time of the
-        next one (by time, then address). The new memory `added` (time t, the highest
-        address) supersedes those at or before t not superseded before t, and is
-        superseded by the earliest one after t."""
+        next one (by time, then address). The new memory `added` (time t) supersedes those
+        before it (at or before t; at t, of a lower address) not superseded before t, and
+        is superseded by the earliest one after it (a later time, or t and a higher
+        address: a later memory of the same remember_many)."""
         times = w.query(Combine(">>", (Feature(value_feature(TIME)),
                                        Feature(label(KEY, key)))))
         if not len(times):
@@ -405,7 +438,7 @@ class Memory:
                                 times.values.tolist(), sup):
             if s == added.start:
                 continue
-            if v > t:
+            if v > t or (v == t and s > added.start):
                 later = min(later, v)
                 continue
             if old != old or old > t:         # (NaN: not superseded)
@@ -436,8 +469,15 @@ class Memory:
         if check_own_key(label) == TIME:
             raise AnnodbError("the time of a memory is set when it is remembered (time=)")
         value = number(label, value)
+        docno = _docno(docno)
         with self.db.write() as w:
             doc = w.document(docno)
+            held = doc.meta.get(label)
+            if isinstance(held, str):
+                raise AnnodbError(
+                    f"memory {doc.docno!r} holds {label} = {held!r}, a string: annotate "
+                    "sets a number, which would hide behind it; choose another label, or "
+                    "remember the memory again (docno=) to change the string")
             w.annotate(value_feature(label), doc.start, doc.end, value)
 
     def reindex(self) -> int:
@@ -467,9 +507,11 @@ class Memory:
             raise AnnodbError("forget what? give docnos or where={...}")
         if where is not None and not where:
             raise AnnodbError("forget(where={}) would forget everything; give a condition")
-        one = isinstance(docnos, str)
+        one = docnos is not None and (isinstance(docnos, (str, bytes))
+                                      or not hasattr(docnos, "__iter__"))
+        names = [_docno(docnos)] if one else [_docno(d) for d in
+                                              (() if docnos is None else docnos)]
         with self.db.write() as w:
-            names = [docnos] if one else list(docnos or ())
             if where is not None:
                 box = self._filter(w, where, DOCUMENT, None, True)
                 names += [d.docno for d in w.documents_at(w.query(box).starts.tolist())
@@ -517,6 +559,10 @@ class Memory:
         `is_gcl`. `warnings` says when no word of the question is in the memory and, when
         nothing is found, which keys (or key = string) of `where` no memory has."""
         _count(k, "k")
+        if query_or_text is not None and not isinstance(query_or_text, str):
+            raise TypeError(f"recall() takes the query as a string (free text or GCL) or "
+                            f"None for the latest, not {type(query_or_text).__name__}")
+        query_or_text = None if query_or_text is None else nfc(query_or_text)
         as_of = None if as_of is None else seconds(as_of, "as_of")
         half = None if recency is None else duration(recency)
         if not query_or_text or not query_or_text.strip():
@@ -524,7 +570,7 @@ class Memory:
                 latest = self._filter(r, where, Feature(value_feature(TIME)), as_of,
                                       include_superseded)
             found = self.history(k, where, as_of=as_of, include_superseded=include_superseded)
-            return Recalled(found, "", _query.format(latest))
+            return Recalled(found, "", _query.format(latest), found.warnings)
         use_gcl = bool(gcl or (gcl is None and is_gcl(query_or_text)))
         with self.db.read() as r:
             box = self._filter(r, where, DOCUMENT, as_of, include_superseded)
@@ -538,8 +584,10 @@ class Memory:
             warnings = list(results.warnings)
             if not entries and not use_gcl and not text_words(r, query_or_text):
                 warnings.append(f"no word of {query_or_text!r} is in the memory")
+            if not entries and use_gcl:
+                warnings += _absent_words(r, results.query)
             if not entries:
-                warnings += _absent(r, where)
+                warnings += _absent(r, where, include_superseded)
         return Recalled(entries, results.query, _query.format(box), warnings)
 
     @staticmethod
@@ -579,14 +627,17 @@ class Memory:
             order = np.lexsort((-starts, -values))
             page = order[:max(n, 0)]
             out = _entries(r, r.documents_at(starts[page].tolist()))
+            warnings = _absent(r, where, include_superseded) \
+                if not out and after is None else []
         cursor = None
         if len(order) > len(page) and len(page):
             last = int(page[-1])
             cursor = f"{float(values[last])!r}@{int(starts[last])}"
-        return History(out, cursor)
+        return History(out, cursor, warnings)
 
     def get(self, docno: str) -> Entry | None:
         """The memory `docno` (current or not), or None."""
+        docno = _docno(docno)
         with self.db.read() as r:
             return _entries(r, [r.document(docno)])[0] if r.has(docno) else None
 
@@ -603,6 +654,22 @@ class Memory:
             return r.features_with_prefix(f"{key}:", sys.maxsize)
         return current_node(_where_node(where, base, labels_of), as_of, include_superseded,
                             r.has_feature(value_feature(SUPERSEDED)))
+
+
+def _check_current(w, doc, t: float) -> None:
+    """AnnodbError unless the memory `doc` is current at t (not superseded at or before
+    it): superseding a memory replaced already would take its key and supersede the
+    fact that replaced it instead (or leave two current)."""
+    when = _value_over(w, value_feature(SUPERSEDED), doc.start, doc.end)
+    if when is not None and when <= t:
+        try:
+            stamp = _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime(when))
+        except (OverflowError, OSError, ValueError):       # (a time past any calendar)
+            stamp = f"at {when!r} s"
+        raise AnnodbError(
+            f"supersedes {doc.docno!r}, which a later memory superseded already ({stamp}): "
+            "supersede the memory current now (recall or history finds it; with a key, "
+            "remember(key=...) does it), or give time= before then to correct the past")
 
 
 def _derive(w, start: int, end: int, record: dict, fold: bool) -> None:
@@ -628,17 +695,66 @@ def _derive(w, start: int, end: int, record: dict, fold: bool) -> None:
         w.annotate(_recall.ASKING, start, end, asked)
 
 
-def _absent(r, where: dict | None) -> list[str]:
+def _absent_words(r, query: str) -> list[str]:
+    """For a GCL query that found nothing: a warning naming the words of its terms and
+    phrases that no memory holds (a word misspelt, or not the one the memory uses)."""
+    try:
+        node = _query.parse(query, lenient=True).node
+    except AnnodbError:
+        return []
+    fold = bool(getattr(r, "fold_diacritics", False))
+    missing: dict[str, None] = {}
+
+    def walk(n) -> None:
+        if isinstance(n, _query.Term):
+            for word in n.tokens:
+                if not r.has_feature(strip_diacritics(word) if fold else word):
+                    missing[word] = None
+        elif isinstance(n, Combine):
+            for arg in n.args:
+                walk(arg)
+        elif isinstance(n, (_query.Link, _query.Compare)):
+            walk(n.arg)
+    walk(node)
+    if not missing:
+        return []
+    return [f"no memory holds the word{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(map(repr, missing))} (of the query {query!r})"]
+
+
+def _absent(r, where: dict | None, include_superseded: bool = True) -> list[str]:
     """Warnings for the conditions of `where` that no memory can satisfy: a key no memory
-    has, or a string no memory has for its key (a typo filters everything out)."""
+    has, a string no memory has for its key (a typo filters everything out), a number
+    asked of a key that holds only strings, or a string of one that holds only numbers;
+    and `superseded` asked for among the current memories only."""
     out = []
-    for key, value in needed(where):
-        if not r.has_feature(value_feature(key)) and \
-                not r.features_with_prefix(f"{key}:", 1):
+    for key, value, numbers in needed(where):
+        if key == SUPERSEDED and not include_superseded:
+            out.append("where asks for superseded memories, and they are left out: give "
+                       "include_superseded=True")
+            continue
+        has_numbers = r.has_feature(value_feature(key))
+        has_strings = bool(r.features_with_prefix(f"{key}:", 1))
+        if not has_numbers and not has_strings:
             out.append(f"no memory has the key {key!r}")
+        elif numbers and not has_numbers:
+            out.append(f"no memory has a number for {key!r} (its values are strings: "
+                       "compare them with = or !=)")
         elif value is not None and not r.has_feature(label(key, value)):
-            out.append(f"no memory has {key} = {value!r}")
+            out.append(f"no memory has {key} = {value!r}" + (
+                "" if has_strings else " (its values are numbers: give one, not a string)"))
     return out
+
+
+def _docno(docno) -> str:
+    """A docno argument as the string it names (an int as remember(docno=3) stores it:
+    "3"), or TypeError."""
+    if isinstance(docno, str):
+        return docno
+    if isinstance(docno, (int, np.integer)) and not isinstance(docno, (bool, np.bool_)):
+        return str(docno)
+    raise TypeError(f"a docno is a string (the one remember returned), not "
+                    f"{type(docno).__name__} {docno!r}")
 
 
 def _count(n, name: str) -> None:
@@ -651,10 +767,11 @@ def _cursor(text) -> tuple[float, int]:
     """(time, address) of a history cursor (`<time>@<address>`)."""
     try:
         when, at = str(text).rsplit("@", 1)
-        return float(when), int(at)
+        if math.isfinite(float(when)):         # (nan would match nothing, in silence)
+            return float(when), int(at)
     except ValueError:
-        raise AnnodbError(f"bad cursor {text!r}: pass the cursor a history page returned"
-                          ) from None
+        pass
+    raise AnnodbError(f"bad cursor {text!r}: pass the cursor a history page returned")
 
 
 def values_over(snap, name: str, starts, ends) -> np.ndarray:

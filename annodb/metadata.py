@@ -40,6 +40,9 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import re
+import unicodedata
+
+import numpy as np
 
 from . import query as _query
 from .errors import AnnodbError
@@ -75,9 +78,18 @@ def check_own_key(key) -> str:
     return key
 
 
+def nfc(text: str) -> str:
+    """`text` in Unicode's composed form (NFC): "é" typed as e and a combining accent (as
+    macOS and some PDFs give it) is the one character other keyboards give, so a word, a
+    label or a key matches whichever way it was typed."""
+    return text if unicodedata.is_normalized("NFC", text) else \
+        unicodedata.normalize("NFC", text)
+
+
 def label(key: str, value: str) -> str:
     """The feature of a string metadata value: `key:value`, escaped so it can be queried
-    (and `key:%` for "", which `%` escaped as `%25` never gives)."""
+    (and `key:%` for "", which `%` escaped as `%25` never gives); the value in NFC."""
+    value = nfc(value)
     if value == "":
         return f"{check_key(key)}:%"
     return f"{check_key(key)}:" + _ESCAPE.sub(
@@ -89,9 +101,27 @@ def value_feature(key: str) -> str:
     return f":{check_key(key)}:"
 
 
+def plain(value):
+    """A numpy scalar (np.int64, np.float32, np.bool_, np.str_: what code computing
+    metadata with numpy or pandas hands over) as the Python value it holds, and an
+    np.datetime64 (no zone: UTC, as a naive datetime) as its seconds since the epoch;
+    anything else as it is."""
+    if isinstance(value, (np.number, np.bool_, np.str_)):
+        return value.item()
+    if isinstance(value, np.datetime64):
+        if np.isnat(value):
+            raise AnnodbError("NaT (numpy's missing time) is not a time; leave the key out")
+        return float((value - np.datetime64(0, "s")) / np.timedelta64(1, "s"))
+    return value
+
+
 def seconds(value, what: str = "time") -> float:
     """A time as seconds since the epoch: a number, a datetime (naive: UTC) or an ISO 8601
     string ("2025-03-01", "2025-03-01T09:00:00Z"; no zone: UTC), as MCP's tools take."""
+    value = plain(value)
+    if isinstance(value, bool):         # (a number to Python, but never meant as a time)
+        raise AnnodbError(f"{what}: {value!r} is not a time; give a datetime, seconds since "
+                          "the epoch or an ISO 8601 time (2025-03-01T09:00:00Z)")
     if isinstance(value, str):
         try:
             value = _dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
@@ -118,11 +148,17 @@ def duration(value, what: str = "recency") -> float:
 
 
 def number(key: str, value) -> float:
-    """A finite number (a bool is 0 or 1, a datetime its seconds), or AnnodbError."""
+    """A finite number (a bool is 0 or 1, a datetime its seconds; numpy's too), or
+    AnnodbError."""
+    value = plain(value)
     if isinstance(value, _dt.datetime):
         return seconds(value, key)
     if isinstance(value, (bool, int, float)):
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:
+            raise AnnodbError(f"metadata {key!r}: an integer of {len(str(abs(value)))} digits "
+                              "is too large for a value (at most about 1.8e308)") from None
         if math.isfinite(value):
             return value
         raise AnnodbError(f"metadata {key!r}: {value!r} is not a finite number")
@@ -137,23 +173,29 @@ def number(key: str, value) -> float:
 
 def stored(key: str, value):
     """The value a record stores for metadata `key` (a string, or a number; a datetime as
-    its seconds)."""
+    its seconds; a numpy scalar as the Python value it holds)."""
+    value = plain(value)
     if isinstance(value, str):
-        return value
+        return nfc(value)
     if isinstance(value, _dt.datetime):
         return seconds(value, key)
-    number(key, value)
+    as_float = number(key, value)
+    if type(value) is int and not -2 ** 63 <= value < 2 ** 64:
+        return as_float        # (a record keeps such an int as a string; its value is this)
     return value
 
 
 def _term(key: str, value) -> _query.Node:
     """The exact-match condition for one value of `key`."""
+    value = plain(value)
     if isinstance(value, str):
         return Feature(label(key, value))
     return Compare("=", Feature(value_feature(key)), number(key, value))
 
 
 def _any_of(key: str, values) -> _query.Node:
+    if isinstance(values, np.ndarray):
+        values = values.tolist()
     if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, set,
                                                                    frozenset)):
         raise AnnodbError(f"where {key!r}: in / not in take a list of values")
@@ -173,14 +215,20 @@ def conditions(key: str, want, labels_of) -> list[tuple[str, _query.Node]]:
     `>>` (contains the node) or `!>` (contains none). `labels_of(key)` lists the key's
     string labels (for exists)."""
     check_key(key)
+    if isinstance(want, np.ndarray):         # (any of its values, as a list's)
+        want = want.tolist()
+    if isinstance(want, (list, tuple)) and len(want) != 2 and want and \
+            isinstance(want[0], str) and want[0] in OPERATORS + SET_OPERATORS + ("exists",):
+        raise AnnodbError(f"where {key!r}: {want[0]} takes one value, as a pair "
+                          f"({want[0]!r}, value), not {len(want) - 1}")
     if isinstance(want, (list, tuple)) and len(want) == 2 and isinstance(want[0], str) \
             and want[0] and set(want[0]) <= set("<>=!~^$*%") and not _is_pair(want):
         raise AnnodbError(f"where {key!r}: unknown operator {want[0]!r}; the operators: "
                           f"{', '.join(OPERATORS + SET_OPERATORS)}, exists")
+    if key == TIME:           # an ISO 8601 string is a time here, as remember's time= takes
+        want = _times(want)
     if _is_pair(want):
         op, value = want
-        if key == TIME and isinstance(value, str) and op in OPERATORS:
-            value = seconds(value, f"where {key!r}")     # (an ISO 8601 time, as remember's)
         if op == "exists":
             if not isinstance(value, bool):
                 raise AnnodbError(f"where {key!r}: exists takes True or False")
@@ -205,19 +253,53 @@ def conditions(key: str, want, labels_of) -> list[tuple[str, _query.Node]]:
     return [(">>", _term(key, want))]
 
 
-def needed(where: dict | None) -> list[tuple[str, str | None]]:
-    """(key, string or None) for each condition of `where` that only a memory holding the
-    key satisfies (=, in, comparisons, exists True), with the string label it names (a
-    plain string or ("=", string)): what to look for when a filter matched nothing."""
-    out: list[tuple[str, str | None]] = []
+def _times(want):
+    """A condition on `time` with each ISO 8601 string in it as seconds since the epoch:
+    a plain value, the values of a list, or an operator's value (or list)."""
+    def one(value):
+        value = plain(value)
+        return seconds(value, f"where {TIME!r}") if isinstance(value, str) else value
+
+    def each(values):
+        if isinstance(values, np.ndarray):
+            values = values.tolist()
+        if isinstance(values, (list, tuple, set, frozenset)):
+            return [one(v) for v in values]
+        return one(values)
+    if _is_pair(want):
+        return want if want[0] == "exists" else (want[0], each(want[1]))
+    return each(want)
+
+
+def needed(where: dict | None) -> list[tuple[str, str | None, bool]]:
+    """(key, string or None, numbers) for each condition of `where` that only a memory
+    holding the key satisfies (=, in, comparisons, exists True), with the string label it
+    names (a plain string or ("=", string)) and whether only a number satisfies it (a
+    comparison, or numbers to equal): what to look for when a filter matched nothing."""
+    out: list[tuple[str, str | None, bool]] = []
     for key, want in (where or {}).items():
+        if key == TIME:
+            want = _times(want)
         if _is_pair(want):
             op, value = want
-            if op in ("!=", "not in") or (op == "exists" and not value):
+            if op in ("!=", "not in") or op == "exists":
+                if op == "exists" and value:
+                    out.append((key, None, False))
                 continue
-            out.append((key, value if op == "=" and isinstance(value, str) else None))
+            if op == "in":
+                want = value
+            else:
+                value = plain(value)
+                out.append((key, value if isinstance(value, str) else None,
+                            not isinstance(value, str)))
+                continue
+        if isinstance(want, (list, tuple, set, frozenset, np.ndarray)):
+            values = [plain(v) for v in want]
+            out.append((key, None, not any(isinstance(v, str) for v in values)))
         else:
-            out.append((key, want if isinstance(want, str) else None))
+            want = plain(want)
+            out.append((key, want if isinstance(want, str) else None,
+                        not isinstance(want, str)))
     return out
 
 

@@ -105,7 +105,8 @@ def make_server(memory: Memory):
         page = call(lambda: memory.history(max(0, min(n, 1000)), where,
                                            before=before, as_of=_time(as_of, "as_of"),
                                            include_superseded=include_superseded))
-        return {"results": [_shown(e) for e in page], "cursor": page.cursor}
+        return {"results": [_shown(e) for e in page], "cursor": page.cursor,
+                "warnings": page.warnings}
 
     @server.tool()
     def read_document(docno: str) -> dict[str, Any]:

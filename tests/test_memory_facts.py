@@ -233,3 +233,67 @@ def test_a_sharded_memory_keeps_a_key_in_one_shard_and_refuses_a_split_forget(tm
         with pytest.raises(AnnodbError, match="nothing was remembered"):
             mem.remember_many([{"text": "x", "docno": bob[0]},
                                {"text": "y", "docno": docnos[0]}])
+
+
+def test_a_key_given_twice_at_one_time_in_one_batch_leaves_the_later_current(tmp_path):
+    """Two memories of one key with the same time in one remember_many (a transcript with
+    second-resolution stamps, or a coarse clock): the later one in the batch is current
+    and supersedes the earlier at that time, as two remember calls do; before, each
+    superseded the other and the fact vanished from recall."""
+    with annodb.Memory(tmp_path / "m.db") as mem:
+        first, second = mem.remember_many([
+            {"text": "Alice lives in Paris", "key": "alice/city", "time": 1000},
+            {"text": "Alice lives in Berlin", "key": "alice/city", "time": 1000}])
+        assert [e.docno for e in mem.recall("Alice lives", k=5)] == [second]
+        assert [e.docno for e in mem.recall("Alice lives", as_of=1000)] == [second]
+        assert mem.get(first).metadata["superseded"] == 1000
+        assert "superseded" not in mem.get(second).metadata
+        third = mem.remember("Alice lives in Rome", key="alice/city", time=1000)
+        assert [e.docno for e in mem.recall("Alice lives", k=5)] == [third]
+
+
+def test_remember_many_may_supersede_a_memory_given_earlier_in_the_batch(tmp_path):
+    """An import writing a memory and its correction in one remember_many: supersedes=
+    names a docno given earlier in the batch (taking its key, if any), as it would across
+    two calls; before, it was 'no memory with docno' and nothing was written."""
+    with annodb.Memory(tmp_path / "m.db") as mem:
+        made = mem.remember_many([
+            {"text": "Bob likes jazz", "docno": "b1", "time": 10},
+            {"text": "Bob likes rock now", "supersedes": "b1", "time": 20},
+            {"text": "Carol lives in Oslo", "docno": "c1", "key": "carol/city", "time": 10},
+            {"text": "Carol lives in Bergen", "supersedes": "c1", "time": 20}])
+        current = [e.docno for e in mem.recall("Bob likes Carol lives", k=10)]
+        assert sorted(current) == sorted([made[1], made[3]])     # (b1 and c1 superseded)
+        assert mem.get("b1").metadata["superseded"] == 20
+        assert mem.get(made[3]).metadata["key"] == "carol/city"
+        with pytest.raises(AnnodbError, match="give the same key or none"):
+            mem.remember_many([{"text": "Dan is here", "docno": "d1", "key": "dan"},
+                               {"text": "Dan left", "supersedes": "d1", "key": "other"}])
+        with pytest.raises(NotFoundError):
+            mem.remember_many([{"text": "late", "supersedes": "e1"},
+                               {"text": "Eve", "docno": "e1"}])
+        assert not mem.get("d1") and len(mem.history(10, include_superseded=True)) == 4
+
+
+def test_superseding_a_memory_replaced_already_is_refused(tmp_path):
+    """supersedes= names a memory current at the new memory's time: superseding Paris
+    after Berlin replaced it took Paris's key and superseded Berlin, the current fact,
+    without a word. It is refused, nothing is written; a time= before the replacement
+    corrects the past (the correction is then superseded by Berlin in its turn)."""
+    with annodb.Memory(tmp_path / "m.db") as mem:
+        paris = mem.remember("Alice lives in Paris", key="alice/city", time=NOW - 10 * DAY)
+        berlin = mem.remember("Alice lives in Berlin", key="alice/city", time=NOW - DAY)
+        jazz = mem.remember("Bob likes jazz", time=NOW - 10 * DAY)
+        rock = mem.remember("Bob likes rock", supersedes=jazz, time=NOW - DAY)
+        for old in (paris, jazz):
+            with pytest.raises(AnnodbError, match=rf"supersedes '{old}', which a later "
+                                                  "memory superseded already"):
+                mem.remember("a correction", supersedes=old, time=NOW)
+        city = {"key": "alice/city"}
+        assert [e.docno for e in mem.recall("Alice lives in", where=city)] == [berlin]
+        lyon = mem.remember("Alice lived in Lyon, not Paris", supersedes=paris,
+                            time=NOW - 5 * DAY)
+        assert [e.docno for e in mem.recall("Alice lives in", where=city)] == [berlin]
+        assert [e.docno for e in mem.recall("Alice", where=city, as_of=NOW - 3 * DAY)] \
+            == [lyon]
+        assert mem.get(rock).metadata.get("superseded") is None
