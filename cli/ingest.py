@@ -93,7 +93,7 @@ def ingest(files, db, id_field, text_fields, sparse_fields, fmt, batch_size, rep
     bar = _Bar(enabled=not quiet and sys.stderr.isatty())
     target = db
     if fold_diacritics or shards:
-        _ingest.check_inputs(files, fmt)       # before the database is created
+        _ingest.check_inputs(files, fmt, database=db)   # before the database is created
         target = _annodb.open(db, fold_diacritics=fold_diacritics or None, shards=shards)
     try:
         summary = _ingest.ingest(target, files, format=fmt, id_field=id_field,

@@ -40,6 +40,7 @@ import zlib
 from dataclasses import dataclass
 
 from ..errors import IngestError
+from ..paths import foreign_files
 from .formats import (FILE_SHIFT, FORMATS, RECORD_FORMATS, JsonValues, Table, json_lines,
                       open_binary, strip_gz, table_id)
 from ..records import ID_FIELDS
@@ -124,6 +125,20 @@ def _walk(top: str, database: str | None, format: str | None = None
     return files, left_out, binary
 
 
+def _check_database(path: str) -> None:
+    """IngestError for a database path that no database can be made at: a file, or a
+    folder holding other files (a mistyped --db, the home folder or a project's, would
+    otherwise get LMDB's files among its own)."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise IngestError(f"{path}: a file, not a database directory; give a new or empty "
+                          "directory, or a database")
+    others = foreign_files(path)
+    if others:
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        raise IngestError(f"{path}: a folder holding other files ({shown}), not an annodb "
+                          "database; give a new or empty directory, or a database")
+
+
 def check_inputs(paths, format: str | None = None, id_field: str | None = None,
                  text_fields: list[str] | None = None,
                  database: str | None = None) -> list[Source]:
@@ -131,7 +146,9 @@ def check_inputs(paths, format: str | None = None, id_field: str | None = None,
     fields against it; IngestError otherwise. A directory stands for the files in it (the
     directory of `database`, the one ingested into, left out). Nothing is written: call
     this before opening the database."""
-    database = os.path.realpath(database) if database is not None else None
+    if database is not None:
+        _check_database(database)
+        database = os.path.realpath(database)
     if format is not None and format not in FORMATS:
         raise IngestError(f"unknown format {format!r}: choose one of {', '.join(FORMATS)}")
     paths = [os.fspath(p) for p in paths]
