@@ -61,6 +61,8 @@ class Summary(msgspec.Struct):
     batches: int = 0
     seconds: float = 0.0
     compiling: float = 0.0   # of the seconds, compiling kernels (a first run's, once)
+    stopped_in: str = ""     # the input being read when the ingest stopped (Ctrl-C, strict,
+                             # a failure): not one of `files`, the inputs read to their end
 
     @property
     def documents(self) -> int:
@@ -80,7 +82,9 @@ class Summary(msgspec.Struct):
                 if n]
             text += f" ({', '.join(parts)})"
         text += (f", already present {self.present:,}, replaced {self.replaced:,}; "
-                 f"{self.files:,} {files}, {self.tokens:,} tokens in {self.seconds:.1f} s "
+                 f"{self.files:,} {files}"
+                 + (f" read whole, stopped in {self.stopped_in}" if self.stopped_in else "")
+                 + f", {self.tokens:,} tokens in {self.seconds:.1f} s "
                  + (f"({self.compiling:.1f} s of it compiling the kernels, once: they are "
                     f"cached now; {rate:,.0f} tokens/s in the rest)" if self.compiling >= 0.5
                     else f"({rate:,.0f} tokens/s)"))
@@ -436,6 +440,7 @@ class Run:
             # stopped between two batches (Ctrl-C, strict, the input failed): those added
             # are committed, as each would have been alone (a failed commit aborted the
             # transaction and left none open)
+            self.summary.stopped_in = source.path
             self.commit_open()
             raise
         self.bytes_before += source.size
