@@ -103,10 +103,12 @@ def ingest(files, db, id_field, text_fields, sparse_fields, fmt, batch_size, rep
     except _ingest.Interrupted as stop:
         bar.close()
         s = stop.summary
-        click.echo(f"annodb: interrupted: {s.documents:,} documents in {s.batches:,} "
-                   "batches were committed (the batch in progress was not); run the same "
-                   "command again to resume: documents already present are left as they "
-                   "are", err=True)
+        # (a collection's writers are stopped too: their documents are counted, not their
+        # batches)
+        batches = f" in {s.batches:,} batches" if s.batches else ""
+        click.echo(f"annodb: interrupted: {s.documents:,} documents{batches} were "
+                   "committed (the batch in progress was not); run the same command again "
+                   "to resume: documents already present are left as they are", err=True)
         click.echo(f"annodb: ingest: {s.line()}", err=True)
         if as_json:
             echo_json(s)

@@ -5,12 +5,19 @@ encoding, a Ctrl-C), through the real command line and real files."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 from click.testing import CliRunner
 
 import annodb
 from annodb_cli.main import annodb as cli
+from sigint import interruptible
+from test_cli import _committed, console_script
 
 DATA = Path(__file__).parent / "data"
 
@@ -52,3 +59,40 @@ def test_ingest_into_a_folder_of_other_files_is_refused_and_writes_nothing(tmp_p
     assert json.loads(result.stdout)["present"] > 0
     with annodb.open(empty, readonly=True) as db:
         assert db.stats().documents > 0
+
+
+def test_ctrl_c_during_a_sharded_ingest_says_what_the_shards_committed(tmp_path):
+    """A real SIGINT to `annodb ingest --shards 2` (the router; its writers in the same
+    process group too, as a terminal's Ctrl-C sends it) once the shards hold documents:
+    exit 130 and a line saying how many documents were committed, exactly what the
+    collection holds, never "interrupted before anything was committed"; the summary names
+    the file it stopped in; the same command again adds exactly the rest."""
+    n = 200_000
+    src = tmp_path / "big.jsonl"
+    src.write_text("".join(f'{{"docid": "d{i}", "text": "line {i} of many {i * 7919 % 10007}"}}\n'
+                           for i in range(n)))
+    path = tmp_path / "big.shards"
+    command = console_script() + ["ingest", "--db", str(path), "--shards", "2",
+                                  "--batch-size", "1000", str(src)]
+    child = interruptible(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while _committed(path) < 2000:
+        assert child.poll() is None, child.stderr.read() if child.stderr else ""
+        assert time.monotonic() < deadline, "no batch committed within 120 s"
+        time.sleep(0.05)
+    os.killpg(child.pid, signal.SIGINT)
+    err = child.communicate(timeout=60)[1]
+    assert child.returncode == 130, err
+    said = re.search(r"^annodb: interrupted: ([\d,]+) documents were committed .*run the "
+                     r"same command again to resume", err, re.M)
+    assert said, err
+    held = _committed(path)
+    assert int(said.group(1).replace(",", "")) == held and 2000 <= held < n
+    last = err.splitlines()[-1]
+    assert last.startswith(f"annodb: ingest: added {held:,}, skipped 0") and \
+        f"; 0 files read whole, stopped in {src}, " in last, err
+    again = subprocess.run(command + ["--json"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    summary = json.loads(again.stdout)
+    assert (summary["added"], summary["present"], summary["skipped"]) == (n - held, held, 0)
+    assert summary["files"] == 1 and summary["stopped_in"] == ""

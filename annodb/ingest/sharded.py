@@ -317,6 +317,8 @@ def ingest(db, paths, *, shards: int | None = None, format: str | None = None,
     summary = _ingest.Summary()
     writers: list[_Pipe] = []
     children: list[Child] = []
+    before = db.stats()   # (a Ctrl-C's summary: what the writers committed)
+    done_bytes = 0
     try:
         options = dict(replace=replace, strict=strict, timeout=timeout)
         for i in range(len(db.shards)):
@@ -325,7 +327,7 @@ def ingest(db, paths, *, shards: int | None = None, format: str | None = None,
             writers.append(_Pipe(child, (db.path, i, options), reading=False))
         total = sum(s.size for s in sources)
         chunk_bytes = batch_bytes * len(db.shards)  # (so each shard commits batch_bytes)
-        done_bytes, routed = 0, 0
+        routed = 0
         for source in sources:
             plan = _plan(source, chunk_bytes, readers)
             pipes = []
@@ -392,17 +394,33 @@ def ingest(db, paths, *, shards: int | None = None, format: str | None = None,
                 got.warnings[:_ingest.MAX_MESSAGES - len(summary.warnings)])
         summary.bytes = done_bytes
         return summary
+    except KeyboardInterrupt as stop:
+        # the writers' committed batches stay (a killed writer's open transaction is
+        # aborted): what they added is counted in the collection once they have ended
+        _end(children)
+        after = db.stats()
+        summary.added = max(0, after.documents - before.documents)
+        summary.tokens = max(0, after.tokens - before.tokens)
+        summary.stopped_in = source.path
+        summary.bytes = done_bytes
+        summary.seconds = time.perf_counter() - started
+        raise _ingest.Interrupted(summary) from stop
     finally:
         summary.seconds = time.perf_counter() - started
-        for child in children:  # (all have ended unless this failed: then end them)
-            if child.poll() is None:
-                child.kill()
-            child.wait()
-            assert child.stdout is not None   # (_child opens it)
-            for f in (child.stdout, child.errors):
-                try:
-                    f.close()
-                except OSError:
-                    pass
+        _end(children)    # (all have ended unless this failed: then end them)
         if own:
             db.close()
+
+
+def _end(children: list[Child]) -> None:
+    """Each child killed if it still runs, reaped, and its pipes closed."""
+    for child in children:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        assert child.stdout is not None   # (_child opens it)
+        for f in (child.stdout, child.errors):
+            try:
+                f.close()
+            except OSError:
+                pass
