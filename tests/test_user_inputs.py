@@ -96,3 +96,32 @@ def test_ctrl_c_during_a_sharded_ingest_says_what_the_shards_committed(tmp_path)
     summary = json.loads(again.stdout)
     assert (summary["added"], summary["present"], summary["skipped"]) == (n - held, held, 0)
     assert summary["files"] == 1 and summary["stopped_in"] == ""
+
+
+def test_mcp_k_and_n_out_of_range_are_errors_never_a_silent_cut(tmp_path):
+    """Over the real mcp client: a search's k or a list's n below 0 or above 1000 is an
+    error naming the range (before, k = -1 came back as no results and k = 5000 as at
+    most 1000, without a word); 0 and 1000 are served."""
+    import anyio
+    from mcp import Client
+    from test_memory import _server_params
+
+    path = str(tmp_path / "mcp.db")
+    with annodb.Memory(path) as m:
+        m.remember_many([f"note {i} about seats" for i in range(3)])
+
+    async def session():
+        async with Client(_server_params(path)) as client:
+            for tool, name, value in (("search", "k", -1), ("search", "k", 5000),
+                                      ("list", "n", -1), ("list", "n", 1001)):
+                args = {name: value, "query": "seats"} if tool == "search" else {name: value}
+                result = await client.call_tool(tool, args)
+                assert result.is_error, (tool, value, result.structured_content)
+                assert f"{name} must be between 0 and 1000, not {value}" in \
+                    result.content[0].text
+            for tool, args in (("search", {"query": "seats", "k": 1000}),
+                               ("list", {"n": 1000})):
+                result = await client.call_tool(tool, args)
+                assert not result.is_error and len(result.structured_content["results"]) == 3
+
+    anyio.run(session)
