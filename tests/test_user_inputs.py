@@ -125,3 +125,21 @@ def test_mcp_k_and_n_out_of_range_are_errors_never_a_silent_cut(tmp_path):
                 assert not result.is_error and len(result.structured_content["results"]) == 3
 
     anyio.run(session)
+
+
+def test_an_input_holding_no_record_is_noted(tmp_path):
+    """An empty export (an empty JSONL, JSON array or CSV, a CSV with its header row
+    alone) is named in a note, into a database and into a collection alike: it used to
+    pass as "1 file, added 0" with nothing said."""
+    inputs = {"empty.jsonl": "", "none.json": "[]", "header.csv": "id,text\n",
+              "empty.csv": ""}
+    for name, text in inputs.items():
+        (tmp_path / name).write_text(text)
+    for db, extra in (("one.db", []), ("many.shards", ["--shards", "2"])):
+        for name in inputs:
+            result = invoke("ingest", "--db", tmp_path / db, *extra, tmp_path / name)
+            assert result.exit_code == 0, result.output
+            assert f"annodb: note: {tmp_path / name}: no records in it\n" in result.stderr, \
+                (db, result.stderr)
+    result = invoke("ingest", "--db", tmp_path / "one.db", DATA / "sample.jsonl")
+    assert "no records" not in result.stderr

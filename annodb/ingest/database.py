@@ -388,6 +388,10 @@ class Run:
         if self.on_problem is not None:
             self.on_problem(text)
 
+    def note(self, text: str) -> None:
+        if len(self.summary.notes) < MAX_MESSAGES:
+            self.summary.notes.append(text)
+
     def warn(self, text: str) -> None:
         if len(self.summary.warnings) < MAX_MESSAGES:
             self.summary.warnings.append(text)
@@ -414,11 +418,13 @@ class Run:
             self.forked = None
         chunks = _chunks_from_process(*args, forked=forked) if parallel else \
             stages.chunks(*args[:5], stop=self.stop, sparse=sparse)
+        records = 0
         try:
             with contextlib.closing(chunks):
                 for chunk in chunks:
                     if self.stop is not None and self.stop.is_set():
                         raise KeyboardInterrupt
+                    records += len(chunk.items)
                     docs: list[tuple[int, str]] = []
                     if chunk.lines is not None and len(chunk.lines) == len(chunk.items):
                         docs = chunk.items   # (no Problem among them: no loop a document)
@@ -445,6 +451,8 @@ class Run:
             raise
         self.bytes_before += source.size
         self.summary.files += len(source.files) or 1
+        if not records:
+            self.note(empty(source))
         self.report(self.done(), 0)
 
     # one batch = one transaction, or several batches one (commit_batches)
@@ -716,6 +724,12 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
             _end(forked[1])   # (unused if the ingest failed first; else ended already)
         if own:
             db.close()
+
+
+def empty(source: Source) -> str:
+    """The note for an input that held no record (an empty export is said, not passed
+    over as if it had been read)."""
+    return f"{source.path}: no records in it"
 
 
 def _parallel(parallel: bool | None, source: Source) -> bool:
