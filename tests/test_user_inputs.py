@@ -143,3 +143,27 @@ def test_an_input_holding_no_record_is_noted(tmp_path):
                 (db, result.stderr)
     result = invoke("ingest", "--db", tmp_path / "one.db", DATA / "sample.jsonl")
     assert "no records" not in result.stderr
+
+
+def test_utf16_text_is_refused_saying_how_to_convert_it(tmp_path):
+    """A UTF-16 file (Windows' "Unicode" text; Excel's "Unicode text" export), as a CSV,
+    a JSONL or plain text, named or in a folder, is refused before anything is written,
+    with one line naming UTF-16 and the conversion: its CSV had passed as "added 0"
+    with exit 0 (its first column named '\\x00') and its text file as "binary"."""
+    table = "id,text\r\nu1,hello world\r\nu2,café\r\n"
+    (tmp_path / "export.csv").write_bytes(table.encode("utf-16"))
+    (tmp_path / "rec.jsonl").write_bytes('{"id": "a", "text": "x"}\n'.encode("utf-16"))
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "a.txt").write_text("plain note\n")
+    (folder / "win.txt").write_bytes("a note from Notepad\r\n".encode("utf-16"))
+    db = tmp_path / "u.db"
+    for given, named in ((tmp_path / "export.csv", "export.csv"),
+                         (tmp_path / "rec.jsonl", "rec.jsonl"), (folder, "win.txt")):
+        line = one_error_line(invoke("ingest", "--db", db, given))
+        assert f"{named}: UTF-16 text" in line and "iconv -f UTF-16 -t UTF-8" in line, line
+    assert not (db / "data.mdb").exists()
+    (tmp_path / "export.csv").write_bytes(table.encode("utf-16").decode("utf-16")
+                                          .encode("utf-8"))
+    result = invoke("ingest", "--db", db, tmp_path / "export.csv")
+    assert result.exit_code == 0 and "added 2," in result.stderr, result.output

@@ -86,12 +86,21 @@ def _first_line(head: bytes) -> bytes:
 
 def _binary(path: str) -> bool:
     """A file of bytes, not text: a NUL byte in its first 8 KB (git's and grep's test; an
-    image, a PDF, an archive, a database; UTF-16 text too, which annodb does not read)."""
+    image, a PDF, an archive, a database), unless it is UTF-16 text (see _utf16), which
+    _source refuses saying so."""
     try:
         with open(path, "rb") as f:
-            return b"\x00" in f.read(8192)
+            head = f.read(8192)
     except OSError:
         return False    # (_source says why it cannot be read)
+    return b"\x00" in head and not _utf16(head)
+
+
+def _utf16(head: bytes) -> bool:
+    """UTF-16 text, by its byte-order mark (Windows' "Unicode" text, Excel's "Unicode
+    text" export), which ingest does not read: its NUL bytes made a CSV's records vanish
+    and a text file pass for binary."""
+    return head.startswith((b"\xff\xfe", b"\xfe\xff"))
 
 
 def _walk(top: str, database: str | None, format: str | None = None
@@ -200,6 +209,10 @@ def _source(path: str, format, id_field, text_fields, note) -> Source:
         fmt = _EXTENSIONS.get(os.path.splitext(name)[1].lower())
     if fmt is None:
         fmt = "trec" if _first_line(head).startswith(b"<DOC>") else "text"
+    if _utf16(head):
+        raise IngestError(f"{path}: UTF-16 text (it starts with a UTF-16 byte-order mark), "
+                          "and ingest reads UTF-8: convert it first, e.g. iconv -f UTF-16 "
+                          f"-t UTF-8 {path} > converted{os.path.splitext(name)[1]}")
     if fmt == "text" and b"\x00" in head[:8192]:
         raise IngestError(f"{path}: a binary file, not text (a NUL byte in its first 8 KB); "
                           "ingest reads JSONL, JSON, CSV, TSV, TREC and plain text")
