@@ -144,6 +144,10 @@ def _print_problems(summary) -> None:
     """Each skipped record, repeated docno and note (at most MAX_PROBLEMS_SHOWN each)."""
     for text in summary.errors[:MAX_PROBLEMS_SHOWN]:
         click.echo(f"annodb: skipped {text}", err=True)
+    if any(": invalid UTF-8" in text for text in summary.errors):
+        click.echo("annodb: note: ingest reads UTF-8; a file in another encoding (Latin-1, "
+                   "Windows-1252) must be converted first, e.g. iconv -f WINDOWS-1252 -t "
+                   "UTF-8 FILE > NEW", err=True)
     if summary.error_count > MAX_PROBLEMS_SHOWN:
         click.echo(f"annodb: ... and {summary.error_count - MAX_PROBLEMS_SHOWN:,} more "
                    "malformed records (see --json)", err=True)

@@ -167,3 +167,20 @@ def test_utf16_text_is_refused_saying_how_to_convert_it(tmp_path):
                                           .encode("utf-8"))
     result = invoke("ingest", "--db", db, tmp_path / "export.csv")
     assert result.exit_code == 0 and "added 2," in result.stderr, result.output
+
+
+def test_a_latin1_file_is_skipped_with_a_note_on_converting_it(tmp_path):
+    """A Latin-1 text file or CSV row is skipped as invalid UTF-8 (exit 1, nothing
+    stored from it) and one note says that ingest reads UTF-8 and how to convert such a
+    file; a clean ingest has no such note."""
+    (tmp_path / "latin1.txt").write_bytes("Café crème brûlée\n".encode("latin-1"))
+    (tmp_path / "latin1.csv").write_bytes("id,text\nl1,café\nl2,ok\n".encode("latin-1"))
+    db = tmp_path / "l.db"
+    for name, where in (("latin1.txt", "latin1.txt:1: invalid UTF-8 at byte 3"),
+                        ("latin1.csv", "latin1.csv:2: invalid UTF-8 in this row")):
+        result = invoke("ingest", "--db", db, tmp_path / name)
+        assert result.exit_code == 1 and where in result.stderr, result.stderr
+        notes = [x for x in result.stderr.splitlines() if "ingest reads UTF-8" in x]
+        assert len(notes) == 1 and "iconv -f WINDOWS-1252 -t UTF-8" in notes[0], notes
+    result = invoke("ingest", "--db", db, DATA / "sample.jsonl")
+    assert result.exit_code == 0 and "UTF-8" not in result.stderr
