@@ -184,3 +184,26 @@ def test_a_latin1_file_is_skipped_with_a_note_on_converting_it(tmp_path):
         assert len(notes) == 1 and "iconv -f WINDOWS-1252 -t UTF-8" in notes[0], notes
     result = invoke("ingest", "--db", db, DATA / "sample.jsonl")
     assert result.exit_code == 0 and "UTF-8" not in result.stderr
+
+
+def test_a_csv_quote_never_closed_is_reported_not_swallowing_the_rest(tmp_path):
+    """A CSV row whose quoted field is never closed (a stray quote) is reported with its
+    line and skipped, not stored holding every later row as its text (it was: "added 2",
+    exit 0, the rows after it gone into one field); rows before it and a closed quoted
+    field spanning lines, also as the last row, are stored as they were."""
+    good = 'id,text\nq1,"line one\nline two"\nq2,"He said ""hi"""\n'
+    (tmp_path / "good.csv").write_text(good + 'q3,"last, over\ntwo lines"\n')
+    (tmp_path / "stray.csv").write_text('id,text\nr1,fine\nr2,"a stray quote\n'
+                                        'r3,lost\nr4,lost too\n')
+    db = tmp_path / "q.db"
+    result = invoke("ingest", "--db", db, "--json", tmp_path / "good.csv")
+    assert result.exit_code == 0 and json.loads(result.stdout)["added"] == 3, result.output
+    result = invoke("ingest", "--db", db, "--json", tmp_path / "stray.csv")
+    assert result.exit_code == 1, result.output
+    assert "stray.csv:3: a quoted field opened in this row is never closed: the row runs " \
+           "to the end of the file (line 5)" in result.stderr, result.stderr
+    assert json.loads(result.stdout)["added"] == 1
+    with annodb.open(db, readonly=True) as opened, opened.read() as r:
+        assert r.document("q1").text == "line one\nline two"
+        assert r.document("q3").text == "last, over\ntwo lines"
+        assert sorted(d.docno for d in r.documents()) == ["q1", "q2", "q3", "r1"]
