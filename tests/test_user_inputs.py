@@ -207,3 +207,47 @@ def test_a_csv_quote_never_closed_is_reported_not_swallowing_the_rest(tmp_path):
         assert r.document("q1").text == "line one\nline two"
         assert r.document("q3").text == "last, over\ntwo lines"
         assert sorted(d.docno for d in r.documents()) == ["q1", "q2", "q3", "r1"]
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[1] == str(pid):
+            found.append(int(entry))
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_server_stopped_while_its_workers_start_says_no_traceback(tmp_path):
+    """`annodb serve` sent SIGTERM as soon as its worker processes exist (before they are
+    ready): the workers end without a word; they used to print a BrokenPipeError
+    traceback each, onto the terminal the server had left."""
+    db = tmp_path / "s.db"
+    assert invoke("ingest", "--db", db, DATA / "sample.jsonl").exit_code == 0
+    err = tmp_path / "serve.err"
+    with open(err, "w") as sink:
+        server = subprocess.Popen(console_script() + ["serve", "--db", str(db),
+                                                      "--processes", "2"],
+                                  stderr=sink, env=dict(os.environ, ANNODB_WARM="0"))
+    deadline = time.monotonic() + 60
+    while len(workers := _children(server.pid)) < 2:
+        assert server.poll() is None and time.monotonic() < deadline, err.read_text()
+        time.sleep(0.01)
+    server.send_signal(signal.SIGTERM)
+    server.wait(timeout=60)
+    while any(_running(pid) for pid in workers):
+        assert time.monotonic() < deadline + 60, "a worker outlived its server by a minute"
+        time.sleep(0.05)
+    assert "Traceback" not in err.read_text(), err.read_text()
