@@ -251,3 +251,32 @@ def test_a_server_stopped_while_its_workers_start_says_no_traceback(tmp_path):
         assert time.monotonic() < deadline + 60, "a worker outlived its server by a minute"
         time.sleep(0.05)
     assert "Traceback" not in err.read_text(), err.read_text()
+
+
+def test_serve_fields_no_document_has_are_refused_at_start(tmp_path):
+    """`annodb serve --fields` naming a field no document has (a typo) is refused before
+    listening, with one line listing the fields there are; every `document` request had
+    answered with the whole text instead, without a word. Short names with or without
+    the colon are served; a database without documents yet is not checked."""
+    import pytest
+    from annodb.server import Server, ServerError
+    from server_client import Client
+
+    db = tmp_path / "f.db"
+    assert invoke("ingest", "--db", db, DATA / "sample.jsonl").exit_code == 0
+    with annodb.open(db, readonly=True) as opened, opened.read() as r:
+        have = sorted(k for k, (docs, _) in r.field_statistics().items() if docs)
+        first = next(iter(r.documents()))
+    with pytest.raises(ServerError, match="no document has the field 'body'"):
+        Server(str(db), fields=["body"])
+    line = one_error_line(invoke("serve", "--db", db, "--fields", f"{have[0]},tilte:"))
+    assert line == ("annodb: error: fields: no document has the field 'tilte:'; the fields "
+                    f"are: {', '.join(have)}"), line
+    name = have[0].rstrip(":")
+    with Server(str(db), fields=[name], processes=1).start() as server, \
+            Client(server.port) as client:
+        shown = client(op="document", docno=first.docno)["document"]
+        assert shown == first.display_text([name])
+    empty = tmp_path / "empty.db"
+    annodb.open(empty).close()
+    Server(str(empty), fields=["tilte:"], processes=1).shutdown()
