@@ -280,3 +280,24 @@ def test_serve_fields_no_document_has_are_refused_at_start(tmp_path):
     empty = tmp_path / "empty.db"
     annodb.open(empty).close()
     Server(str(empty), fields=["tilte:"], processes=1).shutdown()
+
+
+def test_annotate_refuses_a_feature_name_no_query_can_name(tmp_path):
+    """`annodb annotate` with a feature name a query cannot name (a space, as in
+    "judgment: t1"; a parenthesis or quote; ':' alone, every document's own feature) is a
+    usage error (exit 2) and writes nothing; it used to be stored, and a query for
+    judgment:t1 then found nothing, without a word. judgment:t1 and a plain word are
+    annotated as before."""
+    db = tmp_path / "a.db"
+    assert invoke("ingest", "--db", db, DATA / "sample.jsonl").exit_code == 0
+    with annodb.open(db, readonly=True) as opened, opened.read() as r:
+        docno = next(iter(r.documents())).docno
+        features = r.stats().features
+    for bad in ("judgment: t1", "a(b:", 'say"x":', ":"):
+        line = one_error_line(invoke("annotate", "--db", db, bad, docno, "--value", 3), 2)
+        assert "is not a feature name a query can use" in line, line
+    with annodb.open(db, readonly=True) as opened:
+        assert opened.stats().features == features
+    for good in ("judgment:t1", "relevant"):
+        assert invoke("annotate", "--db", db, good, docno, "--value", 3).exit_code == 0
+    assert invoke("count", "--db", db, "(>= judgment:t1 3)").stdout.strip() == "1"
