@@ -12,6 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 import annodb
@@ -258,7 +259,6 @@ def test_serve_fields_no_document_has_are_refused_at_start(tmp_path):
     listening, with one line listing the fields there are; every `document` request had
     answered with the whole text instead, without a word. Short names with or without
     the colon are served; a database without documents yet is not checked."""
-    import pytest
     from annodb.server import Server, ServerError
     from server_client import Client
 
@@ -301,3 +301,25 @@ def test_annotate_refuses_a_feature_name_no_query_can_name(tmp_path):
     for good in ("judgment:t1", "relevant"):
         assert invoke("annotate", "--db", db, good, docno, "--value", 3).exit_code == 0
     assert invoke("count", "--db", db, "(>= judgment:t1 3)").stdout.strip() == "1"
+
+
+def test_an_empty_database_path_is_a_usage_error_never_the_working_directory(
+        tmp_path, monkeypatch):
+    """`--db ""` (an unset shell variable: --db "$DB"), before or after the command, and an
+    empty DEST of compact or split, are usage errors naming the option, and nothing is
+    written into the working directory: `ingest --db ""` had made a database among its
+    files, and compact "" said only "No such file or directory"."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("my notes\n")
+    db = tmp_path / "x.db"
+    assert invoke("ingest", "--db", db, DATA / "sample.jsonl").exit_code == 0
+    for args, named in ((["ingest", "--db", "", DATA / "sample.jsonl"], "--db"),
+                        (["--db", "", "stats"], "--db"), (["query", "--db", "", "a"], "--db"),
+                        (["compact", "--db", db, ""], "DEST"),
+                        (["split", "--db", db, "", "--shards", "2"], "DEST")):
+        line = one_error_line(invoke(*args), 2)
+        assert f"Invalid value for {named}: '': give a" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "x.db"]
+    with pytest.raises(annodb.AnnodbError, match="not an empty path"):
+        from annodb.ingest import ingest
+        ingest("", [DATA / "sample.jsonl"])

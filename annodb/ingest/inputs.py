@@ -137,7 +137,10 @@ def _walk(top: str, database: str | None, format: str | None = None
 def _check_database(path: str) -> None:
     """IngestError for a database path that no database can be made at: a file, or a
     folder holding other files (a mistyped --db, the home folder or a project's, would
-    otherwise get LMDB's files among its own)."""
+    otherwise get LMDB's files among its own), or an empty path (the working directory)."""
+    if not path.strip():
+        raise IngestError(f"{path!r}: give a database directory (e.g. notes.db), not an "
+                          "empty path")
     if os.path.exists(path) and not os.path.isdir(path):
         raise IngestError(f"{path}: a file, not a database directory; give a new or empty "
                           "directory, or a database")
