@@ -62,7 +62,7 @@ def show(docno, db, as_json):
         echo_json(_document_dict(doc))
         return
     click.echo(f"docno: {doc.docno}")
-    click.echo(f"range: {doc.start}..{doc.end} ({doc.tokens} tokens)")
+    click.echo(f"range: {doc.start}..{doc.end} ({doc.tokens} token{'s' * (doc.tokens != 1)})")
     for key, value in doc.meta.items():
         click.echo(f"{key}: {json.dumps(value, ensure_ascii=False)}")
     named = [f for f in doc.fields if f.name or f.path]

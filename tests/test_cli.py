@@ -96,7 +96,7 @@ def test_ingest_reports_malformed_lines_and_strict_stops(tmp_path):
                      "stays; fix the input and run the same command again to add the rest (or "
                      "give --skip-bad to accept skipping them)")
     assert last.startswith("annodb: ingest: added 2, skipped 5 (4 malformed or unreadable, "
-                           "1 repeated docnos), already present 0")
+                           "1 repeated docno), already present 0")
     quiet = invoke("ingest", "--db", tmp_path / "q.db", "--quiet", bad)
     assert len(quiet.stderr.splitlines()) == 2 and quiet.exit_code == 1
     strict = invoke("ingest", "--db", tmp_path / "s.db", "--strict", bad)

@@ -323,3 +323,20 @@ def test_an_empty_database_path_is_a_usage_error_never_the_working_directory(
     with pytest.raises(annodb.AnnodbError, match="not an empty path"):
         from annodb.ingest import ingest
         ingest("", [DATA / "sample.jsonl"])
+
+
+def test_counts_of_one_are_singular(tmp_path):
+    """A count of one reads "1 entry", "1 repeated docno", "1 token" (in the ingest
+    summary and `show`), not "1 entries", "1 repeated docnos", "1 tokens"."""
+    tree = tmp_path / "tree"
+    (tree / ".hidden").mkdir(parents=True)
+    (tree / "word.txt").write_text("hello\n")
+    (tmp_path / "dup.jsonl").write_text('{"id": "a", "text": "one"}\n'
+                                        '{"id": "a", "text": "two"}\n')
+    db = tmp_path / "g.db"
+    result = invoke("ingest", "--db", db, tree)
+    assert "tree: left out 1 entry: names" in result.stderr and \
+        "; 1 file, 1 token in " in result.stderr, result.stderr
+    result = invoke("ingest", "--db", db, tmp_path / "dup.jsonl")
+    assert "(1 repeated docno), " in result.stderr and ", 1 token in " in result.stderr
+    assert "range: 0..0 (1 token)" in invoke("show", "--db", db, "word.txt").stdout

@@ -78,13 +78,13 @@ class Summary(msgspec.Struct):
         if self.skipped:
             repeated = self.skipped - self.error_count
             parts = [f"{n:,} {what}" for n, what in (
-                (self.error_count, "malformed or unreadable"), (repeated, "repeated docnos"))
-                if n]
+                (self.error_count, "malformed or unreadable"),
+                (repeated, "repeated docno" + "s" * (repeated != 1))) if n]
             text += f" ({', '.join(parts)})"
         text += (f", already present {self.present:,}, replaced {self.replaced:,}; "
                  f"{self.files:,} {files}"
                  + (f" read whole, stopped in {self.stopped_in}" if self.stopped_in else "")
-                 + f", {self.tokens:,} tokens in {self.seconds:.1f} s "
+                 + f", {self.tokens:,} token{'s' * (self.tokens != 1)} in {self.seconds:.1f} s "
                  + (f"({self.compiling:.1f} s of it compiling the kernels, once: they are "
                     f"cached now; {rate:,.0f} tokens/s in the rest)" if self.compiling >= 0.5
                     else f"({rate:,.0f} tokens/s)"))

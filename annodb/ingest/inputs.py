@@ -181,7 +181,8 @@ def check_inputs(paths, format: str | None = None, id_field: str | None = None,
             raise IngestError(f"{path}: no files in this directory" + (
                 f" ({left_out} hidden or special entries left out)" if left_out else "") + (
                 f" ({len(binary)} binary files left out, as {binary[0]})" if binary else ""))
-        notes = [f"left out {left_out} entries: names starting with '.', links to "
+        entries = "entries" if left_out != 1 else "entry"
+        notes = [f"left out {left_out} {entries}: names starting with '.', links to "
                  "directories, special files, the database"] if left_out else []
         if binary:
             shown = ", ".join(binary[:3]) + (f" and {len(binary) - 3} more"
