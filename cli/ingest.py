@@ -122,6 +122,12 @@ def ingest(files, db, id_field, text_fields, sparse_fields, fmt, batch_size, rep
             target.close()
     if not quiet:
         _print_problems(summary)
+        if summary.present and not replace:
+            n = summary.present
+            what = "document was" if n == 1 else "documents were"
+            click.echo(f"annodb: note: {n:,} {what} in the database already (by docno) and "
+                       "left as stored, even where the input differs; --replace updates "
+                       "them", err=True)
     failed = summary.skipped and (not skip_bad or not summary.documents)
     if failed:
         n = summary.skipped

@@ -340,3 +340,24 @@ def test_counts_of_one_are_singular(tmp_path):
     result = invoke("ingest", "--db", db, tmp_path / "dup.jsonl")
     assert "(1 repeated docno), " in result.stderr and ", 1 token in " in result.stderr
     assert "range: 0..0 (1 token)" in invoke("show", "--db", db, "word.txt").stdout
+
+
+def test_documents_left_as_they_were_are_said_with_how_to_update_them(tmp_path):
+    """Ingesting a folder of notes again after editing one: the documents already there
+    are left as stored (a rerun resumes), and a note says so and that --replace updates
+    them, where the edit had been passed over with only "already present 2"; with
+    --replace the edit is stored and there is no such note."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("buy milk\n")
+    (notes / "b.md").write_text("call the plumber\n")
+    db = tmp_path / "n.db"
+    assert "left as stored" not in invoke("ingest", "--db", db, notes).stderr
+    (notes / "a.md").write_text("buy oat milk\n")
+    result = invoke("ingest", "--db", db, notes)
+    assert result.exit_code == 0 and "annodb: note: 2 documents were in the database " \
+        "already (by docno) and left as stored, even where the input differs; --replace " \
+        "updates them\n" in result.stderr, result.stderr
+    result = invoke("ingest", "--db", db, "--replace", notes)
+    assert result.exit_code == 0 and "left as stored" not in result.stderr
+    assert invoke("count", "--db", db, "oat").stdout.strip() == "1"
