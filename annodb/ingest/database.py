@@ -418,13 +418,13 @@ class Run:
             self.forked = None
         chunks = _chunks_from_process(*args, forked=forked) if parallel else \
             stages.chunks(*args[:5], stop=self.stop, sparse=sparse)
-        records = 0
+        found = 0   # (records: the module)
         try:
             with contextlib.closing(chunks):
                 for chunk in chunks:
                     if self.stop is not None and self.stop.is_set():
                         raise KeyboardInterrupt
-                    records += len(chunk.items)
+                    found += len(chunk.items)
                     docs: list[tuple[int, str]] = []
                     if chunk.lines is not None and len(chunk.lines) == len(chunk.items):
                         docs = chunk.items   # (no Problem among them: no loop a document)
@@ -451,7 +451,7 @@ class Run:
             raise
         self.bytes_before += source.size
         self.summary.files += len(source.files) or 1
-        if not records:
+        if not found:
             self.note(empty(source))
         self.report(self.done(), 0)
 

@@ -337,7 +337,7 @@ def ingest(db, paths, *, shards: int | None = None, format: str | None = None,
                 pipes.append(_Pipe(child, (source, id_field, text_fields, sparse,
                                            chunk_bytes, batch_size, len(db.shards), chunks,
                                            chunk_bytes), reading=True))
-            lines_before, k, records = 0, 0, 0
+            lines_before, k, found = 0, 0, 0
             while True:
                 pipe = pipes[k % len(pipes)]
                 message = pipe.box.get()
@@ -346,7 +346,7 @@ def ingest(db, paths, *, shards: int | None = None, format: str | None = None,
                 if message[0] == "end":
                     break
                 _, chunk, last, lines, problems, spans, home, parts = message
-                records += len(problems) + len(spans)
+                found += len(problems) + len(spans)   # (records: the module)
                 for problem in problems:
                     text = f"{inputs.where(source, problem.line + lines_before)}: " \
                            f"{problem.message}"
@@ -376,7 +376,7 @@ def ingest(db, paths, *, shards: int | None = None, format: str | None = None,
             done_bytes += source.size
             summary.files += len(source.files) or 1
             summary.notes.extend(source.notes[:_ingest.MAX_MESSAGES - len(summary.notes)])
-            if not records and len(summary.notes) < _ingest.MAX_MESSAGES:
+            if not found and len(summary.notes) < _ingest.MAX_MESSAGES:
                 summary.notes.append(_ingest.empty(source))
             if progress is not None:
                 progress(routed, done_bytes, total)
