@@ -361,3 +361,16 @@ def test_documents_left_as_they_were_are_said_with_how_to_update_them(tmp_path):
     result = invoke("ingest", "--db", db, "--replace", notes)
     assert result.exit_code == 0 and "left as stored" not in result.stderr
     assert invoke("count", "--db", db, "oat").stdout.strip() == "1"
+
+
+def test_count_json_carries_the_warnings(tmp_path):
+    """`count --json` gives a script the lenient repairs and the terms naming no feature
+    in "warnings", as query's batch JSON and the server do; they were on stderr only, so
+    a script saw a count of a query other than the one it wrote without a word."""
+    db = tmp_path / "c.db"
+    assert invoke("ingest", "--db", db, DATA / "sample.jsonl").exit_code == 0
+    row = json.loads(invoke("count", "--db", db, "--json", "(^ the light").stdout)
+    assert row["warnings"] == ["offset 12: added 1 missing ')' at the end of the query"], row
+    row = json.loads(invoke("count", "--db", db, "--json", "TODO:").stdout)
+    assert len(row["warnings"]) == 1 and "'TODO:' names no feature" in row["warnings"][0]
+    assert json.loads(invoke("count", "--db", db, "--json", "light").stdout)["warnings"] == []
