@@ -24,3 +24,19 @@ def is_collection(path) -> bool:
     path = os.fspath(path)
     return os.path.isfile(os.path.join(path, MANIFEST)) or \
         os.path.isfile(os.path.join(path, CREATING))
+
+
+# what a database directory holds before its data.mdb is made (a database begun, not made)
+OWN_FILES = frozenset({"lock.mdb", "writer.lock", "turnstile.lock", "create.lock"})
+
+
+def foreign_files(path) -> list[str]:
+    """The names in directory `path` that are neither a database's nor a collection's, when
+    it is neither (an empty list: `path` is missing, a database, a collection, or a
+    directory only a database begun there left files in): a directory a database would be
+    made in among other files, which a mistyped --db (the home folder, a project) names."""
+    path = os.fspath(path)
+    if not os.path.isdir(path) or os.path.exists(os.path.join(path, "data.mdb")) \
+            or is_collection(path):
+        return []
+    return sorted(set(os.listdir(path)) - OWN_FILES)

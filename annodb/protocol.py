@@ -289,6 +289,30 @@ class Protocol:
                               "the server's processes (fan_out, --fan-out), not both")
         # StorageError when missing
         self._handle = Handle(path, cache_bytes, readonly, ray, fan_out, spin)
+        try:
+            self._check_fields()
+        except BaseException:
+            self._handle.close()
+            raise
+
+    def _check_fields(self) -> None:
+        """ServerError for a `fields` name no document of the database has (a typo, or
+        `text` for `text:`'s short name misspelt): every `document` request would have
+        answered with the whole text, saying nothing. A database without documents yet
+        (an ingest may run beside the server) or without field statistics is not
+        checked, nor a full path (`:meta:author:`)."""
+        names = [f for f in self.fields if not f.startswith(":")]
+        if not names:
+            return
+        with self._handle.db.read() as snap:
+            known = snap.field_statistics() if hasattr(snap, "field_statistics") else None
+            if not known or not snap.document_count():
+                return
+        have = {name for name, (docs, _) in known.items() if docs}
+        for name in names:
+            if name not in have and name + ":" not in have:
+                raise ServerError(f"fields: no document has the field {name!r}; the "
+                                  f"fields are: {', '.join(sorted(have)) or '(none)'}")
 
     def close(self) -> None:
         self._handle.close()

@@ -289,8 +289,13 @@ def _worker_main(fd: int, config: str) -> None:
     loop.add_reader(channel.fileno(), receive)
     loop.add_signal_handler(signal.SIGTERM, loop.stop)
     loop.add_signal_handler(signal.SIGINT, lambda: None)  # the listening process decides
-    with lock:
-        channel.sendall(READY)
+    try:
+        with lock:
+            channel.sendall(READY)
+    except OSError:   # the listening process is gone (stopped while this one started):
+        core.close()  # end quietly, not with a traceback on the terminal it left
+        protocol.close()
+        return
     try:
         loop.run_forever()
     finally:

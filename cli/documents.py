@@ -62,7 +62,7 @@ def show(docno, db, as_json):
         echo_json(_document_dict(doc))
         return
     click.echo(f"docno: {doc.docno}")
-    click.echo(f"range: {doc.start}..{doc.end} ({doc.tokens} tokens)")
+    click.echo(f"range: {doc.start}..{doc.end} ({doc.tokens} token{'s' * (doc.tokens != 1)})")
     for key, value in doc.meta.items():
         click.echo(f"{key}: {json.dumps(value, ensure_ascii=False)}")
     named = [f for f in doc.fields if f.name or f.path]
@@ -87,6 +87,12 @@ def annotate(feature, docno, db, value):
     Example:
       annodb annotate --db bible.db judgment:creation Gen.1.1 --value 3
     """
+    if feature == ":" or any(c.isspace() or c in '()"' for c in feature):
+        # (a query names a feature by one raw term: "judgment: t1" could never be found,
+        # and ':' alone is every document's own)
+        raise click.BadParameter(
+            f"{feature!r} is not a feature name a query can use: one word without spaces, "
+            "parentheses or quotes, not ':' alone (e.g. judgment:t1)", param_hint="FEATURE")
     with open_db(db) as database, database.write() as w:
         doc = w.document(docno)
         w.annotate(feature, doc.start, doc.end, value)

@@ -93,7 +93,7 @@ def ingest(files, db, id_field, text_fields, sparse_fields, fmt, batch_size, rep
     bar = _Bar(enabled=not quiet and sys.stderr.isatty())
     target = db
     if fold_diacritics or shards:
-        _ingest.check_inputs(files, fmt)       # before the database is created
+        _ingest.check_inputs(files, fmt, database=db)   # before the database is created
         target = _annodb.open(db, fold_diacritics=fold_diacritics or None, shards=shards)
     try:
         summary = _ingest.ingest(target, files, format=fmt, id_field=id_field,
@@ -103,10 +103,12 @@ def ingest(files, db, id_field, text_fields, sparse_fields, fmt, batch_size, rep
     except _ingest.Interrupted as stop:
         bar.close()
         s = stop.summary
-        click.echo(f"annodb: interrupted: {s.documents:,} documents in {s.batches:,} "
-                   "batches were committed (the batch in progress was not); run the same "
-                   "command again to resume: documents already present are left as they "
-                   "are", err=True)
+        # (a collection's writers are stopped too: their documents are counted, not their
+        # batches)
+        batches = f" in {s.batches:,} batches" if s.batches else ""
+        click.echo(f"annodb: interrupted: {s.documents:,} documents{batches} were "
+                   "committed (the batch in progress was not); run the same command again "
+                   "to resume: documents already present are left as they are", err=True)
         click.echo(f"annodb: ingest: {s.line()}", err=True)
         if as_json:
             echo_json(s)
@@ -120,6 +122,12 @@ def ingest(files, db, id_field, text_fields, sparse_fields, fmt, batch_size, rep
             target.close()
     if not quiet:
         _print_problems(summary)
+        if summary.present and not replace:
+            n = summary.present
+            what = "document was" if n == 1 else "documents were"
+            click.echo(f"annodb: note: {n:,} {what} in the database already (by docno) and "
+                       "left as stored, even where the input differs; --replace updates "
+                       "them", err=True)
     failed = summary.skipped and (not skip_bad or not summary.documents)
     if failed:
         n = summary.skipped
@@ -142,6 +150,10 @@ def _print_problems(summary) -> None:
     """Each skipped record, repeated docno and note (at most MAX_PROBLEMS_SHOWN each)."""
     for text in summary.errors[:MAX_PROBLEMS_SHOWN]:
         click.echo(f"annodb: skipped {text}", err=True)
+    if any(": invalid UTF-8" in text for text in summary.errors):
+        click.echo("annodb: note: ingest reads UTF-8; a file in another encoding (Latin-1, "
+                   "Windows-1252) must be converted first, e.g. iconv -f WINDOWS-1252 -t "
+                   "UTF-8 FILE > NEW", err=True)
     if summary.error_count > MAX_PROBLEMS_SHOWN:
         click.echo(f"annodb: ... and {summary.error_count - MAX_PROBLEMS_SHOWN:,} more "
                    "malformed records (see --json)", err=True)

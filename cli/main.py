@@ -153,9 +153,14 @@ def _say_compiling() -> None:
 
 
 def _db(ctx, param, value):
-    """A --db given before the command counts unless one is given after it."""
+    """A --db given before the command counts unless one is given after it; an empty one
+    is a usage error (an empty path is the working directory: `ingest --db ""` made a
+    database among its files)."""
     if ctx.get_parameter_source(param.name) is not ParameterSource.COMMANDLINE:
-        return ctx.meta.get("annodb.db", value)
+        value = ctx.meta.get("annodb.db", value)
+    if value is not None and not str(value).strip():
+        raise click.BadParameter(f"{value!r}: give a database directory (e.g. notes.db)",
+                                 param_hint="--db")
     return value
 
 

@@ -53,6 +53,9 @@ def compact(db, dest):
       annodb compact --db bible.db bible-compact.db
       mv bible.db bible-old.db && mv bible-compact.db bible.db
     """
+    if not dest.strip():
+        raise click.BadParameter(f"{dest!r}: give a new directory for the copy",
+                                 param_hint="DEST")
     with open_db(db, readonly=True) as database:
         before = database.stats().size_bytes
         database.compact(dest)
@@ -84,6 +87,9 @@ def split(db, dest, shards, as_json):
       annodb split --db web.db web.shards --shards 4
       annodb query --db web.shards '(^ goth rock)'
     """
+    if not dest.strip():
+        raise click.BadParameter(f"{dest!r}: give a new directory for the collection",
+                                 param_hint="DEST")
     from annodb.shards.split import split as _split
     bar = _Bar(enabled=sys.stderr.isatty(), label="splitting")
     try:

@@ -17,6 +17,7 @@ from annodb.memory import Memory
 from .main import db_option
 
 SNIPPET_CHARS = 1000       # a listing without a query shows this much of each text
+MAX_RESULTS = 1000         # the most results a search or a list page returns
 
 INSTRUCTIONS = """\
 A persistent, searchable memory (annodb). `remember` stores a text with metadata
@@ -46,9 +47,9 @@ not in. Memories replaced by a newer one with their key are left out unless
 include_superseded; `as_of` (seconds since the epoch, or ISO 8601 like
 "2025-01-31T12:00:00Z"; no zone means UTC) searches the memories current at that time;
 `recency` (a half-life in seconds) favours newer memories. An empty query lists the most
-recent memories matching `where`. Returns docno, score, metadata and a snippet with the
-match marked <cover>...</cover>, and warnings (e.g. that no word of the query is in the
-memory)."""
+recent memories matching `where`. `k` (at most 1000) is how many results. Returns docno,
+score, metadata and a snippet with the match marked <cover>...</cover>, and warnings
+(e.g. that no word of the query is in the memory)."""
 
 
 def _time(value, what: str):
@@ -59,6 +60,15 @@ def _time(value, what: str):
         return seconds(value, what)
     raise AnnodbError(f"{what}: {value!r} is neither seconds since the epoch nor an ISO "
                       "8601 time")
+
+
+def _count(value: int, what: str) -> int:
+    """A search's k or a page's n, or ToolError naming the range: never cut to it in
+    silence (k = -1 had returned no results and k = 5000 a thousand, without a word)."""
+    from mcp.server.mcpserver.exceptions import ToolError
+    if not 0 <= value <= MAX_RESULTS:
+        raise ToolError(f"{what} must be between 0 and {MAX_RESULTS}, not {value}")
+    return value
 
 
 def _shown(e) -> dict[str, Any]:
@@ -88,7 +98,7 @@ def make_server(memory: Memory):
                include_superseded: bool = False,
                recency: float | None = None) -> dict[str, Any]:
         found = call(lambda: memory.recall(
-            query, k=max(0, min(k, 1000)), where=where, rank=rank,
+            query, k=_count(k, "k"), where=where, rank=rank,
             as_of=_time(as_of, "as_of"), include_superseded=include_superseded,
             recency=recency))
         return {"results": [_shown(e) for e in found], "query": found.query,
@@ -98,11 +108,11 @@ def make_server(memory: Memory):
     def list_memories(n: int = 20, where: dict | None = None, before: str | None = None,
                       as_of: float | str | None = None,
                       include_superseded: bool = False) -> dict[str, Any]:
-        """The latest N memories matching `where` (as search takes it), newest first, a
-        page at a time: pass the `cursor` a page returned as `before` for the next one
-        (null when there is none). Current memories only unless include_superseded;
-        as_of as for search."""
-        page = call(lambda: memory.history(max(0, min(n, 1000)), where,
+        """The latest N (at most 1000) memories matching `where` (as search takes it),
+        newest first, a page at a time: pass the `cursor` a page returned as `before`
+        for the next one (null when there is none). Current memories only unless
+        include_superseded; as_of as for search."""
+        page = call(lambda: memory.history(_count(n, "n"), where,
                                            before=before, as_of=_time(as_of, "as_of"),
                                            include_superseded=include_superseded))
         return {"results": [_shown(e) for e in page], "cursor": page.cursor,

@@ -188,7 +188,9 @@ def search(db, text, k, as_json, ranking):
 @db_option
 @click.argument("gcl")
 @click.option("--strict", is_flag=True, help="Reject queries that lenient parsing would repair.")
-@click.option("--json", "as_json", is_flag=True, help='Print {"query": ..., "count": N}.')
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"query": ..., "count": N, "warnings": [...]} (the lenient '
+                   'repairs and terms naming no feature).')
 def count(db, gcl, strict, as_json):
     """Count the intervals a GCL query denotes (its minimal matches).
 
@@ -196,6 +198,7 @@ def count(db, gcl, strict, as_json):
     Example:
       annodb count --db bible.db '"living creature"'
       annodb count --db bible.db '(>> : (= :chapter: 2))'
+      annodb count --db bible.db --json '(^ god light'   # warnings: the ')' added
     """
     database = open_db(db, readonly=True)
     with database.read() as r:
@@ -206,6 +209,6 @@ def count(db, gcl, strict, as_json):
         _warn(warnings)
         n = r.count(node)
     if as_json:
-        echo_json({"query": gcl, "count": n})
+        echo_json({"query": gcl, "count": n, "warnings": [str(w) for w in warnings]})
     else:
         click.echo(n)

@@ -36,7 +36,8 @@ def _fields(ctx, param, value: str | None) -> list[str] | None:
               help="What is ranked: the feature (or query) whose intervals are results.")
 @click.option("--fields", callback=_fields, metavar="NAMES",
               help="Comma-separated fields a `document` request returns, joined with "
-                   "' ... ' (default: the whole document).")
+                   "' ... ' (default: the whole document); a name no document has is "
+                   "refused.")
 @click.option("--depth", type=click.IntRange(min=1), default=DEPTH, show_default=True,
               help="Results kept per query (how far `next` can go).")
 @click.option("--token", envvar="ANNODB_TOKEN", show_envvar=True, metavar="T",

@@ -96,7 +96,7 @@ def test_ingest_reports_malformed_lines_and_strict_stops(tmp_path):
                      "stays; fix the input and run the same command again to add the rest (or "
                      "give --skip-bad to accept skipping them)")
     assert last.startswith("annodb: ingest: added 2, skipped 5 (4 malformed or unreadable, "
-                           "1 repeated docnos), already present 0")
+                           "1 repeated docno), already present 0")
     quiet = invoke("ingest", "--db", tmp_path / "q.db", "--quiet", bad)
     assert len(quiet.stderr.splitlines()) == 2 and quiet.exit_code == 1
     strict = invoke("ingest", "--db", tmp_path / "s.db", "--strict", bad)
@@ -447,7 +447,8 @@ def _committed(path) -> int:
 def test_ctrl_c_during_ingest_exits_130_saying_what_was_committed(tmp_path):
     """A real SIGINT to a real `annodb ingest` between its batches: exit 130, a line saying
     how many documents in how many batches were committed (exactly what the database
-    holds), and the same command again resumes."""
+    holds), a summary naming the file it stopped in (not "0 files"), and the same command
+    again resumes."""
     n, size = 200_000, 1000
     src = tmp_path / "big.jsonl"
     src.write_text("".join(f'{{"docid": "d{i}", "text": "line {i} of many {i * 7919 % 10007}"}}\n'
@@ -472,6 +473,7 @@ def test_ctrl_c_during_ingest_exits_130_saying_what_was_committed(tmp_path):
     assert held % size == 0 and 2 * size <= held < n
     assert docs == batches * size == held
     assert "Traceback" not in err and err.splitlines()[-1].startswith("annodb: ingest: added")
+    assert f"; 0 files read whole, stopped in {src}, " in err.splitlines()[-1], err
     again = subprocess.run(command + ["--json"], capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     summary = json.loads(again.stdout)

@@ -110,7 +110,8 @@ def test_count(db):
     result = invoke("count", "--db", db, "--json", "(<< god text:)")
     row = json.loads(result.stdout)
     with annodb.open(db, readonly=True) as database, database.read() as r:
-        assert row == {"query": "(<< god text:)", "count": r.count("(<< god text:)")}
+        assert row == {"query": "(<< god text:)", "count": r.count("(<< god text:)"),
+                       "warnings": []}
     assert invoke("count", "--db", db, "(foo bar)").exit_code == 2
 
 

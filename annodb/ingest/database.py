@@ -61,6 +61,8 @@ class Summary(msgspec.Struct):
     batches: int = 0
     seconds: float = 0.0
     compiling: float = 0.0   # of the seconds, compiling kernels (a first run's, once)
+    stopped_in: str = ""     # the input being read when the ingest stopped (Ctrl-C, strict,
+                             # a failure): not one of `files`, the inputs read to their end
 
     @property
     def documents(self) -> int:
@@ -76,11 +78,13 @@ class Summary(msgspec.Struct):
         if self.skipped:
             repeated = self.skipped - self.error_count
             parts = [f"{n:,} {what}" for n, what in (
-                (self.error_count, "malformed or unreadable"), (repeated, "repeated docnos"))
-                if n]
+                (self.error_count, "malformed or unreadable"),
+                (repeated, "repeated docno" + "s" * (repeated != 1))) if n]
             text += f" ({', '.join(parts)})"
         text += (f", already present {self.present:,}, replaced {self.replaced:,}; "
-                 f"{self.files:,} {files}, {self.tokens:,} tokens in {self.seconds:.1f} s "
+                 f"{self.files:,} {files}"
+                 + (f" read whole, stopped in {self.stopped_in}" if self.stopped_in else "")
+                 + f", {self.tokens:,} token{'s' * (self.tokens != 1)} in {self.seconds:.1f} s "
                  + (f"({self.compiling:.1f} s of it compiling the kernels, once: they are "
                     f"cached now; {rate:,.0f} tokens/s in the rest)" if self.compiling >= 0.5
                     else f"({rate:,.0f} tokens/s)"))
@@ -384,6 +388,10 @@ class Run:
         if self.on_problem is not None:
             self.on_problem(text)
 
+    def note(self, text: str) -> None:
+        if len(self.summary.notes) < MAX_MESSAGES:
+            self.summary.notes.append(text)
+
     def warn(self, text: str) -> None:
         if len(self.summary.warnings) < MAX_MESSAGES:
             self.summary.warnings.append(text)
@@ -410,11 +418,13 @@ class Run:
             self.forked = None
         chunks = _chunks_from_process(*args, forked=forked) if parallel else \
             stages.chunks(*args[:5], stop=self.stop, sparse=sparse)
+        found = 0   # (records: the module)
         try:
             with contextlib.closing(chunks):
                 for chunk in chunks:
                     if self.stop is not None and self.stop.is_set():
                         raise KeyboardInterrupt
+                    found += len(chunk.items)
                     docs: list[tuple[int, str]] = []
                     if chunk.lines is not None and len(chunk.lines) == len(chunk.items):
                         docs = chunk.items   # (no Problem among them: no loop a document)
@@ -436,10 +446,13 @@ class Run:
             # stopped between two batches (Ctrl-C, strict, the input failed): those added
             # are committed, as each would have been alone (a failed commit aborted the
             # transaction and left none open)
+            self.summary.stopped_in = source.path
             self.commit_open()
             raise
         self.bytes_before += source.size
         self.summary.files += len(source.files) or 1
+        if not found:
+            self.note(empty(source))
         self.report(self.done(), 0)
 
     # one batch = one transaction, or several batches one (commit_batches)
@@ -711,6 +724,12 @@ def ingest(db, paths, *, format: str | None = None, id_field: str | None = None,
             _end(forked[1])   # (unused if the ingest failed first; else ended already)
         if own:
             db.close()
+
+
+def empty(source: Source) -> str:
+    """The note for an input that held no record (an empty export is said, not passed
+    over as if it had been read)."""
+    return f"{source.path}: no records in it"
 
 
 def _parallel(parallel: bool | None, source: Source) -> bool:

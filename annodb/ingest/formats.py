@@ -374,18 +374,24 @@ def _read_json(reader, source, id_field, text_fields) -> Iterator:
 
 class _LineEnds:
     """The lines of a binary file as text (invalid UTF-8 kept as lone surrogates, found
-    per row), noting whether the last one read had a line end."""
+    per row), noting whether the last one read had a line end and whether the reader
+    asked past the last line (`exhausted`: a CSV row still open at the end of the file)."""
 
     def __init__(self, reader):
         self.lines = iter(reader)
         self.ended = True
         self.first = True
+        self.exhausted = False
 
     def __iter__(self):
         return self
 
     def __next__(self) -> str:
-        line = next(self.lines)
+        try:
+            line = next(self.lines)
+        except StopIteration:
+            self.exhausted = True
+            raise
         if self.first:
             self.first = False
             line = line.removeprefix(b"\xef\xbb\xbf")
@@ -435,6 +441,12 @@ class Table:
                 continue
             if not self.lines.ended:
                 yield Problem(line, CUT_LINE)
+                continue
+            if self.lines.exhausted:   # (a row that ended with its line end is returned
+                # before the next line is asked for: this one's quoted field never closed)
+                yield Problem(line, "a quoted field opened in this row is never closed: "
+                              f"the row runs to the end of the file (line "
+                              f"{self.rows.line_num}) and is not stored; close the quote")
                 continue
             if len(row) > width:
                 yield Problem(line, f"{len(row)} cells, but the header row has {width} "

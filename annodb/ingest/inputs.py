@@ -40,6 +40,7 @@ import zlib
 from dataclasses import dataclass
 
 from ..errors import IngestError
+from ..paths import foreign_files
 from .formats import (FILE_SHIFT, FORMATS, RECORD_FORMATS, JsonValues, Table, json_lines,
                       open_binary, strip_gz, table_id)
 from ..records import ID_FIELDS
@@ -85,12 +86,21 @@ def _first_line(head: bytes) -> bytes:
 
 def _binary(path: str) -> bool:
     """A file of bytes, not text: a NUL byte in its first 8 KB (git's and grep's test; an
-    image, a PDF, an archive, a database; UTF-16 text too, which annodb does not read)."""
+    image, a PDF, an archive, a database), unless it is UTF-16 text (see _utf16), which
+    _source refuses saying so."""
     try:
         with open(path, "rb") as f:
-            return b"\x00" in f.read(8192)
+            head = f.read(8192)
     except OSError:
         return False    # (_source says why it cannot be read)
+    return b"\x00" in head and not _utf16(head)
+
+
+def _utf16(head: bytes) -> bool:
+    """UTF-16 text, by its byte-order mark (Windows' "Unicode" text, Excel's "Unicode
+    text" export), which ingest does not read: its NUL bytes made a CSV's records vanish
+    and a text file pass for binary."""
+    return head.startswith((b"\xff\xfe", b"\xfe\xff"))
 
 
 def _walk(top: str, database: str | None, format: str | None = None
@@ -124,6 +134,23 @@ def _walk(top: str, database: str | None, format: str | None = None
     return files, left_out, binary
 
 
+def _check_database(path: str) -> None:
+    """IngestError for a database path that no database can be made at: a file, or a
+    folder holding other files (a mistyped --db, the home folder or a project's, would
+    otherwise get LMDB's files among its own), or an empty path (the working directory)."""
+    if not path.strip():
+        raise IngestError(f"{path!r}: give a database directory (e.g. notes.db), not an "
+                          "empty path")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise IngestError(f"{path}: a file, not a database directory; give a new or empty "
+                          "directory, or a database")
+    others = foreign_files(path)
+    if others:
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        raise IngestError(f"{path}: a folder holding other files ({shown}), not an annodb "
+                          "database; give a new or empty directory, or a database")
+
+
 def check_inputs(paths, format: str | None = None, id_field: str | None = None,
                  text_fields: list[str] | None = None,
                  database: str | None = None) -> list[Source]:
@@ -131,7 +158,9 @@ def check_inputs(paths, format: str | None = None, id_field: str | None = None,
     fields against it; IngestError otherwise. A directory stands for the files in it (the
     directory of `database`, the one ingested into, left out). Nothing is written: call
     this before opening the database."""
-    database = os.path.realpath(database) if database is not None else None
+    if database is not None:
+        _check_database(database)
+        database = os.path.realpath(database)
     if format is not None and format not in FORMATS:
         raise IngestError(f"unknown format {format!r}: choose one of {', '.join(FORMATS)}")
     paths = [os.fspath(p) for p in paths]
@@ -152,7 +181,8 @@ def check_inputs(paths, format: str | None = None, id_field: str | None = None,
             raise IngestError(f"{path}: no files in this directory" + (
                 f" ({left_out} hidden or special entries left out)" if left_out else "") + (
                 f" ({len(binary)} binary files left out, as {binary[0]})" if binary else ""))
-        notes = [f"left out {left_out} entries: names starting with '.', links to "
+        entries = "entries" if left_out != 1 else "entry"
+        notes = [f"left out {left_out} {entries}: names starting with '.', links to "
                  "directories, special files, the database"] if left_out else []
         if binary:
             shown = ", ".join(binary[:3]) + (f" and {len(binary) - 3} more"
@@ -183,6 +213,10 @@ def _source(path: str, format, id_field, text_fields, note) -> Source:
         fmt = _EXTENSIONS.get(os.path.splitext(name)[1].lower())
     if fmt is None:
         fmt = "trec" if _first_line(head).startswith(b"<DOC>") else "text"
+    if _utf16(head):
+        raise IngestError(f"{path}: UTF-16 text (it starts with a UTF-16 byte-order mark), "
+                          "and ingest reads UTF-8: convert it first, e.g. iconv -f UTF-16 "
+                          f"-t UTF-8 {path} > converted{os.path.splitext(name)[1]}")
     if fmt == "text" and b"\x00" in head[:8192]:
         raise IngestError(f"{path}: a binary file, not text (a NUL byte in its first 8 KB); "
                           "ingest reads JSONL, JSON, CSV, TSV, TREC and plain text")

@@ -317,6 +317,8 @@ def ingest(db, paths, *, shards: int | None = None, format: str | None = None,
     summary = _ingest.Summary()
     writers: list[_Pipe] = []
     children: list[Child] = []
+    before = db.stats()   # (a Ctrl-C's summary: what the writers committed)
+    done_bytes = 0
     try:
         options = dict(replace=replace, strict=strict, timeout=timeout)
         for i in range(len(db.shards)):
@@ -325,7 +327,7 @@ def ingest(db, paths, *, shards: int | None = None, format: str | None = None,
             writers.append(_Pipe(child, (db.path, i, options), reading=False))
         total = sum(s.size for s in sources)
         chunk_bytes = batch_bytes * len(db.shards)  # (so each shard commits batch_bytes)
-        done_bytes, routed = 0, 0
+        routed = 0
         for source in sources:
             plan = _plan(source, chunk_bytes, readers)
             pipes = []
@@ -335,7 +337,7 @@ def ingest(db, paths, *, shards: int | None = None, format: str | None = None,
                 pipes.append(_Pipe(child, (source, id_field, text_fields, sparse,
                                            chunk_bytes, batch_size, len(db.shards), chunks,
                                            chunk_bytes), reading=True))
-            lines_before, k = 0, 0
+            lines_before, k, found = 0, 0, 0
             while True:
                 pipe = pipes[k % len(pipes)]
                 message = pipe.box.get()
@@ -344,6 +346,7 @@ def ingest(db, paths, *, shards: int | None = None, format: str | None = None,
                 if message[0] == "end":
                     break
                 _, chunk, last, lines, problems, spans, home, parts = message
+                found += len(problems) + len(spans)   # (records: the module)
                 for problem in problems:
                     text = f"{inputs.where(source, problem.line + lines_before)}: " \
                            f"{problem.message}"
@@ -373,6 +376,8 @@ def ingest(db, paths, *, shards: int | None = None, format: str | None = None,
             done_bytes += source.size
             summary.files += len(source.files) or 1
             summary.notes.extend(source.notes[:_ingest.MAX_MESSAGES - len(summary.notes)])
+            if not found and len(summary.notes) < _ingest.MAX_MESSAGES:
+                summary.notes.append(_ingest.empty(source))
             if progress is not None:
                 progress(routed, done_bytes, total)
             for pipe in pipes:
@@ -392,17 +397,33 @@ def ingest(db, paths, *, shards: int | None = None, format: str | None = None,
                 got.warnings[:_ingest.MAX_MESSAGES - len(summary.warnings)])
         summary.bytes = done_bytes
         return summary
+    except KeyboardInterrupt as stop:
+        # the writers' committed batches stay (a killed writer's open transaction is
+        # aborted): what they added is counted in the collection once they have ended
+        _end(children)
+        after = db.stats()
+        summary.added = max(0, after.documents - before.documents)
+        summary.tokens = max(0, after.tokens - before.tokens)
+        summary.stopped_in = source.path
+        summary.bytes = done_bytes
+        summary.seconds = time.perf_counter() - started
+        raise _ingest.Interrupted(summary) from stop
     finally:
         summary.seconds = time.perf_counter() - started
-        for child in children:  # (all have ended unless this failed: then end them)
-            if child.poll() is None:
-                child.kill()
-            child.wait()
-            assert child.stdout is not None   # (_child opens it)
-            for f in (child.stdout, child.errors):
-                try:
-                    f.close()
-                except OSError:
-                    pass
+        _end(children)    # (all have ended unless this failed: then end them)
         if own:
             db.close()
+
+
+def _end(children: list[Child]) -> None:
+    """Each child killed if it still runs, reaped, and its pipes closed."""
+    for child in children:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        assert child.stdout is not None   # (_child opens it)
+        for f in (child.stdout, child.errors):
+            try:
+                f.close()
+            except OSError:
+                pass
