@@ -54,6 +54,7 @@ from .errors import AnnodbError, NotFoundError, StorageError
 from .metadata import (DOCUMENT, KEY, RESERVED, SUPERSEDED, TEXT, TIME, check_own_key,
                        current_node, duration, label, needed, nfc, number, seconds,
                        stored, value_feature, where_node as _where_node)
+from .paths import foreign_files
 from .query import Combine, Feature
 from .ranking import text_words
 from .shards.routing import route, shard_name
@@ -66,8 +67,6 @@ __all__ = ["Memory", "Entry", "Recalled", "History", "label", "where_node", "is_
 _VALUE_FEATURE = re.compile(r":[^:]+:")
 _GCL_START = re.compile(r"\(\s*(?:" + "|".join(
     re.escape(op) for op in sorted(_query.OPERATORS, key=len, reverse=True)) + r")(?=[\s()\"]|$)")
-_OWN_FILES = {"lock.mdb", "writer.lock", "turnstile.lock",   # (a database begun, not made)
-              "create.lock"}
 RECENCY_POOL = 100      # recall with a recency prior re-ranks at least this many
 
 
@@ -164,12 +163,11 @@ def _check_path(path) -> str | None:
     name = os.fspath(path)
     if not name or not name.strip():
         raise StorageError("a memory needs a path (a directory for its database), not ''")
-    if os.path.isdir(name) and not _holds_database(name):
-        others = sorted(set(os.listdir(name)) - _OWN_FILES)
-        if others:
-            raise StorageError(f"{name}: a folder holding other files ({', '.join(others[:3])}"
-                               f"{', ...' if len(others) > 3 else ''}), not an annodb "
-                               "database; give a new or empty directory")
+    others = foreign_files(name)
+    if others:
+        raise StorageError(f"{name}: a folder holding other files ({', '.join(others[:3])}"
+                           f"{', ...' if len(others) > 3 else ''}), not an annodb "
+                           "database; give a new or empty directory")
     return name
 
 
