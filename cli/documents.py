@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import click
 
@@ -93,6 +94,8 @@ def annotate(feature, docno, db, value):
         raise click.BadParameter(
             f"{feature!r} is not a feature name a query can use: one word without spaces, "
             "parentheses or quotes, not ':' alone (e.g. judgment:t1)", param_hint="FEATURE")
+    if not math.isfinite(value):    # (as the server refuses it: no comparison means it)
+        raise click.BadParameter(f"{value!r} is not a finite number", param_hint="--value")
     with open_db(db) as database, database.write() as w:
         doc = w.document(docno)
         w.annotate(feature, doc.start, doc.end, value)

@@ -286,8 +286,9 @@ def test_annotate_refuses_a_feature_name_no_query_can_name(tmp_path):
     """`annodb annotate` with a feature name a query cannot name (a space, as in
     "judgment: t1"; a parenthesis or quote; ':' alone, every document's own feature) is a
     usage error (exit 2) and writes nothing; it used to be stored, and a query for
-    judgment:t1 then found nothing, without a word. judgment:t1 and a plain word are
-    annotated as before."""
+    judgment:t1 then found nothing, without a word. So is a value that is not finite
+    (inf was stored; the server refuses it). judgment:t1 and a plain word are annotated
+    as before."""
     db = tmp_path / "a.db"
     assert invoke("ingest", "--db", db, DATA / "sample.jsonl").exit_code == 0
     with annodb.open(db, readonly=True) as opened, opened.read() as r:
@@ -296,6 +297,12 @@ def test_annotate_refuses_a_feature_name_no_query_can_name(tmp_path):
     for bad in ("judgment: t1", "a(b:", 'say"x":', ":"):
         line = one_error_line(invoke("annotate", "--db", db, bad, docno, "--value", 3), 2)
         assert "is not a feature name a query can use" in line, line
+    with annodb.open(db, readonly=True) as opened:
+        assert opened.stats().features == features
+    for value in ("inf", "-inf", "nan"):       # (as the server refuses them)
+        line = one_error_line(invoke("annotate", "--db", db, "judgment:t1", docno,
+                                     "--value", value), 2)
+        assert "is not a finite number" in line, line
     with annodb.open(db, readonly=True) as opened:
         assert opened.stats().features == features
     for good in ("judgment:t1", "relevant"):
