@@ -59,12 +59,11 @@ KILLED = textwrap.dedent("""
 """)
 
 
-def test_a_process_killed_inside_forget_leaves_everything(tmp_path):
-    path = str(tmp_path / "m.db")
-    with annodb.Memory(path) as mem:
-        alice = [mem.remember(f"alice remembers {i}", user="alice") for i in range(6)]
-        bob = mem.remember("bob remembers", user="bob")
-    child = subprocess.Popen([sys.executable, "-c", KILLED, path], cwd=ROOT, text=True,
+
+def kill_inside(script: str, path: str) -> None:
+    """Run `script` (which prints "inside" once it is inside the transaction under test,
+    then waits) on the memory at `path` in a child process, and SIGKILL it there."""
+    child = subprocess.Popen([sys.executable, "-c", script, path], cwd=ROOT, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert child.stdout.readline() == "inside\n", child.stderr.read()
@@ -72,6 +71,14 @@ def test_a_process_killed_inside_forget_leaves_everything(tmp_path):
         child.send_signal(signal.SIGKILL)
         child.communicate(timeout=30)
     assert child.returncode == -signal.SIGKILL
+
+
+def test_a_process_killed_inside_forget_leaves_everything(tmp_path):
+    path = str(tmp_path / "m.db")
+    with annodb.Memory(path) as mem:
+        alice = [mem.remember(f"alice remembers {i}", user="alice") for i in range(6)]
+        bob = mem.remember("bob remembers", user="bob")
+    kill_inside(KILLED, path)
     with annodb.Memory(path) as mem:        # three deletes were made, none committed
         assert sorted(e.docno for e in mem.history(10)) == sorted(alice + [bob])
         assert len(mem.recall("remembers", k=10)) == 7

@@ -3,13 +3,14 @@ of the batch (and the memory writable), and a read-only Memory in another proces
 each commit of a writer whole, never a key with two current memories."""
 
 import os
-import signal
 import subprocess
 import sys
 import textwrap
 
 import annodb
 from annodb.check import check
+
+from test_memory_erasure import kill_inside
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,14 +43,7 @@ def test_a_process_killed_inside_remember_many_leaves_none_of_it(tmp_path):
     path = str(tmp_path / "m.db")
     with annodb.Memory(path) as mem:
         before = mem.remember("an earlier note", key="k1", user="batch")
-    child = subprocess.Popen([sys.executable, "-c", KILLED, path], cwd=ROOT, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert child.stdout.readline() == "inside\n", child.stderr.read()
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.communicate(timeout=30)
-    assert child.returncode == -signal.SIGKILL
+    kill_inside(KILLED, path)
     with annodb.Memory(path, timeout=5) as mem:
         assert [e.docno for e in mem.history(500, include_superseded=True)] == [before]
         assert [e.docno for e in mem.recall("note", where={"key": "k1"})] == [before]
