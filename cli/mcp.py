@@ -7,9 +7,10 @@ The tools are thin wrappers of Memory's methods; `make_server(memory)` builds th
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Union
 
 import click
+from pydantic import StrictFloat, StrictInt, StrictStr
 
 from annodb.errors import AnnodbError
 from annodb.metadata import seconds
@@ -50,6 +51,11 @@ include_superseded; `as_of` (seconds since the epoch, or ISO 8601 like
 recent memories matching `where`. `k` (at most 1000) is how many results. Returns docno,
 score, metadata and a snippet with the match marked <cover>...</cover>, and warnings
 (e.g. that no word of the query is in the memory)."""
+
+
+# (strict: JSON's true is not a number of seconds; a lax float took it as 1.0, 1970)
+Seconds = Union[StrictInt, StrictFloat, None]
+Time = Union[StrictInt, StrictFloat, StrictStr, None]
 
 
 def _time(value, what: str):
@@ -94,9 +100,9 @@ def make_server(memory: Memory):
 
     @server.tool(description=SEARCH_HELP)
     def search(query: str = "", k: int = 10, where: dict | None = None,
-               rank: str | None = None, as_of: float | str | None = None,
+               rank: str | None = None, as_of: Time = None,
                include_superseded: bool = False,
-               recency: float | None = None) -> dict[str, Any]:
+               recency: Seconds = None) -> dict[str, Any]:
         found = call(lambda: memory.recall(
             query, k=_count(k, "k"), where=where, rank=rank,
             as_of=_time(as_of, "as_of"), include_superseded=include_superseded,
@@ -106,7 +112,7 @@ def make_server(memory: Memory):
 
     @server.tool(name="list")
     def list_memories(n: int = 20, where: dict | None = None, before: str | None = None,
-                      as_of: float | str | None = None,
+                      as_of: Time = None,
                       include_superseded: bool = False) -> dict[str, Any]:
         """The latest N (at most 1000) memories matching `where` (as search takes it),
         newest first, a page at a time: pass the `cursor` a page returned as `before`

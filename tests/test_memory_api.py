@@ -208,6 +208,11 @@ def test_mcp_tools_update_by_key_list_pages_and_forget_by_filter(tmp_path):
             assert empty.is_error and "everything" in empty.content[0].text
             bad = await client.call_tool("search", {"query": "x", "as_of": "last week"})
             assert bad.is_error and "ISO 8601" in bad.content[0].text
+            for args in ({"as_of": True}, {"recency": True}):   # (not 1 s: 1970, 1 s)
+                bad = await client.call_tool("search", {"query": "x", **args})
+                assert bad.is_error, (args, bad.content)
+            for tool in ("search", "list"):
+                assert (await client.call_tool(tool, {"as_of": 1741000000})).is_error is False
 
     anyio.run(session)
 
