@@ -153,9 +153,13 @@ def _atom(kind: str, value: str) -> Term | Feature:
 
 def _number(kind: str, value: str, slot: str, offset: int) -> int | float:
     """The integer (slot 'i') or number (slot 'x') written as `value`, or a QueryError."""
-    if kind == "r" and slot == "i" and _INTEGER.fullmatch(value) and len(value) <= 19:
-        if 1 <= int(value) <= _MAX_WINDOW:
-            return int(value)
+    if kind == "r" and slot == "i" and _INTEGER.fullmatch(value):
+        digits = value.lstrip("0")
+        if digits and len(digits) <= 19 and int(digits) <= _MAX_WINDOW:
+            return int(digits)
+        if digits:     # (a positive integer, past what a window can be)
+            raise QueryError(f"expected a positive integer of at most {_MAX_WINDOW:,}, "
+                             f"found {_shown(value)}", offset, _EXPECTED[slot])
     elif kind == "r" and slot == "x" and _NUMBER.fullmatch(value):
         if math.isfinite(float(value)):
             return float(value)

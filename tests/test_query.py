@@ -350,3 +350,12 @@ def test_resolve_a_raw_term_naming_no_feature():
         (node("(+ title: user:bob)"), [])
     repeated, warnings = resolve(node("(+ a:b (^ a:b c))"), known, lenient=True)
     assert repeated == node('(+ "a b" (^ "a b" c))') and len(warnings) == 1
+
+
+def test_a_window_past_int64_says_how_large_one_may_be():
+    """A window of a positive integer too large for an address says so, with the largest
+    one allowed; it read "expected a positive integer", which it was."""
+    for text in ("(# 99999999999999999999)", "(# " + "9" * 5000 + ")"):
+        with pytest.raises(QueryError, match="positive integer of at most 9,223,372,036,8"):
+            parse(text)
+    assert parse("(# 9223372036854775807)").node.size == 2**63 - 1
