@@ -40,3 +40,13 @@ def foreign_files(path) -> list[str]:
             or is_collection(path):
         return []
     return sorted(set(os.listdir(path)) - OWN_FILES)
+
+
+def database_of_file(path) -> str | None:
+    """The database directory `path` is a file of (`notes.db/data.mdb`, what tab
+    completion or a file manager gives for the database), or None."""
+    path = os.fspath(path)
+    if os.path.isfile(path) and os.path.exists(os.path.join(os.path.dirname(path),
+                                                            "data.mdb")):
+        return os.path.dirname(path) or "."
+    return None

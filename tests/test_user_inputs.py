@@ -381,3 +381,15 @@ def test_count_json_carries_the_warnings(tmp_path):
     row = json.loads(invoke("count", "--db", db, "--json", "TODO:").stdout)
     assert len(row["warnings"]) == 1 and "'TODO:' names no feature" in row["warnings"][0]
     assert json.loads(invoke("count", "--db", db, "--json", "light").stdout)["warnings"] == []
+
+
+def test_a_file_of_a_database_given_as_the_database_names_its_folder(tmp_path):
+    """`--db a.db/data.mdb` (or lock.mdb: what a file manager or tab completion gives)
+    is one line naming the folder that is the database; it said "no annodb database here
+    (create one with `annodb ingest`)", and ingest would have failed the same way."""
+    db = tmp_path / "a.db"
+    assert invoke("ingest", "--db", db, DATA / "sample.jsonl").exit_code == 0
+    for name in ("data.mdb", "lock.mdb"):
+        for args in (("stats",), ("query", "light"), ("ingest", DATA / "sample.jsonl")):
+            line = one_error_line(invoke(*args, "--db", db / name))
+            assert f"a file of the database {db}: give the folder" in line, line

@@ -40,7 +40,7 @@ import zlib
 from dataclasses import dataclass
 
 from ..errors import IngestError
-from ..paths import foreign_files
+from ..paths import database_of_file, foreign_files
 from .formats import (FILE_SHIFT, FORMATS, RECORD_FORMATS, JsonValues, Table, json_lines,
                       open_binary, strip_gz, table_id)
 from ..records import ID_FIELDS
@@ -141,6 +141,9 @@ def _check_database(path: str) -> None:
     if not path.strip():
         raise IngestError(f"{path!r}: give a database directory (e.g. notes.db), not an "
                           "empty path")
+    folder = database_of_file(path)
+    if folder is not None:
+        raise IngestError(f"{path}: a file of the database {folder}: give the folder")
     if os.path.exists(path) and not os.path.isdir(path):
         raise IngestError(f"{path}: a file, not a database directory; give a new or empty "
                           "directory, or a database")

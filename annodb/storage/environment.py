@@ -29,6 +29,7 @@ import msgspec
 
 from .. import tokenizer
 from ..errors import FormatVersionError, StorageError, WriterBusyError
+from ..paths import database_of_file
 from .layout import (BLOCK_BYTES, BLOCK_SIZE, FORMAT_VERSION, _meta_decoder, _meta_encoder,
                      block_limits, check_format)
 from .verify import (_verified_pinned, _verify, check_file_at_open, check_pages_at_open,
@@ -317,6 +318,9 @@ def open_environment(path: str, *, readonly: bool = False, create: bool = True,
             found.users += 1
             return found
         exists = os.path.exists(os.path.join(real, "data.mdb"))
+        folder = database_of_file(path)
+        if folder is not None:
+            raise StorageError(f"{path}: a file of the database {folder}: give the folder")
         if not exists and (readonly or not create):
             raise StorageError(f"{path}: no annodb database here (create one with `annodb ingest`)")
         if os.path.exists(real) and not os.path.isdir(real):
