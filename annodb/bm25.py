@@ -857,6 +857,14 @@ def _top_compiled(terms: list[_Words], k: int, matches: Intervals | None, prune:
                 forms = _few(forms, most)
                 end = t + 1
                 counts.append(len(forms))
+        if views and t == 0 and end == n_terms and phase == 1 and prune and k > 0 and \
+                bounds is None:
+            # (every term by its documents, in this one call: document at a time, which
+            # reads each document once rather than merging the candidates term by term)
+            cs, ce, sc, read = kernels.bm25_documents_top(k, slack1, k1, b, avglen,
+                                                          factors, rest, forms)
+            ev.charge(int(read))
+            break
         was = t
         t, phase, done, cs, ce, sc, read = kernels.bm25_steps(
             t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, rest, forms,

@@ -912,6 +912,114 @@ def bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, r
 
 
 @njit(cache=True, nogil=True)
+def _bm25_documents_top(k, slack1, k1, b, avglen, factors, rest, forms):
+    n_terms = factors.shape[0]
+    # (the terms' documents in two flat arrays: a tuple indexed at run time is slow)
+    off = np.zeros(n_terms + 1, np.int64)
+    for u in range(n_terms):
+        off[u + 1] = off[u] + forms[2 * u].shape[0]
+    starts = np.empty(off[n_terms], np.int64)
+    packed = np.empty(off[n_terms], np.int64)
+    for u in range(n_terms):
+        vs, vp = forms[2 * u], forms[2 * u + 1]
+        for y in range(vs.shape[0]):
+            starts[off[u] + y] = vs[y]
+            packed[off[u] + y] = vp[y]
+    at = off[:n_terms].copy()
+    out_s = np.empty(off[n_terms], np.int64)
+    out_e = np.empty(off[n_terms], np.int64)
+    out_sc = np.empty(off[n_terms], np.float64)
+    # the k best scores so far: a min-heap (k may be past every document: 2**62)
+    heap = np.empty(max(min(k, off[n_terms]), 1), np.float64)
+    size = 0
+    kth = 0.0         # the k-th best so far (0 until there are k)
+    essential = n_terms   # terms 0..essential-1: a document none of them holds is hopeless
+    read = 0
+    m = 0
+    big = np.iinfo(np.int64).max
+    while True:
+        while essential > 1 and size == k and rest[essential - 1] * slack1 < kth:
+            essential -= 1
+        doc = big
+        for u in range(essential):
+            if at[u] < off[u + 1] and starts[at[u]] < doc:
+                doc = starts[at[u]]
+        if doc == big:
+            break
+        score = 0.0
+        length = -1
+        hopeless = False
+        for u in range(n_terms):
+            end = off[u + 1]
+            if u >= essential:   # (a term left out of the essential ones: looked up)
+                if size == k and (score + rest[u]) * slack1 < kth:
+                    hopeless = True
+                    break
+                lo = at[u]
+                step = 1
+                while lo + step < end and starts[lo + step] < doc:   # (galloping)
+                    lo += step
+                    step *= 2
+                hi = min(end, lo + step + 1)
+                while lo < hi:
+                    mid = (lo + hi) >> 1
+                    if starts[mid] < doc:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                at[u] = lo
+            y = at[u]
+            if y < end and starts[y] == doc:
+                tf = packed[y] & _LOW
+                length = packed[y] >> 32
+                read += tf
+                at[u] = y + 1
+                if tf > 0:
+                    c = _contribution(factors[u], tf, float(length), avglen, k1, b)
+                    if c > 0:
+                        score = score + c
+        if hopeless or not score > 0:
+            continue
+        out_s[m], out_e[m], out_sc[m] = doc, doc + length - 1, score
+        m += 1
+        if k > 0:
+            if size < k:
+                _heap_push(heap, size, score)
+                size += 1
+                if size == k:
+                    kth = heap[0]
+            elif score > heap[0]:
+                _heap_replace(heap, size, score)
+                kth = heap[0]
+    return out_s[:m], out_e[:m], out_sc[:m], read
+
+
+def bm25_documents_top(k, slack1, k1, b, avglen, factors, rest, forms):
+    """BM25's top k over documents, document at a time (MaxScore): the terms (ordered by
+    their bounds, highest first; rest[u] the bounds of terms u.. summed, as bm25_steps
+    takes them) given by their documents (term_documents: forms[2u] the starts of term
+    u's documents, ascending, forms[2u + 1] each one's length << 32 | tf). A document's
+    score is 0.0 + its terms' contributions in term order, as bm25_steps adds them (the
+    same float64); a document none of the terms a document could still need holds is
+    not visited, and one is left once its score so far + rest[u] (x slack1) falls below
+    the k-th best so far. Returns (starts, ends, scores, tfs read) of every document
+    scored whole with a score > 0, in address order: the k best among them
+    (bm25_pick) are the k best of all."""
+    factors, rest = _floats(factors, "factors"), _floats(rest, "rest")
+    n = factors.shape[0]
+    if rest.shape[0] < n or len(forms) != 2 * n or not n or len(forms) > FORMS_PER_CALL:
+        raise ValueError(f"{n} terms need {n} bounds and their documents' two arrays "
+                         f"each (at most {FORMS_PER_CALL} arrays)")
+    arrays = tuple(_ints(a, "documents") for a in forms)
+    for u in range(n):
+        if arrays[2 * u].shape[0] != arrays[2 * u + 1].shape[0]:
+            raise ValueError("a term's starts and lengths differ in length")
+    return _bm25_documents_top(max(int(k), 0), float(slack1), float(k1), float(b),
+                               float(avglen), factors, rest,
+                               arrays + (_NO_POINTS,) * (FORMS_PER_CALL - len(arrays)))
+
+
+@njit(cache=True, nogil=True)
 def _bm25_pick(scores, k, positive):
     order = np.argsort(-scores, kind="mergesort")
     out = np.empty(min(k, scores.shape[0]), np.int64)
