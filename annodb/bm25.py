@@ -813,6 +813,22 @@ def _top_compiled(terms: list[_Words], k: int, matches: Intervals | None, prune:
     # the documents' list: a term at hand is given by its documents (_Words.documents)
     by_documents = matches is None and disjoint and terms[0].boxes.name == ":"
     bounds: _Bounds | None = None   # (the terms bounded per cell too, a term a call)
+    if by_documents and prune and k > 0 and \
+            all(term.size() <= LEADERS_OVER for term in terms[1:]):
+        # every term by its documents: document at a time, each document read once
+        # rather than the candidates merged into each term's documents in turn (the same
+        # scores, added in the same order), in one call however many the terms are
+        every: list[np.ndarray] = []
+        for term in terms:
+            got = term.documents(bs, be)
+            if got is None:
+                break   # (term at a time, below; the documents found are kept)
+            every += got
+        else:
+            cs, ce, sc, read = kernels.bm25_documents_top(k, slack1, k1, b, avglen,
+                                                          factors, rest, every)
+            ev.charge(int(read))
+            done = True
     while not done:
         forms: list[np.ndarray] = []
         counts = [0]
@@ -857,14 +873,6 @@ def _top_compiled(terms: list[_Words], k: int, matches: Intervals | None, prune:
                 forms = _few(forms, most)
                 end = t + 1
                 counts.append(len(forms))
-        if views and t == 0 and end == n_terms and phase == 1 and prune and k > 0 and \
-                bounds is None:
-            # (every term by its documents, in this one call: document at a time, which
-            # reads each document once rather than merging the candidates term by term)
-            cs, ce, sc, read = kernels.bm25_documents_top(k, slack1, k1, b, avglen,
-                                                          factors, rest, forms)
-            ev.charge(int(read))
-            break
         was = t
         t, phase, done, cs, ce, sc, read = kernels.bm25_steps(
             t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, rest, forms,

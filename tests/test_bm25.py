@@ -479,31 +479,38 @@ def test_bm25_documents_top_refuses_what_does_not_fit():
 
 def test_bm25_top_takes_the_documents_at_a_time_path_only_when_every_term_is_at_hand(
         tmp_path):
-    """bm25.top scores document at a time when every term comes by its documents in one
-    call, and term at a time (bm25_steps) when they do not (no documents made): the same
-    top k either way, and the exhaustive one."""
-    docs = [[WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(i % 9 + 1)] for i in range(60)]
+    """bm25.top scores document at a time when every term comes by its documents, however
+    many the terms (more than one bm25_steps call takes), and term at a time (bm25_steps)
+    when they do not (no documents made): the same top k either way, and the exhaustive
+    one, at depth 3 and at a depth past every document (as shards ask)."""
+    vocabulary = WORDS + [f"w{i}" for i in range(2 * kernels.FORMS_PER_CALL)]
+    docs = [[vocabulary[(i * 7 + j * 3) % len(vocabulary)] for j in range(i % 9 + 1)]
+            for i in range(120)]
     db, model = build(str(tmp_path / "db"), docs, [], [])
-    query = [("a", 1), ("c", 2), ("e", 1), ("g", 1)]
     calls = []
     real = kernels.bm25_documents_top
     kernels.bm25_documents_top = lambda *a: calls.append(1) or real(*a)
     saved = bm25.DOCUMENTS_MOST
     try:
-        with db.read() as r:
-            found = []
-            for most, taken in ((-1, False), (saved, True)):   # (documents are kept once made)
-                bm25.DOCUMENTS_MOST = most
-                calls.clear()
-                found.append(engine_top(r, query, 3, True))
-                assert bool(calls) == taken
-            full = engine_top(r, query, 3, False)
-            for got in found:
-                assert np.array_equal(got[0], full[0]) and np.array_equal(got[1], full[1])
-            same_ranking(named(r, *got), naive.bm25(model, [((w,), n) for w, n in query], 3))
-            bm25.DOCUMENTS_MOST = saved   # (a depth past every document, as shards ask)
-            every = engine_top(r, query, 1 << 62, True)
-            assert np.array_equal(every[0], engine_top(r, query, 1 << 62, False)[0])
+        for query in ([("a", 1), ("c", 2), ("e", 1), ("g", 1)],
+                      [(w, 1 + i % 3) for i, w in enumerate(sorted(set(vocabulary)))]):
+            for k in (3, 1 << 62):
+                db.close()   # (a fresh start: the documents made are kept for the state)
+                db = annodb.open(db.path)
+                with db.read() as r:
+                    found = []
+                    # (documents are kept once made: the path without them first)
+                    for most, taken in ((-1, False), (saved, True)):
+                        bm25.DOCUMENTS_MOST = most
+                        calls.clear()
+                        found.append(engine_top(r, query, k, True))
+                        assert bool(calls) == taken
+                    full = engine_top(r, query, k, False)
+                    for got in found:
+                        assert np.array_equal(got[0], full[0]) and \
+                            np.array_equal(got[1], full[1])
+                    same_ranking(named(r, *engine_top(r, query, 3)),
+                                 naive.bm25(model, [((w,), n) for w, n in query], 3))
     finally:
         kernels.bm25_documents_top = real
         bm25.DOCUMENTS_MOST = saved

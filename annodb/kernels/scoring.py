@@ -912,19 +912,11 @@ def bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, r
 
 
 @njit(cache=True, nogil=True)
-def _bm25_documents_top(k, slack1, k1, b, avglen, factors, rest, forms):
+def _bm25_documents_top(k, slack1, k1, b, avglen, factors, rest, starts, packed, sizes):
     n_terms = factors.shape[0]
-    # (the terms' documents in two flat arrays: a tuple indexed at run time is slow)
-    off = np.zeros(n_terms + 1, np.int64)
+    off = np.zeros(n_terms + 1, np.int64)   # (term u's documents: off[u]:off[u + 1])
     for u in range(n_terms):
-        off[u + 1] = off[u] + forms[2 * u].shape[0]
-    starts = np.empty(off[n_terms], np.int64)
-    packed = np.empty(off[n_terms], np.int64)
-    for u in range(n_terms):
-        vs, vp = forms[2 * u], forms[2 * u + 1]
-        for y in range(vs.shape[0]):
-            starts[off[u] + y] = vs[y]
-            packed[off[u] + y] = vp[y]
+        off[u + 1] = off[u] + sizes[u]
     at = off[:n_terms].copy()
     out_s = np.empty(off[n_terms], np.int64)
     out_e = np.empty(off[n_terms], np.int64)
@@ -948,6 +940,7 @@ def _bm25_documents_top(k, slack1, k1, b, avglen, factors, rest, forms):
             break
         score = 0.0
         length = -1
+        norm = 0.0
         hopeless = False
         for u in range(n_terms):
             end = off[u + 1]
@@ -971,11 +964,14 @@ def _bm25_documents_top(k, slack1, k1, b, avglen, factors, rest, forms):
             y = at[u]
             if y < end and starts[y] == doc:
                 tf = packed[y] & _LOW
-                length = packed[y] >> 32
                 read += tf
                 at[u] = y + 1
+                if length < 0:   # (the length's part of _contribution, once a document)
+                    length = packed[y] >> 32
+                    norm = k1 * (1.0 - b + b * float(length) / avglen)
                 if tf > 0:
-                    c = _contribution(factors[u], tf, float(length), avglen, k1, b)
+                    x = float(tf)
+                    c = factors[u] * (x / (x + norm))   # (_contribution's floats)
                     if c > 0:
                         score = score + c
         if hopeless or not score > 0:
@@ -998,25 +994,29 @@ def bm25_documents_top(k, slack1, k1, b, avglen, factors, rest, forms):
     """BM25's top k over documents, document at a time (MaxScore): the terms (ordered by
     their bounds, highest first; rest[u] the bounds of terms u.. summed, as bm25_steps
     takes them) given by their documents (term_documents: forms[2u] the starts of term
-    u's documents, ascending, forms[2u + 1] each one's length << 32 | tf). A document's
+    u's documents, ascending, forms[2u + 1] each one's length << 32 | tf; any number of
+    terms, as one flat array each way in the call). A document's
     score is 0.0 + its terms' contributions in term order, as bm25_steps adds them (the
     same float64); a document none of the terms a document could still need holds is
     not visited, and one is left once its score so far + rest[u] (x slack1) falls below
     the k-th best so far. Returns (starts, ends, scores, tfs read) of every document
     scored whole with a score > 0, in address order: the k best among them
-    (bm25_pick) are the k best of all."""
+    (bm25_pick) are the k best of all. Each document's length normalization is
+    computed once, by _contribution's operations (the same float64 for every term)."""
     factors, rest = _floats(factors, "factors"), _floats(rest, "rest")
     n = factors.shape[0]
-    if rest.shape[0] < n or len(forms) != 2 * n or not n or len(forms) > FORMS_PER_CALL:
-        raise ValueError(f"{n} terms need {n} bounds and their documents' two arrays "
-                         f"each (at most {FORMS_PER_CALL} arrays)")
-    arrays = tuple(_ints(a, "documents") for a in forms)
-    for u in range(n):
-        if arrays[2 * u].shape[0] != arrays[2 * u + 1].shape[0]:
-            raise ValueError("a term's starts and lengths differ in length")
+    if rest.shape[0] < n or len(forms) != 2 * n or not n:
+        raise ValueError(f"{n} terms need {n} bounds and their documents' two arrays each")
+    sizes = [len(a) for a in forms]
+    if sizes[0::2] != sizes[1::2]:
+        raise ValueError("a term's starts and lengths differ in length")
+    # (flat arrays, checked once: numba types and unboxes a tuple of arrays element by
+    # element at each call, and indexes one at run time slowly)
     return _bm25_documents_top(max(int(k), 0), float(slack1), float(k1), float(b),
                                float(avglen), factors, rest,
-                               arrays + (_NO_POINTS,) * (FORMS_PER_CALL - len(arrays)))
+                               _ints(np.concatenate(forms[0::2]), "documents"),
+                               _ints(np.concatenate(forms[1::2]), "documents"),
+                               np.array(sizes[0::2], np.int64))
 
 
 @njit(cache=True, nogil=True)
