@@ -987,7 +987,8 @@ def _bm25_documents_top(k, slack1, k1, b, avglen, factors, rest, starts, packed,
             elif score > heap[0]:
                 _heap_replace(heap, size, score)
                 kth = heap[0]
-    return out_s[:m], out_e[:m], out_sc[:m], read
+    pick = _bm25_pick(out_sc[:m], k, True)   # (in address order: ties by address)
+    return out_s[pick], out_e[pick], out_sc[pick], read
 
 
 def bm25_documents_top(k, slack1, k1, b, avglen, factors, rest, forms):
@@ -999,10 +1000,11 @@ def bm25_documents_top(k, slack1, k1, b, avglen, factors, rest, forms):
     score is 0.0 + its terms' contributions in term order, as bm25_steps adds them (the
     same float64); a document none of the terms a document could still need holds is
     not visited, and one is left once its score so far + rest[u] (x slack1) falls below
-    the k-th best so far. Returns (starts, ends, scores, tfs read) of every document
-    scored whole with a score > 0, in address order: the k best among them
-    (bm25_pick) are the k best of all. Each document's length normalization is
-    computed once, by _contribution's operations (the same float64 for every term)."""
+    the k-th best so far. Returns (starts, ends, scores, tfs read) of the k best
+    documents with a score > 0, by score descending, ties by start (as bm25_pick picks
+    them from the documents it scored whole, in address order). Each document's length
+    normalization is computed once, by _contribution's operations (the same float64 for
+    every term)."""
     factors, rest = _floats(factors, "factors"), _floats(rest, "rest")
     n = factors.shape[0]
     if rest.shape[0] < n or len(forms) != 2 * n or not n:
