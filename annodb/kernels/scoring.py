@@ -918,6 +918,10 @@ def _bm25_documents_top(k, slack1, k1, b, avglen, factors, rest, starts, packed,
     for u in range(n_terms):
         off[u + 1] = off[u] + sizes[u]
     at = off[:n_terms].copy()
+    big = np.iinfo(np.int64).max
+    heads = np.empty(n_terms, np.int64)   # (starts[at[u]], big past term u's last)
+    for u in range(n_terms):
+        heads[u] = starts[at[u]] if at[u] < off[u + 1] else big
     out_s = np.empty(off[n_terms], np.int64)
     out_e = np.empty(off[n_terms], np.int64)
     out_sc = np.empty(off[n_terms], np.float64)
@@ -928,14 +932,13 @@ def _bm25_documents_top(k, slack1, k1, b, avglen, factors, rest, starts, packed,
     essential = n_terms   # terms 0..essential-1: a document none of them holds is hopeless
     read = 0
     m = 0
-    big = np.iinfo(np.int64).max
     while True:
         while essential > 1 and size == k and rest[essential - 1] * slack1 < kth:
             essential -= 1
         doc = big
         for u in range(essential):
-            if at[u] < off[u + 1] and starts[at[u]] < doc:
-                doc = starts[at[u]]
+            if heads[u] < doc:
+                doc = heads[u]
         if doc == big:
             break
         score = 0.0
@@ -943,29 +946,32 @@ def _bm25_documents_top(k, slack1, k1, b, avglen, factors, rest, starts, packed,
         norm = 0.0
         hopeless = False
         for u in range(n_terms):
-            end = off[u + 1]
             if u >= essential:   # (a term left out of the essential ones: looked up)
                 if size == k and (score + rest[u]) * slack1 < kth:
                     hopeless = True
                     break
-                lo = at[u]
-                step = 1
-                while lo + step < end and starts[lo + step] < doc:   # (galloping)
-                    lo += step
-                    step *= 2
-                hi = min(end, lo + step + 1)
-                while lo < hi:
-                    mid = (lo + hi) >> 1
-                    if starts[mid] < doc:
-                        lo = mid + 1
-                    else:
-                        hi = mid
-                at[u] = lo
-            y = at[u]
-            if y < end and starts[y] == doc:
+                if heads[u] < doc:
+                    end = off[u + 1]
+                    lo = at[u]
+                    step = 1
+                    while lo + step < end and starts[lo + step] < doc:   # (galloping)
+                        lo += step
+                        step *= 2
+                    hi = min(end, lo + step + 1)
+                    while lo < hi:
+                        mid = (lo + hi) >> 1
+                        if starts[mid] < doc:
+                            lo = mid + 1
+                        else:
+                            hi = mid
+                    at[u] = lo
+                    heads[u] = starts[lo] if lo < end else big
+            if heads[u] == doc:
+                y = at[u]
                 tf = packed[y] & _LOW
                 read += tf
                 at[u] = y + 1
+                heads[u] = starts[y + 1] if y + 1 < off[u + 1] else big
                 if length < 0:   # (the length's part of _contribution, once a document)
                     length = packed[y] >> 32
                     norm = k1 * (1.0 - b + b * float(length) / avglen)
