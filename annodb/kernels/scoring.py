@@ -980,8 +980,8 @@ def _bm25_documents_top(k, slack1, k1, b, avglen, factors, rest, starts, packed,
                     c = factors[u] * (x / (x + norm))   # (_contribution's floats)
                     if c > 0:
                         score = score + c
-        if hopeless or not score > 0:
-            continue
+        if hopeless or not score > 0 or (size == k and not score > kth):
+            continue   # (k documents before it score as much: it is not among the k best)
         out_s[m], out_e[m], out_sc[m] = doc, doc + length - 1, score
         m += 1
         if k > 0:
