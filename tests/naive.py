@@ -55,6 +55,8 @@ hold the two equal.
     merge_scores           K.merge_scores                      test_bm25: test_merge_scores_kernel
     bm25_top               K.bm25_steps, bm25_pick (bm25.top's test_bm25: test_bm25_steps_kernel
                            compiled MaxScore)
+    bm25_documents_top     K.bm25_documents_top (bm25.top's    test_bm25: test_bm25_documents_
+                           MaxScore, document at a time)       top_kernel
     term_documents         K.term_documents (a word's          test_bm25: test_term_documents_
                            documents, bm25.top's)              kernel
     rm3                    feedback.py (rank="bm25+rm3")       test_feedback: test_rm3_equals_its_
@@ -667,6 +669,29 @@ def bm25_top(terms, factors, boxes, k, k1, b, avglen, matches=None):
                 score += factor * (tf / (tf + k1 * (1.0 - b + b * (e - s + 1) / avglen)))
         if matches is not None or score > 0:
             found.append((s, e, score))
+    found.sort(key=lambda x: (-x[2], x[0]))
+    return found[:max(k, 0)]
+
+
+def bm25_documents_top(documents, factors, k, k1, b, avglen):
+    """The twin of kernels.bm25_documents_top then bm25_pick: the k best documents
+    [(start, end, score)] of the terms' documents (documents[u]: term u's [(start, length,
+    tf)]), a document's score the sum over the terms holding it, in term order from 0.0,
+    of factors[u] x tf / (tf + k1 (1 - b + b length / avglen)); score > 0 only, by score
+    descending, then start."""
+    held = {}
+    for u, docs in enumerate(documents):
+        for s, length, tf in docs:
+            held.setdefault(s, (length, {}))[1][u] = tf
+    found = []
+    for s, (length, tfs) in held.items():
+        score = 0.0
+        for u, factor in enumerate(factors):
+            tf = tfs.get(u, 0)
+            if tf:
+                score += factor * (tf / (tf + k1 * (1.0 - b + b * length / avglen)))
+        if score > 0:
+            found.append((s, s + length - 1, score))
     found.sort(key=lambda x: (-x[2], x[0]))
     return found[:max(k, 0)]
 

@@ -394,6 +394,121 @@ def test_bm25_steps_kernel_past_every_container():
                                      matches)
 
 
+def documents_top(documents, factors, bounds, k, k1, b, avglen):
+    """kernels.bm25_documents_top over terms given by their documents (documents[u]:
+    [(start, length, tf)]), each term bounded by bounds[u]: ([(start, end, score)] of the
+    k best, the tfs it read)."""
+    forms = []
+    for docs in documents:
+        forms.append(np.array([s for s, _, _ in docs], dtype=np.int64))
+        forms.append(np.array([n << 32 | tf for _, n, tf in docs], dtype=np.int64))
+    rest = np.concatenate((np.cumsum(np.array(bounds, dtype=np.float64)[::-1])[::-1], [0.0]))
+    cs, ce, sc, read = kernels.bm25_documents_top(k, 1 + bm25.SLACK, k1, b, avglen,
+                                                  np.array(factors, dtype=np.float64), rest,
+                                                  forms)
+    return list(zip(cs.tolist(), ce.tolist(), sc.tolist())), read
+
+
+def tight_bounds(documents, factors, k1, b, avglen):
+    """Each term's factor x its largest saturation among its documents (as _Words.bound
+    is): the tightest bounds, which prune the most."""
+    return [f * max((tf / (tf + k1 * (1.0 - b + b * n / avglen)) for _, n, tf in docs),
+                    default=0.0) for docs, f in zip(documents, factors)]
+
+
+@SETTINGS
+@given(scored_boxes(), st.sampled_from([0, 1, 2, 3, 5, 8, 1 << 62]),
+       st.sampled_from([(0.9, 0.4), (1.2, 0.75), (0.0, 0.0), (2.0, 1.0)]),
+       st.floats(1.0, 20.0), st.booleans())
+def test_bm25_documents_top_kernel(case, k, params, avglen, tight):
+    """The compiled MaxScore over the terms' documents, document at a time, equals the
+    exhaustive top k: the same documents, ties by address, the same floats (each
+    document's terms added in term order from 0.0), with the loosest bounds (the factors)
+    and the tightest (which leave documents and terms out)."""
+    boxes, _, terms, factors, _ = case
+    if not terms:
+        return
+    k1, b = params
+    documents = [naive.term_documents(forms, boxes) for forms in terms]
+    bounds = tight_bounds(documents, factors, k1, b, avglen) if tight else factors
+    got, read = documents_top(documents, factors, bounds, k, k1, b, avglen)
+    assert got == naive.bm25_documents_top(documents, factors, k, k1, b, avglen)
+    assert got == naive.bm25_top(terms, factors, boxes, k, k1, b, avglen)
+    assert read <= sum(tf for docs in documents for _, _, tf in docs)
+
+
+def test_bm25_documents_top_kernel_prunes_with_tight_bounds():
+    """Once the k-th best so far is above what the rarer terms can add, a document none
+    of the others holds is not visited and one that cannot reach it is left unfinished:
+    fewer tfs read than the terms hold, and still the exhaustive top k, ties by start."""
+    k1, b, avglen = 0.9, 0.4, 10.0
+    rare = [(100 * d, 10 + d % 7, 3) for d in range(0, 200, 40)]
+    common = [(100 * d, 10 + d % 7, 1 + d % 3) for d in range(200)]
+    documents, factors = [rare, common], [5.0, 0.5]
+    total = sum(tf for docs in documents for _, _, tf in docs)
+    for k in (1, 3, 5):
+        got, read = documents_top(documents, factors,
+                                  tight_bounds(documents, factors, k1, b, avglen), k, k1,
+                                  b, avglen)
+        assert got == naive.bm25_documents_top(documents, factors, k, k1, b, avglen)
+        assert read < (total // 10 if k == 1 else total)
+
+
+def test_bm25_documents_top_refuses_what_does_not_fit():
+    """The wrapper says plainly what is wrong instead of reading out of bounds: no terms,
+    too few bounds, a term without its two arrays, a term's arrays of unequal lengths."""
+    one = np.array([1.0])
+    pair = [np.array([0], dtype=np.int64), np.array([5 << 32 | 1], dtype=np.int64)]
+    assert kernels.bm25_documents_top(1, 1.0, 0.9, 0.4, 5.0, one, np.array([1.0, 0.0]),
+                                      pair)[2].tolist() == [1.0 / (1.0 + 0.9)]
+    for factors, rest, forms in ((np.zeros(0), np.zeros(1), []),
+                                 (np.array([1.0, 1.0]), np.array([2.0]), pair + pair),
+                                 (one, np.array([1.0, 0.0]), pair[:1]),
+                                 (one, np.array([1.0, 0.0]), [pair[0], pair[1][:0]])):
+        with pytest.raises(ValueError):
+            kernels.bm25_documents_top(1, 1.0, 0.9, 0.4, 5.0, factors, rest, forms)
+
+
+def test_bm25_top_takes_the_documents_at_a_time_path_only_when_every_term_is_at_hand(
+        tmp_path):
+    """bm25.top scores document at a time when every term comes by its documents, however
+    many the terms (more than one bm25_steps call takes), and term at a time (bm25_steps)
+    when they do not (no documents made): the same top k either way, and the exhaustive
+    one, at depth 3 and at a depth past every document (as shards ask)."""
+    vocabulary = WORDS + [f"w{i}" for i in range(2 * kernels.FORMS_PER_CALL)]
+    docs = [[vocabulary[(i * 7 + j * 3) % len(vocabulary)] for j in range(i % 9 + 1)]
+            for i in range(120)]
+    db, model = build(str(tmp_path / "db"), docs, [], [])
+    calls = []
+    real = kernels.bm25_documents_top
+    kernels.bm25_documents_top = lambda *a: calls.append(1) or real(*a)
+    saved = bm25.DOCUMENTS_MOST
+    try:
+        for query in ([("a", 1), ("c", 2), ("e", 1), ("g", 1)],
+                      [(w, 1 + i % 3) for i, w in enumerate(sorted(set(vocabulary)))]):
+            for k in (3, 1 << 62):
+                db.close()   # (a fresh start: the documents made are kept for the state)
+                db = annodb.open(db.path)
+                with db.read() as r:
+                    found = []
+                    # (documents are kept once made: the path without them first)
+                    for most, taken in ((-1, False), (saved, True)):
+                        bm25.DOCUMENTS_MOST = most
+                        calls.clear()
+                        found.append(engine_top(r, query, k, True))
+                        assert bool(calls) == taken
+                    full = engine_top(r, query, k, False)
+                    for got in found:
+                        assert np.array_equal(got[0], full[0]) and \
+                            np.array_equal(got[1], full[1])
+                    same_ranking(named(r, *engine_top(r, query, 3)),
+                                 naive.bm25(model, [((w,), n) for w, n in query], 3))
+    finally:
+        kernels.bm25_documents_top = real
+        bm25.DOCUMENTS_MOST = saved
+    db.close()
+
+
 @SETTINGS
 @given(collections(max_docs=12, min_docs=2), st.lists(st.lists(st.sampled_from(WORDS),
                                                                max_size=8), max_size=4),

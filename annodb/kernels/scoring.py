@@ -912,6 +912,122 @@ def bm25_steps(t, end, phase, floor, k, prune, slack1, k1, b, avglen, factors, r
 
 
 @njit(cache=True, nogil=True)
+def _bm25_documents_top(k, slack1, k1, b, avglen, factors, rest, starts, packed, sizes):
+    n_terms = factors.shape[0]
+    off = np.zeros(n_terms + 1, np.int64)   # (term u's documents: off[u]:off[u + 1])
+    for u in range(n_terms):
+        off[u + 1] = off[u] + sizes[u]
+    at = off[:n_terms].copy()
+    big = np.iinfo(np.int64).max
+    heads = np.empty(n_terms, np.int64)   # (starts[at[u]], big past term u's last)
+    for u in range(n_terms):
+        heads[u] = starts[at[u]] if at[u] < off[u + 1] else big
+    out_s = np.empty(off[n_terms], np.int64)
+    out_e = np.empty(off[n_terms], np.int64)
+    out_sc = np.empty(off[n_terms], np.float64)
+    # the k best scores so far: a min-heap (k may be past every document: 2**62)
+    heap = np.empty(max(min(k, off[n_terms]), 1), np.float64)
+    size = 0
+    kth = 0.0         # the k-th best so far (0 until there are k)
+    essential = n_terms   # terms 0..essential-1: a document none of them holds is hopeless
+    read = 0
+    m = 0
+    while True:
+        while essential > 1 and size == k and rest[essential - 1] * slack1 < kth:
+            essential -= 1
+        doc = big
+        for u in range(essential):
+            if heads[u] < doc:
+                doc = heads[u]
+        if doc == big:
+            break
+        score = 0.0
+        length = -1
+        norm = 0.0
+        hopeless = False
+        for u in range(n_terms):
+            if u >= essential:   # (a term left out of the essential ones: looked up)
+                if size == k and (score + rest[u]) * slack1 < kth:
+                    hopeless = True
+                    break
+                if heads[u] < doc:
+                    end = off[u + 1]
+                    lo = at[u]
+                    step = 1
+                    while lo + step < end and starts[lo + step] < doc:   # (galloping)
+                        lo += step
+                        step *= 2
+                    hi = min(end, lo + step + 1)
+                    while lo < hi:
+                        mid = (lo + hi) >> 1
+                        if starts[mid] < doc:
+                            lo = mid + 1
+                        else:
+                            hi = mid
+                    at[u] = lo
+                    heads[u] = starts[lo] if lo < end else big
+            if heads[u] == doc:
+                y = at[u]
+                tf = packed[y] & _LOW
+                read += tf
+                at[u] = y + 1
+                heads[u] = starts[y + 1] if y + 1 < off[u + 1] else big
+                if length < 0:   # (the length's part of _contribution, once a document)
+                    length = packed[y] >> 32
+                    norm = k1 * (1.0 - b + b * float(length) / avglen)
+                if tf > 0:
+                    x = float(tf)
+                    c = factors[u] * (x / (x + norm))   # (_contribution's floats)
+                    if c > 0:
+                        score = score + c
+        if hopeless or not score > 0 or (size == k and not score > kth):
+            continue   # (k documents before it score as much: it is not among the k best)
+        out_s[m], out_e[m], out_sc[m] = doc, doc + length - 1, score
+        m += 1
+        if k > 0:
+            if size < k:
+                _heap_push(heap, size, score)
+                size += 1
+                if size == k:
+                    kth = heap[0]
+            elif score > heap[0]:
+                _heap_replace(heap, size, score)
+                kth = heap[0]
+    pick = _bm25_pick(out_sc[:m], k, True)   # (in address order: ties by address)
+    return out_s[pick], out_e[pick], out_sc[pick], read
+
+
+def bm25_documents_top(k, slack1, k1, b, avglen, factors, rest, forms):
+    """BM25's top k over documents, document at a time (MaxScore): the terms (ordered by
+    their bounds, highest first; rest[u] the bounds of terms u.. summed, as bm25_steps
+    takes them) given by their documents (term_documents: forms[2u] the starts of term
+    u's documents, ascending, forms[2u + 1] each one's length << 32 | tf; any number of
+    terms, as one flat array each way in the call). A document's
+    score is 0.0 + its terms' contributions in term order, as bm25_steps adds them (the
+    same float64); a document none of the terms a document could still need holds is
+    not visited, and one is left once its score so far + rest[u] (x slack1) falls below
+    the k-th best so far. Returns (starts, ends, scores, tfs read) of the k best
+    documents with a score > 0, by score descending, ties by start (as bm25_pick picks
+    them from the documents it scored whole, in address order). Each document's length
+    normalization is computed once, by _contribution's operations (the same float64 for
+    every term)."""
+    factors, rest = _floats(factors, "factors"), _floats(rest, "rest")
+    n = factors.shape[0]
+    if rest.shape[0] < n or len(forms) != 2 * n or not n:
+        raise ValueError(f"{n} terms need {n} bounds and their documents' two arrays each")
+    sizes = [len(a) for a in forms]
+    if sizes[0::2] != sizes[1::2]:
+        raise ValueError("a term's starts and lengths differ in length")
+    # (flat arrays, checked once: numba types and unboxes a tuple of arrays element by
+    # element at each call, and indexes one at run time slowly)
+    return _bm25_documents_top(max(int(k), 0), float(slack1), float(k1), float(b),
+                               float(avglen), factors, rest,
+                               _ints(np.concatenate(forms[0::2]), "documents"),
+                               _ints(np.concatenate(forms[1::2]), "documents"),
+                               np.array(sizes[0::2], np.int64))
+
+
+@njit(cache=True, nogil=True)
 def _bm25_pick(scores, k, positive):
     order = np.argsort(-scores, kind="mergesort")
     out = np.empty(min(k, scores.shape[0]), np.int64)
