@@ -26,8 +26,10 @@ def is_collection(path) -> bool:
         os.path.isfile(os.path.join(path, CREATING))
 
 
-# what a database directory holds before its data.mdb is made (a database begun, not made)
-OWN_FILES = frozenset({"lock.mdb", "writer.lock", "turnstile.lock", "create.lock"})
+# what a database directory holds (a database begun, not made, has the lock files first;
+# another process may make data.mdb, or a collection's files, while one looks)
+OWN_FILES = frozenset({"data.mdb", "lock.mdb", "writer.lock", "turnstile.lock",
+                       "create.lock", MANIFEST, CREATING})
 
 
 def foreign_files(path) -> list[str]:

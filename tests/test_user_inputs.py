@@ -393,3 +393,22 @@ def test_a_file_of_a_database_given_as_the_database_names_its_folder(tmp_path):
         for args in (("stats",), ("query", "light"), ("ingest", DATA / "sample.jsonl")):
             line = one_error_line(invoke(*args, "--db", db / name))
             assert f"a file of the database {db}: give the folder" in line, line
+
+
+def test_a_database_made_while_its_folder_is_looked_at_is_not_other_files(tmp_path,
+                                                                           monkeypatch):
+    """A database another process makes between the look for its data.mdb and the
+    listing of the folder (three ingests of one --db at once) is not "a folder holding
+    other files (data.mdb)": a database's and a collection's own files never count."""
+    from annodb import paths
+    db = tmp_path / "a.db"
+    db.mkdir()
+    for name in ("lock.mdb", "data.mdb", paths.CREATING):
+        (db / name).write_bytes(b"")
+    real = os.path.exists
+    monkeypatch.setattr(os.path, "exists", lambda p: False if str(p).endswith(
+        ("data.mdb", paths.CREATING)) else real(p))
+    monkeypatch.setattr(paths, "is_collection", lambda p: False)   # (not yet, as it looked)
+    assert paths.foreign_files(db) == []
+    (db / "notes.txt").write_text("mine")
+    assert paths.foreign_files(db) == ["notes.txt"]
