@@ -952,18 +952,7 @@ def _bm25_documents_top(k, slack1, k1, b, avglen, factors, rest, starts, packed,
                     break
                 if heads[u] < doc:
                     end = off[u + 1]
-                    lo = at[u]
-                    step = 1
-                    while lo + step < end and starts[lo + step] < doc:   # (galloping)
-                        lo += step
-                        step *= 2
-                    hi = min(end, lo + step + 1)
-                    while lo < hi:
-                        mid = (lo + hi) >> 1
-                        if starts[mid] < doc:
-                            lo = mid + 1
-                        else:
-                            hi = mid
+                    lo = _ge(starts, at[u], end, doc)    # (galloping)
                     at[u] = lo
                     heads[u] = starts[lo] if lo < end else big
             if heads[u] == doc:
